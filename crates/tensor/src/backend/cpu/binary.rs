@@ -1,0 +1,325 @@
+//! Elementwise functions of two (or three) tensors: arithmetic, comparisons, `where`, and
+//! the in-place and copying forms.
+
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
+use super::unary::map;
+use crate::backend::{BinaryOp, CmpOp};
+use crate::cpu_dispatch;
+use crate::dtype::Element;
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+use multiversion::multiversion;
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn zip_contig<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(a: &[A], b: &[B], dst: &mut [O], f: F) {
+    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *d = f(x, y);
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn zip_scalar_right<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(a: &[A], y: B, dst: &mut [O], f: F) {
+    for (d, &x) in dst.iter_mut().zip(a) {
+        *d = f(x, y);
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn zip_scalar_left<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(x: A, b: &[B], dst: &mut [O], f: F) {
+    for (d, &y) in dst.iter_mut().zip(b) {
+        *d = f(x, y);
+    }
+}
+
+/// `f(a, b)` for two views of one shape, into a new contiguous buffer.
+pub(crate) fn zip<A: Element, B: Element, O: Element>(
+    op: &'static str,
+    (a, la): (&[A], &Layout),
+    (b, lb): (&[B], &Layout),
+    grain: usize,
+    f: impl Fn(A, B) -> O + Sync + Copy,
+) -> Result<Buffer<O>> {
+    let n = la.numel();
+    let mut out = Buffer::<O>::uninit(op, n)?;
+    if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
+        let (a, b) = (&a[ra], &b[rb]);
+        fill_chunks(&mut out, grain, |s, chunk| {
+            let e = s + chunk.len();
+            zip_contig(&a[s..e], &b[s..e], chunk, f)
+        });
+        return Ok(out);
+    }
+    let runs = Runs::new([la, lb]);
+    let (sa, sb) = (runs.inner_stride(0), runs.inner_stride(1));
+    fill_chunks(&mut out, grain, |start, chunk| {
+        runs.for_each(start, start + chunk.len(), |[oa, ob], len, pos| {
+            let dst = &mut chunk[pos - start..pos - start + len];
+            match (sa, sb) {
+                (1, 1) => zip_contig(&a[oa..oa + len], &b[ob..ob + len], dst, f),
+                (1, 0) => zip_scalar_right(&a[oa..oa + len], b[ob], dst, f),
+                (0, 1) => zip_scalar_left(a[oa], &b[ob..ob + len], dst, f),
+                _ => {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = f(a[oa + i * sa], b[ob + i * sb]);
+                    }
+                }
+            }
+        });
+    });
+    Ok(out)
+}
+
+/// Binds `$f` to the closure computing `op` on element type `$T`, then evaluates `$body`.
+macro_rules! with_binary_fn {
+    ($op:expr, $T:ty, |$f:ident, $g:ident| $body:expr) => {
+        match $op {
+            BinaryOp::Add => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| x.wadd(y);
+                $body
+            }
+            BinaryOp::Sub => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| x.wsub(y);
+                $body
+            }
+            BinaryOp::Mul => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| x.wmul(y);
+                $body
+            }
+            BinaryOp::Div => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| Element::div(x, y);
+                $body
+            }
+            BinaryOp::Pow => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T, y: $T| x.pow_elem(y);
+                $body
+            }
+            BinaryOp::Maximum => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| x.max_nan(y);
+                $body
+            }
+            BinaryOp::Minimum => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T, y: $T| x.min_nan(y);
+                $body
+            }
+        }
+    };
+}
+
+macro_rules! with_cmp_fn {
+    ($op:expr, $T:ty, |$f:ident| $body:expr) => {
+        match $op {
+            CmpOp::Eq => {
+                let $f = |x: $T, y: $T| (x == y) as u8;
+                $body
+            }
+            CmpOp::Ne => {
+                let $f = |x: $T, y: $T| (x != y) as u8;
+                $body
+            }
+            CmpOp::Lt => {
+                let $f = |x: $T, y: $T| (x < y) as u8;
+                $body
+            }
+            CmpOp::Le => {
+                let $f = |x: $T, y: $T| (x <= y) as u8;
+                $body
+            }
+            CmpOp::Gt => {
+                let $f = |x: $T, y: $T| (x > y) as u8;
+                $body
+            }
+            CmpOp::Ge => {
+                let $f = |x: $T, y: $T| (x >= y) as u8;
+                $body
+            }
+        }
+    };
+}
+
+fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
+    Error::dtype(op, format!("expected operands of one dtype, got {} and {}", a.dtype(), b.dtype()))
+}
+
+/// `a op b` for two same-dtype views of one shape.
+pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
+    let name = op.name();
+    macro_rules! arm {
+        ($x:expr, $y:expr, $T:ty) => {
+            with_binary_fn!(op, $T, |f, g| Ok(zip(name, ($x, la), ($y, lb), g, f)?.into()))
+        };
+    }
+    match (a, b) {
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
+        _ => Err(same_dtype(name, a, b)),
+    }
+}
+
+/// `a op b` as a `u8` mask, for two same-dtype views of one shape.
+pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
+    let name = op.name();
+    macro_rules! arm {
+        ($x:expr, $y:expr, $T:ty) => {
+            with_cmp_fn!(op, $T, |f| Ok(zip(name, ($x, la), ($y, lb), GRAIN_CHEAP, f)?.into()))
+        };
+    }
+    match (a, b) {
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
+        _ => Err(same_dtype(name, a, b)),
+    }
+}
+
+/// `a op scalar` as a `u8` mask. The comparison happens in `f64` for integers so that
+/// `int_tensor < 2.5` means what it says.
+pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: f64) -> Result<CpuStorage> {
+    let name = op.name();
+    Ok(match a {
+        CpuStorage::F32(x) => {
+            let s = s as f32;
+            with_cmp_fn!(op, f32, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into())
+        }
+        CpuStorage::F64(x) => with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()),
+        CpuStorage::I64(x) => {
+            with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v: i64| f(v as f64, s))?.into())
+        }
+        CpuStorage::U8(x) => {
+            with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v: u8| f(v as f64, s))?.into())
+        }
+    })
+}
+
+/// `cond ? a : b` elementwise.
+pub(crate) fn where_cond(
+    cond: &CpuStorage,
+    lc: &Layout,
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+) -> Result<CpuStorage> {
+    let c = cond
+        .as_slice::<u8>()
+        .ok_or_else(|| Error::dtype("where", format!("the condition must be a u8 mask, got {}", cond.dtype())))?;
+    fn go<T: Element>(c: &[u8], lc: &Layout, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffer<T>> {
+        let n = lc.numel();
+        let mut out = Buffer::<T>::uninit("where", n)?;
+        let runs = Runs::new([lc, la, lb]);
+        let (sc, sa, sb) = (runs.inner_stride(0), runs.inner_stride(1), runs.inner_stride(2));
+        fill_chunks(&mut out, GRAIN_CHEAP, |start, chunk| {
+            runs.for_each(start, start + chunk.len(), |[oc, oa, ob], len, pos| {
+                let dst = &mut chunk[pos - start..pos - start + len];
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = if c[oc + i * sc] != 0 { a[oa + i * sa] } else { b[ob + i * sb] };
+                }
+            });
+        });
+        Ok(out)
+    }
+    match (a, b) {
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        _ => Err(same_dtype("where", a, b)),
+    }
+}
+
+/// Writes `f(dst[i], src[i])` into the elements of `dst` that `ld` addresses; `src` is
+/// broadcast to `ld`'s shape. Sequential unless both sides are contiguous, because a
+/// strided destination may interleave with itself across chunks.
+fn zip_into<T: Element, S: Element>(
+    dst: &mut [T],
+    ld: &Layout,
+    src: &[S],
+    ls: &Layout,
+    f: impl Fn(T, S) -> T + Sync + Copy,
+) {
+    if let (Some(rd), Some(rs)) = (ld.contiguous_range(), ls.contiguous_range()) {
+        let src = &src[rs];
+        fill_chunks(&mut dst[rd], GRAIN_CHEAP, |s, chunk| {
+            let e = s + chunk.len();
+            for (d, &v) in chunk.iter_mut().zip(&src[s..e]) {
+                *d = f(*d, v);
+            }
+        });
+        return;
+    }
+    let runs = Runs::new([ld, ls]);
+    let (sd, ss) = (runs.inner_stride(0), runs.inner_stride(1));
+    runs.for_each(0, ld.numel(), |[od, os], len, _| {
+        for i in 0..len {
+            let d = &mut dst[od + i * sd];
+            *d = f(*d, src[os + i * ss]);
+        }
+    });
+}
+
+/// `dst = dst op src` in place.
+pub(crate) fn binary_inplace(
+    op: BinaryOp,
+    dst: &mut CpuStorage,
+    ld: &Layout,
+    src: &CpuStorage,
+    ls: &Layout,
+) -> Result<()> {
+    let name = op.name();
+    let err = same_dtype(name, dst, src);
+    match (dst, src) {
+        (CpuStorage::F32(d), CpuStorage::F32(s)) => with_binary_fn!(op, f32, |f, _g| zip_into(d, ld, s, ls, f)),
+        (CpuStorage::F64(d), CpuStorage::F64(s)) => with_binary_fn!(op, f64, |f, _g| zip_into(d, ld, s, ls, f)),
+        (CpuStorage::I64(d), CpuStorage::I64(s)) => with_binary_fn!(op, i64, |f, _g| zip_into(d, ld, s, ls, f)),
+        (CpuStorage::U8(d), CpuStorage::U8(s)) => with_binary_fn!(op, u8, |f, _g| zip_into(d, ld, s, ls, f)),
+        _ => return Err(err),
+    }
+    Ok(())
+}
+
+/// Copies `src` (any dtype, broadcast to `ld`'s shape) into `dst`, converting with `as`.
+pub(crate) fn copy_inplace(dst: &mut CpuStorage, ld: &Layout, src: &CpuStorage, ls: &Layout) -> Result<()> {
+    fn into<T: Element>(d: &mut [T], ld: &Layout, src: &CpuStorage, ls: &Layout) {
+        cpu_dispatch!(src, s => zip_into(d, ld, s, ls, |_, v| convert::<_, T>(v)))
+    }
+    cpu_dispatch!(dst, d => into(d, ld, src, ls));
+    Ok(())
+}
+
+/// Sets the elements `ld` addresses to `value`.
+pub(crate) fn fill_inplace(dst: &mut CpuStorage, ld: &Layout, value: f64) -> Result<()> {
+    fn go<T: Element>(d: &mut [T], ld: &Layout, v: T) {
+        super::unary::map_inplace(d, ld, GRAIN_CHEAP, move |_| v)
+    }
+    cpu_dispatch!(dst, d => go(d, ld, Element::from_f64(value)));
+    Ok(())
+}
+
+/// `as`-style conversion between element types, exact for integers whatever their size.
+#[inline(always)]
+pub(crate) fn convert<S: Element, T: Element>(v: S) -> T {
+    if S::DTYPE.is_int() && T::DTYPE.is_int() { T::from_i64(v.to_i64()) } else { T::from_f64(v.to_f64()) }
+}
+
+/// A contiguous copy of a view in `dtype`.
+pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<CpuStorage> {
+    fn to<S: Element>(s: &[S], l: &Layout, dtype: crate::DType) -> Result<CpuStorage> {
+        Ok(match dtype {
+            crate::DType::U8 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, u8>)?.into(),
+            crate::DType::I64 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, i64>)?.into(),
+            crate::DType::F32 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, f32>)?.into(),
+            crate::DType::F64 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, f64>)?.into(),
+        })
+    }
+    cpu_dispatch!(src, s => to(s, l, dtype))
+}

@@ -1,0 +1,188 @@
+//! Strided iteration and parallel splitting for elementwise kernels.
+//!
+//! Kernels write a fresh contiguous output. They coalesce the output and input layouts into
+//! as few dimensions as possible ([`crate::layout::coalesce`]), then walk *runs*: stretches
+//! of the innermost dimension, where each input advances by a fixed stride. A run is handed
+//! to a tight loop specialised for unit or zero strides, so contiguous and row-broadcast
+//! operations reach memory bandwidth whatever their rank.
+
+use crate::layout::{Layout, Strides, coalesce};
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+/// Elements below which a cheap elementwise kernel runs on one thread: splitting smaller
+/// work costs more in scheduling than it saves.
+pub(crate) const GRAIN_CHEAP: usize = 1 << 15;
+/// The same threshold for transcendental kernels (exp, tanh, ...), which pay off sooner.
+pub(crate) const GRAIN_COSTLY: usize = 1 << 12;
+
+/// A coalesced iteration space over an output of `numel` elements and `N` inputs.
+pub(crate) struct Runs<const N: usize> {
+    pub shape: Strides,
+    pub strides: [Strides; N],
+    pub offsets: [usize; N],
+}
+
+impl<const N: usize> Runs<N> {
+    /// The iteration space of `N` input layouts that share the output shape of the first.
+    pub fn new(layouts: [&Layout; N]) -> Self {
+        let shape = layouts[0].shape().clone();
+        let strides_in: [&[usize]; N] = std::array::from_fn(|k| layouts[k].strides());
+        // Coalesce together with the output's contiguous strides so that every run is also
+        // one contiguous stretch of the output.
+        let out_strides = shape.contiguous_strides();
+        let mut all: SmallVec<[&[usize]; 4]> = SmallVec::new();
+        all.push(&out_strides);
+        all.extend_from_slice(&strides_in);
+        let (cshape, cstrides) = coalesce_dyn(&shape, &all);
+        Runs {
+            shape: cshape,
+            strides: std::array::from_fn(|k| cstrides[k + 1].clone()),
+            offsets: std::array::from_fn(|k| layouts[k].offset()),
+        }
+    }
+
+    /// The inner stride of input `k` (0 when the space is a single element).
+    pub fn inner_stride(&self, k: usize) -> usize {
+        self.strides[k].last().copied().unwrap_or(0)
+    }
+
+    /// Calls `f(input_offsets, run_len, output_position)` for each run covering the output
+    /// positions `start..end`.
+    pub fn for_each(&self, start: usize, end: usize, mut f: impl FnMut([usize; N], usize, usize)) {
+        if start >= end {
+            return;
+        }
+        let rank = self.shape.len();
+        if rank == 0 {
+            f(self.offsets, 1, start);
+            return;
+        }
+        let inner = self.shape[rank - 1];
+        // The multi-index of `start` and the matching input offsets.
+        let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, rank);
+        let mut rem = start;
+        for d in (0..rank).rev() {
+            idx[d] = rem % self.shape[d];
+            rem /= self.shape[d];
+        }
+        let mut offs = self.offsets;
+        for k in 0..N {
+            for d in 0..rank {
+                offs[k] += idx[d] * self.strides[k][d];
+            }
+        }
+        let mut pos = start;
+        loop {
+            let col = idx[rank - 1];
+            let len = (inner - col).min(end - pos);
+            f(offs, len, pos);
+            pos += len;
+            if pos >= end {
+                return;
+            }
+            // Back to column 0, then carry into the outer dimensions.
+            for k in 0..N {
+                offs[k] -= col * self.strides[k][rank - 1];
+            }
+            idx[rank - 1] = 0;
+            let mut d = rank - 1;
+            while d > 0 {
+                d -= 1;
+                idx[d] += 1;
+                for k in 0..N {
+                    offs[k] += self.strides[k][d];
+                }
+                if idx[d] < self.shape[d] {
+                    break;
+                }
+                for k in 0..N {
+                    offs[k] -= self.shape[d] * self.strides[k][d];
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+fn coalesce_dyn(shape: &[usize], strides: &[&[usize]]) -> (Strides, SmallVec<[Strides; 4]>) {
+    match strides.len() {
+        2 => {
+            let (s, [a, b]) = coalesce(shape, [strides[0], strides[1]]);
+            (s, SmallVec::from_iter([a, b]))
+        }
+        3 => {
+            let (s, [a, b, c]) = coalesce(shape, [strides[0], strides[1], strides[2]]);
+            (s, SmallVec::from_iter([a, b, c]))
+        }
+        _ => {
+            let (s, [a, b, c, d]) = coalesce(shape, [strides[0], strides[1], strides[2], strides[3]]);
+            (s, SmallVec::from_iter([a, b, c, d]))
+        }
+    }
+}
+
+/// Fills `out` by calling `f(chunk_start, chunk)` on disjoint chunks, in parallel when `out`
+/// has at least `grain` elements.
+pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let n = out.len();
+    let threads = rayon::current_num_threads();
+    if n < grain || threads <= 1 {
+        f(0, out);
+        return;
+    }
+    let chunks = (n / grain).clamp(1, threads * 4);
+    let chunk = n.div_ceil(chunks);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c));
+}
+
+/// Runs `f(start, end)` over `0..n` split into chunks, in parallel when `n >= grain`.
+pub(crate) fn for_ranges(n: usize, grain: usize, f: impl Fn(usize, usize) + Sync) {
+    let threads = rayon::current_num_threads();
+    if n < grain || threads <= 1 {
+        f(0, n);
+        return;
+    }
+    let chunks = (n / grain).clamp(1, threads * 4);
+    let chunk = n.div_ceil(chunks);
+    (0..chunks).into_par_iter().for_each(|i| {
+        let s = i * chunk;
+        let e = ((i + 1) * chunk).min(n);
+        if s < e {
+            f(s, e);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+
+    fn collect(runs: &Runs<1>, start: usize, end: usize) -> Vec<(usize, usize, usize)> {
+        let mut v = vec![];
+        runs.for_each(start, end, |[o], len, pos| v.push((o, len, pos)));
+        v
+    }
+
+    #[test]
+    fn transposed_runs_walk_columns() {
+        let l = Layout::contiguous(Shape::from([2, 3])).transposed(0, 1); // [3, 2], strides [1, 3]
+        let runs = Runs::new([&l]);
+        assert_eq!(collect(&runs, 0, 6), vec![(0, 2, 0), (1, 2, 2), (2, 2, 4)]);
+        // A range that starts and ends mid-run.
+        assert_eq!(collect(&runs, 1, 4), vec![(3, 1, 1), (1, 2, 2)]);
+    }
+
+    #[test]
+    fn contiguous_is_one_run() {
+        let l = Layout::contiguous(Shape::from([4, 5, 6]));
+        assert_eq!(collect(&Runs::new([&l]), 0, 120), vec![(0, 120, 0)]);
+    }
+
+    #[test]
+    fn scalar_space() {
+        let l = Layout::contiguous(Shape::scalar());
+        assert_eq!(collect(&Runs::new([&l]), 0, 1), vec![(0, 1, 0)]);
+    }
+}

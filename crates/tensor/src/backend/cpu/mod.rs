@@ -1,0 +1,174 @@
+//! The CPU backend: contiguous fast paths, strided fallbacks, `rayon` above a size
+//! threshold, SIMD through runtime-dispatched multiversioned loops, and `gemm` for matrix
+//! products.
+
+mod binary;
+pub(crate) mod fastmath;
+mod index;
+pub(crate) mod iter;
+mod matmul;
+mod reduce;
+mod softmax;
+pub(crate) mod unary;
+
+pub(crate) use reduce::reduced_shape;
+
+use super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View};
+use crate::cpu_dispatch;
+use crate::dtype::Element;
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage, Storage};
+use crate::{DType, Device, Result};
+
+/// The CPU backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackend;
+
+fn cpu(s: &Storage) -> &CpuStorage {
+    match s {
+        Storage::Cpu(c) => c,
+    }
+}
+
+fn cpu_mut(s: &mut Storage) -> &mut CpuStorage {
+    match s {
+        Storage::Cpu(c) => c,
+    }
+}
+
+fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
+    r.map(Storage::Cpu)
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn full(&self, numel: usize, value: f64, dtype: DType) -> Result<Storage> {
+        fn go<T: Element>(n: usize, v: f64) -> Result<CpuStorage> {
+            let b = if v == 0.0 { Buffer::<T>::zeros("full", n)? } else { Buffer::full("full", n, T::from_f64(v))? };
+            Ok(T::into_storage(b))
+        }
+        wrap(match dtype {
+            DType::U8 => go::<u8>(numel, value),
+            DType::I64 => go::<i64>(numel, value),
+            DType::F32 => go::<f32>(numel, value),
+            DType::F64 => go::<f64>(numel, value),
+        })
+    }
+
+    fn upload(&self, data: CpuStorage) -> Result<Storage> {
+        Ok(Storage::Cpu(data))
+    }
+
+    fn download(&self, (s, l): View<'_>) -> Result<CpuStorage> {
+        binary::cast(cpu(s), l, s.dtype())
+    }
+
+    fn cast(&self, (s, l): View<'_>, dtype: DType) -> Result<Storage> {
+        wrap(binary::cast(cpu(s), l, dtype))
+    }
+
+    fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
+        wrap(unary::unary(op, cpu(s), l))
+    }
+
+    fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        wrap(binary::binary(op, cpu(a), la, cpu(b), lb))
+    }
+
+    fn compare(&self, op: CmpOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        wrap(binary::compare(op, cpu(a), la, cpu(b), lb))
+    }
+
+    fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: f64) -> Result<Storage> {
+        wrap(binary::compare_scalar(op, cpu(a), la, scalar))
+    }
+
+    fn where_cond(&self, (c, lc): View<'_>, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        wrap(binary::where_cond(cpu(c), lc, cpu(a), la, cpu(b), lb))
+    }
+
+    fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        unary::unary_inplace(op, cpu_mut(dst), layout)
+    }
+
+    fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        binary::binary_inplace(op, cpu_mut(dst), layout, cpu(s), ls)
+    }
+
+    fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        binary::copy_inplace(cpu_mut(dst), layout, cpu(s), ls)
+    }
+
+    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: f64) -> Result<()> {
+        binary::fill_inplace(cpu_mut(dst), layout, value)
+    }
+
+    fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
+        wrap(reduce::reduce(op, cpu(s), l, dims))
+    }
+
+    fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
+        wrap(softmax::softmax(cpu(s), l, dim, log))
+    }
+
+    fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        wrap(matmul::matmul(cpu(a), la, cpu(b), lb))
+    }
+
+    fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
+        wrap(index::index_select(cpu(s), l, dim, cpu(i), li))
+    }
+
+    fn gather(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
+        wrap(index::gather(cpu(s), l, dim, cpu(i), li))
+    }
+
+    fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
+        wrap(index::scatter_add(cpu(d), ld, dim, cpu(i), li, cpu(s), ls))
+    }
+
+    fn masked_fill(&self, (s, l): View<'_>, (m, lm): View<'_>, value: f64) -> Result<Storage> {
+        wrap(index::masked_fill(cpu(s), l, cpu(m), lm, value))
+    }
+
+    fn triangle(&self, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
+        wrap(index::triangle(cpu(s), l, diagonal, upper))
+    }
+}
+
+/// Reads the view as a `Vec<T>` in logical (row-major) order; `None` if `T` is not the
+/// storage's dtype.
+pub(crate) fn view_to_vec<T: Element>(s: &CpuStorage, l: &Layout) -> Option<Vec<T>> {
+    let slice = s.as_slice::<T>()?;
+    if let Some(r) = l.contiguous_range() {
+        return Some(slice[r].to_vec());
+    }
+    let mut out = Vec::with_capacity(l.numel());
+    let runs = iter::Runs::new([l]);
+    let st = runs.inner_stride(0);
+    runs.for_each(0, l.numel(), |[o], len, _| {
+        for i in 0..len {
+            out.push(slice[o + i * st]);
+        }
+    });
+    Some(out)
+}
+
+/// Reads the view as `f64` values in logical order, whatever the dtype.
+pub(crate) fn view_to_f64(s: &CpuStorage, l: &Layout) -> Vec<f64> {
+    fn go<T: Element>(s: &[T], l: &Layout) -> Vec<f64> {
+        let mut out = Vec::with_capacity(l.numel());
+        let runs = iter::Runs::new([l]);
+        let st = runs.inner_stride(0);
+        runs.for_each(0, l.numel(), |[o], len, _| {
+            for i in 0..len {
+                out.push(s[o + i * st].to_f64());
+            }
+        });
+        out
+    }
+    cpu_dispatch!(s, b => go(b, l))
+}

@@ -1,0 +1,304 @@
+//! Reductions (sum, prod, max, min, argmax, argmin) over any set of dimensions.
+//!
+//! The reduced dimensions are moved last. When the input then reads as contiguous rows,
+//! each output element reduces one row with a multi-accumulator loop that vectorises
+//! (floating-point addition is not associative, so the compiler needs the explicit lanes).
+//! When the reduced dimensions are the leading ones of a contiguous input, rows are added
+//! into the output as whole vectors ("column" reduction). Anything else is first copied
+//! into the row form.
+
+use super::iter::{GRAIN_CHEAP, for_ranges};
+use super::unary::map;
+use crate::backend::ReduceOp;
+use crate::dtype::Element;
+use crate::layout::Layout;
+use crate::shape::Shape;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+use multiversion::multiversion;
+use rayon::prelude::*;
+use std::sync::Mutex;
+
+const LANES: usize = 16;
+
+/// A reduction as an associative combine with an identity.
+pub(crate) trait Combine<T: Element>: Copy + Send + Sync {
+    fn identity(self) -> T;
+    fn combine(self, a: T, b: T) -> T;
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct SumC;
+#[derive(Clone, Copy)]
+struct ProdC;
+#[derive(Clone, Copy)]
+pub(crate) struct MaxC;
+#[derive(Clone, Copy)]
+struct MinC;
+
+impl<T: Element> Combine<T> for SumC {
+    fn identity(self) -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a.wadd(b)
+    }
+}
+impl<T: Element> Combine<T> for ProdC {
+    fn identity(self) -> T {
+        T::ONE
+    }
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a.wmul(b)
+    }
+}
+impl<T: Element> Combine<T> for MaxC {
+    fn identity(self) -> T {
+        T::LOWEST
+    }
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a.max_nan(b)
+    }
+}
+impl<T: Element> Combine<T> for MinC {
+    fn identity(self) -> T {
+        T::HIGHEST
+    }
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a.min_nan(b)
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+pub(crate) fn reduce_row<T: Element, C: Combine<T>>(row: &[T], c: C) -> T {
+    let mut acc = [c.identity(); LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for ch in chunks {
+        for i in 0..LANES {
+            acc[i] = c.combine(acc[i], ch[i]);
+        }
+    }
+    // Pairwise fold of the lanes keeps the error of long float sums low.
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            acc[i] = c.combine(acc[i], acc[i + w]);
+        }
+    }
+    tail.iter().fold(acc[0], |a, &v| c.combine(a, v))
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn accumulate_into<T: Element, C: Combine<T>>(acc: &mut [T], row: &[T], c: C) {
+    for (a, &v) in acc.iter_mut().zip(row) {
+        *a = c.combine(*a, v);
+    }
+}
+
+/// Reduces each of `rows` contiguous rows of length `len` in `src` into `out`.
+fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, out: &mut [T], c: C) {
+    let threads = rayon::current_num_threads();
+    if rows < threads && len * rows >= GRAIN_CHEAP * 2 && len >= GRAIN_CHEAP {
+        // Few long rows: split each row across threads and combine the partial results.
+        for (r, o) in out.iter_mut().enumerate() {
+            let row = &src[r * len..(r + 1) * len];
+            let partial = Mutex::new(c.identity());
+            for_ranges(len, GRAIN_CHEAP, |s, e| {
+                let v = reduce_row(&row[s..e], c);
+                let mut p = partial.lock().unwrap_or_else(|e| e.into_inner());
+                *p = c.combine(*p, v);
+            });
+            *o = partial.into_inner().unwrap_or_else(|e| e.into_inner());
+        }
+        return;
+    }
+    let per_row_grain = (GRAIN_CHEAP / len.max(1)).max(1);
+    if rows >= per_row_grain * 2 && threads > 1 {
+        out.par_chunks_mut(per_row_grain).enumerate().for_each(|(ci, chunk)| {
+            for (i, o) in chunk.iter_mut().enumerate() {
+                let r = ci * per_row_grain + i;
+                *o = reduce_row(&src[r * len..(r + 1) * len], c);
+            }
+        });
+    } else {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = reduce_row(&src[r * len..(r + 1) * len], c);
+        }
+    }
+}
+
+/// Reduces the leading `outer` rows of a contiguous `[outer, inner]` block into `out`
+/// (of length `inner`).
+fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize, out: &mut [T], c: C) {
+    out.fill(c.identity());
+    let parallel = inner >= GRAIN_CHEAP && rayon::current_num_threads() > 1;
+    if parallel {
+        let chunk = inner.div_ceil(rayon::current_num_threads() * 2).max(1024);
+        out.par_chunks_mut(chunk).enumerate().for_each(|(ci, o)| {
+            let start = ci * chunk;
+            for r in 0..outer {
+                accumulate_into(o, &src[r * inner + start..r * inner + start + o.len()], c);
+            }
+        });
+    } else {
+        for r in 0..outer {
+            accumulate_into(out, &src[r * inner..(r + 1) * inner], c);
+        }
+    }
+}
+
+/// The layout with the reduced `dims` moved last, and the number of kept and reduced
+/// elements.
+pub(crate) fn reduced_last(l: &Layout, dims: &[usize]) -> (Layout, usize, usize) {
+    let kept: Vec<usize> = (0..l.rank()).filter(|d| !dims.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
+    let k = kept.iter().map(|&d| l.shape()[d]).product();
+    let r = dims.iter().map(|&d| l.shape()[d]).product();
+    (l.permuted(&perm), k, r)
+}
+
+fn contiguous_copy<T: Element>(src: &[T], l: &Layout) -> Result<Buffer<T>> {
+    map("reduce", src, l, GRAIN_CHEAP, |v| v)
+}
+
+fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize], c: C) -> Result<Buffer<T>> {
+    let (pl, kept, red) = reduced_last(l, dims);
+    let mut out = Buffer::<T>::uninit("reduce", kept)?;
+    if red == 0 {
+        out.fill(c.identity());
+        return Ok(out);
+    }
+    if let Some(r) = pl.contiguous_range() {
+        reduce_rows(&src[r], kept, red, &mut out, c);
+        return Ok(out);
+    }
+    let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
+    if leading && let Some(r) = l.contiguous_range() {
+        reduce_cols(&src[r], red, kept, &mut out, c);
+        return Ok(out);
+    }
+    let copy = contiguous_copy(src, &pl)?;
+    reduce_rows(&copy, kept, red, &mut out, c);
+    Ok(out)
+}
+
+/// Index of the first extreme element of each row (`max` picks the maximum). NaN counts
+/// as the extreme, like PyTorch.
+fn arg_rows<T: Element>(src: &[T], rows: usize, len: usize, max: bool) -> Result<Buffer<i64>> {
+    let mut out = Buffer::<i64>::uninit("argmax", rows)?;
+    let per_row_grain = (GRAIN_CHEAP / len.max(1)).max(1);
+    let one = |r: usize| -> i64 {
+        let row = &src[r * len..(r + 1) * len];
+        let mut best = 0usize;
+        let mut bv = row[0];
+        for (i, &v) in row.iter().enumerate().skip(1) {
+            if bv.is_nan() {
+                break;
+            }
+            let better = v.is_nan() || if max { v > bv } else { v < bv };
+            if better {
+                best = i;
+                bv = v;
+            }
+        }
+        best as i64
+    };
+    out.par_chunks_mut(per_row_grain).enumerate().for_each(|(ci, chunk)| {
+        for (i, o) in chunk.iter_mut().enumerate() {
+            *o = one(ci * per_row_grain + i);
+        }
+    });
+    Ok(out)
+}
+
+fn arg_typed<T: Element>(src: &[T], l: &Layout, dims: &[usize], max: bool) -> Result<Buffer<i64>> {
+    let name = if max { "argmax" } else { "argmin" };
+    let (pl, kept, red) = reduced_last(l, dims);
+    if red == 0 {
+        return Err(Error::shape(name, format!("cannot take {name} over an empty dimension of shape {}", l.shape())));
+    }
+    if let Some(r) = pl.contiguous_range() {
+        return arg_rows(&src[r], kept, red, max);
+    }
+    let copy = contiguous_copy(src, &pl)?;
+    arg_rows(&copy, kept, red, max)
+}
+
+/// `op` over `dims` of the view `(src, l)`; see [`crate::backend::Backend::reduce`].
+pub(crate) fn reduce(op: ReduceOp, src: &CpuStorage, l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
+    fn go<T: Element>(op: ReduceOp, s: &[T], l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
+        Ok(match op {
+            ReduceOp::Sum => T::into_storage(reduce_typed(s, l, dims, SumC)?),
+            ReduceOp::Prod => T::into_storage(reduce_typed(s, l, dims, ProdC)?),
+            ReduceOp::Max => T::into_storage(reduce_typed(s, l, dims, MaxC)?),
+            ReduceOp::Min => T::into_storage(reduce_typed(s, l, dims, MinC)?),
+            ReduceOp::ArgMax => arg_typed(s, l, dims, true)?.into(),
+            ReduceOp::ArgMin => arg_typed(s, l, dims, false)?.into(),
+        })
+    }
+    crate::cpu_dispatch!(src, s => go(op, s, l, dims))
+}
+
+/// The output shape of a reduction over `dims` with `keepdim`.
+pub(crate) fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {
+    if keepdim {
+        Shape(shape.iter().enumerate().map(|(i, &d)| if dims.contains(&i) { 1 } else { d }).collect())
+    } else {
+        Shape(shape.iter().enumerate().filter(|(i, _)| !dims.contains(i)).map(|(_, &d)| d).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_sum(src: &[f64], shape: &[usize], dims: &[usize]) -> Vec<f64> {
+        let l = Layout::contiguous(Shape::from(shape));
+        let out_shape = reduced_shape(l.shape(), dims, true);
+        let mut out = vec![0.0; out_shape.numel()];
+        let ostr = out_shape.contiguous_strides();
+        let mut idx = vec![0usize; shape.len()];
+        for &v in src {
+            let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * ostr[d] }).sum();
+            out[o] += v;
+            for d in (0..shape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_dim_subset_matches_naive() {
+        let shape = [3usize, 4, 5];
+        let src: Vec<f64> = (0..60).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b = Buffer::from_slice("t", &src).unwrap();
+        let l = Layout::contiguous(Shape::from(shape));
+        for mask in 1..8u32 {
+            let dims: Vec<usize> = (0..3).filter(|d| mask & (1 << d) != 0).collect();
+            let got = reduce_typed(&b, &l, &dims, SumC).unwrap();
+            let want = naive_sum(&src, &shape, &dims);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-12, "dims {dims:?}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn argmax_prefers_first_and_nan() {
+        let b = Buffer::from_slice("t", &[1.0f32, 3.0, 3.0, f32::NAN, 0.0, 5.0]).unwrap();
+        let l = Layout::contiguous(Shape::from([2, 3]));
+        assert_eq!(&arg_typed(&b, &l, &[1], true).unwrap()[..], &[1, 0]);
+        assert_eq!(&arg_typed(&b, &l, &[1], false).unwrap()[..], &[0, 0]);
+    }
+}

@@ -1,0 +1,436 @@
+//! Elementwise functions of one tensor, out of place and in place.
+
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
+use crate::backend::UnaryOp;
+use crate::dtype::{Element, FloatElement};
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+use multiversion::multiversion;
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+pub(crate) fn map_contig<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], dst: &mut [U], f: F) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f(s);
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn map_in_place<T: Copy, F: Fn(T) -> T>(dst: &mut [T], f: F) {
+    for d in dst.iter_mut() {
+        *d = f(*d);
+    }
+}
+
+/// `f` applied to every element of the view `(src, layout)`, into a new contiguous buffer.
+pub(crate) fn map<T: Element, U: Element>(
+    op: &'static str,
+    src: &[T],
+    layout: &Layout,
+    grain: usize,
+    f: impl Fn(T) -> U + Sync + Copy,
+) -> Result<Buffer<U>> {
+    let n = layout.numel();
+    let mut out = Buffer::<U>::uninit(op, n)?;
+    if let Some(r) = layout.contiguous_range() {
+        let src = &src[r];
+        fill_chunks(&mut out, grain, |start, chunk| map_contig(&src[start..start + chunk.len()], chunk, f));
+        return Ok(out);
+    }
+    let runs = Runs::new([layout]);
+    let s = runs.inner_stride(0);
+    fill_chunks(&mut out, grain, |start, chunk| {
+        runs.for_each(start, start + chunk.len(), |[o], len, pos| {
+            let dst = &mut chunk[pos - start..pos - start + len];
+            match s {
+                1 => map_contig(&src[o..o + len], dst, f),
+                0 => dst.fill(f(src[o])),
+                _ => {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = f(src[o + i * s]);
+                    }
+                }
+            }
+        });
+    });
+    Ok(out)
+}
+
+/// `f` applied in place to every element `layout` addresses. The layout must not address an
+/// element twice (the tensor layer rejects in-place writes to expanded views).
+pub(crate) fn map_inplace<T: Element>(dst: &mut [T], layout: &Layout, grain: usize, f: impl Fn(T) -> T + Sync + Copy) {
+    if let Some(r) = layout.contiguous_range() {
+        fill_chunks(&mut dst[r], grain, |_, chunk| map_in_place(chunk, f));
+        return;
+    }
+    let runs = Runs::new([layout]);
+    let s = runs.inner_stride(0);
+    runs.for_each(0, layout.numel(), |[o], len, _| {
+        if s == 1 {
+            map_in_place(&mut dst[o..o + len], f);
+        } else {
+            for i in 0..len {
+                let v = &mut dst[o + i * s];
+                *v = f(*v);
+            }
+        }
+    });
+}
+
+/// Binds `$f` to the closure computing `op` on a float element type `$T` and `$g` to its
+/// parallel grain, then evaluates `$body`. One definition serves every kernel shape.
+macro_rules! with_float_fn {
+    ($op:expr, $T:ty, |$f:ident, $g:ident| $body:expr) => {{
+        use UnaryOp::*;
+        #[allow(unused_variables)]
+        let c = |v: f64| <$T as Element>::from_f64(v);
+        let half = c(0.5);
+        let one = <$T as Element>::ONE;
+        let zero = <$T as Element>::ZERO;
+        match $op {
+            Neg => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| -x;
+                $body
+            }
+            Abs => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| Element::abs(x);
+                $body
+            }
+            Sign => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| Element::signum(x);
+                $body
+            }
+            Square => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| x * x;
+                $body
+            }
+            Relu => {
+                let $g = GRAIN_CHEAP;
+                let $f = move |x: $T| {
+                    if x > zero {
+                        x
+                    } else if x.is_nan() {
+                        x
+                    } else {
+                        zero
+                    }
+                };
+                $body
+            }
+            Exp => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.exp();
+                $body
+            }
+            Log => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.ln();
+                $body
+            }
+            Sqrt => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.sqrt();
+                $body
+            }
+            Rsqrt => {
+                let $g = GRAIN_COSTLY;
+                let $f = move |x: $T| one / x.sqrt();
+                $body
+            }
+            Sin => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.sin();
+                $body
+            }
+            Cos => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.cos();
+                $body
+            }
+            Tanh => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.tanh();
+                $body
+            }
+            Sigmoid => {
+                let $g = GRAIN_COSTLY;
+                let $f = move |x: $T| one / (one + (-x).exp());
+                $body
+            }
+            Gelu => {
+                let $g = GRAIN_COSTLY;
+                let k = c(std::f64::consts::FRAC_1_SQRT_2);
+                let $f = move |x: $T| half * x * (one + (x * k).erf_fn());
+                $body
+            }
+            GeluTanh => {
+                let $g = GRAIN_COSTLY;
+                let k = c((2.0 / std::f64::consts::PI).sqrt());
+                let a = c(0.044715);
+                let $f = move |x: $T| half * x * (one + (k * (x + a * x * x * x)).tanh());
+                $body
+            }
+            Silu => {
+                let $g = GRAIN_COSTLY;
+                let $f = move |x: $T| x / (one + (-x).exp());
+                $body
+            }
+            Erf => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.erf_fn();
+                $body
+            }
+            Log1p => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.ln_1p();
+                $body
+            }
+            Expm1 => {
+                let $g = GRAIN_COSTLY;
+                let $f = |x: $T| x.exp_m1();
+                $body
+            }
+            Recip => {
+                let $g = GRAIN_CHEAP;
+                let $f = move |x: $T| one / x;
+                $body
+            }
+            Floor => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| x.floor();
+                $body
+            }
+            Ceil => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| x.ceil();
+                $body
+            }
+            Round => {
+                let $g = GRAIN_CHEAP;
+                let $f = |x: $T| x.round_even();
+                $body
+            }
+            Softplus { beta, threshold } => {
+                let $g = GRAIN_COSTLY;
+                let (b, t) = (c(beta), c(threshold));
+                let $f = move |x: $T| if x * b > t { x } else { (x * b).exp().ln_1p() / b };
+                $body
+            }
+            LeakyRelu(slope) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(slope);
+                let $f = move |x: $T| if x > zero { x } else { x * s };
+                $body
+            }
+            Elu(alpha) => {
+                let $g = GRAIN_COSTLY;
+                let a = c(alpha);
+                let $f = move |x: $T| if x > zero { x } else { a * x.exp_m1() };
+                $body
+            }
+            Clamp { min, max } => {
+                let $g = GRAIN_CHEAP;
+                let (lo, hi) = (c(min), c(max));
+                let $f = move |x: $T| {
+                    if x < lo {
+                        lo
+                    } else if x > hi {
+                        hi
+                    } else {
+                        x
+                    }
+                };
+                $body
+            }
+            AddScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x + s;
+                $body
+            }
+            SubScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x - s;
+                $body
+            }
+            RSubScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| s - x;
+                $body
+            }
+            MulScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x * s;
+                $body
+            }
+            DivScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x / s;
+                $body
+            }
+            RDivScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| s / x;
+                $body
+            }
+            PowScalar(e) => {
+                let $g = GRAIN_COSTLY;
+                if e == 2.0 {
+                    let $f = |x: $T| x * x;
+                    $body
+                } else if e == 0.5 {
+                    let $f = |x: $T| x.sqrt();
+                    $body
+                } else {
+                    let e = c(e);
+                    let $f = move |x: $T| x.powf(e);
+                    $body
+                }
+            }
+            RPowScalar(b) => {
+                let $g = GRAIN_COSTLY;
+                let b = c(b);
+                let $f = move |x: $T| b.powf(x);
+                $body
+            }
+            MaximumScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x.max_nan(s);
+                $body
+            }
+            MinimumScalar(s) => {
+                let $g = GRAIN_CHEAP;
+                let s = c(s);
+                let $f = move |x: $T| x.min_nan(s);
+                $body
+            }
+        }
+    }};
+}
+
+/// The integer counterpart of `with_float_fn`; `None` for functions only floats have.
+macro_rules! with_int_fn {
+    ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
+        use UnaryOp::*;
+        let c = |v: f64| <$T as Element>::from_f64(v);
+        let zero = <$T as Element>::ZERO;
+        match $op {
+            Neg => {
+                let $f = |x: $T| Element::neg(x);
+                Some($body)
+            }
+            Abs => {
+                let $f = |x: $T| Element::abs(x);
+                Some($body)
+            }
+            Sign => {
+                let $f = |x: $T| Element::signum(x);
+                Some($body)
+            }
+            Square => {
+                let $f = |x: $T| x.wmul(x);
+                Some($body)
+            }
+            Relu => {
+                let $f = move |x: $T| if x > zero { x } else { zero };
+                Some($body)
+            }
+            Floor | Ceil | Round => {
+                let $f = |x: $T| x;
+                Some($body)
+            }
+            Clamp { min, max } => {
+                let (lo, hi) = (c(min), c(max));
+                let $f = move |x: $T| {
+                    if x < lo {
+                        lo
+                    } else if x > hi {
+                        hi
+                    } else {
+                        x
+                    }
+                };
+                Some($body)
+            }
+            AddScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| x.wadd(s);
+                Some($body)
+            }
+            SubScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| x.wsub(s);
+                Some($body)
+            }
+            RSubScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| s.wsub(x);
+                Some($body)
+            }
+            MulScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| x.wmul(s);
+                Some($body)
+            }
+            PowScalar(e) => {
+                let e = c(e);
+                let $f = move |x: $T| x.pow_elem(e);
+                Some($body)
+            }
+            MaximumScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| x.max_nan(s);
+                Some($body)
+            }
+            MinimumScalar(s) => {
+                let s = c(s);
+                let $f = move |x: $T| x.min_nan(s);
+                Some($body)
+            }
+            _ => None,
+        }
+    }};
+}
+
+fn not_for_ints(op: UnaryOp, dtype: crate::DType) -> Error {
+    Error::dtype(op.name(), format!("{} is only defined for float tensors, got {dtype}", op.name()))
+}
+
+/// `op` applied to the view `(src, layout)`.
+pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<CpuStorage> {
+    let name = op.name();
+    match src {
+        CpuStorage::F32(b) => with_float_fn!(op, f32, |f, g| Ok(map(name, b, layout, g, f)?.into())),
+        CpuStorage::F64(b) => with_float_fn!(op, f64, |f, g| Ok(map(name, b, layout, g, f)?.into())),
+        CpuStorage::I64(b) => with_int_fn!(op, i64, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))
+            .unwrap_or_else(|| Err(not_for_ints(op, src.dtype()))),
+        CpuStorage::U8(b) => with_int_fn!(op, u8, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))
+            .unwrap_or_else(|| Err(not_for_ints(op, src.dtype()))),
+    }
+}
+
+/// `op` applied in place to the elements of `dst` that `layout` addresses.
+pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) -> Result<()> {
+    let dtype = dst.dtype();
+    match dst {
+        CpuStorage::F32(b) => with_float_fn!(op, f32, |f, g| map_inplace(b, layout, g, f)),
+        CpuStorage::F64(b) => with_float_fn!(op, f64, |f, g| map_inplace(b, layout, g, f)),
+        CpuStorage::I64(b) => {
+            with_int_fn!(op, i64, |f| map_inplace(b, layout, GRAIN_CHEAP, f)).ok_or_else(|| not_for_ints(op, dtype))?
+        }
+        CpuStorage::U8(b) => {
+            with_int_fn!(op, u8, |f| map_inplace(b, layout, GRAIN_CHEAP, f)).ok_or_else(|| not_for_ints(op, dtype))?
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,585 @@
+//! Element types and the rules for combining them.
+//!
+//! # Type promotion
+//!
+//! Binary operations between tensors of different dtypes compute in the *promoted* dtype,
+//! following PyTorch: the dtypes are ordered `u8 < i64 < f32 < f64` and the result takes the
+//! larger one (`u8 + i64 -> i64`, `i64 * f32 -> f32`, `f32 - f64 -> f64`).
+//!
+//! A Rust scalar in a tensor-scalar operation never widens a tensor within its category: an
+//! `f32` tensor times `2.0` stays `f32`, an `i64` tensor plus `1` stays `i64`. A floating
+//! scalar applied to an integer tensor gives `f32` (PyTorch's default float dtype):
+//! `i64_tensor * 0.5` is `f32`.
+//!
+//! Comparisons return `u8` masks (`1` for true, `0` for false). Floating functions such as
+//! `exp` or `sigmoid` applied to an integer tensor compute in `f32`.
+//!
+//! Conversions between dtypes happen only when asked for with `Tensor::to_dtype`, and
+//! follow Rust's `as` casts (float to integer truncates toward zero and saturates).
+
+use std::fmt;
+
+/// The dtype of a tensor's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// Unsigned bytes; also the dtype of boolean masks.
+    U8,
+    /// 64-bit signed integers; the dtype of indices.
+    I64,
+    /// 32-bit floats; the default dtype.
+    F32,
+    /// 64-bit floats; used by `gradcheck` and wherever precision matters.
+    F64,
+}
+
+impl DType {
+    /// The name used in messages and printing: `u8`, `i64`, `f32`, `f64`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "u8",
+            DType::I64 => "i64",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::I64 | DType::F64 => 8,
+            DType::F32 => 4,
+        }
+    }
+
+    /// Whether this is a floating-point dtype.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// Whether this is an integer dtype (`u8` or `i64`).
+    pub fn is_int(self) -> bool {
+        !self.is_float()
+    }
+
+    /// The dtype in which `self` and `other` combine (see the module docs).
+    ///
+    /// ```
+    /// use ember_tensor::DType;
+    /// assert_eq!(DType::U8.promote(DType::I64), DType::I64);
+    /// assert_eq!(DType::I64.promote(DType::F32), DType::F32);
+    /// assert_eq!(DType::F32.promote(DType::F64), DType::F64);
+    /// ```
+    pub fn promote(self, other: DType) -> DType {
+        self.max(other)
+    }
+
+    /// The dtype of `self` combined with a scalar: floats keep their dtype, and a floating
+    /// scalar turns an integer dtype into `f32`.
+    pub fn promote_scalar(self, scalar: Scalar) -> DType {
+        match scalar {
+            Scalar::Float(_) if self.is_int() => DType::F32,
+            _ => self,
+        }
+    }
+
+    /// The dtype a floating function (`exp`, `sigmoid`...) computes in: floats keep theirs,
+    /// integers compute in `f32`.
+    pub fn float_or_default(self) -> DType {
+        if self.is_float() { self } else { DType::F32 }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust number used as the scalar side of a tensor-scalar operation.
+///
+/// Integer literals become [`Scalar::Int`] and float literals [`Scalar::Float`], which is
+/// what decides the result dtype (see the module docs): `t.add_scalar(1)` keeps an `i64`
+/// tensor `i64`, `t.add_scalar(1.5)` makes it `f32`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// An integral value.
+    Int(i64),
+    /// A floating value.
+    Float(f64),
+}
+
+impl Scalar {
+    /// The value as `f64`.
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Int(v) => v as f64,
+            Scalar::Float(v) => v,
+        }
+    }
+}
+
+macro_rules! scalar_from {
+    ($variant:ident, $as:ty: $($t:ty),*) => {
+        $(impl From<$t> for Scalar {
+            fn from(v: $t) -> Self {
+                Scalar::$variant(v as $as)
+            }
+        })*
+    };
+}
+scalar_from!(Int, i64: i8, i16, i32, i64, u8, u16, u32, usize, isize);
+scalar_from!(Float, f64: f32, f64);
+
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Int(v as i64)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for i64 {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// A Rust type that can be the element of a tensor: `u8`, `i64`, `f32` or `f64`.
+pub trait Element:
+    sealed::Sealed + Copy + Send + Sync + PartialOrd + PartialEq + Default + fmt::Debug + fmt::Display + 'static
+{
+    /// The dtype of this element type.
+    const DTYPE: DType;
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// The smallest value (negative infinity for floats), the identity of `max`.
+    const LOWEST: Self;
+    /// The largest value (infinity for floats), the identity of `min`.
+    const HIGHEST: Self;
+    /// Conversion from `f64` with `as` semantics (saturating, truncating toward zero).
+    fn from_f64(v: f64) -> Self;
+    /// Conversion to `f64`.
+    fn to_f64(self) -> f64;
+    /// Conversion from `i64` with `as` semantics.
+    fn from_i64(v: i64) -> Self;
+    /// Conversion to `i64` with `as` semantics.
+    fn to_i64(self) -> i64;
+    /// Whether the value is NaN (always false for integers).
+    fn is_nan(self) -> bool;
+    /// Addition, wrapping for integers.
+    fn wadd(self, rhs: Self) -> Self;
+    /// Subtraction, wrapping for integers.
+    fn wsub(self, rhs: Self) -> Self;
+    /// Multiplication, wrapping for integers.
+    fn wmul(self, rhs: Self) -> Self;
+    /// `self ^ e` (integers: wrapping; a negative exponent gives `1 / self^|e|` truncated).
+    fn pow_elem(self, e: Self) -> Self;
+    /// Division; integer division by zero gives zero instead of a panic.
+    fn div(self, rhs: Self) -> Self;
+    /// Absolute value (identity for `u8`).
+    fn abs(self) -> Self;
+    /// Negation (wrapping for `u8`, like PyTorch).
+    fn neg(self) -> Self;
+    /// `-1`, `0` or `1`; NaN stays NaN.
+    fn signum(self) -> Self;
+    #[doc(hidden)]
+    fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]>;
+    #[doc(hidden)]
+    fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]>;
+    #[doc(hidden)]
+    fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage;
+    /// Maximum that propagates NaN, like `torch.maximum`.
+    #[inline(always)]
+    fn max_nan(self, other: Self) -> Self {
+        if self.is_nan() || self > other {
+            self
+        } else if other.is_nan() || other > self {
+            other
+        } else {
+            self
+        }
+    }
+    /// Minimum that propagates NaN, like `torch.minimum`.
+    #[inline(always)]
+    fn min_nan(self, other: Self) -> Self {
+        if self.is_nan() || self < other {
+            self
+        } else if other.is_nan() || other < self {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+macro_rules! int_element {
+    ($t:ty, $dt:ident, $abs:expr, $neg:expr, $sign:expr) => {
+        impl Element for $t {
+            #[inline(always)]
+            fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
+                match s {
+                    crate::storage::CpuStorage::$dt(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
+                match s {
+                    crate::storage::CpuStorage::$dt(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
+                crate::storage::CpuStorage::$dt(b)
+            }
+            const DTYPE: DType = DType::$dt;
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                false
+            }
+            #[inline(always)]
+            fn wadd(self, rhs: Self) -> Self {
+                self.wrapping_add(rhs)
+            }
+            #[inline(always)]
+            fn wsub(self, rhs: Self) -> Self {
+                self.wrapping_sub(rhs)
+            }
+            #[inline(always)]
+            fn wmul(self, rhs: Self) -> Self {
+                self.wrapping_mul(rhs)
+            }
+            #[inline(always)]
+            fn pow_elem(self, e: Self) -> Self {
+                let e = e as i64;
+                if e >= 0 {
+                    self.wrapping_pow(e.min(u32::MAX as i64) as u32)
+                } else if self == 1 {
+                    1
+                } else if (self as i64) == -1 {
+                    if e % 2 == 0 { 1 } else { self }
+                } else {
+                    0
+                }
+            }
+            #[inline(always)]
+            fn div(self, rhs: Self) -> Self {
+                self.checked_div(rhs).unwrap_or(0)
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                ($abs)(self)
+            }
+            #[inline(always)]
+            fn neg(self) -> Self {
+                ($neg)(self)
+            }
+            #[inline(always)]
+            fn signum(self) -> Self {
+                ($sign)(self)
+            }
+        }
+    };
+}
+int_element!(u8, U8, |v: u8| v, |v: u8| v.wrapping_neg(), |v: u8| (v > 0) as u8);
+int_element!(i64, I64, |v: i64| v.wrapping_abs(), |v: i64| v.wrapping_neg(), |v: i64| v.signum());
+
+macro_rules! float_element {
+    ($t:ty, $dt:ident) => {
+        impl Element for $t {
+            #[inline(always)]
+            fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
+                match s {
+                    crate::storage::CpuStorage::$dt(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
+                match s {
+                    crate::storage::CpuStorage::$dt(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
+                crate::storage::CpuStorage::$dt(b)
+            }
+            const DTYPE: DType = DType::$dt;
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn wadd(self, rhs: Self) -> Self {
+                self + rhs
+            }
+            #[inline(always)]
+            fn wsub(self, rhs: Self) -> Self {
+                self - rhs
+            }
+            #[inline(always)]
+            fn wmul(self, rhs: Self) -> Self {
+                self * rhs
+            }
+            #[inline(always)]
+            fn pow_elem(self, e: Self) -> Self {
+                self.powf(e)
+            }
+            #[inline(always)]
+            fn div(self, rhs: Self) -> Self {
+                self / rhs
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            #[inline(always)]
+            fn neg(self) -> Self {
+                -self
+            }
+            #[inline(always)]
+            fn signum(self) -> Self {
+                if self > 0.0 {
+                    1.0
+                } else if self < 0.0 {
+                    -1.0
+                } else {
+                    self
+                }
+            }
+        }
+    };
+}
+float_element!(f32, F32);
+float_element!(f64, F64);
+
+/// A floating element type (`f32` or `f64`) with the math the kernels need.
+pub trait FloatElement:
+    Element
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    /// `e^x`; vectorisable for `f32`.
+    fn exp(self) -> Self;
+    /// Natural logarithm; vectorisable for `f32`.
+    fn ln(self) -> Self;
+    /// Square root.
+    fn sqrt(self) -> Self;
+    /// Sine.
+    fn sin(self) -> Self;
+    /// Cosine.
+    fn cos(self) -> Self;
+    /// Hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// The error function.
+    fn erf_fn(self) -> Self;
+    /// `ln(1 + x)`, accurate near zero.
+    fn ln_1p(self) -> Self;
+    /// `e^x - 1`, accurate near zero.
+    fn exp_m1(self) -> Self;
+    /// `self^e`.
+    fn powf(self, e: Self) -> Self;
+    /// Round toward negative infinity.
+    fn floor(self) -> Self;
+    /// Round toward positive infinity.
+    fn ceil(self) -> Self;
+    /// Round half to even, like `torch.round`.
+    fn round_even(self) -> Self;
+    /// Whether the value is finite.
+    fn is_finite(self) -> bool;
+}
+
+impl FloatElement for f32 {
+    #[inline(always)]
+    fn exp(self) -> Self {
+        crate::backend::cpu::fastmath::exp_f32(self)
+    }
+    #[inline(always)]
+    fn ln(self) -> Self {
+        crate::backend::cpu::fastmath::ln_f32(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+    #[inline(always)]
+    fn sin(self) -> Self {
+        f32::sin(self)
+    }
+    #[inline(always)]
+    fn cos(self) -> Self {
+        f32::cos(self)
+    }
+    #[inline(always)]
+    fn tanh(self) -> Self {
+        crate::backend::cpu::fastmath::tanh_f32(self)
+    }
+    #[inline(always)]
+    fn erf_fn(self) -> Self {
+        libm::erff(self)
+    }
+    #[inline(always)]
+    fn ln_1p(self) -> Self {
+        f32::ln_1p(self)
+    }
+    #[inline(always)]
+    fn exp_m1(self) -> Self {
+        f32::exp_m1(self)
+    }
+    #[inline(always)]
+    fn powf(self, e: Self) -> Self {
+        f32::powf(self, e)
+    }
+    #[inline(always)]
+    fn floor(self) -> Self {
+        f32::floor(self)
+    }
+    #[inline(always)]
+    fn ceil(self) -> Self {
+        f32::ceil(self)
+    }
+    #[inline(always)]
+    fn round_even(self) -> Self {
+        f32::round_ties_even(self)
+    }
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
+    }
+}
+
+impl FloatElement for f64 {
+    #[inline(always)]
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    #[inline(always)]
+    fn ln(self) -> Self {
+        f64::ln(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+    #[inline(always)]
+    fn sin(self) -> Self {
+        f64::sin(self)
+    }
+    #[inline(always)]
+    fn cos(self) -> Self {
+        f64::cos(self)
+    }
+    #[inline(always)]
+    fn tanh(self) -> Self {
+        f64::tanh(self)
+    }
+    #[inline(always)]
+    fn erf_fn(self) -> Self {
+        libm::erf(self)
+    }
+    #[inline(always)]
+    fn ln_1p(self) -> Self {
+        f64::ln_1p(self)
+    }
+    #[inline(always)]
+    fn exp_m1(self) -> Self {
+        f64::exp_m1(self)
+    }
+    #[inline(always)]
+    fn powf(self, e: Self) -> Self {
+        f64::powf(self, e)
+    }
+    #[inline(always)]
+    fn floor(self) -> Self {
+        f64::floor(self)
+    }
+    #[inline(always)]
+    fn ceil(self) -> Self {
+        f64::ceil(self)
+    }
+    #[inline(always)]
+    fn round_even(self) -> Self {
+        f64::round_ties_even(self)
+    }
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promotion_follows_pytorch() {
+        assert_eq!(DType::U8.promote(DType::F64), DType::F64);
+        assert_eq!(DType::I64.promote(DType::U8), DType::I64);
+        assert_eq!(DType::I64.promote_scalar(Scalar::Float(0.5)), DType::F32);
+        assert_eq!(DType::I64.promote_scalar(Scalar::Int(2)), DType::I64);
+        assert_eq!(DType::F64.promote_scalar(Scalar::Float(0.5)), DType::F64);
+        assert_eq!(DType::U8.float_or_default(), DType::F32);
+    }
+
+    #[test]
+    fn nan_propagating_extrema() {
+        assert!(f32::NAN.max_nan(1.0).is_nan());
+        assert!(1.0f32.max_nan(f32::NAN).is_nan());
+        assert_eq!(2.0f64.min_nan(3.0), 2.0);
+        assert_eq!(3i64.max_nan(-1), 3);
+    }
+
+    #[test]
+    fn integer_division_by_zero_is_zero() {
+        assert_eq!(Element::div(7i64, 0), 0);
+        assert_eq!(Element::div(7u8, 2), 3);
+    }
+}

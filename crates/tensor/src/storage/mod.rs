@@ -1,0 +1,208 @@
+//! Tensor storage: the buffers, their version counters, and the buffer pool.
+//!
+//! A [`StorageCell`] is shared (through `Arc`) by a tensor and all of its views. It carries a
+//! version counter that every in-place write bumps; autograd compares it against the version
+//! it recorded when it saved a tensor, to detect in-place modification of saved values.
+
+mod buffer;
+pub mod pool;
+
+pub use buffer::Buffer;
+pub use pool::{MemoryStats, clear_pool, memory_stats, pool_limit, reset_peak, set_pool_enabled, set_pool_limit};
+
+use crate::Device;
+use crate::dtype::{DType, Element};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Host memory of one dtype.
+#[derive(Debug)]
+pub enum CpuStorage {
+    /// `u8` elements.
+    U8(Buffer<u8>),
+    /// `i64` elements.
+    I64(Buffer<i64>),
+    /// `f32` elements.
+    F32(Buffer<f32>),
+    /// `f64` elements.
+    F64(Buffer<f64>),
+}
+
+/// Applies `$body` to the buffer inside a [`CpuStorage`] whatever its dtype, binding it to
+/// `$b`. Each arm is compiled for its own element type.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! cpu_dispatch {
+    ($storage:expr, $b:ident => $body:expr) => {
+        match $storage {
+            $crate::storage::CpuStorage::U8($b) => $body,
+            $crate::storage::CpuStorage::I64($b) => $body,
+            $crate::storage::CpuStorage::F32($b) => $body,
+            $crate::storage::CpuStorage::F64($b) => $body,
+        }
+    };
+}
+
+impl CpuStorage {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::U8(_) => DType::U8,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        cpu_dispatch!(self, b => b.len())
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as `&[T]` when `T` is the storage's dtype.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::storage_slice(self)
+    }
+
+    /// The elements as `&mut [T]` when `T` is the storage's dtype.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        T::storage_slice_mut(self)
+    }
+
+    /// Zeros of `dtype`.
+    pub fn zeros(op: &'static str, len: usize, dtype: DType) -> crate::Result<Self> {
+        Ok(match dtype {
+            DType::U8 => CpuStorage::U8(Buffer::zeros(op, len)?),
+            DType::I64 => CpuStorage::I64(Buffer::zeros(op, len)?),
+            DType::F32 => CpuStorage::F32(Buffer::zeros(op, len)?),
+            DType::F64 => CpuStorage::F64(Buffer::zeros(op, len)?),
+        })
+    }
+}
+
+macro_rules! storage_element {
+    ($t:ty, $v:ident) => {
+        impl From<Buffer<$t>> for CpuStorage {
+            fn from(b: Buffer<$t>) -> Self {
+                CpuStorage::$v(b)
+            }
+        }
+    };
+}
+storage_element!(u8, U8);
+storage_element!(i64, I64);
+storage_element!(f32, F32);
+storage_element!(f64, F64);
+
+/// The data of a tensor on its device. New backends add a variant here.
+#[derive(Debug)]
+pub enum Storage {
+    /// Host memory.
+    Cpu(CpuStorage),
+}
+
+impl Storage {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+        }
+    }
+
+    /// The device holding the data.
+    pub fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+        }
+    }
+
+    /// The host storage, if the data lives on the CPU.
+    pub fn as_cpu(&self) -> Option<&CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Some(s),
+        }
+    }
+
+    /// The host storage, mutably, if the data lives on the CPU.
+    pub fn as_cpu_mut(&mut self) -> Option<&mut CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Some(s),
+        }
+    }
+}
+
+static MUTATION_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A global counter bumped by every in-place write to a *watched* storage (one that holds
+/// the value of an autograd node) and by autograd when a leaf's value is replaced.
+///
+/// Autograd's reactive re-execution compares it with the epoch at which a node was last
+/// verified: when nothing has been written since, a request for a value answers at once.
+pub fn mutation_epoch() -> u64 {
+    MUTATION_EPOCH.load(Ordering::Acquire)
+}
+
+/// Advances [`mutation_epoch`]; autograd calls it when it replaces a leaf's value.
+pub fn bump_mutation_epoch() -> u64 {
+    MUTATION_EPOCH.fetch_add(1, Ordering::AcqRel) + 1
+}
+
+/// Shared storage with its version counter. All views of a tensor share one cell.
+#[derive(Debug)]
+pub struct StorageCell {
+    data: RwLock<Storage>,
+    version: AtomicU64,
+    watched: AtomicBool,
+}
+
+impl StorageCell {
+    /// A new cell at version 0.
+    pub fn new(storage: Storage) -> Self {
+        StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0), watched: AtomicBool::new(false) }
+    }
+
+    /// Shared access to the data.
+    pub fn read(&self) -> RwLockReadGuard<'_, Storage> {
+        self.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Exclusive access for an in-place write; bumps the version counter (and the global
+    /// mutation epoch when the cell is watched).
+    pub fn write(&self) -> RwLockWriteGuard<'_, Storage> {
+        self.bump();
+        self.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bumps the version as an in-place write does.
+    pub fn bump(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+        if self.watched.load(Ordering::Relaxed) {
+            bump_mutation_epoch();
+        }
+    }
+
+    /// The number of in-place writes so far.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Marks the cell as holding an autograd value, so that writes advance the global
+    /// mutation epoch.
+    pub fn watch(&self) {
+        if !self.watched.load(Ordering::Relaxed) {
+            self.watched.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl StorageCell {
+    /// The data, when this is the last handle to the cell.
+    pub fn into_inner(self) -> Storage {
+        self.data.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,237 @@
+//! Constructors: from data, constant fills, ranges, identity, and random tensors.
+
+use super::{Tensor, infallible};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, backend_for};
+use crate::dtype::{DType, Element, Scalar};
+use crate::random::with_rng;
+use crate::shape::{Shape, checked_numel};
+use crate::storage::{Buffer, CpuStorage, Storage};
+use crate::{Device, Error, Result};
+use rand::RngExt;
+use rand_distr::{Distribution, StandardNormal};
+
+impl Tensor {
+    /// A tensor that takes `data` in row-major order. The length must match the shape.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2])?;
+    /// assert_eq!(t.shape(), &[2, 2]);
+    /// assert!(Tensor::from_vec(vec![1.0f32; 3], [2, 2]).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+        Self::from_slice(&data, shape)
+    }
+
+    /// A tensor holding a copy of `data` in row-major order.
+    pub fn from_slice<T: Element>(data: &[T], shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = checked_numel("from_slice", &shape)?;
+        if n != data.len() {
+            return Err(Error::shape(
+                "from_slice",
+                format!("{} elements cannot fill shape {shape} ({n} elements)", data.len()),
+            ));
+        }
+        let buf = Buffer::from_slice("from_slice", data)?;
+        Ok(Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), shape))
+    }
+
+    /// A tensor over an existing host buffer.
+    pub fn from_buffer<T: Element>(buf: Buffer<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if shape.checked_numel() != Some(buf.len()) {
+            return Err(Error::shape("from_buffer", format!("{} elements cannot fill shape {shape}", buf.len())));
+        }
+        Ok(Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), shape))
+    }
+
+    /// A 0-d tensor holding `value`.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let s = Tensor::scalar(1.0f32);
+    /// assert_eq!(s.rank(), 0);
+    /// assert_eq!(s.to_string(), "(1.0)");
+    /// ```
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        let buf = infallible(Buffer::from_slice("scalar", &[value]));
+        Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), Shape::scalar())
+    }
+
+    /// A tensor of `shape` filled with `value`, on `device`.
+    pub fn full_on(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = checked_numel("full", &shape)?;
+        let s = backend_for(device)?.full(n, value.into().to_f64(), dtype)?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    pub fn full(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        Self::full_on(shape, value, dtype, Device::Cpu)
+    }
+
+    /// Zeros of `shape` and `dtype`.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let z = Tensor::zeros([2, 3], DType::F32)?;
+    /// assert_eq!(z.to_vec::<f32>()?, vec![0.0; 6]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
+        Self::full(shape, 0, dtype)
+    }
+
+    /// Ones of `shape` and `dtype`.
+    pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
+        Self::full(shape, 1, dtype)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Tensor {
+        self.full_like(0)
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Tensor {
+        self.full_like(1)
+    }
+
+    /// `value` everywhere, with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: impl Into<Scalar>) -> Tensor {
+        let s = infallible(self.backend().full(self.numel(), value.into().to_f64(), self.dtype));
+        Tensor::from_storage(s, self.shape_obj().clone())
+    }
+
+    /// `start, start + 1, ...` below `end`. Integer bounds give `i64`, float bounds `f32`.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// assert_eq!(Tensor::arange(0, 4)?.to_vec::<i64>()?, vec![0, 1, 2, 3]);
+    /// assert_eq!(Tensor::arange(0.0, 2.0)?.dtype(), DType::F32);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn arange(start: impl Into<Scalar>, end: impl Into<Scalar>) -> Result<Tensor> {
+        Self::arange_step(start, end, 1)
+    }
+
+    /// `start, start + step, ...` strictly before `end` (after it, for a negative step).
+    pub fn arange_step(start: impl Into<Scalar>, end: impl Into<Scalar>, step: impl Into<Scalar>) -> Result<Tensor> {
+        let (start, end, step) = (start.into(), end.into(), step.into());
+        let all_int = [start, end, step].iter().all(|s| matches!(s, Scalar::Int(_)));
+        let (a, b, s) = (start.to_f64(), end.to_f64(), step.to_f64());
+        if s == 0.0 || !s.is_finite() || !a.is_finite() || !b.is_finite() {
+            return Err(Error::invalid("arange", format!("invalid range {a}..{b} with step {s}")));
+        }
+        if (b - a) * s < 0.0 {
+            return Err(Error::invalid("arange", format!("step {s} moves away from the end of {a}..{b}")));
+        }
+        let n = ((b - a) / s).ceil().max(0.0);
+        if n > (isize::MAX as f64) / 8.0 {
+            return Err(Error::invalid("arange", format!("range {a}..{b} with step {s} is too long")));
+        }
+        let n = n as usize;
+        if all_int {
+            let (a, s) = (a as i64, s as i64);
+            let buf = Buffer::<i64>::from_fn("arange", n, |i| a + s * i as i64)?;
+            Tensor::from_buffer(buf, [n])
+        } else {
+            let buf = Buffer::<f32>::from_fn("arange", n, |i| (a + s * i as f64) as f32)?;
+            Tensor::from_buffer(buf, [n])
+        }
+    }
+
+    /// `steps` evenly spaced `f32` values from `start` to `end` inclusive.
+    pub fn linspace(start: f64, end: f64, steps: usize) -> Result<Tensor> {
+        let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
+        let buf = Buffer::<f32>::from_fn("linspace", steps, |i| {
+            // Fill from both ends, like PyTorch, so that the last value is exactly `end`.
+            if i < steps / 2 { (start + step * i as f64) as f32 } else { (end - step * (steps - 1 - i) as f64) as f32 }
+        })?;
+        Tensor::from_buffer(buf, [steps])
+    }
+
+    /// The `n x n` identity matrix in `f32`.
+    pub fn eye(n: usize) -> Result<Tensor> {
+        let total = n.checked_mul(n).ok_or_else(|| Error::shape("eye", format!("{n} x {n} is too large")))?;
+        let mut buf = Buffer::<f32>::zeros("eye", total)?;
+        for i in 0..n {
+            buf[i * n + i] = 1.0;
+        }
+        Tensor::from_buffer(buf, [n, n])
+    }
+
+    fn random(
+        op: &'static str,
+        shape: Shape,
+        dtype: DType,
+        mut draw: impl FnMut(&mut rand_pcg::Pcg64) -> f64,
+    ) -> Result<Tensor> {
+        let n = checked_numel(op, &shape)?;
+        if !dtype.is_float() {
+            return Err(Error::dtype(op, format!("random tensors must be float, got {dtype}")));
+        }
+        let storage = with_rng(|rng| -> Result<CpuStorage> {
+            Ok(match dtype {
+                DType::F64 => Buffer::<f64>::from_fn(op, n, |_| draw(rng))?.into(),
+                _ => Buffer::<f32>::from_fn(op, n, |_| draw(rng) as f32)?.into(),
+            })
+        })?;
+        Ok(Tensor::from_storage(CpuBackend.upload(storage)?, shape))
+    }
+
+    /// Uniform samples from `[low, high)` of `shape` and float `dtype`.
+    pub fn uniform(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Result<Tensor> {
+        if low > high || !low.is_finite() || !high.is_finite() {
+            return Err(Error::invalid("uniform", format!("invalid bounds [{low}, {high})")));
+        }
+        Self::random("uniform", shape.into(), dtype, |r| low + (high - low) * r.random::<f64>())
+    }
+
+    /// Normal samples with `mean` and standard deviation `std`, of `shape` and float `dtype`.
+    pub fn normal(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
+        if std < 0.0 || !std.is_finite() || !mean.is_finite() {
+            return Err(Error::invalid("normal", format!("invalid mean {mean} or standard deviation {std}")));
+        }
+        Self::random("normal", shape.into(), dtype, |r| {
+            let z: f64 = StandardNormal.sample(r);
+            mean + std * z
+        })
+    }
+
+    /// `f32` samples from `[0, 1)`, like `torch.rand`.
+    pub fn rand(shape: impl Into<Shape>) -> Result<Tensor> {
+        Self::uniform(shape, 0.0, 1.0, DType::F32)
+    }
+
+    /// `f32` standard normal samples, like `torch.randn`.
+    pub fn randn(shape: impl Into<Shape>) -> Result<Tensor> {
+        Self::normal(shape, 0.0, 1.0, DType::F32)
+    }
+
+    /// Samples from `[0, 1)` with this tensor's shape and (float) dtype.
+    pub fn rand_like(&self) -> Result<Tensor> {
+        Self::uniform(self.shape_obj().clone(), 0.0, 1.0, self.dtype.float_or_default())
+    }
+
+    /// Standard normal samples with this tensor's shape and (float) dtype.
+    pub fn randn_like(&self) -> Result<Tensor> {
+        Self::normal(self.shape_obj().clone(), 0.0, 1.0, self.dtype.float_or_default())
+    }
+
+    /// A random permutation of `0..n` as `i64` (for shuffling).
+    pub fn randperm(n: usize) -> Result<Tensor> {
+        let mut buf = Buffer::<i64>::from_fn("randperm", n, |i| i as i64)?;
+        with_rng(|r| {
+            for i in (1..n).rev() {
+                let j = r.random_range(0..=i);
+                buf.swap(i, j);
+            }
+        });
+        Tensor::from_buffer(buf, [n])
+    }
+}

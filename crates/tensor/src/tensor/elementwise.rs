@@ -1,0 +1,241 @@
+//! Elementwise operations of two tensors (with broadcasting and dtype promotion), their
+//! tensor-scalar forms, comparisons and `where_cond`.
+
+use super::{Tensor, infallible};
+use crate::backend::{BinaryOp, CmpOp, UnaryOp};
+use crate::dtype::{DType, Scalar};
+use crate::shape::{Shape, broadcast_shapes};
+use crate::{Error, Result};
+
+impl Tensor {
+    /// Both operands converted to their promoted dtype and broadcast to a common shape.
+    pub(crate) fn broadcast_pair(
+        &self,
+        op: &'static str,
+        other: &Tensor,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor, Shape)> {
+        self.same_device(op, other)?;
+        let shape = broadcast_shapes(op, self.shape(), other.shape())?;
+        let a = self.to_dtype(dtype);
+        let b = other.to_dtype(dtype);
+        let a = a.with_layout(a.layout.broadcast_to(op, &shape)?);
+        let b = b.with_layout(b.layout.broadcast_to(op, &shape)?);
+        Ok((a, b, shape))
+    }
+
+    pub(crate) fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        let mut dtype = self.dtype.promote(other.dtype);
+        // Division of integers is true division, like PyTorch's `/`.
+        if op == BinaryOp::Div && dtype.is_int() {
+            dtype = DType::F32;
+        }
+        let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
+        let s = a.read2(&b, |va, vb| a.backend().binary(op, va, vb))?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+
+    /// `self + other`, broadcasting.
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Add, other)
+    }
+
+    /// `self - other`, broadcasting.
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Sub, other)
+    }
+
+    /// `self * other`, broadcasting.
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Mul, other)
+    }
+
+    /// `self / other`, broadcasting; integers divide as floats.
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Div, other)
+    }
+
+    /// `self ^ other` elementwise, broadcasting.
+    pub fn pow(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Pow, other)
+    }
+
+    /// The elementwise maximum (NaN propagates), broadcasting.
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Maximum, other)
+    }
+
+    /// The elementwise minimum (NaN propagates), broadcasting.
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(BinaryOp::Minimum, other)
+    }
+
+    pub(crate) fn unary_op(&self, op: UnaryOp) -> Tensor {
+        let src = if op.is_float_only() { self.to_dtype(self.dtype.float_or_default()) } else { self.clone() };
+        let s = infallible(src.read(|v| src.backend().unary(op, v)));
+        Tensor::from_storage(s, self.shape_obj().clone())
+    }
+
+    /// A scalar operation, in the dtype that the scalar promotes `self` to.
+    fn scalar_op(&self, s: Scalar, make: impl Fn(f64) -> UnaryOp) -> Tensor {
+        let dtype = self.dtype.promote_scalar(s);
+        self.to_dtype(dtype).unary_op(make(s.to_f64()))
+    }
+
+    /// `self + s`.
+    pub fn add_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::AddScalar)
+    }
+
+    /// `self - s`.
+    pub fn sub_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::SubScalar)
+    }
+
+    /// `s - self`.
+    pub fn rsub_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::RSubScalar)
+    }
+
+    /// `self * s`.
+    pub fn mul_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::MulScalar)
+    }
+
+    /// `self / s` (true division: integers give `f32`).
+    pub fn div_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        let s = s.into();
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::DivScalar(s.to_f64()))
+    }
+
+    /// `s / self` (true division).
+    pub fn rdiv_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        let s = s.into();
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RDivScalar(s.to_f64()))
+    }
+
+    /// `self ^ e`.
+    pub fn pow_scalar(&self, e: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(e.into(), UnaryOp::PowScalar)
+    }
+
+    /// `base ^ self`.
+    pub fn rpow_scalar(&self, base: impl Into<Scalar>) -> Tensor {
+        let b = base.into();
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RPowScalar(b.to_f64()))
+    }
+
+    /// `max(self, s)` elementwise.
+    pub fn maximum_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::MaximumScalar)
+    }
+
+    /// `min(self, s)` elementwise.
+    pub fn minimum_scalar(&self, s: impl Into<Scalar>) -> Tensor {
+        self.scalar_op(s.into(), UnaryOp::MinimumScalar)
+    }
+
+    fn compare_op(&self, op: CmpOp, other: &Tensor) -> Result<Tensor> {
+        let dtype = self.dtype.promote(other.dtype);
+        let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
+        let s = a.read2(&b, |va, vb| a.backend().compare(op, va, vb))?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+
+    fn compare_scalar_op(&self, op: CmpOp, s: Scalar) -> Tensor {
+        let st = infallible(self.read(|v| self.backend().compare_scalar(op, v, s.to_f64())));
+        Tensor::from_storage(st, self.shape_obj().clone())
+    }
+}
+
+macro_rules! comparisons {
+    ($($name:ident, $sname:ident, $op:ident, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`self ", $doc, " other` as a `u8` mask, broadcasting.")]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                    self.compare_op(CmpOp::$op, other)
+                }
+                #[doc = concat!("`self ", $doc, " s` as a `u8` mask.")]
+                pub fn $sname(&self, s: impl Into<Scalar>) -> Tensor {
+                    self.compare_scalar_op(CmpOp::$op, s.into())
+                }
+            )*
+        }
+    };
+}
+comparisons! {
+    eq, eq_scalar, Eq, "==";
+    ne, ne_scalar, Ne, "!=";
+    lt, lt_scalar, Lt, "<";
+    le, le_scalar, Le, "<=";
+    gt, gt_scalar, Gt, ">";
+    ge, ge_scalar, Ge, ">=";
+}
+
+impl Tensor {
+    /// `self ? on_true : on_false` elementwise, where `self` is a `u8` mask; all three
+    /// broadcast together and the values promote to a common dtype.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0], [3])?;
+    /// let y = x.gt_scalar(0.0).where_cond(&x, &x.zeros_like())?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 2.0, 0.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        if self.dtype != DType::U8 {
+            return Err(Error::dtype("where", format!("the condition must be a u8 mask, got {}", self.dtype)));
+        }
+        self.same_device("where", on_true)?;
+        self.same_device("where", on_false)?;
+        let shape = broadcast_shapes("where", self.shape(), on_true.shape())?;
+        let shape = broadcast_shapes("where", &shape, on_false.shape())?;
+        let dtype = on_true.dtype.promote(on_false.dtype);
+        let c = self.with_layout(self.layout.broadcast_to("where", &shape)?);
+        let a = on_true.to_dtype(dtype);
+        let a = a.with_layout(a.layout.broadcast_to("where", &shape)?);
+        let b = on_false.to_dtype(dtype);
+        let b = b.with_layout(b.layout.broadcast_to("where", &shape)?);
+        let s = c.read3(&a, &b, |vc, va, vb| c.backend().where_cond(vc, va, vb))?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promotion_and_broadcasting() {
+        let a = Tensor::from_vec(vec![1u8, 2, 3], [3, 1]).unwrap();
+        let b = Tensor::from_vec(vec![0.5f32, 1.5], [2]).unwrap();
+        let c = a.add(&b).unwrap();
+        assert_eq!(c.dtype(), DType::F32);
+        assert_eq!(c.shape(), &[3, 2]);
+        assert_eq!(c.to_vec::<f32>().unwrap(), vec![1.5, 2.5, 2.5, 3.5, 3.5, 4.5]);
+        let i = Tensor::from_vec(vec![7i64, 8], [2]).unwrap();
+        assert_eq!(i.div(&Tensor::from_vec(vec![2i64, 0], [2]).unwrap()).unwrap().dtype(), DType::F32);
+        assert_eq!(i.mul_scalar(2).dtype(), DType::I64);
+        assert_eq!(i.mul_scalar(0.5).to_vec::<f32>().unwrap(), vec![3.5, 4.0]);
+    }
+
+    #[test]
+    fn aliased_operands_take_one_lock() {
+        let a = Tensor::arange(0.0, 6.0).unwrap().reshape([2, 3]).unwrap();
+        let s = a.add(&a.t().unwrap().t().unwrap()).unwrap();
+        assert_eq!(s.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        let w = a.gt_scalar(2.0).where_cond(&a, &a.mul_scalar(-1.0)).unwrap();
+        assert_eq!(w.to_vec::<f32>().unwrap(), vec![-0.0, -1.0, -2.0, 3.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn comparisons_give_masks() {
+        let a = Tensor::from_vec(vec![1.0f64, f64::NAN, 3.0], [3]).unwrap();
+        assert_eq!(a.eq(&a).unwrap().to_vec::<u8>().unwrap(), vec![1, 0, 1]);
+        assert_eq!(a.ge_scalar(2).to_vec::<u8>().unwrap(), vec![0, 0, 1]);
+        let i = Tensor::from_vec(vec![1i64, 2, 3], [3]).unwrap();
+        assert_eq!(i.lt_scalar(2.5).to_vec::<u8>().unwrap(), vec![1, 1, 0]);
+    }
+}

@@ -1,0 +1,274 @@
+//! In-place operations. They write through every handle and view of the storage and bump
+//! its version counter, which is how autograd notices that a saved value changed.
+
+use super::Tensor;
+use crate::backend::{BinaryOp, UnaryOp};
+use crate::dtype::{Element, Scalar};
+use crate::shape::Shape;
+use crate::storage::StorageCell;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+impl Tensor {
+    /// An error when a write through this layout would hit one element twice.
+    fn check_writable(&self, op: &'static str) -> Result<()> {
+        let overlapping = self.shape().iter().zip(self.strides()).any(|(&d, &s)| d > 1 && s == 0);
+        if overlapping {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "cannot write in place to a broadcast view of shape {:?} (strides {:?}); call contiguous() first",
+                    self.shape(),
+                    self.strides()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `src` converted to this tensor's dtype and broadcast to its shape, copied first if it
+    /// shares storage with `self`.
+    fn operand_for(&self, op: &'static str, src: &Tensor) -> Result<Tensor> {
+        self.same_device(op, src)?;
+        if src.dtype.is_float() && self.dtype.is_int() {
+            return Err(Error::dtype(
+                op,
+                format!("cannot write a {} result into a {} tensor in place", src.dtype, self.dtype),
+            ));
+        }
+        let s = if src.shares_storage(self) { src.copy() } else { src.clone() };
+        let s = s.to_dtype(self.dtype);
+        let shape: Shape = self.shape_obj().clone();
+        Ok(s.with_layout(s.layout.broadcast_to(op, &shape)?))
+    }
+
+    fn binary_inplace(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        self.check_writable(op.name())?;
+        let src = self.operand_for(op.name(), other)?;
+        let g = src.storage.read();
+        let mut dst = self.storage.write();
+        self.backend().binary_inplace(op, &mut dst, &self.layout, (&g, &src.layout))
+    }
+
+    /// Applies an elementwise function in place. Float-only functions need a float tensor.
+    pub fn apply_(&self, op: UnaryOp) -> Result<()> {
+        self.check_writable(op.name())?;
+        if op.is_float_only() && !self.dtype.is_float() {
+            return Err(Error::dtype(
+                op.name(),
+                format!("{} in place needs a float tensor, got {}", op.name(), self.dtype),
+            ));
+        }
+        let mut dst = self.storage.write();
+        self.backend().unary_inplace(op, &mut dst, &self.layout)
+    }
+
+    /// `self += other` (broadcast to `self`'s shape).
+    pub fn add_(&self, other: &Tensor) -> Result<()> {
+        self.binary_inplace(BinaryOp::Add, other)
+    }
+
+    /// `self -= other`.
+    pub fn sub_(&self, other: &Tensor) -> Result<()> {
+        self.binary_inplace(BinaryOp::Sub, other)
+    }
+
+    /// `self *= other`.
+    pub fn mul_(&self, other: &Tensor) -> Result<()> {
+        self.binary_inplace(BinaryOp::Mul, other)
+    }
+
+    /// `self /= other`; needs a float tensor.
+    pub fn div_(&self, other: &Tensor) -> Result<()> {
+        if self.dtype.is_int() {
+            return Err(Error::dtype(
+                "div_",
+                format!("true division in place needs a float tensor, got {}", self.dtype),
+            ));
+        }
+        self.binary_inplace(BinaryOp::Div, other)
+    }
+
+    /// `self += alpha * other` (PyTorch's `add_(other, alpha=...)`).
+    pub fn add_scaled_(&self, other: &Tensor, alpha: f64) -> Result<()> {
+        if alpha == 1.0 {
+            return self.add_(other);
+        }
+        self.add_(&other.mul_scalar(alpha))
+    }
+
+    /// `self += s`.
+    pub fn add_scalar_(&self, s: impl Into<Scalar>) -> Result<()> {
+        self.scalar_inplace(s.into(), UnaryOp::AddScalar)
+    }
+
+    /// `self *= s`.
+    pub fn mul_scalar_(&self, s: impl Into<Scalar>) -> Result<()> {
+        self.scalar_inplace(s.into(), UnaryOp::MulScalar)
+    }
+
+    fn scalar_inplace(&self, s: Scalar, make: fn(f64) -> UnaryOp) -> Result<()> {
+        let op = make(s.to_f64());
+        if matches!(s, Scalar::Float(_)) && self.dtype.is_int() {
+            return Err(Error::dtype(
+                op.name(),
+                format!("cannot write a float result into a {} tensor in place", self.dtype),
+            ));
+        }
+        self.apply_(op)
+    }
+
+    /// Limits the values to `[min, max]` in place.
+    pub fn clamp_(&self, min: Option<f64>, max: Option<f64>) -> Result<()> {
+        self.apply_(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
+    }
+
+    /// Copies `src` (broadcast to this shape, converted to this dtype) into `self`.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        self.check_writable("copy_")?;
+        self.same_device("copy_", src)?;
+        let s = if src.shares_storage(self) { src.copy() } else { src.clone() };
+        let s = s.with_layout(s.layout.broadcast_to("copy_", self.shape_obj())?);
+        let g = s.storage.read();
+        let mut dst = self.storage.write();
+        self.backend().copy_inplace(&mut dst, &self.layout, (&g, &s.layout))
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill_(&self, value: impl Into<Scalar>) -> Result<()> {
+        self.check_writable("fill_")?;
+        let mut dst = self.storage.write();
+        self.backend().fill_inplace(&mut dst, &self.layout, value.into().to_f64())
+    }
+
+    /// Sets every element to zero.
+    pub fn zero_(&self) -> Result<()> {
+        self.fill_(0)
+    }
+
+    /// Sets the elements where the `u8` `mask` (broadcast to this shape) is non-zero.
+    pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<()> {
+        let filled = self.masked_fill(mask, value)?;
+        self.copy_(&filled)
+    }
+
+    /// Updates a contiguous tensor of element type `T` in place with a fused elementwise
+    /// function of itself and `N` other contiguous tensors of the same shape and dtype:
+    /// `f(&mut self[i], [others[0][i], ...])`. Runs in parallel on large tensors.
+    ///
+    /// This is the building block of fused optimizer updates.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0], [2])?;
+    /// let g = Tensor::from_vec(vec![0.5f32, 0.5], [2])?;
+    /// p.update_::<f32, 1>([&g], |p, [g]| *p -= 0.1 * g)?;
+    /// assert_eq!(p.to_vec::<f32>()?, vec![0.95, 1.95]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn update_<T: Element, const N: usize>(
+        &self,
+        others: [&Tensor; N],
+        f: impl Fn(&mut T, [T; N]) + Sync + Send,
+    ) -> Result<()> {
+        let op = "update_";
+        let check = |t: &Tensor, what: &str| -> Result<()> {
+            if t.dtype != T::DTYPE {
+                return Err(Error::dtype(op, format!("{what} is {}, expected {}", t.dtype, T::DTYPE)));
+            }
+            if !t.is_contiguous() {
+                return Err(Error::invalid(op, format!("{what} must be contiguous")));
+            }
+            if t.shape() != self.shape() {
+                return Err(Error::shape(op, format!("{what} has shape {:?}, expected {:?}", t.shape(), self.shape())));
+            }
+            Ok(())
+        };
+        check(self, "the updated tensor")?;
+        for (i, o) in others.iter().enumerate() {
+            check(o, &format!("operand {i}"))?;
+            if o.shares_storage(self) {
+                return Err(Error::invalid(op, format!("operand {i} shares storage with the updated tensor")));
+            }
+        }
+        // One read lock per distinct storage: operands may alias each other.
+        let mut guards: Vec<(&Arc<StorageCell>, _)> = Vec::new();
+        for o in others.iter() {
+            if !guards.iter().any(|(s, _)| Arc::ptr_eq(s, &o.storage)) {
+                guards.push((&o.storage, o.storage.read()));
+            }
+        }
+        let slices: [&[T]; N] = std::array::from_fn(|i| {
+            let o = others[i];
+            let g = guards.iter().find(|(s, _)| Arc::ptr_eq(s, &o.storage)).map(|(_, g)| g);
+            let r = o.layout.contiguous_range().unwrap_or(0..0);
+            g.and_then(|g| g.as_cpu()).and_then(|c| c.as_slice::<T>()).map(|s| &s[r]).unwrap_or(&[])
+        });
+        let mut dst = self.storage.write();
+        let range = self.layout.contiguous_range().unwrap_or(0..0);
+        let d = dst
+            .as_cpu_mut()
+            .and_then(|c| c.as_mut_slice::<T>())
+            .ok_or_else(|| Error::invalid(op, "update_ needs CPU tensors"))?;
+        let d = &mut d[range];
+        crate::backend::cpu::iter::fill_chunks(d, crate::backend::cpu::iter::GRAIN_CHEAP, |start, chunk| {
+            for (i, v) in chunk.iter_mut().enumerate() {
+                let args: [T; N] = std::array::from_fn(|k| slices[k][start + i]);
+                f(v, args);
+            }
+        });
+        Ok(())
+    }
+
+    /// Runs `f` on the elements of a contiguous tensor of element type `T`, without copying.
+    pub fn with_slice<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        if self.dtype != T::DTYPE {
+            return Err(Error::dtype("with_slice", format!("the tensor is {}, not {}", self.dtype, T::DTYPE)));
+        }
+        let c = self.contiguous();
+        let g = c.storage.read();
+        let r = c.layout.contiguous_range().unwrap_or(0..0);
+        let s = g
+            .as_cpu()
+            .and_then(|s| s.as_slice::<T>())
+            .ok_or_else(|| Error::invalid("with_slice", "with_slice needs a CPU tensor"))?;
+        Ok(f(&s[r]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn inplace_ops_bump_versions_through_views() {
+        let t = Tensor::zeros([2, 3], DType::F32).unwrap();
+        let row = t.select(0, 1).unwrap();
+        row.add_(&Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).unwrap()).unwrap();
+        assert_eq!(t.version(), 1);
+        assert_eq!(row.version(), 1);
+        t.mul_scalar_(2.0).unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 0.0, 2.0, 4.0, 6.0]);
+        assert_eq!(t.version(), 2);
+    }
+
+    #[test]
+    fn aliasing_and_bad_targets() {
+        let t = Tensor::arange(0.0, 4.0).unwrap().reshape([2, 2]).unwrap();
+        t.add_(&t.t().unwrap()).unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0, 3.0, 3.0, 6.0]);
+        let e = Tensor::ones([1, 3], DType::F32).unwrap().expand([2, 3]).unwrap();
+        assert!(e.fill_(0.0).is_err());
+        let i = Tensor::arange(0, 3).unwrap();
+        assert!(i.add_(&Tensor::ones([3], DType::F32).unwrap()).is_err());
+        assert!(i.mul_scalar_(0.5).is_err());
+        assert!(i.exp_check().is_err());
+    }
+
+    impl Tensor {
+        fn exp_check(&self) -> Result<()> {
+            self.apply_(UnaryOp::Exp)
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The [`Tensor`] type: a cheap handle to shared storage seen through a layout.
+
+mod create;
+mod elementwise;
+mod index;
+mod inplace;
+mod join;
+mod linalg;
+mod ops;
+mod reduce;
+mod unary;
+mod view;
+
+pub use view::ShapeSpec;
+
+use crate::backend::{Backend, View, backend_for, cpu};
+use crate::dtype::{DType, Element};
+use crate::layout::Layout;
+use crate::shape::Shape;
+use crate::storage::{Storage, StorageCell};
+use crate::{Device, Error, Result};
+use std::sync::Arc;
+
+/// An n-dimensional array of one dtype on one device.
+///
+/// A `Tensor` is a handle: `clone()` is O(1) and shares the data, like PyTorch's tensors.
+/// Operations return new tensors and leave their inputs untouched; in-place operations end
+/// in `_` (`add_`, `fill_`, ...) and write through every handle and view of the storage,
+/// bumping the storage's [`version`](Tensor::version).
+///
+/// Views (`reshape`, `transpose`, `narrow`, `expand`, ...) share storage and cost O(rank).
+///
+/// ```
+/// use ember_tensor::Tensor;
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
+/// let b = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], [3])?;
+/// let c = (&a + &b)?; // broadcasts [3] over the rows
+/// assert_eq!(c.to_vec::<f32>()?, vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+/// assert_eq!(c.t()?.shape(), &[3, 2]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<StorageCell>,
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+}
+
+/// Unwraps the result of a kernel that cannot fail on valid input. The only failure left
+/// is the system refusing memory, which is handled like `Vec` does.
+pub(crate) fn infallible<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(Error::Alloc { elements, .. }) => std::alloc::handle_alloc_error(
+            std::alloc::Layout::array::<u8>(elements).unwrap_or(std::alloc::Layout::new::<u8>()),
+        ),
+        Err(e) => unreachable!("ember internal error: a kernel rejected validated input: {e}"),
+    }
+}
+
+impl Tensor {
+    /// A contiguous tensor over fresh storage.
+    pub(crate) fn from_storage(storage: Storage, shape: Shape) -> Tensor {
+        let dtype = storage.dtype();
+        let device = storage.device();
+        Tensor { storage: Arc::new(StorageCell::new(storage)), layout: Layout::contiguous(shape), dtype, device }
+    }
+
+    /// The same storage through another layout.
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor { storage: self.storage.clone(), layout, dtype: self.dtype, device: self.device }
+    }
+
+    pub(crate) fn backend(&self) -> &'static dyn Backend {
+        // Tensors only exist on devices whose backend is compiled in.
+        infallible(backend_for(self.device))
+    }
+
+    /// Runs `f` with this tensor's storage and layout, holding a read lock.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(View<'_>) -> R) -> R {
+        let g = self.storage.read();
+        f((&g, &self.layout))
+    }
+
+    /// Runs `f` with the views of `self` and `other`, taking one lock when they share
+    /// storage (a second read lock on the same thread could deadlock behind a writer).
+    pub(crate) fn read2<R>(&self, other: &Tensor, f: impl FnOnce(View<'_>, View<'_>) -> R) -> R {
+        let ga = self.storage.read();
+        if Arc::ptr_eq(&self.storage, &other.storage) {
+            return f((&ga, &self.layout), (&ga, &other.layout));
+        }
+        let gb = other.storage.read();
+        f((&ga, &self.layout), (&gb, &other.layout))
+    }
+
+    /// `read2` for three tensors.
+    pub(crate) fn read3<R>(&self, b: &Tensor, c: &Tensor, f: impl FnOnce(View<'_>, View<'_>, View<'_>) -> R) -> R {
+        let ga = self.storage.read();
+        let gb = (!Arc::ptr_eq(&self.storage, &b.storage)).then(|| b.storage.read());
+        let sb: &Storage = gb.as_deref().unwrap_or(&ga);
+        let gc =
+            (!Arc::ptr_eq(&self.storage, &c.storage) && !Arc::ptr_eq(&b.storage, &c.storage)).then(|| c.storage.read());
+        let sc: &Storage = match &gc {
+            Some(g) => g,
+            None if Arc::ptr_eq(&self.storage, &c.storage) => &ga,
+            None => sb,
+        };
+        f((&ga, &self.layout), (sb, &b.layout), (sc, &c.layout))
+    }
+
+    pub(crate) fn same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.device != other.device {
+            return Err(Error::invalid(
+                op,
+                format!("expected tensors on one device, got {} and {}", self.device, other.device),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The extents of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// The shape as a [`Shape`] value.
+    pub fn shape_obj(&self) -> &Shape {
+        self.layout.shape()
+    }
+
+    /// Number of dimensions (0 for a scalar).
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// The extent of dimension `dim` (negative counts from the back).
+    pub fn size(&self, dim: impl crate::shape::Dim) -> Result<usize> {
+        Ok(self.shape()[dim.resolve(self.rank(), "size")?])
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device holding the data.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> &[usize] {
+        self.layout.strides()
+    }
+
+    /// Whether the elements are stored row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// How many in-place writes the storage has seen; shared by all views of it.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let t = Tensor::zeros([3], DType::F32)?;
+    /// let v = t.narrow(0, 1, 2)?;
+    /// v.fill_(1.0)?;
+    /// assert_eq!(t.version(), 1);
+    /// assert_eq!(t.to_vec::<f32>()?, vec![0.0, 1.0, 1.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn version(&self) -> u64 {
+        self.storage.version()
+    }
+
+    /// The shared storage cell (for autograd's version and identity checks).
+    pub fn storage(&self) -> &Arc<StorageCell> {
+        &self.storage
+    }
+
+    /// Whether two tensors share storage (one may be a view of the other).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The elements in logical (row-major) order. `T` must be the tensor's dtype.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let t = Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2])?.t()?;
+    /// assert_eq!(t.to_vec::<i64>()?, vec![1, 3, 2, 4]);
+    /// assert!(t.to_vec::<f32>().is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.with_host(|s, l| cpu::view_to_vec(s, l))?
+            .ok_or_else(|| Error::dtype("to_vec", format!("cannot read a {} tensor as {}", self.dtype, T::DTYPE)))
+    }
+
+    /// The elements converted to `f64`, in logical order, whatever the dtype.
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        self.with_host(cpu::view_to_f64)
+    }
+
+    /// A 2-d tensor as rows.
+    pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
+        if self.rank() != 2 {
+            return Err(Error::shape("to_vec2", format!("expected a 2-d tensor, got shape {:?}", self.shape())));
+        }
+        let cols = self.shape()[1];
+        let flat = self.to_vec::<T>()?;
+        if cols == 0 {
+            return Ok(vec![Vec::new(); self.shape()[0]]);
+        }
+        Ok(flat.chunks(cols).map(|c| c.to_vec()).collect())
+    }
+
+    /// The single element of a one-element tensor. `T` must be the tensor's dtype.
+    pub fn to_scalar<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "to_scalar",
+                format!("expected a tensor with one element, got shape {:?}", self.shape()),
+            ));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
+    /// The single element as `f64`, whatever the dtype (PyTorch's `item()`).
+    pub fn item(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "item",
+                format!("expected a tensor with one element, got shape {:?}", self.shape()),
+            ));
+        }
+        Ok(self.to_vec_f64()?[0])
+    }
+
+    /// Runs `f` on a host view of the data: the storage itself on the CPU, a contiguous
+    /// host copy on other devices.
+    fn with_host<R>(&self, f: impl FnOnce(&crate::storage::CpuStorage, &Layout) -> R) -> Result<R> {
+        self.read(|(s, l)| match s.as_cpu() {
+            Some(c) => Ok(f(c, l)),
+            None => {
+                let host = self.backend().download((s, l))?;
+                Ok(f(&host, &Layout::contiguous(l.shape().clone())))
+            }
+        })
+    }
+
+    /// A contiguous tensor with the same values: `self` when already contiguous, otherwise
+    /// a copy.
+    pub fn contiguous(&self) -> Tensor {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        self.copy()
+    }
+
+    /// A contiguous copy that shares nothing with `self` (PyTorch's `clone()`).
+    pub fn copy(&self) -> Tensor {
+        let s = infallible(self.read(|v| self.backend().cast(v, self.dtype)));
+        Tensor::from_storage(s, self.layout.shape().clone())
+    }
+
+    /// The values converted to `dtype` with `as` semantics; `self` when it already has it.
+    pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype {
+            return self.clone();
+        }
+        let s = infallible(self.read(|v| self.backend().cast(v, dtype)));
+        Tensor::from_storage(s, self.layout.shape().clone())
+    }
+
+    /// The tensor on `device`; an error for devices not compiled in.
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        device.check_available()?;
+        if device == self.device {
+            return Ok(self.clone());
+        }
+        let host = self.read(|v| self.backend().download(v))?;
+        let s = backend_for(device)?.upload(host)?;
+        Ok(Tensor::from_storage(s, self.layout.shape().clone()))
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        crate::display::fmt_debug(self, f)
+    }
+}
+
+impl std::fmt::Display for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        crate::display::fmt_display(self, f)
+    }
+}

@@ -1,0 +1,264 @@
+//! Reductions over all dimensions or a set of dimensions, with `keepdim`.
+//!
+//! Integer sums and products accumulate in `i64` (so `u8` masks count correctly); means,
+//! variances and `logsumexp` of integers compute in `f32`.
+
+use super::{Tensor, infallible};
+use crate::backend::ReduceOp;
+use crate::backend::cpu::reduced_shape;
+use crate::dtype::DType;
+use crate::layout::Layout;
+use crate::shape::{Dim, Dims};
+use crate::{Error, Result};
+use smallvec::SmallVec;
+
+impl Tensor {
+    fn all_dims(&self) -> SmallVec<[usize; 4]> {
+        (0..self.rank()).collect()
+    }
+
+    /// Runs a reduction over resolved `dims`.
+    pub(crate) fn reduce_dims(
+        &self,
+        op: ReduceOp,
+        name: &'static str,
+        dims: &[usize],
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        let src = match op {
+            ReduceOp::Sum | ReduceOp::Prod if self.dtype == DType::U8 => self.to_dtype(DType::I64),
+            _ => self.clone(),
+        };
+        if matches!(op, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin)
+            && dims.iter().any(|&d| self.shape()[d] == 0)
+        {
+            return Err(Error::shape(
+                name,
+                format!("cannot reduce over an empty dimension of shape {:?}", self.shape()),
+            ));
+        }
+        let s = src.read(|v| src.backend().reduce(op, v, dims))?;
+        let kept = reduced_shape(self.shape_obj(), dims, true);
+        let out = Tensor::from_storage(s, kept);
+        if keepdim {
+            return Ok(out);
+        }
+        let shape = reduced_shape(self.shape_obj(), dims, false);
+        Ok(out.with_layout(Layout::contiguous(shape)))
+    }
+
+    /// The sum over `dims`.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let t = Tensor::arange(0.0, 6.0)?.reshape([2, 3])?;
+    /// assert_eq!(t.sum(1, false)?.to_vec::<f32>()?, vec![3.0, 12.0]);
+    /// assert_eq!(t.sum([0, 1], true)?.shape(), &[1, 1]);
+    /// assert_eq!(t.sum_all().to_scalar::<f32>()?, 15.0);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "sum")?;
+        self.reduce_dims(ReduceOp::Sum, "sum", &d, keepdim)
+    }
+
+    /// The sum of all elements, as a 0-d tensor.
+    pub fn sum_all(&self) -> Tensor {
+        infallible(self.reduce_dims(ReduceOp::Sum, "sum", &self.all_dims(), false))
+    }
+
+    /// The mean over `dims`.
+    pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "mean")?;
+        self.mean_resolved(&d, keepdim)
+    }
+
+    fn mean_resolved(&self, d: &[usize], keepdim: bool) -> Result<Tensor> {
+        let n: usize = d.iter().map(|&i| self.shape()[i]).product();
+        let x = self.to_dtype(self.dtype.float_or_default());
+        Ok(x.reduce_dims(ReduceOp::Sum, "mean", d, keepdim)?.div_scalar(n as f64))
+    }
+
+    /// The mean of all elements, as a 0-d tensor (NaN for an empty tensor).
+    pub fn mean_all(&self) -> Tensor {
+        infallible(self.mean_resolved(&self.all_dims(), false))
+    }
+
+    /// The product over `dims`.
+    pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "prod")?;
+        self.reduce_dims(ReduceOp::Prod, "prod", &d, keepdim)
+    }
+
+    /// The product of all elements.
+    pub fn prod_all(&self) -> Tensor {
+        infallible(self.reduce_dims(ReduceOp::Prod, "prod", &self.all_dims(), false))
+    }
+
+    /// The maximum over `dims` (PyTorch's `amax`); NaN propagates. Empty dimensions are an
+    /// error.
+    pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "max")?;
+        self.reduce_dims(ReduceOp::Max, "max", &d, keepdim)
+    }
+
+    /// The maximum of all elements; an error for an empty tensor.
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.reduce_dims(ReduceOp::Max, "max", &self.all_dims(), false)
+    }
+
+    /// The minimum over `dims` (PyTorch's `amin`); NaN propagates.
+    pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "min")?;
+        self.reduce_dims(ReduceOp::Min, "min", &d, keepdim)
+    }
+
+    /// The minimum of all elements; an error for an empty tensor.
+    pub fn min_all(&self) -> Result<Tensor> {
+        self.reduce_dims(ReduceOp::Min, "min", &self.all_dims(), false)
+    }
+
+    /// The `i64` index of the first maximum along `dim`.
+    pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        let d = dim.resolve(self.rank(), "argmax")?;
+        self.reduce_dims(ReduceOp::ArgMax, "argmax", &[d], keepdim)
+    }
+
+    /// The `i64` index of the first minimum along `dim`.
+    pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        let d = dim.resolve(self.rank(), "argmin")?;
+        self.reduce_dims(ReduceOp::ArgMin, "argmin", &[d], keepdim)
+    }
+
+    /// The flat index of the first maximum of all elements.
+    pub fn argmax_all(&self) -> Result<Tensor> {
+        self.flatten_all().argmax(0, false)
+    }
+
+    /// The flat index of the first minimum of all elements.
+    pub fn argmin_all(&self) -> Result<Tensor> {
+        self.flatten_all().argmin(0, false)
+    }
+
+    /// The variance over `dims`, with Bessel's correction when `unbiased`.
+    pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "var")?;
+        self.var_resolved(&d, unbiased, keepdim)
+    }
+
+    fn var_resolved(&self, d: &[usize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
+        let n: usize = d.iter().map(|&i| self.shape()[i]).product();
+        let x = self.to_dtype(self.dtype.float_or_default());
+        let mean = x.mean_resolved(d, true)?;
+        let sq = x.sub(&mean)?.square();
+        let denom = if unbiased { n as f64 - 1.0 } else { n as f64 };
+        Ok(sq.reduce_dims(ReduceOp::Sum, "var", d, keepdim)?.div_scalar(denom))
+    }
+
+    /// The variance of all elements.
+    pub fn var_all(&self, unbiased: bool) -> Tensor {
+        infallible(self.var_resolved(&self.all_dims(), unbiased, false))
+    }
+
+    /// The standard deviation over `dims`.
+    pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Tensor> {
+        Ok(self.var(dims, unbiased, keepdim)?.sqrt())
+    }
+
+    /// The standard deviation of all elements.
+    pub fn std_all(&self, unbiased: bool) -> Tensor {
+        self.var_all(unbiased).sqrt()
+    }
+
+    /// `log(sum(exp(x)))` over `dims`, computed stably by shifting by the maximum.
+    pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let d = dims.resolve_all(self.rank(), "logsumexp")?;
+        let x = self.to_dtype(self.dtype.float_or_default());
+        let m = x.reduce_dims(ReduceOp::Max, "logsumexp", &d, true)?;
+        // An all -inf slice has no finite maximum; shifting it by 0 yields -inf, not NaN.
+        let finite = m.abs().lt_scalar(f64::INFINITY);
+        let shift = finite.where_cond(&m, &m.zeros_like())?;
+        let s = x.sub(&shift)?.exp().reduce_dims(ReduceOp::Sum, "logsumexp", &d, true)?.log();
+        let out = s.add(&shift)?;
+        if keepdim {
+            return Ok(out);
+        }
+        out.reshape(reduced_shape(self.shape_obj(), &d, false))
+    }
+
+    /// Softmax along `dim` (fused, one kernel).
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?.softmax(0)?;
+    /// let s: f32 = p.to_vec::<f32>()?.iter().sum();
+    /// assert!((s - 1.0).abs() < 1e-6);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.softmax_impl(dim, false, "softmax")
+    }
+
+    /// Log-softmax along `dim` (fused, numerically stable).
+    pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.softmax_impl(dim, true, "log_softmax")
+    }
+
+    fn softmax_impl(&self, dim: impl Dim, log: bool, name: &'static str) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // Softmax of a scalar along dimension 0 or -1, as PyTorch allows.
+            dim.resolve(1, name)?;
+            return self.unsqueeze(0)?.softmax_impl(0usize, log, name)?.reshape(());
+        }
+        let d = dim.resolve(self.rank(), name)?;
+        let x = self.to_dtype(self.dtype.float_or_default());
+        let s = x.read(|v| x.backend().softmax(v, d, log))?;
+        Ok(Tensor::from_storage(s, self.shape_obj().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reductions_over_dims() {
+        let t = Tensor::arange(0.0, 24.0).unwrap().reshape([2, 3, 4]).unwrap().to_dtype(DType::F64);
+        assert_eq!(t.sum([0, 2], false).unwrap().to_vec::<f64>().unwrap(), vec![60.0, 92.0, 124.0]);
+        assert_eq!(t.max(-1, false).unwrap().to_vec::<f64>().unwrap(), vec![3.0, 7.0, 11.0, 15.0, 19.0, 23.0]);
+        assert_eq!(t.argmin(1, true).unwrap().shape(), &[2, 1, 4]);
+        assert_eq!(t.mean_all().to_scalar::<f64>().unwrap(), 11.5);
+        let v = t.var_all(true).to_scalar::<f64>().unwrap();
+        assert!((v - 50.0).abs() < 1e-9, "{v}");
+        assert_eq!(t.prod(0, false).unwrap().to_vec::<f64>().unwrap()[1], 13.0);
+    }
+
+    #[test]
+    fn integer_sums_and_masks() {
+        let m = Tensor::from_vec(vec![1u8, 1, 0, 1], [4]).unwrap();
+        assert_eq!(m.sum_all().to_scalar::<i64>().unwrap(), 3);
+        assert_eq!(m.mean_all().to_scalar::<f32>().unwrap(), 0.75);
+    }
+
+    #[test]
+    fn logsumexp_is_stable() {
+        let t = Tensor::from_vec(vec![1000.0f32, 1000.0, f32::NEG_INFINITY, f32::NEG_INFINITY], [2, 2]).unwrap();
+        let l = t.logsumexp(1, false).unwrap().to_vec::<f32>().unwrap();
+        assert!((l[0] - (1000.0 + 2f32.ln())).abs() < 1e-3);
+        assert_eq!(l[1], f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn softmax_along_any_dim() {
+        let t = Tensor::arange(0.0, 6.0).unwrap().reshape([2, 3]).unwrap();
+        let s0 = t.softmax(0).unwrap();
+        let col: f32 = s0.narrow(1, 1, 1).unwrap().sum_all().to_scalar().unwrap();
+        assert!((col - 1.0).abs() < 1e-6);
+        let ls = t.log_softmax(-1).unwrap().exp().sum(1, false).unwrap();
+        for v in ls.to_vec::<f32>().unwrap() {
+            assert!((v - 1.0).abs() < 1e-6);
+        }
+        assert!(t.max_all().is_ok());
+        assert!(Tensor::zeros([0], DType::F32).unwrap().max_all().is_err());
+    }
+}

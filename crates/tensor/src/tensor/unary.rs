@@ -1,0 +1,148 @@
+//! Elementwise functions of one tensor. They cannot fail, so they return the tensor
+//! directly. Floating functions of integer tensors compute in `f32`.
+
+use super::Tensor;
+use crate::backend::UnaryOp;
+
+macro_rules! unary_fns {
+    ($($name:ident => $op:ident, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                pub fn $name(&self) -> Tensor {
+                    self.unary_op(UnaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+unary_fns! {
+    neg => Neg, "`-x` elementwise.";
+    abs => Abs, "`|x|` elementwise.";
+    sign => Sign, "`-1`, `0` or `1` elementwise (NaN stays NaN).";
+    square => Square, "`x * x` elementwise.";
+    relu => Relu, "`max(x, 0)` elementwise.";
+    exp => Exp, "`e^x` elementwise.";
+    log => Log, "The natural logarithm elementwise.";
+    sqrt => Sqrt, "The square root elementwise.";
+    rsqrt => Rsqrt, "`1 / sqrt(x)` elementwise.";
+    sin => Sin, "The sine elementwise.";
+    cos => Cos, "The cosine elementwise.";
+    tanh => Tanh, "The hyperbolic tangent elementwise.";
+    sigmoid => Sigmoid, "The logistic function `1 / (1 + e^-x)` elementwise.";
+    gelu => Gelu, "GELU with the exact normal CDF: `x * Phi(x)`.";
+    gelu_tanh => GeluTanh, "GELU with PyTorch's tanh approximation (`approximate='tanh'`).";
+    silu => Silu, "SiLU (swish): `x * sigmoid(x)`.";
+    erf => Erf, "The error function elementwise.";
+    log1p => Log1p, "`ln(1 + x)`, accurate for small `x`.";
+    expm1 => Expm1, "`e^x - 1`, accurate for small `x`.";
+    recip => Recip, "`1 / x` elementwise.";
+    floor => Floor, "Rounds down.";
+    ceil => Ceil, "Rounds up.";
+    round => Round, "Rounds half to even, like `torch.round`.";
+}
+
+impl Tensor {
+    /// `ln(1 + e^(beta x)) / beta`, linear where `beta * x > threshold` (PyTorch's
+    /// defaults are `beta = 1`, `threshold = 20`).
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
+        self.unary_op(UnaryOp::Softplus { beta, threshold })
+    }
+
+    /// `x` for positive `x`, `negative_slope * x` otherwise.
+    pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
+        self.unary_op(UnaryOp::LeakyRelu(negative_slope))
+    }
+
+    /// `x` for positive `x`, `alpha * (e^x - 1)` otherwise.
+    pub fn elu(&self, alpha: f64) -> Tensor {
+        self.unary_op(UnaryOp::Elu(alpha))
+    }
+
+    /// Values limited to `[min, max]`; either bound may be `None`. NaN stays NaN.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let t = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], [3])?;
+    /// assert_eq!(t.clamp(Some(-1.0), Some(1.0)).to_vec::<f32>()?, vec![-1.0, 0.5, 1.0]);
+    /// assert_eq!(t.clamp(None, Some(0.0)).to_vec::<f32>()?, vec![-2.0, 0.0, 0.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Tensor {
+        self.unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    /// Every float function against the `f64` standard library on a grid that covers
+    /// negative, small and large arguments.
+    #[test]
+    fn float_functions_match_std() {
+        let xs: Vec<f64> = (-40..=40).map(|i| i as f64 * 0.37).collect();
+        let t = Tensor::from_vec(xs.clone(), [xs.len()]).unwrap();
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        type Reference = Box<dyn Fn(f64) -> f64>;
+        let checks: Vec<(Tensor, Reference)> = vec![
+            (t.exp(), Box::new(f64::exp)),
+            (t.abs().log(), Box::new(|x: f64| x.abs().ln())),
+            (t.abs().sqrt(), Box::new(|x: f64| x.abs().sqrt())),
+            (t.sin(), Box::new(f64::sin)),
+            (t.cos(), Box::new(f64::cos)),
+            (t.tanh(), Box::new(f64::tanh)),
+            (t.sigmoid(), Box::new(sig)),
+            (t.silu(), Box::new(move |x| x * sig(x))),
+            (t.relu(), Box::new(|x: f64| x.max(0.0))),
+            (t.leaky_relu(0.1), Box::new(|x: f64| if x > 0.0 { x } else { 0.1 * x })),
+            (t.elu(1.5), Box::new(|x: f64| if x > 0.0 { x } else { 1.5 * x.exp_m1() })),
+            (t.softplus(1.0, 20.0), Box::new(|x: f64| if x > 20.0 { x } else { x.exp().ln_1p() })),
+            (t.gelu(), Box::new(|x: f64| 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())))),
+            (t.square(), Box::new(|x: f64| x * x)),
+            (t.floor(), Box::new(f64::floor)),
+            (t.round(), Box::new(f64::round_ties_even)),
+            (
+                t.sign(),
+                Box::new(|x: f64| {
+                    if x > 0.0 {
+                        1.0
+                    } else if x < 0.0 {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                }),
+            ),
+        ];
+        for (i, (got, f)) in checks.into_iter().enumerate() {
+            for (g, &x) in got.to_vec::<f64>().unwrap().iter().zip(&xs) {
+                let w = f(x);
+                assert!(*g == w || (g - w).abs() <= 1e-12 * w.abs().max(1.0), "check {i}: f({x}) = {g}, want {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn f32_functions_are_close_to_f64() {
+        let xs: Vec<f32> = (-200..=200).map(|i| i as f32 * 0.05).collect();
+        let t32 = Tensor::from_vec(xs.clone(), [xs.len()]).unwrap();
+        let t64 = t32.to_dtype(DType::F64);
+        for (a, b) in [(t32.exp(), t64.exp()), (t32.tanh(), t64.tanh()), (t32.sigmoid(), t64.sigmoid())] {
+            for (x, y) in a.to_vec::<f32>().unwrap().iter().zip(b.to_vec::<f64>().unwrap()) {
+                assert!(((*x as f64) - y).abs() <= 1e-6 * y.abs().max(1.0), "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn integer_inputs() {
+        let i = Tensor::from_vec(vec![-2i64, 0, 3], [3]).unwrap();
+        assert_eq!(i.abs().to_vec::<i64>().unwrap(), vec![2, 0, 3]);
+        assert_eq!(i.relu().dtype(), DType::I64);
+        assert_eq!(i.exp().dtype(), DType::F32);
+        assert_eq!(i.clamp(Some(-1.0), Some(1.0)).to_vec::<i64>().unwrap(), vec![-1, 0, 1]);
+    }
+}

@@ -1,0 +1,98 @@
+//! Anomaly mode: NaN and Inf in backward, traced to the operation that produced them.
+//!
+//! While anomaly mode is on (a thread-local switch, like grad mode), every node created
+//! records where its forward was called (a captured backtrace), and every backward output
+//! is checked for NaN and Inf. The first non-finite gradient fails the backward with the
+//! operation's name and that forward backtrace (seed 004 §8.1).
+//!
+//! ```
+//! use ember_autograd::{detect_anomaly, Var};
+//! use ember_tensor::Tensor;
+//! let x = Var::param(Tensor::from_vec(vec![0.0f64, 1.0], [2])?);
+//! let err = detect_anomaly(|| x.sqrt().sum_all().backward()).unwrap_err();
+//! assert!(err.to_string().contains("sqrt"), "{err}");
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, NodeRef};
+use crate::var::Var;
+use ember_tensor::{Error, Result};
+use std::cell::Cell;
+
+thread_local! {
+    static ANOMALY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether anomaly mode is on for this thread.
+pub fn is_anomaly_enabled() -> bool {
+    ANOMALY.with(|a| a.get())
+}
+
+/// Turns anomaly mode on until dropped, then restores the previous setting.
+#[must_use = "anomaly mode is restored when the guard is dropped"]
+pub struct AnomalyGuard {
+    prev: bool,
+}
+
+impl AnomalyGuard {
+    /// Turns anomaly mode on for this thread.
+    pub fn new() -> Self {
+        AnomalyGuard { prev: ANOMALY.with(|a| a.replace(true)) }
+    }
+}
+
+impl Default for AnomalyGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for AnomalyGuard {
+    fn drop(&mut self) {
+        ANOMALY.with(|a| a.set(self.prev));
+    }
+}
+
+/// Runs `f` (forward and backward) with anomaly mode on.
+pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> R {
+    let _g = AnomalyGuard::new();
+    f()
+}
+
+/// Where a node's forward is being created, captured only in anomaly mode.
+pub(crate) fn creation_site() -> Option<String> {
+    is_anomaly_enabled().then(|| std::backtrace::Backtrace::force_capture().to_string())
+}
+
+/// Runs a node's backward; in anomaly mode, fails on NaN or Inf in its result.
+pub(crate) fn checked_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
+    let grads = node.op.backward(ctx, grad)?;
+    if !is_anomaly_enabled() {
+        return Ok(grads);
+    }
+    for (k, g) in grads.iter().enumerate() {
+        let Some(g) = g else { continue };
+        let values = g.value().to_vec_f64()?;
+        let bad = if values.iter().any(|v| v.is_nan()) {
+            Some("nan")
+        } else if values.iter().any(|v| v.is_infinite()) {
+            Some("inf")
+        } else {
+            None
+        };
+        if let Some(kind) = bad {
+            let name = node.name().map(|n| format!(" (node '{n}')")).unwrap_or_default();
+            let site = node
+                .extras()
+                .as_ref()
+                .and_then(|e| e.created_at.clone())
+                .unwrap_or_else(|| "not recorded: the forward ran outside anomaly mode".into());
+            return Err(Error::autograd(format!(
+                "function '{}'{name} returned {kind} values in its gradient for input {k}.\nForward created at:\n{site}",
+                node.op.name()
+            )));
+        }
+    }
+    Ok(grads)
+}

@@ -1,0 +1,313 @@
+//! The backward engine (seeds 003 and 004).
+//!
+//! 1. *Ensure-forward*: each root is refreshed by value ([`crate::reactive`]), so a graph
+//!    whose leaves were replaced is recomputed before it is differentiated.
+//! 2. *Discovery*: an explicit-stack DFS from the roots over edges into nodes that require
+//!    grad gives every reachable node a local index and a post-order.
+//! 3. *Pruning*: in post-order, a node is *needed* if it is itself a destination (a leaf
+//!    that requires grad, a node that retains its grad or has hooks; for [`grad`], one of
+//!    the requested inputs) or if any of its inputs is needed. Nothing else runs.
+//! 4. *Dependencies*: each needed node counts the needed consumers that will send it a
+//!    gradient.
+//! 5. *Execution*: a max-heap on sequence numbers holds the ready nodes (all gradients
+//!    arrived). A node takes its input buffer (the sum of what its consumers sent), runs its
+//!    hooks, accumulates into `.grad` if it is a leaf, otherwise calls its operation's
+//!    backward and adds each input's gradient into that input's buffer.
+//!
+//! Each backward propagates only its own gradients: buffers live in this call, never in the
+//! nodes, so a node used by two backward calls never sees the first call's signal in the
+//! second (seed 001 §7.2, rule 4). Leaves accumulate across calls until `zero_grad`.
+//!
+//! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
+//! a user handle still holds the node; a later backward through freed nodes recomputes them
+//! from the leaves. Nothing here recurses, so chains of millions of nodes are fine.
+
+use crate::backward_ctx::BackwardCtx;
+use crate::grad_mode::{GradModeGuard, is_grad_enabled};
+use crate::hooks::{run_grad_hooks, run_post_accumulate_hooks};
+use crate::node::{Grads, HAS_HOOKS, NodeRef, RETAINS_GRAD};
+use crate::reactive::{self, Mode};
+use crate::var::Var;
+use ember_tensor::{Error, Result};
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+fn key(n: &NodeRef) -> usize {
+    Arc::as_ptr(n) as *const u8 as usize
+}
+
+/// The part of the graph one backward call works on.
+struct Graph {
+    nodes: Vec<NodeRef>,
+    /// Per node, per input: the local index of the input if a gradient can flow to it.
+    edges: Vec<SmallVec<[Option<usize>; 2]>>,
+    index: FxHashMap<usize, usize>,
+}
+
+impl Graph {
+    fn add(&mut self, n: &NodeRef) -> (usize, bool) {
+        let k = key(n);
+        if let Some(&i) = self.index.get(&k) {
+            return (i, false);
+        }
+        let i = self.nodes.len();
+        self.nodes.push(n.clone());
+        self.edges.push(SmallVec::new());
+        self.index.insert(k, i);
+        (i, true)
+    }
+}
+
+/// The inputs a gradient flows to: the recorded inputs, or a router's current target.
+fn grad_inputs(n: &NodeRef) -> SmallVec<[NodeRef; 2]> {
+    if n.op.is_router() {
+        return n.op.route().map(|v| v.node.clone()).into_iter().collect();
+    }
+    n.inputs.clone()
+}
+
+/// Discovers the nodes reachable from `roots` through grad-requiring edges; returns the
+/// graph and a post-order (inputs before consumers).
+fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
+    let mut g = Graph { nodes: Vec::new(), edges: Vec::new(), index: FxHashMap::default() };
+    let mut post = Vec::new();
+    let mut stack: Vec<(usize, SmallVec<[NodeRef; 2]>, usize)> = Vec::new();
+    for r in roots {
+        let (i, new) = g.add(r);
+        if new {
+            stack.push((i, grad_inputs(r), 0));
+        }
+        while let Some((i, inputs, pos)) = stack.last_mut() {
+            if *pos < inputs.len() {
+                let p = inputs[*pos].clone();
+                *pos += 1;
+                let i = *i;
+                if !p.requires_grad() {
+                    g.edges[i].push(None);
+                    continue;
+                }
+                let (j, new) = g.add(&p);
+                g.edges[i].push(Some(j));
+                if new {
+                    let ins = grad_inputs(&p);
+                    stack.push((j, ins, 0));
+                }
+            } else {
+                post.push(*i);
+                stack.pop();
+            }
+        }
+    }
+    (g, post)
+}
+
+/// Options of one backward call.
+pub(crate) struct Run<'a> {
+    pub roots: Vec<(NodeRef, Var)>,
+    /// `Some` for `grad()`: capture the gradients of these nodes instead of accumulating.
+    pub targets: Option<&'a [NodeRef]>,
+    pub retain_graph: bool,
+    pub create_graph: bool,
+}
+
+/// Runs a backward pass; returns the captured gradients of `targets` (empty otherwise).
+pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
+    let accumulate = run.targets.is_none();
+    let create_graph = run.create_graph;
+    let retain_graph = run.retain_graph || create_graph;
+    if !is_grad_enabled() && !create_graph {
+        log::warn!(
+            "backward() called with grad mode disabled (inside no_grad): the graph was recorded before, so \
+             gradients are computed anyway; this is usually a mistake"
+        );
+    }
+    for (r, _) in &run.roots {
+        reactive::refresh(r, Mode::Values)?;
+    }
+    let _mode = GradModeGuard::new(create_graph);
+
+    let root_nodes: Vec<NodeRef> = run.roots.iter().map(|(n, _)| n.clone()).collect();
+    let (graph, post) = discover(&root_nodes);
+    let n = graph.nodes.len();
+
+    let mut target_slot: Vec<Option<usize>> = vec![None; n];
+    if let Some(ts) = run.targets {
+        for (t, node) in ts.iter().enumerate() {
+            if let Some(&i) = graph.index.get(&key(node)) {
+                target_slot[i] = Some(t);
+            }
+        }
+    }
+
+    let mut needed = vec![false; n];
+    for &i in &post {
+        let node = &graph.nodes[i];
+        let own = if accumulate {
+            (node.is_leaf() && node.requires_grad()) || node.has(RETAINS_GRAD) || node.has(HAS_HOOKS)
+        } else {
+            target_slot[i].is_some()
+        };
+        needed[i] = own || graph.edges[i].iter().any(|e| e.is_some_and(|j| needed[j]));
+        // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
+        if accumulate && !node.is_leaf() && !node.has(RETAINS_GRAD) {
+            *node.grad_slot() = None;
+        }
+    }
+    let mut deps = vec![0usize; n];
+    for i in 0..n {
+        if needed[i] {
+            for &j in graph.edges[i].iter().flatten() {
+                if needed[j] {
+                    deps[j] += 1;
+                }
+            }
+        }
+    }
+
+    let mut buffers: Vec<Option<Var>> = vec![None; n];
+    let mut heap = BinaryHeap::new();
+    for (node, grad) in run.roots {
+        let i = graph.index[&key(&node)];
+        buffers[i] = Some(match buffers[i].take() {
+            None => grad,
+            Some(prev) => prev.add(&grad)?,
+        });
+    }
+    let mut queued = vec![false; n];
+    for r in &root_nodes {
+        let i = graph.index[&key(r)];
+        if needed[i] && deps[i] == 0 && !queued[i] {
+            queued[i] = true;
+            heap.push((graph.nodes[i].seq, i));
+        }
+    }
+
+    let mut captured: Vec<Option<Var>> = vec![None; run.targets.map_or(0, |t| t.len())];
+    while let Some((_, i)) = heap.pop() {
+        let node = graph.nodes[i].clone();
+        let mut grad = buffers[i].take();
+        if node.has(HAS_HOOKS)
+            && let Some(g) = grad.take()
+        {
+            grad = Some(run_grad_hooks(&node, g)?);
+        }
+        if let Some(t) = target_slot[i] {
+            captured[t] = grad.clone();
+        }
+        if node.is_leaf() {
+            if accumulate
+                && node.requires_grad()
+                && let Some(g) = grad
+            {
+                accumulate_grad(&node, g, create_graph)?;
+                run_post_accumulate_hooks(&node)?;
+            }
+            continue;
+        }
+        if accumulate {
+            if node.has(RETAINS_GRAD) {
+                if let Some(g) = &grad {
+                    accumulate_grad(&node, g.clone(), create_graph)?;
+                }
+            } else if retain_graph {
+                *node.grad_slot() = grad.clone();
+            }
+        }
+        let needs: SmallVec<[bool; 2]> = graph.edges[i].iter().map(|e| e.is_some_and(|j| needed[j])).collect();
+        let grads: Grads = match &grad {
+            Some(g) if needs.iter().any(|&b| b) => {
+                if node.op.is_router() {
+                    smallvec::smallvec![Some(g.clone())]
+                } else {
+                    crate::anomaly::checked_backward(&node, &BackwardCtx { node: &node, needs }, g)?
+                }
+            }
+            _ => Grads::new(),
+        };
+        for (k, e) in graph.edges[i].iter().enumerate() {
+            let Some(j) = *e else { continue };
+            if !needed[j] {
+                continue;
+            }
+            if let Some(Some(gk)) = grads.get(k) {
+                check_grad_shape(&node, k, &graph.nodes[j], gk)?;
+                buffers[j] = Some(match buffers[j].take() {
+                    None => gk.clone(),
+                    Some(prev) => prev.add(gk)?,
+                });
+            }
+            deps[j] -= 1;
+            if deps[j] == 0 {
+                heap.push((graph.nodes[j].seq, j));
+            }
+        }
+        if !retain_graph {
+            release(&node);
+        }
+    }
+    Ok(captured)
+}
+
+fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Result<()> {
+    let expected = input.state().value.as_ref().map(|v| v.shape_obj().clone());
+    if let Some(s) = expected
+        && g.shape() != s
+    {
+        return Err(Error::autograd(format!(
+            "backward of {}: the gradient for input {k} has shape {:?}, expected {:?}",
+            node.op.name(),
+            g.shape(),
+            s
+        )));
+    }
+    Ok(())
+}
+
+/// Frees the value of a node that backward no longer needs and no handle holds.
+fn release(node: &NodeRef) {
+    if node.inputs.is_empty() || !node.op.recomputable() || node.user_handles.load(Ordering::Relaxed) > 0 {
+        return;
+    }
+    node.state().value = None;
+}
+
+/// Adds `g` into a leaf's (or a retaining node's) `.grad`.
+fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
+    let shape = node.state().value.as_ref().map(|v| (v.shape_obj().clone(), v.dtype()));
+    let g = match shape {
+        Some((s, _)) if g.shape() != s => {
+            return Err(Error::autograd(format!(
+                "the gradient of shape {:?} does not match the leaf's shape {:?}",
+                g.shape(),
+                s
+            )));
+        }
+        Some((_, dt)) if dt != g.dtype() && !create_graph => Var::new(g.value().to_dtype(dt)),
+        _ => g,
+    };
+    let mut slot = node.grad_slot();
+    let new = match slot.take() {
+        None if create_graph => g,
+        None => {
+            let t = g.value();
+            if t.is_contiguous() && g.is_leaf() { g } else { Var::new(t.contiguous()) }
+        }
+        Some(old) if create_graph || old.requires_grad() || g.requires_grad() => old.add(&g)?,
+        Some(old) => {
+            let t = old.value();
+            // In place only when nothing else can see the old gradient's storage.
+            let unique = Arc::strong_count(&old.node) == 1 && Arc::strong_count(t.storage()) == 2;
+            if unique {
+                t.add_(&g.value())?;
+                old
+            } else {
+                Var::new(t.add(&g.value())?)
+            }
+        }
+    };
+    *slot = Some(new);
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! Graph nodes.
+//!
+//! A node holds its operation (none for a leaf), strong references to its input nodes (never
+//! to its consumers, so graphs are acyclic and freed when their last handle drops), its
+//! cached value with the versions it was computed from, its gradient slot, flags, a sequence
+//! number and optional extras (name, hooks). Node and operation live in one allocation:
+//! `Node<O>` is created for a concrete operation and used as `Node<dyn Op>`.
+
+use crate::backward_ctx::BackwardCtx;
+use crate::var::Var;
+use ember_tensor::{Result, Tensor};
+use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A shared reference to a node, as held by the graph (not counted as a user handle).
+pub(crate) type NodeRef = Arc<Node<dyn Op>>;
+
+/// The gradients an operation's backward returns, one per input (`None`: no gradient).
+pub type Grads = SmallVec<[Option<Var>; 2]>;
+
+/// Which values an operation's backward reads: a bit per input, plus the output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Saves {
+    /// Bit `i` set: backward reads the value of input `i`.
+    pub inputs: u32,
+    /// Backward reads the operation's own output.
+    pub output: bool,
+}
+
+impl Saves {
+    /// Backward reads nothing (addition, views, ...).
+    pub const NONE: Saves = Saves { inputs: 0, output: false };
+    /// Backward reads every input.
+    pub const INPUTS: Saves = Saves { inputs: u32::MAX, output: false };
+    /// Backward reads the output only (exp, sigmoid, softmax, ...).
+    pub const OUTPUT: Saves = Saves { inputs: 0, output: true };
+
+    /// Backward reads input `i`.
+    pub const fn input(i: usize) -> Saves {
+        Saves { inputs: 1 << i, output: false }
+    }
+
+    pub(crate) fn saves_input(self, i: usize) -> bool {
+        i < 32 && self.inputs & (1 << i) != 0
+    }
+}
+
+/// A differentiable (or at least re-executable) operation: its forward computation on
+/// tensors and its backward formula, written with `Var` operations so that it can itself be
+/// differentiated when `create_graph` is set.
+pub trait Op: Send + Sync + 'static {
+    /// A short lowercase name (`mul`, `matmul`, ...), used in errors, graphs and profiles.
+    fn name(&self) -> &str;
+    /// Computes the output from the input values. Called when the node is created and
+    /// whenever its value must be recomputed (after it was freed, or its inputs changed).
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor>;
+    /// Gradients with respect to each input, given the gradient of the output.
+    fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads>;
+    /// Which values backward reads; those are version-checked, the others may be freed or
+    /// modified freely.
+    fn saves(&self) -> Saves {
+        Saves::INPUTS
+    }
+    /// Whether the forward can be run again to recompute a freed value. Operations that are
+    /// not (they draw random numbers, say) keep their values after backward.
+    fn recomputable(&self) -> bool {
+        true
+    }
+    /// For a gradient router: the node its gradient continues to (`None`: it stops).
+    #[doc(hidden)]
+    fn route(&self) -> Option<Var> {
+        None
+    }
+    /// Whether this node routes gradients instead of computing them.
+    #[doc(hidden)]
+    fn is_router(&self) -> bool {
+        false
+    }
+}
+
+/// The operation of a leaf: it has no inputs and is never recomputed.
+pub(crate) struct Leaf;
+
+impl Op for Leaf {
+    fn name(&self) -> &str {
+        "leaf"
+    }
+    fn forward(&self, _: &[Tensor]) -> Result<Tensor> {
+        Err(ember_tensor::Error::autograd("a leaf has no forward computation"))
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
+        Ok(Grads::new())
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+pub(crate) const REQUIRES_GRAD: u8 = 1;
+pub(crate) const RETAINS_GRAD: u8 = 2;
+pub(crate) const FROZEN: u8 = 4;
+pub(crate) const IS_LEAF: u8 = 8;
+pub(crate) const HAS_HOOKS: u8 = 16;
+pub(crate) const DETACHED: u8 = 32;
+
+/// The mutable state of a node's value.
+pub(crate) struct NodeState {
+    /// The cached value; `None` once freed after backward.
+    pub value: Option<Tensor>,
+    /// Bumped when the value is recomputed from changed inputs or a leaf is set.
+    pub value_version: u64,
+    /// The storage version of `value` when it was computed (to detect in-place writes).
+    pub storage_version: u64,
+    /// Per input: `(value_version, storage_version)` of the input when this value was
+    /// computed.
+    pub input_versions: SmallVec<[(u64, u64); 2]>,
+    /// The value epoch at which this node was last verified fresh.
+    pub verified_values: u64,
+    /// The mutation epoch at which this node was last verified fresh, in-place writes
+    /// included.
+    pub verified_full: u64,
+    /// How many times the value has been recomputed after creation.
+    pub recomputes: u64,
+}
+
+/// Rarely used per-node data, allocated on first use.
+#[derive(Default)]
+pub(crate) struct Extras {
+    pub name: Option<String>,
+    pub hooks: Vec<(u64, crate::hooks::GradHook)>,
+    pub post_accumulate_hooks: Vec<(u64, crate::hooks::PostAccumulateHook)>,
+    pub created_at: Option<String>,
+}
+
+/// A graph node; see the module docs.
+pub struct Node<O: ?Sized> {
+    pub(crate) inputs: SmallVec<[NodeRef; 2]>,
+    pub(crate) seq: u64,
+    pub(crate) flags: AtomicU8,
+    pub(crate) user_handles: AtomicUsize,
+    pub(crate) state: Mutex<NodeState>,
+    pub(crate) grad: Mutex<Option<Var>>,
+    pub(crate) extras: Mutex<Option<Box<Extras>>>,
+    pub(crate) op: O,
+}
+
+static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_seq() -> u64 {
+    NEXT_SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+impl<O: Op> Node<O> {
+    pub(crate) fn new(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u8, state: NodeState) -> NodeRef {
+        Arc::new(Node {
+            inputs,
+            seq: next_seq(),
+            flags: AtomicU8::new(flags),
+            user_handles: AtomicUsize::new(0),
+            state: Mutex::new(state),
+            grad: Mutex::new(None),
+            extras: Mutex::new(None),
+            op,
+        })
+    }
+}
+
+impl<O: ?Sized + Op> Node<O> {
+    pub(crate) fn has(&self, flag: u8) -> bool {
+        self.flags.load(Ordering::Relaxed) & flag != 0
+    }
+
+    pub(crate) fn set(&self, flag: u8, on: bool) {
+        if on {
+            self.flags.fetch_or(flag, Ordering::Relaxed);
+        } else {
+            self.flags.fetch_and(!flag, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, NodeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn grad_slot(&self) -> MutexGuard<'_, Option<Var>> {
+        self.grad.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn extras(&self) -> MutexGuard<'_, Option<Box<Extras>>> {
+        self.extras.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn is_leaf(&self) -> bool {
+        self.has(IS_LEAF)
+    }
+
+    pub(crate) fn requires_grad(&self) -> bool {
+        self.has(REQUIRES_GRAD)
+    }
+
+    /// The node's name if one was set.
+    pub(crate) fn name(&self) -> Option<String> {
+        self.extras().as_ref().and_then(|e| e.name.clone())
+    }
+}
+
+impl<O: ?Sized> Drop for Node<O> {
+    /// Drops the chain of inputs iteratively: a graph that is a chain of a million nodes
+    /// would otherwise be freed by a million nested drops and overflow the stack.
+    fn drop(&mut self) {
+        if self.inputs.is_empty() {
+            return;
+        }
+        let mut stack: Vec<NodeRef> = std::mem::take(&mut self.inputs).into_vec();
+        while let Some(mut n) = stack.pop() {
+            if let Some(inner) = Arc::get_mut(&mut n) {
+                stack.extend(std::mem::take(&mut inner.inputs));
+            }
+        }
+    }
+}
+
+impl NodeState {
+    pub(crate) fn new(value: Tensor, input_versions: SmallVec<[(u64, u64); 2]>, epochs: (u64, u64)) -> Self {
+        let storage_version = value.version();
+        NodeState {
+            value: Some(value),
+            value_version: 0,
+            storage_version,
+            input_versions,
+            verified_values: epochs.0,
+            verified_full: epochs.1,
+            recomputes: 0,
+        }
+    }
+
+    /// `(value_version, storage_version)` of the current value, as consumers record it.
+    pub(crate) fn versions(&self) -> (u64, u64) {
+        (self.value_version, self.value.as_ref().map_or(self.storage_version, |v| v.version()))
+    }
+}

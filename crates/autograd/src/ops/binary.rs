@@ -1,0 +1,127 @@
+//! Elementwise operations of two `Var`s with broadcasting. Gradients are summed back to
+//! each input's shape.
+
+use super::{apply, constant};
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, Op, Saves};
+use crate::var::Var;
+use ember_tensor::{Result, Shape, Tensor};
+use smallvec::smallvec;
+
+/// The input shapes, recorded so that backward can reduce broadcast gradients without
+/// reading the inputs.
+struct Shapes([Shape; 2]);
+
+impl Shapes {
+    fn of(a: &Var, b: &Var) -> Self {
+        Shapes([a.shape(), b.shape()])
+    }
+
+    /// `grad` for input `i` summed to its shape, if that input needs one.
+    fn reduce(&self, ctx: &BackwardCtx<'_>, i: usize, grad: impl FnOnce() -> Result<Var>) -> Result<Option<Var>> {
+        if !ctx.needs_input_grad(i) {
+            return Ok(None);
+        }
+        Ok(Some(grad()?.sum_to(&self.0[i])?))
+    }
+}
+
+macro_rules! binary_op {
+    ($(#[$doc:meta])* $method:ident, $Op:ident, $name:literal, $saves:expr,
+     |$a:ident, $b:ident| $fwd:expr,
+     |$ctx:ident, $g:ident| [$ga:expr, $gb:expr]) => {
+        struct $Op(Shapes);
+        impl Op for $Op {
+            fn name(&self) -> &str {
+                $name
+            }
+            fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+                let ($a, $b) = (&inputs[0], &inputs[1]);
+                $fwd
+            }
+            #[allow(unused_variables)]
+            fn backward(&self, $ctx: &BackwardCtx<'_>, $g: &Var) -> Result<Grads> {
+                Ok(smallvec![self.0.reduce($ctx, 0, || $ga)?, self.0.reduce($ctx, 1, || $gb)?])
+            }
+            fn saves(&self) -> Saves {
+                $saves
+            }
+        }
+        impl Var {
+            $(#[$doc])*
+            pub fn $method(&self, other: &Var) -> Result<Var> {
+                apply($Op(Shapes::of(self, other)), &[self, other])
+            }
+        }
+    };
+}
+
+binary_op!(
+    /// `a + b`, broadcasting.
+    add, Add, "add", Saves::NONE,
+    |a, b| a.add(b),
+    |ctx, g| [Ok(g.clone()), Ok(g.clone())]
+);
+binary_op!(
+    /// `a - b`, broadcasting.
+    sub, Sub, "sub", Saves::NONE,
+    |a, b| a.sub(b),
+    |ctx, g| [Ok(g.clone()), Ok(g.neg())]
+);
+binary_op!(
+    /// `a * b`, broadcasting.
+    mul, Mul, "mul", Saves::INPUTS,
+    |a, b| a.mul(b),
+    |ctx, g| [g.mul(&ctx.input(1)?), g.mul(&ctx.input(0)?)]
+);
+binary_op!(
+    /// `a / b`, broadcasting; the gradients are `1 / b` and `-a / b^2`.
+    div, Div, "div", Saves::INPUTS,
+    |a, b| a.div(b),
+    |ctx, g| [g.div(&ctx.input(1)?), Ok(g.mul(&ctx.input(0)?)?.div(&ctx.input(1)?.square())?.neg())]
+);
+binary_op!(
+    /// `a ^ b` elementwise, broadcasting; the gradients are `b a^(b-1)` and `a^b ln a`
+    /// (0 where `a = 0` and `b >= 0`, as in PyTorch).
+    pow, Pow, "pow", Saves::INPUTS,
+    |a, b| a.pow(b),
+    |ctx, g| [
+        {
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0))?)?)
+        },
+        {
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            let d = a.pow(&b)?.mul(&a.log())?;
+            let (av, bv) = (a.value(), b.value());
+            let zero = av.eq_scalar(0).mul(&bv.ge_scalar(0))?;
+            g.mul(&constant(zero).where_cond(&constant(d.value().zeros_like()), &d)?)
+        }
+    ]
+);
+binary_op!(
+    /// The elementwise maximum, broadcasting; ties split the gradient evenly, as in PyTorch.
+    maximum, Maximum, "maximum", Saves::INPUTS,
+    |a, b| a.maximum(b),
+    |ctx, g| [
+        g.mul(&tie_mask(&ctx.input(0)?.value(), &ctx.input(1)?.value(), true)?),
+        g.mul(&tie_mask(&ctx.input(1)?.value(), &ctx.input(0)?.value(), true)?)
+    ]
+);
+binary_op!(
+    /// The elementwise minimum, broadcasting; ties split the gradient evenly.
+    minimum, Minimum, "minimum", Saves::INPUTS,
+    |a, b| a.minimum(b),
+    |ctx, g| [
+        g.mul(&tie_mask(&ctx.input(0)?.value(), &ctx.input(1)?.value(), false)?),
+        g.mul(&tie_mask(&ctx.input(1)?.value(), &ctx.input(0)?.value(), false)?)
+    ]
+);
+
+/// 1 where `a` wins (`a > b` for the maximum), 0.5 on ties, 0 elsewhere.
+fn tie_mask(a: &Tensor, b: &Tensor, max: bool) -> Result<Var> {
+    let wins = if max { a.gt(b)? } else { a.lt(b)? };
+    let dtype = a.dtype().promote(b.dtype()).float_or_default();
+    let m = wins.to_dtype(dtype).add(&a.eq(b)?.to_dtype(dtype).mul_scalar(0.5))?;
+    Ok(constant(m))
+}

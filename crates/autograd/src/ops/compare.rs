@@ -1,0 +1,177 @@
+//! Operations without a gradient (comparisons, argmax, ...), dtype casts, and the detaching
+//! identity. They are recorded all the same, so that a traced graph re-runs them.
+
+use super::{apply, apply_infallible};
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, Op, REQUIRES_GRAD, Saves};
+use crate::var::Var;
+use ember_tensor::{CmpOp, DType, Dim, Result, Scalar, Tensor};
+use smallvec::smallvec;
+
+struct Compare(CmpOp);
+
+impl Op for Compare {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        match self.0 {
+            CmpOp::Eq => a.eq(b),
+            CmpOp::Ne => a.ne(b),
+            CmpOp::Lt => a.lt(b),
+            CmpOp::Le => a.le(b),
+            CmpOp::Gt => a.gt(b),
+            CmpOp::Ge => a.ge(b),
+        }
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
+        Ok(smallvec![None, None])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+struct CompareScalar(CmpOp, Scalar);
+
+impl Op for CompareScalar {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let (a, s) = (&inputs[0], self.1);
+        Ok(match self.0 {
+            CmpOp::Eq => a.eq_scalar(s),
+            CmpOp::Ne => a.ne_scalar(s),
+            CmpOp::Lt => a.lt_scalar(s),
+            CmpOp::Le => a.le_scalar(s),
+            CmpOp::Gt => a.gt_scalar(s),
+            CmpOp::Ge => a.ge_scalar(s),
+        })
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
+        Ok(smallvec![None])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+/// A `Var` computed from others without a gradient.
+fn no_grad_result(v: Var) -> Var {
+    v.node.set(REQUIRES_GRAD, false);
+    v
+}
+
+macro_rules! comparisons {
+    ($($name:ident, $sname:ident, $op:ident;)*) => {
+        impl Var {
+            $(
+                #[doc = concat!("The `u8` mask of `", stringify!($name), "`, broadcasting; no gradient.")]
+                pub fn $name(&self, other: &Var) -> Result<Var> {
+                    Ok(no_grad_result(apply(Compare(CmpOp::$op), &[self, other])?))
+                }
+                #[doc = concat!("The `u8` mask of `", stringify!($name), "` with a scalar; no gradient.")]
+                pub fn $sname(&self, s: impl Into<Scalar>) -> Var {
+                    no_grad_result(apply_infallible(CompareScalar(CmpOp::$op, s.into()), &[self]))
+                }
+            )*
+        }
+    };
+}
+comparisons! {
+    eq, eq_scalar, Eq;
+    ne, ne_scalar, Ne;
+    lt, lt_scalar, Lt;
+    le, le_scalar, Le;
+    gt, gt_scalar, Gt;
+    ge, ge_scalar, Ge;
+}
+
+struct ArgExtreme {
+    dim: usize,
+    keepdim: bool,
+    max: bool,
+}
+
+impl Op for ArgExtreme {
+    fn name(&self) -> &str {
+        if self.max { "argmax" } else { "argmin" }
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        if self.max { inputs[0].argmax(self.dim, self.keepdim) } else { inputs[0].argmin(self.dim, self.keepdim) }
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
+        Ok(smallvec![None])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+struct Cast(DType);
+
+impl Op for Cast {
+    fn name(&self) -> &str {
+        "to_dtype"
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        Ok(inputs[0].to_dtype(self.0))
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let from = ctx.input(0)?.dtype();
+        Ok(smallvec![Some(g.to_dtype(from))])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+/// The identity that stops gradients: `detach_node`.
+struct Detach;
+
+impl Op for Detach {
+    fn name(&self) -> &str {
+        "detach"
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        Ok(inputs[0].clone())
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
+        Ok(smallvec![None])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+impl Var {
+    /// The `i64` index of the first maximum along `dim`; no gradient.
+    pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
+        let d = dim.resolve(self.rank(), "argmax")?;
+        Ok(no_grad_result(apply(ArgExtreme { dim: d, keepdim, max: true }, &[self])?))
+    }
+
+    /// The `i64` index of the first minimum along `dim`; no gradient.
+    pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
+        let d = dim.resolve(self.rank(), "argmin")?;
+        Ok(no_grad_result(apply(ArgExtreme { dim: d, keepdim, max: false }, &[self])?))
+    }
+
+    /// The value converted to `dtype`. Between float dtypes the gradient is converted back;
+    /// a cast to an integer dtype has no gradient.
+    pub fn to_dtype(&self, dtype: DType) -> Var {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        let v = apply_infallible(Cast(dtype), &[self]);
+        if dtype.is_float() { v } else { no_grad_result(v) }
+    }
+
+    /// An identity node that stops gradients: it stays in the graph (visible in exports,
+    /// re-run by `forward`), but nothing flows back through it.
+    pub fn detach_node(&self) -> Var {
+        no_grad_result(apply_infallible(Detach, &[self]))
+    }
+}

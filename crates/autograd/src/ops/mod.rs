@@ -1,0 +1,68 @@
+//! Differentiable operations on `Var`s, one file per family. Each operation is one type
+//! implementing [`Op`]: its forward (a `Tensor` kernel call) and its backward (written with
+//! `Var` operations, so that it can be differentiated again) side by side, plus the `Var`
+//! method that applies it.
+
+mod binary;
+mod compare;
+mod index;
+mod join;
+mod linalg;
+mod operators;
+mod reduce;
+mod scalar;
+mod softmax;
+mod unary;
+mod view;
+
+use crate::anomaly;
+use crate::grad_mode::is_grad_enabled;
+use crate::node::{Node, NodeState, Op, REQUIRES_GRAD};
+use crate::reactive;
+use crate::var::Var;
+use ember_tensor::{Error, Result, Tensor};
+use smallvec::SmallVec;
+
+/// Runs `op` on the values of `inputs` and, in grad mode, records it in the graph.
+pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+    let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(inputs.len());
+    let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
+    for v in inputs {
+        let st = v.node.state();
+        let value = st.value.clone().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))?;
+        versions.push(st.versions());
+        values.push(value);
+    }
+    let out = op.forward(&values)?;
+    Ok(record(op, inputs, out, versions))
+}
+
+/// Wraps a computed `out` in a node for `op` (a plain leaf outside grad mode).
+pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: SmallVec<[(u64, u64); 2]>) -> Var {
+    if !is_grad_enabled() {
+        return Var::new(out);
+    }
+    let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
+    out.storage().watch();
+    let state = NodeState::new(out, versions, reactive::epochs());
+    let node = Node::new(op, inputs.iter().map(|v| v.node.clone()).collect(), flags, state);
+    if let Some(site) = anomaly::creation_site() {
+        node.extras().get_or_insert_with(Default::default).created_at = Some(site);
+    }
+    Var::from_node(node)
+}
+
+/// `apply` for operations whose forward cannot fail on a valid value (elementwise functions
+/// of one tensor, tensor-scalar operations).
+pub(crate) fn apply_infallible<O: Op>(op: O, inputs: &[&Var]) -> Var {
+    match apply(op, inputs) {
+        Ok(v) => v,
+        Err(e) => unreachable!("ember internal error: an infallible operation failed: {e}"),
+    }
+}
+
+/// A constant (no gradient) `Var` holding `t`, for masks and coefficients in backward
+/// formulas.
+pub(crate) fn constant(t: Tensor) -> Var {
+    Var::new(t)
+}

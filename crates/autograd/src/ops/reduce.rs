@@ -1,0 +1,250 @@
+//! Reductions. `sum`, `max`, `min` and `prod` are operations of their own; `mean`, `var`,
+//! `std` and `logsumexp` are compositions of differentiable operations, so their gradients
+//! (of any order) follow.
+
+use super::{apply, apply_infallible, constant};
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, Op, Saves};
+use crate::var::Var;
+use ember_tensor::{Dims, Result, Shape, Tensor};
+use smallvec::{SmallVec, smallvec};
+
+type DimList = SmallVec<[usize; 4]>;
+
+/// What backward needs to know about a reduction: which dimensions, and the input shape.
+struct Reduction {
+    dims: DimList,
+    keepdim: bool,
+    in_shape: Shape,
+}
+
+impl Reduction {
+    fn new(x: &Var, dims: DimList, keepdim: bool) -> Self {
+        Reduction { dims, keepdim, in_shape: x.shape() }
+    }
+
+    /// The input shape with the reduced dimensions set to 1.
+    fn kept_shape(&self) -> Vec<usize> {
+        self.in_shape.iter().enumerate().map(|(i, &d)| if self.dims.contains(&i) { 1 } else { d }).collect()
+    }
+
+    /// A reduced gradient (or output) reshaped so that it broadcasts against the input.
+    fn kept(&self, v: &Var) -> Result<Var> {
+        if self.keepdim { Ok(v.clone()) } else { v.reshape(self.kept_shape()) }
+    }
+
+    fn kept_tensor(&self, t: &Tensor) -> Result<Tensor> {
+        if self.keepdim { Ok(t.clone()) } else { t.reshape(self.kept_shape()) }
+    }
+}
+
+struct Sum(Reduction);
+
+impl Op for Sum {
+    fn name(&self) -> &str {
+        "sum"
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        inputs[0].sum(&self.0.dims[..], self.0.keepdim)
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        Ok(smallvec![Some(self.0.kept(g)?.expand(self.0.in_shape.clone())?)])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
+/// `max` (or `min`): the gradient goes to the extreme elements, split evenly among ties.
+struct Extreme {
+    r: Reduction,
+    max: bool,
+}
+
+impl Op for Extreme {
+    fn name(&self) -> &str {
+        if self.max { "max" } else { "min" }
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        if self.max {
+            inputs[0].max(&self.r.dims[..], self.r.keepdim)
+        } else {
+            inputs[0].min(&self.r.dims[..], self.r.keepdim)
+        }
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let x = ctx.input(0)?.value();
+        let y = self.r.kept_tensor(&ctx.output()?.value())?;
+        let mask = x.eq(&y)?.to_dtype(x.dtype());
+        let count = mask.sum(&self.r.dims[..], true)?;
+        let share = constant(mask.div(&count)?);
+        Ok(smallvec![Some(self.r.kept(g)?.mul(&share)?)])
+    }
+    fn saves(&self) -> Saves {
+        Saves { inputs: 1, output: true }
+    }
+}
+
+struct Prod(Reduction);
+
+impl Op for Prod {
+    fn name(&self) -> &str {
+        "prod"
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        inputs[0].prod(&self.0.dims[..], self.0.keepdim)
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let x = ctx.input(0)?;
+        let y = self.0.kept(&ctx.output()?)?;
+        let g = self.0.kept(g)?;
+        let xv = x.value();
+        let zeros = xv.eq_scalar(0);
+        if zeros.sum_all().item()? == 0.0 {
+            // The product of the others is y / x, differentiable again.
+            return Ok(smallvec![Some(g.mul(&y.div(&x)?)?)]);
+        }
+        // With zeros, y / x is undefined: an element's coefficient is the product of the
+        // non-zero others when it is the only zero of its group, else 0.
+        let dims = &self.0.dims[..];
+        let count = zeros.sum(dims, true)?;
+        let nonzero_prod = zeros.where_cond(&xv.ones_like(), &xv)?.prod(dims, true)?;
+        let single = count.eq_scalar(1).to_dtype(xv.dtype()).mul(&nonzero_prod)?;
+        let safe_x = zeros.where_cond(&xv.ones_like(), &xv)?;
+        let ratio = y.value().div(&safe_x)?;
+        let coef = zeros.where_cond(&single.expand(xv.shape_obj().clone())?, &ratio)?;
+        Ok(smallvec![Some(g.mul(&constant(coef))?)])
+    }
+    fn saves(&self) -> Saves {
+        Saves { inputs: 1, output: true }
+    }
+}
+
+impl Var {
+    fn resolve_dims(&self, dims: impl Dims, op: &'static str) -> Result<DimList> {
+        dims.resolve_all(self.rank(), op)
+    }
+
+    /// The sum over `dims`.
+    pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "sum")?;
+        apply(Sum(Reduction::new(self, d, keepdim)), &[self])
+    }
+
+    /// The sum of all elements (0-d).
+    pub fn sum_all(&self) -> Var {
+        let d: DimList = (0..self.rank()).collect();
+        apply_infallible(Sum(Reduction::new(self, d, false)), &[self])
+    }
+
+    /// The mean over `dims`.
+    pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "mean")?;
+        let n: usize = d.iter().map(|&i| self.shape()[i]).product();
+        Ok(self.sum(&d[..], keepdim)?.div_scalar(n as f64))
+    }
+
+    /// The mean of all elements.
+    pub fn mean_all(&self) -> Var {
+        self.sum_all().div_scalar(self.numel() as f64)
+    }
+
+    /// The maximum over `dims` (ties share the gradient).
+    pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "max")?;
+        apply(Extreme { r: Reduction::new(self, d, keepdim), max: true }, &[self])
+    }
+
+    /// The maximum of all elements; an error for an empty value.
+    pub fn max_all(&self) -> Result<Var> {
+        let d: DimList = (0..self.rank()).collect();
+        apply(Extreme { r: Reduction::new(self, d, false), max: true }, &[self])
+    }
+
+    /// The minimum over `dims` (ties share the gradient).
+    pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "min")?;
+        apply(Extreme { r: Reduction::new(self, d, keepdim), max: false }, &[self])
+    }
+
+    /// The minimum of all elements; an error for an empty value.
+    pub fn min_all(&self) -> Result<Var> {
+        let d: DimList = (0..self.rank()).collect();
+        apply(Extreme { r: Reduction::new(self, d, false), max: false }, &[self])
+    }
+
+    /// The product over `dims`.
+    pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "prod")?;
+        apply(Prod(Reduction::new(self, d, keepdim)), &[self])
+    }
+
+    /// The product of all elements.
+    pub fn prod_all(&self) -> Var {
+        let d: DimList = (0..self.rank()).collect();
+        apply_infallible(Prod(Reduction::new(self, d, false)), &[self])
+    }
+
+    /// The variance over `dims` (Bessel-corrected when `unbiased`).
+    pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "var")?;
+        let n: usize = d.iter().map(|&i| self.shape()[i]).product();
+        let centered = self.sub(&self.mean(&d[..], true)?)?;
+        let denom = if unbiased { n as f64 - 1.0 } else { n as f64 };
+        Ok(centered.square().sum(&d[..], keepdim)?.div_scalar(denom))
+    }
+
+    /// The variance of all elements.
+    pub fn var_all(&self, unbiased: bool) -> Var {
+        let d: DimList = (0..self.rank()).collect();
+        match self.var(&d[..], unbiased, false) {
+            Ok(v) => v,
+            Err(e) => unreachable!("ember internal error: variance over all dimensions failed: {e}"),
+        }
+    }
+
+    /// The standard deviation over `dims`.
+    pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
+        Ok(self.var(dims, unbiased, keepdim)?.sqrt())
+    }
+
+    /// The standard deviation of all elements.
+    pub fn std_all(&self, unbiased: bool) -> Var {
+        self.var_all(unbiased).sqrt()
+    }
+
+    /// `log(sum(exp(x)))` over `dims`, stable for large values. The shift by the maximum is
+    /// a constant, so the gradient is exactly the softmax.
+    pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        let d = self.resolve_dims(dims, "logsumexp")?;
+        let m = self.value().max(&d[..], true)?;
+        let finite = m.abs().lt_scalar(f64::INFINITY);
+        let shift = constant(finite.where_cond(&m, &m.zeros_like())?);
+        let out = self.sub(&shift)?.exp().sum(&d[..], true)?.log().add(&shift)?;
+        if keepdim {
+            return Ok(out);
+        }
+        let shape: Vec<usize> =
+            self.shape().iter().enumerate().filter(|(i, _)| !d.contains(i)).map(|(_, &s)| s).collect();
+        out.reshape(shape)
+    }
+
+    /// This gradient summed down to `shape`: the reverse of broadcasting `shape` to this
+    /// shape.
+    pub fn sum_to(&self, shape: &Shape) -> Result<Var> {
+        let own = self.shape();
+        if own == *shape {
+            return Ok(self.clone());
+        }
+        if shape.rank() > own.rank() {
+            return Err(ember_tensor::Error::shape(
+                "sum_to",
+                format!("cannot sum {own:?} down to the larger-rank shape {shape:?}"),
+            ));
+        }
+        let lead = own.rank() - shape.rank();
+        let dims: Vec<usize> = (0..own.rank()).filter(|&i| i < lead || (shape[i - lead] == 1 && own[i] != 1)).collect();
+        let summed = if dims.is_empty() { self.clone() } else { self.sum(dims, true)? };
+        summed.reshape(shape.clone())
+    }
+}

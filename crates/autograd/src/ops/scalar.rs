@@ -1,0 +1,108 @@
+//! Operations between a `Var` and a Rust number.
+
+use super::{apply_infallible, constant};
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, Op, Saves};
+use crate::var::Var;
+use ember_tensor::{Result, Scalar, Tensor};
+use smallvec::smallvec;
+
+macro_rules! scalar_op {
+    ($(#[$doc:meta])* $method:ident, $Op:ident, $name:literal, $saves:expr,
+     |$x:ident, $s:ident| $fwd:expr,
+     |$ctx:ident, $g:ident, $sv:ident| $bwd:expr) => {
+        struct $Op {
+            s: Scalar,
+        }
+        impl Op for $Op {
+            fn name(&self) -> &str {
+                $name
+            }
+            fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+                let ($x, $s) = (&inputs[0], self.s);
+                Ok($fwd)
+            }
+            #[allow(unused_variables)]
+            fn backward(&self, $ctx: &BackwardCtx<'_>, $g: &Var) -> Result<Grads> {
+                let $sv = self.s.to_f64();
+                Ok(smallvec![$bwd])
+            }
+            fn saves(&self) -> Saves {
+                $saves
+            }
+        }
+        impl Var {
+            $(#[$doc])*
+            pub fn $method(&self, s: impl Into<Scalar>) -> Var {
+                apply_infallible($Op { s: s.into() }, &[self])
+            }
+        }
+    };
+}
+
+scalar_op!(
+    /// `x + s`.
+    add_scalar, AddScalar, "add_scalar", Saves::NONE,
+    |x, s| x.add_scalar(s),
+    |ctx, g, s| Some(g.clone())
+);
+scalar_op!(
+    /// `x - s`.
+    sub_scalar, SubScalar, "sub_scalar", Saves::NONE,
+    |x, s| x.sub_scalar(s),
+    |ctx, g, s| Some(g.clone())
+);
+scalar_op!(
+    /// `s - x`.
+    rsub_scalar, RSubScalar, "rsub_scalar", Saves::NONE,
+    |x, s| x.rsub_scalar(s),
+    |ctx, g, s| Some(g.neg())
+);
+scalar_op!(
+    /// `x * s`.
+    mul_scalar, MulScalar, "mul_scalar", Saves::NONE,
+    |x, s| x.mul_scalar(s),
+    |ctx, g, s| Some(g.mul_scalar(s))
+);
+scalar_op!(
+    /// `x / s`.
+    div_scalar, DivScalar, "div_scalar", Saves::NONE,
+    |x, s| x.div_scalar(s),
+    |ctx, g, s| Some(g.div_scalar(s))
+);
+scalar_op!(
+    /// `s / x`; the gradient is `-s / x^2 = -y / x`.
+    rdiv_scalar, RDivScalar, "rdiv_scalar", Saves { inputs: 1, output: true },
+    |x, s| x.rdiv_scalar(s),
+    |ctx, g, s| Some(g.mul(&ctx.output()?)?.div(&ctx.input(0)?)?.neg())
+);
+scalar_op!(
+    /// `x ^ e`; the gradient is `e x^(e - 1)`.
+    pow_scalar, PowScalar, "pow_scalar", Saves::INPUTS,
+    |x, e| x.pow_scalar(e),
+    |ctx, g, e| if e == 0.0 { None } else { Some(g.mul(&ctx.input(0)?.pow_scalar(e - 1.0).mul_scalar(e))?) }
+);
+scalar_op!(
+    /// `b ^ x`; the gradient is `y ln b`.
+    rpow_scalar, RPowScalar, "rpow_scalar", Saves::OUTPUT,
+    |x, b| x.rpow_scalar(b),
+    |ctx, g, b| Some(g.mul(&ctx.output()?.mul_scalar(b.ln()))?)
+);
+scalar_op!(
+    /// `max(x, s)`; the gradient passes where `x >= s` (PyTorch's `clamp_min`).
+    maximum_scalar, MaximumScalar, "maximum_scalar", Saves::INPUTS,
+    |x, s| x.maximum_scalar(s),
+    |ctx, g, s| {
+        let x = ctx.input(0)?.value();
+        Some(g.mul(&constant(x.ge_scalar(s).to_dtype(x.dtype().float_or_default())))?)
+    }
+);
+scalar_op!(
+    /// `min(x, s)`; the gradient passes where `x <= s` (PyTorch's `clamp_max`).
+    minimum_scalar, MinimumScalar, "minimum_scalar", Saves::INPUTS,
+    |x, s| x.minimum_scalar(s),
+    |ctx, g, s| {
+        let x = ctx.input(0)?.value();
+        Some(g.mul(&constant(x.le_scalar(s).to_dtype(x.dtype().float_or_default())))?)
+    }
+);

@@ -1,0 +1,50 @@
+//! Fused softmax and log-softmax.
+
+use super::apply;
+use crate::backward_ctx::BackwardCtx;
+use crate::node::{Grads, Op, Saves};
+use crate::var::Var;
+use ember_tensor::{Dim, Result, Tensor};
+use smallvec::smallvec;
+
+struct Softmax {
+    dim: usize,
+    log: bool,
+}
+
+impl Op for Softmax {
+    fn name(&self) -> &str {
+        if self.log { "log_softmax" } else { "softmax" }
+    }
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        if self.log { inputs[0].log_softmax(self.dim) } else { inputs[0].softmax(self.dim) }
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let y = ctx.output()?;
+        let gx = if self.log {
+            // d log_softmax: g - softmax * sum(g)
+            g.sub(&y.exp().mul(&g.sum(self.dim, true)?)?)?
+        } else {
+            // d softmax: y * (g - sum(g * y))
+            y.mul(&g.sub(&g.mul(&y)?.sum(self.dim, true)?)?)?
+        };
+        Ok(smallvec![Some(gx)])
+    }
+    fn saves(&self) -> Saves {
+        Saves::OUTPUT
+    }
+}
+
+impl Var {
+    /// Softmax along `dim`.
+    pub fn softmax(&self, dim: impl Dim) -> Result<Var> {
+        let d = dim.resolve(self.rank().max(1), "softmax")?;
+        apply(Softmax { dim: d, log: false }, &[self])
+    }
+
+    /// Log-softmax along `dim`, numerically stable.
+    pub fn log_softmax(&self, dim: impl Dim) -> Result<Var> {
+        let d = dim.resolve(self.rank().max(1), "log_softmax")?;
+        apply(Softmax { dim: d, log: true }, &[self])
+    }
+}

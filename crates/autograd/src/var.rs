@@ -1,0 +1,353 @@
+//! `Var`: the user's handle to a graph node.
+
+use crate::node::{DETACHED, FROZEN, IS_LEAF, Leaf, Node, NodeRef, NodeState, REQUIRES_GRAD, RETAINS_GRAD};
+use crate::reactive::{self, Mode};
+use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
+use smallvec::SmallVec;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// A tensor in the autograd graph: a shared handle to a node that holds the value, the
+/// operation that produced it and the gradient slot.
+///
+/// `Var` is cheap to clone (an `Arc`), `Send` and `Sync`. Operations on `Var`s compute
+/// their value at once (define-by-run, like PyTorch) and, in grad mode, record the
+/// operation so that [`Var::backward`] can differentiate it.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_tensor::Tensor;
+/// let x = Var::param(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?);
+/// let y = (&x * &x)?.sum_all(); // y = sum(x^2)
+/// y.backward()?;
+/// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![2.0, 4.0, 6.0]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub struct Var {
+    pub(crate) node: NodeRef,
+}
+
+impl Clone for Var {
+    fn clone(&self) -> Self {
+        Var::from_node(self.node.clone())
+    }
+}
+
+impl Drop for Var {
+    fn drop(&mut self) {
+        self.node.user_handles.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Var {
+    /// A handle to a node whose value is present (the caller guarantees it).
+    pub(crate) fn from_node(node: NodeRef) -> Var {
+        node.user_handles.fetch_add(1, Ordering::Relaxed);
+        Var { node }
+    }
+
+    /// A handle to a node, recomputing its value first if it was freed.
+    pub(crate) fn from_node_ensured(node: NodeRef) -> Result<Var> {
+        if node.state().value.is_none() {
+            reactive::restore(&node)?;
+        }
+        Ok(Var::from_node(node))
+    }
+
+    fn leaf_with(value: Tensor, flags: u8) -> Var {
+        value.storage().watch();
+        let state = NodeState::new(value, SmallVec::new(), reactive::epochs());
+        Var::from_node(Node::new(Leaf, SmallVec::new(), IS_LEAF | flags, state))
+    }
+
+    /// A leaf that does not require grad: an input or a constant.
+    pub fn new(value: Tensor) -> Var {
+        Var::leaf_with(value, 0)
+    }
+
+    /// A leaf that requires grad: a trainable parameter. Only float values can require
+    /// grad (as in PyTorch); an integer value gives a leaf without grad.
+    pub fn param(value: Tensor) -> Var {
+        let flags = if value.dtype().is_float() { REQUIRES_GRAD } else { 0 };
+        Var::leaf_with(value, flags)
+    }
+
+    /// The value as last computed. Reading it never recomputes anything; after leaves were
+    /// changed with [`Var::set_value`], call [`Var::forward`] for the fresh value.
+    pub fn value(&self) -> Tensor {
+        match &self.node.state().value {
+            Some(v) => v.clone(),
+            None => unreachable!("ember internal error: a Var handle points to a node without a value"),
+        }
+    }
+
+    /// The value, recomputing whatever is stale first: nodes downstream of a leaf replaced
+    /// with [`Var::set_value`] or written in place since they were computed. Nodes whose
+    /// inputs are unchanged are not touched, and when nothing has changed since the last
+    /// request the answer is immediate.
+    pub fn forward(&self) -> Result<Tensor> {
+        reactive::refresh(&self.node, Mode::Full)
+    }
+
+    /// The shape of the value.
+    pub fn shape(&self) -> Shape {
+        match &self.node.state().value {
+            Some(v) => v.shape_obj().clone(),
+            None => Shape::scalar(),
+        }
+    }
+
+    /// The dtype of the value.
+    pub fn dtype(&self) -> DType {
+        self.node.state().value.as_ref().map_or(DType::F32, |v| v.dtype())
+    }
+
+    /// The device of the value.
+    pub fn device(&self) -> Device {
+        self.node.state().value.as_ref().map_or(Device::Cpu, |v| v.device())
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape().rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape().numel()
+    }
+
+    /// The single element as `f64` (PyTorch's `item()`).
+    pub fn item(&self) -> Result<f64> {
+        self.value().item()
+    }
+
+    /// Whether gradients flow to this node: a parameter, or an operation with such an input.
+    pub fn requires_grad(&self) -> bool {
+        self.node.requires_grad()
+    }
+
+    /// Whether this is a leaf (created directly rather than by a recorded operation).
+    pub fn is_leaf(&self) -> bool {
+        self.node.is_leaf()
+    }
+
+    /// The accumulated gradient of a leaf (or of a node that [`Var::retain_grad`]s, or of
+    /// any node right after a backward with `retain_graph`).
+    pub fn grad(&self) -> Option<Tensor> {
+        self.node.grad_slot().as_ref().map(|g| g.value())
+    }
+
+    /// The gradient as a `Var`; after a backward with `create_graph` it carries the graph of
+    /// the gradient computation.
+    pub fn grad_var(&self) -> Option<Var> {
+        self.node.grad_slot().clone()
+    }
+
+    /// Clears the gradient (sets it to none, like PyTorch's default `set_to_none=True`).
+    pub fn zero_grad(&self) {
+        *self.node.grad_slot() = None;
+    }
+
+    /// Replaces the gradient (used by optimizers' tests and gradient manipulation).
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        if let Some(g) = &grad
+            && g.shape() != self.shape().dims()
+        {
+            return Err(Error::shape(
+                "set_grad",
+                format!("gradient of shape {:?} for a value of shape {:?}", g.shape(), self.shape()),
+            ));
+        }
+        *self.node.grad_slot() = grad.map(Var::new);
+        Ok(())
+    }
+
+    /// Sets whether a leaf requires grad. Non-leaves derive it from their inputs; asking
+    /// them to stop is an error (use [`Var::detach`]).
+    pub fn requires_grad_(&self, on: bool) -> Result<&Var> {
+        if !self.is_leaf() {
+            if on == self.requires_grad() {
+                return Ok(self);
+            }
+            return Err(Error::autograd(
+                "requires_grad_: only leaves can change requires_grad; use detach() to cut a non-leaf from the graph",
+            ));
+        }
+        if on && !self.dtype().is_float() {
+            return Err(Error::autograd(format!(
+                "requires_grad_: only float values can require grad, this one is {}",
+                self.dtype()
+            )));
+        }
+        self.node.set(REQUIRES_GRAD, on);
+        if on {
+            self.node.set(FROZEN, false);
+        }
+        Ok(self)
+    }
+
+    /// Freezes a parameter: it stops requiring grad and keeps no gradient, but gradients
+    /// still flow *through* the operations that use it to earlier parameters. Optimizers
+    /// skip frozen parameters.
+    pub fn freeze(&self) -> Result<&Var> {
+        self.requires_grad_(false)?;
+        self.node.set(FROZEN, true);
+        *self.node.grad_slot() = None;
+        Ok(self)
+    }
+
+    /// Undoes [`Var::freeze`].
+    pub fn unfreeze(&self) -> Result<&Var> {
+        self.requires_grad_(true)
+    }
+
+    /// Whether the parameter is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.node.has(FROZEN)
+    }
+
+    /// Keeps this non-leaf's gradient after backward, accumulating like a leaf's.
+    pub fn retain_grad(&self) -> &Var {
+        if !self.is_leaf() {
+            self.node.set(RETAINS_GRAD, true);
+        }
+        self
+    }
+
+    /// Whether [`Var::retain_grad`] was called.
+    pub fn retains_grad(&self) -> bool {
+        self.node.has(RETAINS_GRAD)
+    }
+
+    /// A new leaf sharing this value's storage, cut from the graph (PyTorch's `detach()`).
+    pub fn detach(&self) -> Var {
+        let v = Var::leaf_with(self.value(), DETACHED);
+        if let Some(name) = self.name() {
+            v.set_name(format!("{name}.detach"));
+        }
+        v
+    }
+
+    /// Whether this leaf was made by [`Var::detach`].
+    pub fn is_detached(&self) -> bool {
+        self.node.has(DETACHED)
+    }
+
+    /// The node's name, if set.
+    pub fn name(&self) -> Option<String> {
+        self.node.name()
+    }
+
+    /// Names the node (shown in graph exports and error messages).
+    pub fn set_name(&self, name: impl Into<String>) -> &Var {
+        self.node.extras().get_or_insert_with(Default::default).name = Some(name.into());
+        self
+    }
+
+    /// Replaces a leaf's value, bumping its value version so that [`Var::forward`] on
+    /// dependent nodes recomputes them.
+    pub fn set_value(&self, value: Tensor) -> Result<()> {
+        if !self.is_leaf() {
+            return Err(Error::autograd("set_value: only a leaf's value can be replaced"));
+        }
+        value.storage().watch();
+        {
+            let mut st = self.node.state();
+            st.value_version += 1;
+            st.storage_version = value.version();
+            st.value = Some(value);
+        }
+        reactive::bump_value_epoch();
+        Ok(())
+    }
+
+    /// The sequence number: the creation order of nodes, which backward runs in reverse.
+    pub fn sequence_nr(&self) -> u64 {
+        self.node.seq
+    }
+
+    /// The name of the operation that produced this node (`"leaf"` for leaves).
+    pub fn op_name(&self) -> String {
+        self.node.op.name().to_string()
+    }
+
+    /// How many times this node's value was recomputed after it was first computed.
+    pub fn recompute_count(&self) -> u64 {
+        self.node.state().recomputes
+    }
+
+    /// The value version: bumped by `set_value` on leaves and by recomputation from
+    /// changed inputs.
+    pub fn value_version(&self) -> u64 {
+        self.node.state().value_version
+    }
+
+    /// The inputs of the operation that produced this node.
+    pub fn inputs(&self) -> Result<Vec<Var>> {
+        self.node.inputs.iter().map(|n| Var::from_node_ensured(n.clone())).collect()
+    }
+
+    /// Whether two handles point to the same node.
+    pub fn same_node(&self, other: &Var) -> bool {
+        Arc::ptr_eq(&self.node, &other.node)
+    }
+
+    /// A stable identifier of the node while it lives.
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.node) as *const u8 as usize
+    }
+}
+
+impl std::fmt::Debug for Var {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Var(op={}, requires_grad={}", self.node.op.name(), self.requires_grad())?;
+        if let Some(n) = self.name() {
+            write!(f, ", name={n:?}")?;
+        }
+        write!(f, ")\n{:?}", self.value())
+    }
+}
+
+impl std::fmt::Display for Var {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.value())
+    }
+}
+
+impl From<Tensor> for Var {
+    fn from(t: Tensor) -> Var {
+        Var::new(t)
+    }
+}
+
+/// Anything usable where an operation takes a non-differentiable argument (an index, a
+/// mask): a `Var`, or a `Tensor`, which becomes a constant leaf.
+pub trait IntoVar {
+    /// The argument as a `Var`.
+    fn into_var(self) -> Var;
+}
+
+impl IntoVar for Var {
+    fn into_var(self) -> Var {
+        self
+    }
+}
+
+impl IntoVar for &Var {
+    fn into_var(self) -> Var {
+        self.clone()
+    }
+}
+
+impl IntoVar for Tensor {
+    fn into_var(self) -> Var {
+        Var::new(self)
+    }
+}
+
+impl IntoVar for &Tensor {
+    fn into_var(self) -> Var {
+        Var::new(self.clone())
+    }
+}

@@ -132,7 +132,11 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Sh
             ));
         };
     }
-    Ok(Shape(out))
+    let out = Shape(out);
+    checked_numel(op, &out).map_err(|_| {
+        Error::shape(op, format!("shapes {a:?} and {b:?} broadcast to {out}, which has too many elements"))
+    })?;
+    Ok(out)
 }
 
 /// A dimension argument: a `usize` counts from the front, a negative `i32`/`i64`/`isize`
@@ -230,12 +234,19 @@ macro_rules! dims_for {
 }
 dims_for!(usize, i32, i64, isize);
 
-/// Validates a user shape for a new tensor and returns its element count, failing on
-/// overflow instead of panicking during allocation.
+/// The most elements a tensor may have: as many 8-byte values as `isize` can count bytes.
+pub(crate) const MAX_NUMEL: usize = isize::MAX as usize / 8;
+
+/// Validates a user shape for a new tensor or view and returns its element count, failing
+/// on overflow instead of panicking later. A zero extent does not excuse the others: strides
+/// and index arithmetic multiply the non-zero extents, so their product must fit as well.
 pub(crate) fn checked_numel(op: &'static str, shape: &Shape) -> Result<usize> {
     shape
-        .checked_numel()
-        .filter(|&n| n <= isize::MAX as usize / 8)
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_NUMEL)
+        .map(|n| if shape.contains(&0) { 0 } else { n })
         .ok_or_else(|| Error::shape(op, format!("shape {shape} has too many elements")))
 }
 

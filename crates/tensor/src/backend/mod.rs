@@ -119,6 +119,7 @@ impl UnaryOp {
                 | SubScalar(_)
                 | RSubScalar(_)
                 | MulScalar(_)
+                | PowScalar(_)
                 | MaximumScalar(_)
                 | MinimumScalar(_)
         )

@@ -5,7 +5,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, backend_for};
 use crate::dtype::{DType, Element, Scalar};
 use crate::random::with_rng;
-use crate::shape::{Shape, checked_numel};
+use crate::shape::{MAX_NUMEL, Shape, checked_numel};
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{Device, Error, Result};
 use rand::RngExt;
@@ -42,7 +42,7 @@ impl Tensor {
     /// A tensor over an existing host buffer.
     pub fn from_buffer<T: Element>(buf: Buffer<T>, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if shape.checked_numel() != Some(buf.len()) {
+        if checked_numel("from_buffer", &shape)? != buf.len() {
             return Err(Error::shape("from_buffer", format!("{} elements cannot fill shape {shape}", buf.len())));
         }
         Ok(Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), shape))
@@ -122,7 +122,9 @@ impl Tensor {
     /// `start, start + step, ...` strictly before `end` (after it, for a negative step).
     pub fn arange_step(start: impl Into<Scalar>, end: impl Into<Scalar>, step: impl Into<Scalar>) -> Result<Tensor> {
         let (start, end, step) = (start.into(), end.into(), step.into());
-        let all_int = [start, end, step].iter().all(|s| matches!(s, Scalar::Int(_)));
+        if let (Scalar::Int(a), Scalar::Int(b), Scalar::Int(s)) = (start, end, step) {
+            return Self::arange_int(a, b, s);
+        }
         let (a, b, s) = (start.to_f64(), end.to_f64(), step.to_f64());
         if s == 0.0 || !s.is_finite() || !a.is_finite() || !b.is_finite() {
             return Err(Error::invalid("arange", format!("invalid range {a}..{b} with step {s}")));
@@ -135,22 +137,45 @@ impl Tensor {
             return Err(Error::invalid("arange", format!("range {a}..{b} with step {s} is too long")));
         }
         let n = n as usize;
-        if all_int {
-            let (a, s) = (a as i64, s as i64);
-            let buf = Buffer::<i64>::from_fn("arange", n, |i| a + s * i as i64)?;
-            Tensor::from_buffer(buf, [n])
-        } else {
-            let buf = Buffer::<f32>::from_fn("arange", n, |i| (a + s * i as f64) as f32)?;
-            Tensor::from_buffer(buf, [n])
+        let buf = Buffer::<f32>::from_fn("arange", n, |i| (a + s * i as f64) as f32)?;
+        Tensor::from_buffer(buf, [n])
+    }
+
+    /// `arange_step` for integer bounds, exact over the whole `i64` range (an `f64` would
+    /// round bounds beyond 2^53, and `end - start` may not fit in `i64`).
+    fn arange_int(a: i64, b: i64, s: i64) -> Result<Tensor> {
+        if s == 0 {
+            return Err(Error::invalid("arange", format!("invalid range {a}..{b} with step {s}")));
         }
+        let (span, step) = (b as i128 - a as i128, s as i128);
+        if span.signum() * step.signum() < 0 {
+            return Err(Error::invalid("arange", format!("step {s} moves away from the end of {a}..{b}")));
+        }
+        // `span` and `step` share a sign here, so this rounds the quotient away from zero.
+        let n = (span + step - step.signum()) / step;
+        if n > MAX_NUMEL as i128 {
+            return Err(Error::invalid("arange", format!("range {a}..{b} with step {s} is too long")));
+        }
+        let n = n as usize;
+        // Every value lies between `a` and `b`, so the wrapping arithmetic is exact.
+        let buf = Buffer::<i64>::from_fn("arange", n, |i| a.wrapping_add(s.wrapping_mul(i as i64)))?;
+        Tensor::from_buffer(buf, [n])
     }
 
     /// `steps` evenly spaced `f32` values from `start` to `end` inclusive.
     pub fn linspace(start: f64, end: f64, steps: usize) -> Result<Tensor> {
+        if !start.is_finite() || !end.is_finite() {
+            return Err(Error::invalid("linspace", format!("invalid bounds {start}..={end}")));
+        }
         let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
         let buf = Buffer::<f32>::from_fn("linspace", steps, |i| {
-            // Fill from both ends, like PyTorch, so that the last value is exactly `end`.
-            if i < steps / 2 { (start + step * i as f64) as f32 } else { (end - step * (steps - 1 - i) as f64) as f32 }
+            // Fill from both ends, like PyTorch, so that the last value is exactly `end`; a
+            // single step is `start`.
+            if i < steps / 2 || steps == 1 {
+                (start + step * i as f64) as f32
+            } else {
+                (end - step * (steps - 1 - i) as f64) as f32
+            }
         })?;
         Tensor::from_buffer(buf, [steps])
     }

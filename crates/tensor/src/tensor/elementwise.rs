@@ -17,8 +17,8 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor, Shape)> {
         self.same_device(op, other)?;
         let shape = broadcast_shapes(op, self.shape(), other.shape())?;
-        let a = self.to_dtype(dtype);
-        let b = other.to_dtype(dtype);
+        let a = self.try_to_dtype(dtype)?;
+        let b = other.try_to_dtype(dtype)?;
         let a = a.with_layout(a.layout.broadcast_to(op, &shape)?);
         let b = b.with_layout(b.layout.broadcast_to(op, &shape)?);
         Ok((a, b, shape))
@@ -194,9 +194,9 @@ impl Tensor {
         let shape = broadcast_shapes("where", &shape, on_false.shape())?;
         let dtype = on_true.dtype.promote(on_false.dtype);
         let c = self.with_layout(self.layout.broadcast_to("where", &shape)?);
-        let a = on_true.to_dtype(dtype);
+        let a = on_true.try_to_dtype(dtype)?;
         let a = a.with_layout(a.layout.broadcast_to("where", &shape)?);
-        let b = on_false.to_dtype(dtype);
+        let b = on_false.try_to_dtype(dtype)?;
         let b = b.with_layout(b.layout.broadcast_to("where", &shape)?);
         let s = c.read3(&a, &b, |vc, va, vb| c.backend().where_cond(vc, va, vb))?;
         Ok(Tensor::from_storage(s, shape))

@@ -12,7 +12,8 @@ use std::sync::Arc;
 impl Tensor {
     /// An error when a write through this layout would hit one element twice.
     fn check_writable(&self, op: &'static str) -> Result<()> {
-        let overlapping = self.shape().iter().zip(self.strides()).any(|(&d, &s)| d > 1 && s == 0);
+        // An empty tensor has no elements to hit twice, whatever its (saturated) strides say.
+        let overlapping = self.numel() > 0 && self.shape().iter().zip(self.strides()).any(|(&d, &s)| d > 1 && s == 0);
         if overlapping {
             return Err(Error::invalid(
                 op,
@@ -36,8 +37,8 @@ impl Tensor {
                 format!("cannot write a {} result into a {} tensor in place", src.dtype, self.dtype),
             ));
         }
-        let s = if src.shares_storage(self) { src.copy() } else { src.clone() };
-        let s = s.to_dtype(self.dtype);
+        let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
+        let s = s.try_to_dtype(self.dtype)?;
         let shape: Shape = self.shape_obj().clone();
         Ok(s.with_layout(s.layout.broadcast_to(op, &shape)?))
     }
@@ -127,7 +128,7 @@ impl Tensor {
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         self.check_writable("copy_")?;
         self.same_device("copy_", src)?;
-        let s = if src.shares_storage(self) { src.copy() } else { src.clone() };
+        let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
         let s = s.with_layout(s.layout.broadcast_to("copy_", self.shape_obj())?);
         let g = s.storage.read();
         let mut dst = self.storage.write();
@@ -225,7 +226,7 @@ impl Tensor {
         if self.dtype != T::DTYPE {
             return Err(Error::dtype("with_slice", format!("the tensor is {}, not {}", self.dtype, T::DTYPE)));
         }
-        let c = self.contiguous();
+        let c = self.try_contiguous()?;
         let g = c.storage.read();
         let r = c.layout.contiguous_range().unwrap_or(0..0);
         let s = g

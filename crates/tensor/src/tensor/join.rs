@@ -2,7 +2,7 @@
 
 use super::Tensor;
 use crate::dtype::Scalar;
-use crate::shape::{Dim, Shape};
+use crate::shape::{Dim, Shape, checked_numel};
 use crate::{Error, Result};
 
 impl Tensor {
@@ -34,11 +34,14 @@ impl Tensor {
                 ));
             }
             dtype = dtype.promote(t.dtype());
-            total += t.shape()[d];
+            total =
+                total.checked_add(t.shape()[d]).ok_or_else(|| Error::shape("cat", "the joined extent overflows"))?;
         }
         let mut shape = first.shape().to_vec();
         shape[d] = total;
-        let out = Tensor::full_on(Shape::from(shape), 0, dtype, first.device())?;
+        let shape = Shape::from(shape);
+        checked_numel("cat", &shape)?;
+        let out = Tensor::full_on(shape, 0, dtype, first.device())?;
         let mut at = 0;
         for t in tensors {
             let len = t.shape()[d];
@@ -88,7 +91,9 @@ impl Tensor {
                 .and_then(|v| v.checked_add(a))
                 .ok_or_else(|| Error::shape("pad", "padding overflows"))?;
         }
-        let out = Tensor::full_on(Shape::from(shape), value, self.dtype().promote_scalar(value), self.device())?;
+        let shape = Shape::from(shape);
+        checked_numel("pad", &shape)?;
+        let out = Tensor::full_on(shape, value, self.dtype().promote_scalar(value), self.device())?;
         let mut inner = out.clone();
         for (i, &(b, _)) in pad.iter().enumerate() {
             let d = rank - 1 - i;
@@ -119,7 +124,8 @@ impl Tensor {
             expanded.extend([repeats[i], d]);
             out.push(repeats[i].checked_mul(d).ok_or_else(|| Error::shape("repeat", "the repeated shape overflows"))?);
         }
-        self.reshape(inter)?.expand(expanded)?.contiguous().reshape(out)
+        checked_numel("repeat", &Shape::from(&out))?;
+        self.reshape(inter)?.expand(expanded)?.try_contiguous()?.reshape(out)
     }
 
     /// The lower triangle of the last two dimensions (entries with `col - row <= diagonal`);

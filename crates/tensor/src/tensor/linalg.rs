@@ -1,7 +1,7 @@
 //! Matrix products.
 
 use super::Tensor;
-use crate::shape::{Shape, broadcast_shapes};
+use crate::shape::{Shape, broadcast_shapes, checked_numel};
 use crate::{Error, Result};
 
 impl Tensor {
@@ -45,6 +45,17 @@ impl Tensor {
             return Err(mismatch());
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2]).map_err(|_| mismatch())?;
+        let full = Shape::from(batch.iter().copied().chain([m, n]).collect::<Vec<usize>>());
+        checked_numel("matmul", &full).map_err(|_| {
+            Error::shape(
+                "matmul",
+                format!(
+                    "cannot multiply {:?} by {:?}: the product {full} has too many elements",
+                    self.shape(),
+                    other.shape()
+                ),
+            )
+        })?;
         let mut sa: Vec<usize> = batch.to_vec();
         sa.extend([m, k]);
         let mut sb: Vec<usize> = batch.to_vec();
@@ -57,9 +68,9 @@ impl Tensor {
             let v = t.with_layout(l);
             let degenerate = (v.layout.strides()[r - 2] == 0 && v.shape()[r - 2] > 1)
                 || (v.layout.strides()[r - 1] == 0 && v.shape()[r - 1] > 1);
-            if degenerate { v.copy() } else { v }
+            if degenerate { v.try_copy() } else { Ok(v) }
         };
-        let (a, b) = (fix(&a, la), fix(&b, lb));
+        let (a, b) = (fix(&a, la)?, fix(&b, lb)?);
         let s = a.read2(&b, |va, vb| a.backend().matmul(va, vb))?;
         let mut out: Vec<usize> = batch.to_vec();
         if self.rank() > 1 {
@@ -68,8 +79,7 @@ impl Tensor {
         if other.rank() > 1 {
             out.push(n);
         }
-        let full: Vec<usize> = batch.iter().copied().chain([m, n]).collect();
-        let t = Tensor::from_storage(s, Shape::from(full));
+        let t = Tensor::from_storage(s, full);
         if self.rank() == 1 || other.rank() == 1 { t.reshape(out) } else { Ok(t) }
     }
 }

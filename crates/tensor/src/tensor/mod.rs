@@ -221,7 +221,16 @@ impl Tensor {
         let cols = self.shape()[1];
         let flat = self.to_vec::<T>()?;
         if cols == 0 {
-            return Ok(vec![Vec::new(); self.shape()[0]]);
+            // No data bounds the number of empty rows, so their vector may not fit in memory.
+            let rows = self.shape()[0];
+            let mut out = Vec::new();
+            out.try_reserve_exact(rows).map_err(|_| Error::Alloc {
+                op: "to_vec2",
+                elements: rows,
+                dtype: T::DTYPE.name(),
+            })?;
+            out.resize(rows, Vec::new());
+            return Ok(out);
         }
         Ok(flat.chunks(cols).map(|c| c.to_vec()).collect())
     }
@@ -271,17 +280,33 @@ impl Tensor {
 
     /// A contiguous copy that shares nothing with `self` (PyTorch's `clone()`).
     pub fn copy(&self) -> Tensor {
-        let s = infallible(self.read(|v| self.backend().cast(v, self.dtype)));
-        Tensor::from_storage(s, self.layout.shape().clone())
+        infallible(self.try_copy())
     }
 
     /// The values converted to `dtype` with `as` semantics; `self` when it already has it.
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        infallible(self.try_to_dtype(dtype))
+    }
+
+    /// [`Tensor::copy`] for operations that return `Result`: materialising a view too large
+    /// for memory (a huge `expand`) is then an allocation error instead of an abort.
+    pub(crate) fn try_copy(&self) -> Result<Tensor> {
+        let s = self.read(|v| self.backend().cast(v, self.dtype))?;
+        Ok(Tensor::from_storage(s, self.layout.shape().clone()))
+    }
+
+    /// [`Tensor::contiguous`] for operations that return `Result` (see [`Tensor::try_copy`]).
+    pub(crate) fn try_contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() { Ok(self.clone()) } else { self.try_copy() }
+    }
+
+    /// [`Tensor::to_dtype`] for operations that return `Result` (see [`Tensor::try_copy`]).
+    pub(crate) fn try_to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {
-            return self.clone();
+            return Ok(self.clone());
         }
-        let s = infallible(self.read(|v| self.backend().cast(v, dtype)));
-        Tensor::from_storage(s, self.layout.shape().clone())
+        let s = self.read(|v| self.backend().cast(v, dtype))?;
+        Ok(Tensor::from_storage(s, self.layout.shape().clone()))
     }
 
     /// The tensor on `device`; an error for devices not compiled in.

@@ -26,7 +26,7 @@ impl Tensor {
         keepdim: bool,
     ) -> Result<Tensor> {
         let src = match op {
-            ReduceOp::Sum | ReduceOp::Prod if self.dtype == DType::U8 => self.to_dtype(DType::I64),
+            ReduceOp::Sum | ReduceOp::Prod if self.dtype == DType::U8 => self.try_to_dtype(DType::I64)?,
             _ => self.clone(),
         };
         if matches!(op, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin)
@@ -75,7 +75,7 @@ impl Tensor {
 
     fn mean_resolved(&self, d: &[usize], keepdim: bool) -> Result<Tensor> {
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
-        let x = self.to_dtype(self.dtype.float_or_default());
+        let x = self.try_to_dtype(self.dtype.float_or_default())?;
         Ok(x.reduce_dims(ReduceOp::Sum, "mean", d, keepdim)?.div_scalar(n as f64))
     }
 
@@ -148,7 +148,7 @@ impl Tensor {
 
     fn var_resolved(&self, d: &[usize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
-        let x = self.to_dtype(self.dtype.float_or_default());
+        let x = self.try_to_dtype(self.dtype.float_or_default())?;
         let mean = x.mean_resolved(d, true)?;
         let sq = x.sub(&mean)?.square();
         let denom = if unbiased { n as f64 - 1.0 } else { n as f64 };
@@ -173,7 +173,12 @@ impl Tensor {
     /// `log(sum(exp(x)))` over `dims`, computed stably by shifting by the maximum.
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let d = dims.resolve_all(self.rank(), "logsumexp")?;
-        let x = self.to_dtype(self.dtype.float_or_default());
+        let x = self.try_to_dtype(self.dtype.float_or_default())?;
+        if d.iter().any(|&i| self.shape()[i] == 0) {
+            // The log of an empty sum is -inf (PyTorch agrees); there is no maximum to shift by.
+            let shape = reduced_shape(self.shape_obj(), &d, keepdim);
+            return Tensor::full_on(shape, f64::NEG_INFINITY, x.dtype(), x.device());
+        }
         let m = x.reduce_dims(ReduceOp::Max, "logsumexp", &d, true)?;
         // An all -inf slice has no finite maximum; shifting it by 0 yields -inf, not NaN.
         let finite = m.abs().lt_scalar(f64::INFINITY);
@@ -211,7 +216,7 @@ impl Tensor {
             return self.unsqueeze(0)?.softmax_impl(0usize, log, name)?.reshape(());
         }
         let d = dim.resolve(self.rank(), name)?;
-        let x = self.to_dtype(self.dtype.float_or_default());
+        let x = self.try_to_dtype(self.dtype.float_or_default())?;
         let s = x.read(|v| x.backend().softmax(v, d, log))?;
         Ok(Tensor::from_storage(s, self.shape_obj().clone()))
     }

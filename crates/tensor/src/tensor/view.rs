@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::layout::Layout;
-use crate::shape::{Dim, Shape};
+use crate::shape::{Dim, Shape, checked_numel};
 use crate::{Error, Result};
 use smallvec::SmallVec;
 
@@ -41,6 +41,7 @@ fn infer(dims: &[i64], numel: usize, op: &'static str) -> Result<Shape> {
     if shape.checked_numel() != Some(numel) {
         return Err(Error::shape(op, format!("shape {dims:?} is invalid for a tensor of {numel} elements")));
     }
+    checked_numel(op, &shape)?;
     Ok(shape)
 }
 
@@ -52,6 +53,7 @@ macro_rules! spec_unsigned {
                 if s.checked_numel() != Some(numel) {
                     return Err(Error::shape(op, format!("shape {s} is invalid for a tensor of {numel} elements")));
                 }
+                checked_numel(op, &s)?;
                 Ok(s)
             }
         }
@@ -114,7 +116,7 @@ impl Tensor {
         match self.layout.reshaped(&shape) {
             Some(l) => Ok(self.with_layout(l)),
             None => {
-                let c = self.copy();
+                let c = self.try_copy()?;
                 Ok(c.with_layout(Layout::contiguous(shape)))
             }
         }
@@ -197,6 +199,9 @@ impl Tensor {
         let end = end.min(extent);
         let start = start.min(end);
         let len = (end - start).div_ceil(step);
+        // A step that leaves at most one element never advances, and scaling the stride by a
+        // step past the extent could overflow.
+        let step = if len > 1 { step } else { 1 };
         Ok(self.with_layout(self.layout.sliced(d, start, len, step)))
     }
 
@@ -224,7 +229,9 @@ impl Tensor {
     /// ```
     pub fn expand(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        Ok(self.with_layout(self.layout.broadcast_to("expand", &shape)?))
+        let layout = self.layout.broadcast_to("expand", &shape)?;
+        checked_numel("expand", &shape)?;
+        Ok(self.with_layout(layout))
     }
 
     /// Alias of [`Tensor::expand`].
@@ -261,6 +268,9 @@ impl Tensor {
     /// Dimensions `start..=end` merged into one.
     pub fn flatten(&self, start: impl Dim, end: impl Dim) -> Result<Tensor> {
         if self.rank() == 0 {
+            // A 0-d tensor flattens like a one-element vector, so only 0 and -1 are valid.
+            start.resolve(1, "flatten")?;
+            end.resolve(1, "flatten")?;
             return self.reshape([1usize]);
         }
         let (s, e) = (start.resolve(self.rank(), "flatten")?, end.resolve(self.rank(), "flatten")?);
@@ -307,7 +317,7 @@ impl Tensor {
     pub fn split_sizes(&self, sizes: &[usize], dim: impl Dim) -> Result<Vec<Tensor>> {
         let d = dim.resolve(self.rank(), "split_sizes")?;
         let extent = self.shape()[d];
-        if sizes.iter().sum::<usize>() != extent {
+        if sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) != Some(extent) {
             return Err(Error::shape(
                 "split_sizes",
                 format!("sizes {sizes:?} do not add up to the extent {extent} of dimension {d}"),

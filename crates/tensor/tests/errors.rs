@@ -789,3 +789,100 @@ fn legal_extremes() {
     assert_eq!(Tensor::scalar(1e300f64).to_dtype(DType::U8).to_vec::<u8>().unwrap(), vec![255]);
     assert_eq!(Tensor::scalar(-7i64).to_dtype(DType::U8).to_vec::<u8>().unwrap(), vec![249]);
 }
+
+/// The operations that cannot fail must not panic either, whatever the dtype (integers
+/// into float-only functions, division by zero, NaN and infinite scalars) and shape.
+#[test]
+fn infallible_ops_accept_every_dtype_and_shape() {
+    let base = f64s(&[2, 3]).mul_scalar(3.0);
+    let inputs = [
+        Tensor::scalar(-2.5f64),
+        f64s(&[0]),
+        f64s(&[2, 0]),
+        base.clone(),
+        base.t().unwrap(),
+        base.narrow(1, 1, 2).unwrap(),
+        f64s(&[1, 3]).expand([2, 3]).unwrap(),
+    ];
+    for x in &inputs {
+        for dt in [DType::U8, DType::I64, DType::F32, DType::F64] {
+            let x = x.to_dtype(dt);
+            let float = dt.float_or_default();
+            let scalar_float = if dt.is_float() { dt } else { DType::F32 };
+            let outs: Vec<(&str, Tensor, DType)> = vec![
+                ("neg", infallible!(x.neg()), dt),
+                ("abs", infallible!(x.abs()), dt),
+                ("sign", infallible!(x.sign()), dt),
+                ("square", infallible!(x.square()), dt),
+                ("relu", infallible!(x.relu()), dt),
+                ("exp", infallible!(x.exp()), float),
+                ("log", infallible!(x.log()), float),
+                ("sqrt", infallible!(x.sqrt()), float),
+                ("rsqrt", infallible!(x.rsqrt()), float),
+                ("sin", infallible!(x.sin()), float),
+                ("cos", infallible!(x.cos()), float),
+                ("tanh", infallible!(x.tanh()), float),
+                ("sigmoid", infallible!(x.sigmoid()), float),
+                ("gelu", infallible!(x.gelu()), float),
+                ("gelu_tanh", infallible!(x.gelu_tanh()), float),
+                ("silu", infallible!(x.silu()), float),
+                ("erf", infallible!(x.erf()), float),
+                ("log1p", infallible!(x.log1p()), float),
+                ("expm1", infallible!(x.expm1()), float),
+                ("recip", infallible!(x.recip()), float),
+                ("floor", infallible!(x.floor()), dt),
+                ("ceil", infallible!(x.ceil()), dt),
+                ("round", infallible!(x.round()), dt),
+                ("softplus", infallible!(x.softplus(-2.0, f64::NAN)), float),
+                ("leaky_relu", infallible!(x.leaky_relu(f64::INFINITY)), float),
+                ("elu", infallible!(x.elu(-1.0)), float),
+                ("clamp", infallible!(x.clamp(Some(f64::NAN), Some(-1e300))), dt),
+                ("add_scalar", infallible!(x.add_scalar(i64::MAX)), dt),
+                ("sub_scalar", infallible!(x.sub_scalar(i64::MIN)), dt),
+                ("rsub_scalar", infallible!(x.rsub_scalar(f64::NAN)), scalar_float),
+                ("mul_scalar", infallible!(x.mul_scalar(f64::INFINITY)), scalar_float),
+                ("div_scalar", infallible!(x.div_scalar(0)), float),
+                ("rdiv_scalar", infallible!(x.rdiv_scalar(0.0)), float),
+                ("pow_scalar", infallible!(x.pow_scalar(-3)), dt),
+                ("pow_scalar", infallible!(x.pow_scalar(u32::MAX)), dt),
+                ("pow_scalar", infallible!(x.pow_scalar(0.5)), scalar_float),
+                ("rpow_scalar", infallible!(x.rpow_scalar(-2)), float),
+                ("maximum_scalar", infallible!(x.maximum_scalar(f64::NAN)), scalar_float),
+                ("minimum_scalar", infallible!(x.minimum_scalar(-1)), dt),
+                ("eq_scalar", infallible!(x.eq_scalar(f64::NAN)), DType::U8),
+                ("ge_scalar", infallible!(x.ge_scalar(i64::MIN)), DType::U8),
+                ("zeros_like", infallible!(x.zeros_like()), dt),
+                ("ones_like", infallible!(x.ones_like()), dt),
+                ("full_like", infallible!(x.full_like(f64::NEG_INFINITY)), dt),
+                ("copy", infallible!(x.copy()), dt),
+                ("contiguous", infallible!(x.contiguous()), dt),
+                ("rand_like", works!(x.rand_like()), float),
+                ("randn_like", works!(x.randn_like()), float),
+                ("to_dtype", infallible!(x.to_dtype(DType::U8)), DType::U8),
+                ("neg operator", infallible!(-&x), dt),
+                ("mul operator", infallible!(&x * 2.0), scalar_float),
+                ("sub operator", infallible!(3 - &x), dt),
+            ];
+            for (name, out, want) in outs {
+                assert_eq!(out.shape(), x.shape(), "{name} on {dt} {:?}", x.shape());
+                assert_eq!(out.dtype(), want, "{name} on {dt} {:?}", x.shape());
+                assert_eq!(works!(out.to_vec_f64()).len(), x.numel());
+            }
+            for r in [x.sum_all(), x.prod_all(), x.mean_all(), x.var_all(true), x.std_all(false)] {
+                assert_eq!(r.rank(), 0, "{dt} {:?}", x.shape());
+            }
+            assert_eq!(x.flatten_all().numel(), x.numel());
+            assert!(!infallible!(x.to_string()).is_empty());
+            assert!(!infallible!(format!("{x:?}")).is_empty());
+        }
+    }
+}
+
+#[test]
+fn from_buffer_checks_its_shape() {
+    use ember_tensor::storage::Buffer;
+    fails!(Tensor::from_buffer(Buffer::<f32>::zeros("t", 3).unwrap(), [2, 2]), "from_buffer", "3 elements", "[2, 2]");
+    fails!(Tensor::from_buffer(Buffer::<i64>::zeros("t", 0).unwrap(), [0, usize::MAX, 2]), "from_buffer");
+    let t = works!(Tensor::from_buffer(Buffer::<u8>::full("t", 4, 7).unwrap(), [2, 2]));
+    assert_eq!(works!(t.to_vec::<u8>()), vec![7; 4]);
+}

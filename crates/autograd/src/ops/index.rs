@@ -83,6 +83,7 @@ impl Op for Gather {
 
 struct ScatterAdd {
     dim: usize,
+    src_shape: Shape,
 }
 
 impl Op for ScatterAdd {
@@ -93,7 +94,16 @@ impl Op for ScatterAdd {
         inputs[0].scatter_add(self.dim, &inputs[1], &inputs[2])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        let src = if ctx.needs_input_grad(2) { Some(g.gather(self.dim, &ctx.input(1)?)?) } else { None };
+        let src = if ctx.needs_input_grad(2) {
+            // The index may be smaller than the source, whose elements past it were not
+            // scattered: their gradient is zero.
+            let gs = g.gather(self.dim, &ctx.input(1)?)?;
+            let pads: Vec<(usize, usize)> =
+                self.src_shape.iter().zip(gs.shape().iter()).rev().map(|(&s, &i)| (0, s - i)).collect();
+            Some(if pads.iter().all(|&(_, after)| after == 0) { gs } else { gs.pad(&pads, 0.0)? })
+        } else {
+            None
+        };
         Ok(smallvec![Some(g.clone()), None, src])
     }
     fn saves(&self) -> Saves {
@@ -162,7 +172,7 @@ impl Var {
     pub fn scatter_add(&self, dim: impl Dim, index: impl IntoVar, src: &Var) -> Result<Var> {
         let d = dim.resolve(self.rank(), "scatter_add")?;
         let idx = index.into_var();
-        apply(ScatterAdd { dim: d }, &[self, &idx, src])
+        apply(ScatterAdd { dim: d, src_shape: src.shape() }, &[self, &idx, src])
     }
 
     /// `value` where the `u8` `mask` is set.

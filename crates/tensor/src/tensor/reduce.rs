@@ -151,7 +151,8 @@ impl Tensor {
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         let mean = x.mean_resolved(d, true)?;
         let sq = x.sub(&mean)?.square();
-        let denom = if unbiased { n as f64 - 1.0 } else { n as f64 };
+        // An empty set has no degrees of freedom rather than -1: its variance is 0 / 0 = NaN.
+        let denom = if unbiased { (n as f64 - 1.0).max(0.0) } else { n as f64 };
         Ok(sq.reduce_dims(ReduceOp::Sum, "var", d, keepdim)?.div_scalar(denom))
     }
 

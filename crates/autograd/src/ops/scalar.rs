@@ -89,20 +89,20 @@ scalar_op!(
     |ctx, g, b| Some(g.mul(&ctx.output()?.mul_scalar(b.ln()))?)
 );
 scalar_op!(
-    /// `max(x, s)`; the gradient passes where `x >= s` (PyTorch's `clamp_min`).
+    /// `max(x, s)`; the gradient passes where `x > s` (PyTorch's `clamp_min`: 0 at the bound).
     maximum_scalar, MaximumScalar, "maximum_scalar", Saves::INPUTS,
     |x, s| x.maximum_scalar(s),
     |ctx, g, s| {
         let x = ctx.input(0)?.value();
-        Some(g.mul(&constant(x.ge_scalar(s).to_dtype(x.dtype().float_or_default())))?)
+        Some(g.mul(&constant(x.gt_scalar(s).to_dtype(x.dtype().float_or_default())))?)
     }
 );
 scalar_op!(
-    /// `min(x, s)`; the gradient passes where `x <= s` (PyTorch's `clamp_max`).
+    /// `min(x, s)`; the gradient passes where `x < s` (PyTorch's `clamp_max`: 0 at the bound).
     minimum_scalar, MinimumScalar, "minimum_scalar", Saves::INPUTS,
     |x, s| x.minimum_scalar(s),
     |ctx, g, s| {
         let x = ctx.input(0)?.value();
-        Some(g.mul(&constant(x.le_scalar(s).to_dtype(x.dtype().float_or_default())))?)
+        Some(g.mul(&constant(x.lt_scalar(s).to_dtype(x.dtype().float_or_default())))?)
     }
 );

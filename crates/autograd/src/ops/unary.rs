@@ -276,12 +276,15 @@ impl Op for Clamp {
         Ok(inputs[0].clamp(self.min, self.max))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        // The gradient passes where min <= x <= max, as in PyTorch.
+        // The gradient passes strictly inside the bounds: at a bound PyTorch takes the
+        // minimum-norm subgradient 0, like relu at 0 (the kinks_and_ties parity scenario).
         let x = ctx.input(0)?.value();
-        let mut inside = x.ge_scalar(self.min.unwrap_or(f64::NEG_INFINITY));
-        if let Some(m) = self.max {
-            inside = inside.mul(&x.le_scalar(m))?;
-        }
+        let inside = match (self.min, self.max) {
+            (Some(lo), Some(hi)) => x.gt_scalar(lo).mul(&x.lt_scalar(hi))?,
+            (Some(lo), None) => x.gt_scalar(lo),
+            (None, Some(hi)) => x.lt_scalar(hi),
+            (None, None) => return Ok(smallvec![Some(g.clone())]),
+        };
         Ok(smallvec![Some(g.mul(&float_mask(inside, &x))?)])
     }
 }
@@ -302,7 +305,7 @@ impl Var {
         apply_infallible(Elu { alpha }, &[self])
     }
 
-    /// Values limited to `[min, max]`; the gradient passes inside the bounds.
+    /// Values limited to `[min, max]`; the gradient passes strictly inside the bounds.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Var {
         apply_infallible(Clamp { min, max }, &[self])
     }

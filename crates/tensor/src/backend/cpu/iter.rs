@@ -126,14 +126,27 @@ fn coalesce_dyn(shape: &[usize], strides: &[&[usize]]) -> (Strides, SmallVec<[St
 /// has at least `grain` elements.
 pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let n = out.len();
+    // Small work never asks rayon for its thread count (a thread-local lookup per call).
+    if n < grain {
+        f(0, out);
+        return;
+    }
     let threads = rayon::current_num_threads();
-    if n < grain || threads <= 1 {
+    if threads <= 1 {
         f(0, out);
         return;
     }
     let chunks = (n / grain).clamp(1, threads * 4);
     let chunk = n.div_ceil(chunks);
     out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c));
+}
+
+/// Rows per parallel task for a row-wise kernel over `n_rows` rows of `row_len` elements:
+/// at least `grain` elements per task, and at most about four tasks per thread, because
+/// thousands of tiny tasks cost more in scheduling than the rows do in work.
+pub(crate) fn rows_per_task(n_rows: usize, row_len: usize, grain: usize) -> usize {
+    let by_grain = (grain / row_len.max(1)).max(1);
+    by_grain.max(n_rows.div_ceil(rayon::current_num_threads() * 4))
 }
 
 /// Runs `f(start, end)` over `0..n` split into chunks, in parallel when `n >= grain`.

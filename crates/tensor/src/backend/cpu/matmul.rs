@@ -64,10 +64,12 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
     let (m, k, n) = (la.shape()[rank - 2], la.shape()[rank - 1], lb.shape()[rank - 1]);
     let batch_shape = &la.shape()[..rank - 2];
     let batch: usize = batch_shape.iter().product();
-    let mut out = Buffer::<T>::zeros("matmul", batch * m * n)?;
     if batch * m * n == 0 || k == 0 {
-        return Ok(out);
+        return Buffer::zeros("matmul", batch * m * n);
     }
+    // `gemm` is told not to read `dst` (alpha 0, `read_dst` false), so every element is
+    // overwritten: zeroing first would be one more pass over the whole output.
+    let mut out = Buffer::<T>::uninit("matmul", batch * m * n)?;
     let (ars, acs) = (la.strides()[rank - 2] as isize, la.strides()[rank - 1] as isize);
     let (brs, bcs) = (lb.strides()[rank - 2] as isize, lb.strides()[rank - 1] as isize);
     let threads = rayon::current_num_threads();

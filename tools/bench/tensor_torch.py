@@ -3,7 +3,7 @@
 crates/tensor/benches/workloads/mod.rs, timed the way examples/tensor_bench.rs times
 ember's, on 2 threads.
 
-    python tools/bench/tensor_torch.py [--samples N] [--table] [NAME_FILTER ...]
+    python tools/bench/tensor_torch.py [--samples N] [--iters N] [--table] [NAME_FILTER ...]
 
 Prints one tab-separated line per workload (the same columns as the ember example, the
 pool columns left at 0), or with --table a readable table.
@@ -100,15 +100,15 @@ def minor_faults():
         return 0
 
 
-def measure(setup, samples):
+def measure(setup, samples, fixed_iters=None):
     step = setup()
     # Warm-up, as on ember's side: at least 3 calls and 0.3 s.
     start, calls = time.perf_counter(), 0
-    while calls < 3 or time.perf_counter() - start < 0.3:
+    while calls < 3 or (fixed_iters is None and time.perf_counter() - start < 0.3):
         step()
         calls += 1
     per_call = (time.perf_counter() - start) / calls
-    iters = max(1, int(-(-0.05 // per_call)))
+    iters = fixed_iters or max(1, int(-(-0.05 // per_call)))
     faults0 = minor_faults()
     times = []
     for _ in range(samples):
@@ -123,6 +123,7 @@ def measure(setup, samples):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--iters", type=int, help="calls per sample (default: about 50 ms worth)")
     p.add_argument("--table", action="store_true", help="print a readable table instead of TSV")
     p.add_argument("filters", nargs="*")
     args = p.parse_args()
@@ -137,7 +138,7 @@ def main():
     for name, kind, work, setup in workloads():
         if args.filters and not any(f in name for f in args.filters):
             continue
-        med, best, faults = measure(setup, args.samples)
+        med, best, faults = measure(setup, args.samples, args.iters)
         if args.table:
             unit = "GFLOP/s" if kind == "flops" else "Gelem/s"
             print(f"{name:<16} {med * 1e3:>9.3f} ms {work / med / 1e9:>10.2f} {unit}")

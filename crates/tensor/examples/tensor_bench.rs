@@ -2,12 +2,14 @@
 //! workload, for `tools/bench/tensor_compare.sh` to set beside PyTorch's numbers.
 //!
 //! ```sh
-//! cargo run --release -p ember-tensor --example tensor_bench -- [--samples N] [NAME_FILTER...]
+//! cargo run --release -p ember-tensor --example tensor_bench -- [--samples N] [--iters N] [NAME_FILTER...]
 //! ```
 //!
 //! Each workload is warmed up, then timed in `N` samples (default 15) of enough calls to
 //! last about 50 ms; the line gives the median and the fastest sample's time per call, minor
 //! page faults per call (from `/proc/self/stat`, Linux only) and pool hits/misses per call.
+//! `--iters N` fixes the calls per sample instead, for counting cycles with `perf stat`,
+//! which a loaded machine disturbs less than it disturbs wall-clock time.
 
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
@@ -32,11 +34,14 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let mut samples = 15usize;
+    let mut fixed_iters = None;
     let mut filters = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--samples" {
             samples = args.next().and_then(|s| s.parse().ok()).expect("--samples takes a positive number");
+        } else if a == "--iters" {
+            fixed_iters = Some(args.next().and_then(|s| s.parse().ok()).expect("--iters takes a positive number"));
         } else {
             filters.push(a);
         }
@@ -52,12 +57,12 @@ fn main() {
         // Warm-up: caches, the thread pool, gemm's packing buffers, the buffer pool.
         let warm = Instant::now();
         let mut calls = 0u32;
-        while calls < 3 || warm.elapsed() < Duration::from_millis(300) {
+        while calls < 3 || (fixed_iters.is_none() && warm.elapsed() < Duration::from_millis(300)) {
             black_box(step());
             calls += 1;
         }
         let per_call = warm.elapsed().as_secs_f64() / calls as f64;
-        let iters = ((0.05 / per_call).ceil() as usize).max(1);
+        let iters = fixed_iters.unwrap_or(((0.05 / per_call).ceil() as usize).max(1));
         let (faults0, mem0) = (minor_faults(), memory_stats());
         let mut times = Vec::with_capacity(samples);
         for _ in 0..samples {

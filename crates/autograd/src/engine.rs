@@ -25,7 +25,7 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
 use crate::hooks::{run_grad_hooks, run_post_accumulate_hooks};
-use crate::node::{Grads, HAS_HOOKS, NodeRef, RETAINS_GRAD};
+use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, NodeRef, RETAINS_GRAD};
 use crate::reactive::{self, Mode};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
@@ -33,7 +33,6 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const u8 as usize
@@ -44,6 +43,10 @@ struct Graph {
     nodes: Vec<NodeRef>,
     /// Per node, per input: the local index of the input if a gradient can flow to it.
     edges: Vec<SmallVec<[Option<usize>; 2]>>,
+    /// Per node: how many input edges of discovered nodes point to it. With the engine's
+    /// own reference, that accounts for every strong reference the graph itself holds; any
+    /// other is a handle held outside this backward, whose value must be kept.
+    graph_refs: Vec<usize>,
     index: FxHashMap<usize, usize>,
 }
 
@@ -56,47 +59,71 @@ impl Graph {
         let i = self.nodes.len();
         self.nodes.push(n.clone());
         self.edges.push(SmallVec::new());
+        self.graph_refs.push(0);
         self.index.insert(k, i);
         (i, true)
     }
 }
 
 /// The inputs a gradient flows to: the recorded inputs, or a router's current target.
-fn grad_inputs(n: &NodeRef) -> SmallVec<[NodeRef; 2]> {
+fn grad_input(n: &NodeRef, routes: &FxHashMap<usize, NodeRef>, pos: usize) -> Option<NodeRef> {
     if n.op.is_router() {
-        return n.op.route().map(|v| v.node.clone()).into_iter().collect();
+        return if pos == 0 { routes.get(&key(n)).cloned() } else { None };
     }
-    n.inputs.clone()
+    n.inputs.get(pos).cloned()
+}
+
+fn grad_input_count(n: &NodeRef, routes: &mut FxHashMap<usize, NodeRef>) -> usize {
+    if n.op.is_router() {
+        // A router's target is read once per backward, so that it cannot change mid-pass.
+        return match n.op.route() {
+            Some(v) => {
+                routes.insert(key(n), v.node.clone());
+                1
+            }
+            None => 0,
+        };
+    }
+    n.inputs.len()
 }
 
 /// Discovers the nodes reachable from `roots` through grad-requiring edges; returns the
 /// graph and a post-order (inputs before consumers).
 fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
-    let mut g = Graph { nodes: Vec::new(), edges: Vec::new(), index: FxHashMap::default() };
+    let mut g = Graph { nodes: Vec::new(), edges: Vec::new(), graph_refs: Vec::new(), index: FxHashMap::default() };
+    let mut routes: FxHashMap<usize, NodeRef> = FxHashMap::default();
     let mut post = Vec::new();
-    let mut stack: Vec<(usize, SmallVec<[NodeRef; 2]>, usize)> = Vec::new();
+    // (node, number of inputs, next input to visit)
+    let mut stack: Vec<(usize, usize, usize)> = Vec::new();
     for r in roots {
         let (i, new) = g.add(r);
         if new {
-            stack.push((i, grad_inputs(r), 0));
+            let n = grad_input_count(r, &mut routes);
+            stack.push((i, n, 0));
         }
-        while let Some((i, inputs, pos)) = stack.last_mut() {
-            if *pos < inputs.len() {
-                let p = inputs[*pos].clone();
+        while let Some(&mut (i, count, ref mut pos)) = stack.last_mut() {
+            if *pos < count {
+                let p = *pos;
                 *pos += 1;
-                let i = *i;
-                if !p.requires_grad() {
+                let Some(input) = grad_input(&g.nodes[i], &routes, p) else {
+                    g.edges[i].push(None);
+                    continue;
+                };
+                if !input.requires_grad() {
                     g.edges[i].push(None);
                     continue;
                 }
-                let (j, new) = g.add(&p);
+                let (j, new) = g.add(&input);
                 g.edges[i].push(Some(j));
+                if !g.nodes[i].op.is_router() {
+                    g.graph_refs[j] += 1;
+                }
                 if new {
-                    let ins = grad_inputs(&p);
-                    stack.push((j, ins, 0));
+                    let n = grad_input_count(&input, &mut routes);
+                    stack.push((j, n, 0));
                 }
             } else {
-                post.push(*i);
+                post.push(i);
                 stack.pop();
             }
         }
@@ -152,8 +179,9 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
         };
         needed[i] = own || graph.edges[i].iter().any(|e| e.is_some_and(|j| needed[j]));
         // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
-        if accumulate && !node.is_leaf() && !node.has(RETAINS_GRAD) {
+        if accumulate && node.has(HAS_GRAD) && !node.is_leaf() && !node.has(RETAINS_GRAD) {
             *node.grad_slot() = None;
+            node.set(HAS_GRAD, false);
         }
     }
     let mut deps = vec![0usize; n];
@@ -187,12 +215,12 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
 
     let mut captured: Vec<Option<Var>> = vec![None; run.targets.map_or(0, |t| t.len())];
     while let Some((_, i)) = heap.pop() {
-        let node = graph.nodes[i].clone();
+        let node = &graph.nodes[i];
         let mut grad = buffers[i].take();
         if node.has(HAS_HOOKS)
             && let Some(g) = grad.take()
         {
-            grad = Some(run_grad_hooks(&node, g)?);
+            grad = Some(run_grad_hooks(node, g)?);
         }
         if let Some(t) = target_slot[i] {
             captured[t] = grad.clone();
@@ -202,18 +230,19 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 && node.requires_grad()
                 && let Some(g) = grad
             {
-                accumulate_grad(&node, g, create_graph)?;
-                run_post_accumulate_hooks(&node)?;
+                accumulate_grad(node, g, create_graph)?;
+                run_post_accumulate_hooks(node)?;
             }
             continue;
         }
         if accumulate {
             if node.has(RETAINS_GRAD) {
                 if let Some(g) = &grad {
-                    accumulate_grad(&node, g.clone(), create_graph)?;
+                    accumulate_grad(node, g.clone(), create_graph)?;
                 }
             } else if retain_graph {
                 *node.grad_slot() = grad.clone();
+                node.set(HAS_GRAD, grad.is_some());
             }
         }
         let needs: SmallVec<[bool; 2]> = graph.edges[i].iter().map(|e| e.is_some_and(|j| needed[j])).collect();
@@ -222,7 +251,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 if node.op.is_router() {
                     smallvec::smallvec![Some(g.clone())]
                 } else {
-                    crate::anomaly::checked_backward(&node, &BackwardCtx { node: &node, needs }, g)?
+                    crate::anomaly::checked_backward(node, &BackwardCtx { node, needs }, g)?
                 }
             }
             _ => Grads::new(),
@@ -233,7 +262,11 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 continue;
             }
             if let Some(Some(gk)) = grads.get(k) {
-                check_grad_shape(&node, k, &graph.nodes[j], gk)?;
+                // Built-in operations are covered by gradcheck tests; the check costs two
+                // locks per edge, so release builds leave it to operations that ask for it.
+                if cfg!(debug_assertions) || node.op.validates_grads() {
+                    check_grad_shape(node, k, &graph.nodes[j], gk)?;
+                }
                 buffers[j] = Some(match buffers[j].take() {
                     None => gk.clone(),
                     Some(prev) => prev.add(gk)?,
@@ -245,7 +278,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             }
         }
         if !retain_graph {
-            release(&node);
+            release(node, graph.graph_refs[i]);
         }
     }
     Ok(captured)
@@ -266,9 +299,10 @@ fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Resul
     Ok(())
 }
 
-/// Frees the value of a node that backward no longer needs and no handle holds.
-fn release(node: &NodeRef) {
-    if node.inputs.is_empty() || !node.op.recomputable() || node.user_handles.load(Ordering::Relaxed) > 0 {
+/// Frees the value of a node that backward no longer needs and nothing outside the graph
+/// holds (no `Var` of the user's, no other graph that was not part of this backward).
+fn release(node: &NodeRef, graph_refs: usize) {
+    if node.inputs.is_empty() || !node.op.recomputable() || Arc::strong_count(node) > 1 + graph_refs {
         return;
     }
     node.state().value = None;

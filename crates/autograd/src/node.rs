@@ -10,7 +10,7 @@ use crate::backward_ctx::BackwardCtx;
 use crate::var::Var;
 use ember_tensor::{Result, Tensor};
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared reference to a node, as held by the graph (not counted as a user handle).
@@ -54,7 +54,7 @@ pub trait Op: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Computes the output from the input values. Called when the node is created and
     /// whenever its value must be recomputed (after it was freed, or its inputs changed).
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor>;
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor>;
     /// Gradients with respect to each input, given the gradient of the output.
     fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads>;
     /// Which values backward reads; those are version-checked, the others may be freed or
@@ -66,6 +66,12 @@ pub trait Op: Send + Sync + 'static {
     /// not (they draw random numbers, say) keep their values after backward.
     fn recomputable(&self) -> bool {
         true
+    }
+    /// Whether the engine checks, in release builds too, that backward's gradients have the
+    /// inputs' shapes (debug builds always check). Built-in operations are verified by
+    /// gradcheck tests and skip the check; custom functions opt in.
+    fn validates_grads(&self) -> bool {
+        false
     }
     /// For a gradient router: the node its gradient continues to (`None`: it stops).
     #[doc(hidden)]
@@ -86,7 +92,7 @@ impl Op for Leaf {
     fn name(&self) -> &str {
         "leaf"
     }
-    fn forward(&self, _: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, _: &[&Tensor]) -> Result<Tensor> {
         Err(ember_tensor::Error::autograd("a leaf has no forward computation"))
     }
     fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
@@ -103,6 +109,8 @@ pub(crate) const FROZEN: u8 = 4;
 pub(crate) const IS_LEAF: u8 = 8;
 pub(crate) const HAS_HOOKS: u8 = 16;
 pub(crate) const DETACHED: u8 = 32;
+/// A non-leaf holds the gradient of an earlier backward (kept by `retain_graph`).
+pub(crate) const HAS_GRAD: u8 = 64;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -138,31 +146,48 @@ pub struct Node<O: ?Sized> {
     pub(crate) inputs: SmallVec<[NodeRef; 2]>,
     pub(crate) seq: u64,
     pub(crate) flags: AtomicU8,
-    pub(crate) user_handles: AtomicUsize,
     pub(crate) state: Mutex<NodeState>,
     pub(crate) grad: Mutex<Option<Var>>,
     pub(crate) extras: Mutex<Option<Box<Extras>>>,
     pub(crate) op: O,
 }
 
-static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
+static NEXT_SEQ_BLOCK: AtomicU64 = AtomicU64::new(1);
+const SEQ_BLOCK: u64 = 1 << 16;
 
+thread_local! {
+    /// The next sequence number of this thread and the end of its reserved block.
+    static SEQ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A fresh sequence number. Threads reserve blocks from a global counter, so that numbering
+/// a node costs no atomic operation. Numbers only choose among *ready* nodes in backward
+/// (dependencies are counted), so blocks interleaving across threads is harmless.
 pub(crate) fn next_seq() -> u64 {
-    NEXT_SEQ.fetch_add(1, Ordering::Relaxed)
+    SEQ.with(|c| {
+        let (mut next, mut end) = c.get();
+        if next == end {
+            next = NEXT_SEQ_BLOCK.fetch_add(SEQ_BLOCK, Ordering::Relaxed);
+            end = next + SEQ_BLOCK;
+        }
+        c.set((next + 1, end));
+        next
+    })
 }
 
 impl<O: Op> Node<O> {
-    pub(crate) fn new(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u8, state: NodeState) -> NodeRef {
-        Arc::new(Node {
+    /// A new node and the first handle to it.
+    pub(crate) fn new_var(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u8, state: NodeState) -> Var {
+        let node: NodeRef = Arc::new(Node {
             inputs,
             seq: next_seq(),
             flags: AtomicU8::new(flags),
-            user_handles: AtomicUsize::new(0),
             state: Mutex::new(state),
             grad: Mutex::new(None),
             extras: Mutex::new(None),
             op,
-        })
+        });
+        Var { node }
     }
 }
 
@@ -212,10 +237,15 @@ impl<O: ?Sized> Drop for Node<O> {
         if self.inputs.is_empty() {
             return;
         }
-        let mut stack: Vec<NodeRef> = std::mem::take(&mut self.inputs).into_vec();
+        // The worklist stays inline for chains; it only spills when a branch point is the
+        // last owner of several inputs.
+        let mut stack: SmallVec<[NodeRef; 4]> = SmallVec::new();
+        stack.extend(std::mem::take(&mut self.inputs));
         while let Some(mut n) = stack.pop() {
             if let Some(inner) = Arc::get_mut(&mut n) {
-                stack.extend(std::mem::take(&mut inner.inputs));
+                for i in std::mem::take(&mut inner.inputs) {
+                    stack.push(i);
+                }
             }
         }
     }

@@ -116,7 +116,8 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
         Mode::Full => st.input_versions[..] != current[..],
     };
     if changed || st.value.is_none() {
-        let out = n.op.forward(&values)?;
+        let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
+        let out = n.op.forward(&refs)?;
         out.storage().watch();
         st.storage_version = out.version();
         st.value = Some(out);

@@ -5,7 +5,6 @@ use crate::reactive::{self, Mode};
 use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// A tensor in the autograd graph: a shared handle to a node that holds the value, the
 /// operation that produced it and the gradient slot.
@@ -29,20 +28,13 @@ pub struct Var {
 
 impl Clone for Var {
     fn clone(&self) -> Self {
-        Var::from_node(self.node.clone())
-    }
-}
-
-impl Drop for Var {
-    fn drop(&mut self) {
-        self.node.user_handles.fetch_sub(1, Ordering::Relaxed);
+        Var { node: self.node.clone() }
     }
 }
 
 impl Var {
     /// A handle to a node whose value is present (the caller guarantees it).
     pub(crate) fn from_node(node: NodeRef) -> Var {
-        node.user_handles.fetch_add(1, Ordering::Relaxed);
         Var { node }
     }
 
@@ -57,7 +49,7 @@ impl Var {
     fn leaf_with(value: Tensor, flags: u8) -> Var {
         value.storage().watch();
         let state = NodeState::new(value, SmallVec::new(), reactive::epochs());
-        Var::from_node(Node::new(Leaf, SmallVec::new(), IS_LEAF | flags, state))
+        Node::new_var(Leaf, SmallVec::new(), IS_LEAF | flags, state)
     }
 
     /// A leaf that does not require grad: an input or a constant.

@@ -53,11 +53,13 @@ impl DType {
     }
 
     /// Whether this is a floating-point dtype.
+    #[inline]
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
     }
 
     /// Whether this is an integer dtype (`u8` or `i64`).
+    #[inline]
     pub fn is_int(self) -> bool {
         !self.is_float()
     }
@@ -70,12 +72,14 @@ impl DType {
     /// assert_eq!(DType::I64.promote(DType::F32), DType::F32);
     /// assert_eq!(DType::F32.promote(DType::F64), DType::F64);
     /// ```
+    #[inline]
     pub fn promote(self, other: DType) -> DType {
         self.max(other)
     }
 
     /// The dtype of `self` combined with a scalar: floats keep their dtype, and a floating
     /// scalar turns an integer dtype into `f32`.
+    #[inline]
     pub fn promote_scalar(self, scalar: Scalar) -> DType {
         match scalar {
             Scalar::Float(_) if self.is_int() => DType::F32,
@@ -85,6 +89,7 @@ impl DType {
 
     /// The dtype a floating function (`exp`, `sigmoid`...) computes in: floats keep theirs,
     /// integers compute in `f32`.
+    #[inline]
     pub fn float_or_default(self) -> DType {
         if self.is_float() { self } else { DType::F32 }
     }

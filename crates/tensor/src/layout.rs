@@ -11,15 +11,23 @@ use smallvec::SmallVec;
 pub type Strides = SmallVec<[usize; 4]>;
 
 /// Shape, strides and storage offset of a tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Layout {
     pub(crate) shape: Shape,
     pub(crate) strides: Strides,
     pub(crate) offset: usize,
 }
 
+impl Clone for Layout {
+    #[inline]
+    fn clone(&self) -> Self {
+        Layout { shape: self.shape.clone(), strides: SmallVec::from_slice(&self.strides), offset: self.offset }
+    }
+}
+
 impl Layout {
     /// A row-major layout starting at offset 0.
+    #[inline]
     pub fn contiguous(shape: Shape) -> Self {
         let strides = shape.contiguous_strides();
         Layout { shape, strides, offset: 0 }
@@ -32,32 +40,38 @@ impl Layout {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
     /// The strides, in elements.
+    #[inline]
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
 
     /// The offset of element `[0, 0, ...]` in the storage.
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
 
     /// Whether the elements are laid out row-major without gaps (dimensions of extent 1
     /// may have any stride).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1usize;
         for i in (0..self.rank()).rev() {
@@ -73,6 +87,7 @@ impl Layout {
     }
 
     /// The storage range `offset..offset + numel` when the layout is contiguous.
+    #[inline]
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
         self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }

@@ -5,8 +5,16 @@ use smallvec::SmallVec;
 use std::fmt;
 
 /// The extents of a tensor, outermost first. Up to four dimensions are stored inline.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(PartialEq, Eq, Hash, Default)]
 pub struct Shape(pub(crate) SmallVec<[usize; 4]>);
+
+impl Clone for Shape {
+    /// A plain copy of the extents (`SmallVec::clone` goes element by element).
+    #[inline]
+    fn clone(&self) -> Self {
+        Shape(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Shape {
     /// The shape of a 0-d (scalar) tensor.
@@ -15,17 +23,20 @@ impl Shape {
     }
 
     /// The extents as a slice.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         &self.0
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.0.len()
     }
 
     /// Number of elements (1 for a 0-d tensor). Saturates instead of overflowing; use
     /// [`Shape::checked_numel`] where an overflow must be reported.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.0.iter().fold(1usize, |a, &d| a.saturating_mul(d))
     }
@@ -36,10 +47,21 @@ impl Shape {
     }
 
     /// Row-major (C-contiguous) strides for this shape, in elements.
+    #[inline]
     pub fn contiguous_strides(&self) -> SmallVec<[usize; 4]> {
-        let mut strides: SmallVec<[usize; 4]> = SmallVec::from_elem(0, self.rank());
+        let rank = self.rank();
+        if rank <= 4 {
+            let mut s = [0usize; 4];
+            let mut acc = 1usize;
+            for i in (0..rank).rev() {
+                s[i] = acc;
+                acc = acc.saturating_mul(self.0[i]);
+            }
+            return SmallVec::from_buf_and_len(s, rank);
+        }
+        let mut strides: SmallVec<[usize; 4]> = SmallVec::from_elem(0, rank);
         let mut acc = 1usize;
-        for i in (0..self.rank()).rev() {
+        for i in (0..rank).rev() {
             strides[i] = acc;
             acc = acc.saturating_mul(self.0[i]);
         }

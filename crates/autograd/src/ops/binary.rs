@@ -35,7 +35,7 @@ macro_rules! binary_op {
             fn name(&self) -> &str {
                 $name
             }
-            fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
                 let ($a, $b) = (&inputs[0], &inputs[1]);
                 $fwd
             }

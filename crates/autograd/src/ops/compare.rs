@@ -14,7 +14,7 @@ impl Op for Compare {
     fn name(&self) -> &str {
         self.0.name()
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (a, b) = (&inputs[0], &inputs[1]);
         match self.0 {
             CmpOp::Eq => a.eq(b),
@@ -39,7 +39,7 @@ impl Op for CompareScalar {
     fn name(&self) -> &str {
         self.0.name()
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (a, s) = (&inputs[0], self.1);
         Ok(match self.0 {
             CmpOp::Eq => a.eq_scalar(s),
@@ -99,7 +99,7 @@ impl Op for ArgExtreme {
     fn name(&self) -> &str {
         if self.max { "argmax" } else { "argmin" }
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if self.max { inputs[0].argmax(self.dim, self.keepdim) } else { inputs[0].argmin(self.dim, self.keepdim) }
     }
     fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
@@ -116,7 +116,7 @@ impl Op for Cast {
     fn name(&self) -> &str {
         "to_dtype"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].to_dtype(self.0))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -135,7 +135,7 @@ impl Op for Detach {
     fn name(&self) -> &str {
         "detach"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].clone())
     }
     fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {

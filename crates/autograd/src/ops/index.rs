@@ -19,8 +19,8 @@ impl Op for IndexSelect {
     fn name(&self) -> &str {
         "index_select"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].index_select(self.dim, &inputs[1])
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].index_select(self.dim, inputs[1])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let idx = ctx.input(1)?;
@@ -42,7 +42,7 @@ impl Op for IndexAdd {
     fn name(&self) -> &str {
         "index_add"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (src, idx) = (&inputs[0], &inputs[1]);
         // Spread the 1-d index over the source's shape so that scatter_add can take it.
         let mut view = vec![1usize; src.rank()];
@@ -68,8 +68,8 @@ impl Op for Gather {
     fn name(&self) -> &str {
         "gather"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].gather(self.dim, &inputs[1])
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].gather(self.dim, inputs[1])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let idx = ctx.input(1)?;
@@ -90,8 +90,8 @@ impl Op for ScatterAdd {
     fn name(&self) -> &str {
         "scatter_add"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].scatter_add(self.dim, &inputs[1], &inputs[2])
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].scatter_add(self.dim, inputs[1], inputs[2])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let src = if ctx.needs_input_grad(2) {
@@ -119,8 +119,8 @@ impl Op for MaskedFill {
     fn name(&self) -> &str {
         "masked_fill"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].masked_fill(&inputs[1], self.value)
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].masked_fill(inputs[1], self.value)
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         Ok(smallvec![Some(g.masked_fill(&ctx.input(1)?, 0.0)?), None])
@@ -138,8 +138,8 @@ impl Op for WhereCond {
     fn name(&self) -> &str {
         "where"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].where_cond(&inputs[1], &inputs[2])
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].where_cond(inputs[1], inputs[2])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let c = ctx.input(0)?;

@@ -16,9 +16,8 @@ impl Op for Cat {
     fn name(&self) -> &str {
         "cat"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        Tensor::cat(&refs, self.dim)
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        Tensor::cat(inputs, self.dim)
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let mut out = Grads::new();
@@ -44,7 +43,7 @@ impl Op for Pad {
     fn name(&self) -> &str {
         "pad"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].pad(&self.pads, self.value)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -70,7 +69,7 @@ impl Op for Repeat {
     fn name(&self) -> &str {
         "repeat"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].repeat(&self.repeats)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -99,7 +98,7 @@ impl Op for Triangle {
     fn name(&self) -> &str {
         if self.upper { "triu" } else { "tril" }
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if self.upper { inputs[0].triu(self.diagonal) } else { inputs[0].tril(self.diagonal) }
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

@@ -16,8 +16,8 @@ impl Op for Matmul {
     fn name(&self) -> &str {
         "matmul"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        inputs[0].matmul(&inputs[1])
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].matmul(inputs[1])
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let ga = if ctx.needs_input_grad(0) {

@@ -17,23 +17,44 @@ mod view;
 
 use crate::anomaly;
 use crate::grad_mode::is_grad_enabled;
-use crate::node::{Node, NodeState, Op, REQUIRES_GRAD};
+use crate::node::{Node, NodeRef, NodeState, Op, REQUIRES_GRAD};
 use crate::reactive;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
+use std::sync::{Arc, MutexGuard};
 
 /// Runs `op` on the values of `inputs` and, in grad mode, records it in the graph.
+///
+/// The inputs' states are locked (each node once, in address order, so that two threads
+/// applying `a * b` and `b * a` cannot deadlock) while the forward runs on borrowed values:
+/// no input tensor is cloned.
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
-    let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(inputs.len());
+    let key = |v: &Var| Arc::as_ptr(&v.node) as *const u8 as usize;
+    let mut order: SmallVec<[usize; 4]> = (0..inputs.len()).collect();
+    order.sort_unstable_by_key(|&i| key(inputs[i]));
+    let mut guards: SmallVec<[(usize, MutexGuard<'_, NodeState>); 4]> = SmallVec::new();
+    for &i in &order {
+        let k = key(inputs[i]);
+        if guards.last().is_none_or(|(last, _)| *last != k) {
+            guards.push((k, inputs[i].node.state()));
+        }
+    }
+    let state_of = |v: &Var| -> &NodeState {
+        let k = key(v);
+        // Every input was locked above.
+        &guards[guards.iter().position(|(g, _)| *g == k).unwrap_or(0)].1
+    };
+    let mut values: SmallVec<[&Tensor; 4]> = SmallVec::with_capacity(inputs.len());
     let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
     for v in inputs {
-        let st = v.node.state();
-        let value = st.value.clone().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))?;
+        let st = state_of(v);
+        values.push(st.value.as_ref().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))?);
         versions.push(st.versions());
-        values.push(value);
     }
     let out = op.forward(&values)?;
+    drop(values);
+    drop(guards);
     Ok(record(op, inputs, out, versions))
 }
 
@@ -45,11 +66,15 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
     let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
     out.storage().watch();
     let state = NodeState::new(out, versions, reactive::epochs());
-    let node = Node::new(op, inputs.iter().map(|v| v.node.clone()).collect(), flags, state);
-    if let Some(site) = anomaly::creation_site() {
-        node.extras().get_or_insert_with(Default::default).created_at = Some(site);
+    let mut edges: SmallVec<[NodeRef; 2]> = SmallVec::new();
+    for v in inputs {
+        edges.push(v.node.clone());
     }
-    Var::from_node(node)
+    let var = Node::new_var(op, edges, flags, state);
+    if let Some(site) = anomaly::creation_site() {
+        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
+    }
+    var
 }
 
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions

@@ -44,7 +44,7 @@ impl Op for Sum {
     fn name(&self) -> &str {
         "sum"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].sum(&self.0.dims[..], self.0.keepdim)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -65,7 +65,7 @@ impl Op for Extreme {
     fn name(&self) -> &str {
         if self.max { "max" } else { "min" }
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if self.max {
             inputs[0].max(&self.r.dims[..], self.r.keepdim)
         } else {
@@ -91,7 +91,7 @@ impl Op for Prod {
     fn name(&self) -> &str {
         "prod"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].prod(&self.0.dims[..], self.0.keepdim)
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

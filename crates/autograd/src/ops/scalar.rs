@@ -18,7 +18,7 @@ macro_rules! scalar_op {
             fn name(&self) -> &str {
                 $name
             }
-            fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
                 let ($x, $s) = (&inputs[0], self.s);
                 Ok($fwd)
             }

@@ -16,7 +16,7 @@ impl Op for Softmax {
     fn name(&self) -> &str {
         if self.log { "log_softmax" } else { "softmax" }
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if self.log { inputs[0].log_softmax(self.dim) } else { inputs[0].softmax(self.dim) }
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

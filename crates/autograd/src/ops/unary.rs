@@ -23,7 +23,7 @@ macro_rules! unary_op {
             fn name(&self) -> &str {
                 $name
             }
-            fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+            fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
                 let $x = &inputs[0];
                 Ok($fwd)
             }
@@ -210,7 +210,7 @@ impl Op for Softplus {
     fn name(&self) -> &str {
         "softplus"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].softplus(self.beta, self.threshold))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -231,7 +231,7 @@ impl Op for LeakyRelu {
     fn name(&self) -> &str {
         "leaky_relu"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].leaky_relu(self.slope))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -250,7 +250,7 @@ impl Op for Elu {
     fn name(&self) -> &str {
         "elu"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].elu(self.alpha))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -272,7 +272,7 @@ impl Op for Clamp {
     fn name(&self) -> &str {
         "clamp"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].clamp(self.min, self.max))
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

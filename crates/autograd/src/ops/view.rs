@@ -17,7 +17,7 @@ impl Op for Reshape {
     fn name(&self) -> &str {
         "reshape"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].reshape(&self.to)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -36,7 +36,7 @@ impl Op for Permute {
     fn name(&self) -> &str {
         "permute"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].permute(&self.perm)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -60,7 +60,7 @@ impl Op for Expand {
     fn name(&self) -> &str {
         "expand"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].expand(self.to.clone())
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -89,7 +89,7 @@ impl Op for Slice {
     fn name(&self) -> &str {
         "slice"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let s = &self.spec;
         inputs[0].slice(s.dim, s.start, s.start + s.len.saturating_sub(1) * s.step + 1.min(s.len), s.step)
     }
@@ -111,11 +111,11 @@ impl Op for Embed {
     fn name(&self) -> &str {
         "embed"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let s = &self.spec;
         let out = Tensor::full_on(self.into.clone(), 0, inputs[0].dtype(), inputs[0].device())?;
         let end = s.start + s.len.saturating_sub(1) * s.step + 1.min(s.len);
-        out.slice(s.dim, s.start, end, s.step)?.copy_(&inputs[0])?;
+        out.slice(s.dim, s.start, end, s.step)?.copy_(inputs[0])?;
         Ok(out)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
@@ -134,7 +134,7 @@ impl Op for Contiguous {
     fn name(&self) -> &str {
         "contiguous"
     }
-    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].contiguous())
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

@@ -5,13 +5,20 @@ use crate::dtype::Element;
 use crate::{Error, Result};
 use std::ptr::NonNull;
 
-/// An owned array of `T`, allocated through the buffer pool.
+/// Buffers of at most this many bytes live inside the `Buffer` value itself: a tensor of a
+/// few elements then costs no allocation of its own.
+const INLINE_BYTES: usize = 32;
+
+/// An owned array of `T`, allocated through the buffer pool (or stored inline when tiny).
 ///
 /// Every element is always initialised: fresh memory is zeroed and reused memory holds the
 /// stale values of its previous owner, which are valid values of every element type.
 pub struct Buffer<T: Element> {
-    ptr: NonNull<T>,
+    /// `None` for an inline buffer.
+    ptr: Option<NonNull<T>>,
     len: usize,
+    inline: [u64; INLINE_BYTES / 8],
+    _t: std::marker::PhantomData<T>,
 }
 
 // SAFETY: `Buffer` owns its memory exclusively, like `Vec<T>`.
@@ -28,12 +35,21 @@ impl<T: Element> Buffer<T> {
     }
 
     fn alloc(op: &'static str, len: usize, zeroed: bool) -> Result<Self> {
-        if len == 0 {
-            return Ok(Buffer { ptr: NonNull::dangling(), len: 0 });
+        let inline = [0u64; INLINE_BYTES / 8];
+        if len <= INLINE_BYTES / std::mem::size_of::<T>() {
+            return Ok(Buffer { ptr: None, len, inline, _t: std::marker::PhantomData });
         }
         let bytes = Self::bytes_for(op, len)?;
         let p = pool::alloc_block(bytes, zeroed).ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })?;
-        Ok(Buffer { ptr: p.cast(), len })
+        Ok(Buffer { ptr: Some(p.cast()), len, inline, _t: std::marker::PhantomData })
+    }
+
+    fn data_ptr(&self) -> *const T {
+        match self.ptr {
+            Some(p) => p.as_ptr(),
+            // The inline words are 8-aligned, which suits every element type.
+            None => self.inline.as_ptr() as *const T,
+        }
     }
 
     /// `len` zeros.
@@ -84,26 +100,24 @@ impl<T: Element> Buffer<T> {
 impl<T: Element> std::ops::Deref for Buffer<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` points to `len` initialised elements owned by `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: the data holds `len` initialised elements owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.len) }
     }
 }
 
 impl<T: Element> std::ops::DerefMut for Buffer<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as above, and `&mut self` guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr() as *mut T, self.len) }
     }
 }
 
 impl<T: Element> Drop for Buffer<T> {
     fn drop(&mut self) {
-        if self.len == 0 {
-            return;
-        }
+        let Some(p) = self.ptr else { return };
         let bytes = pool::rounded(self.len * std::mem::size_of::<T>());
         // SAFETY: the block was allocated by `alloc_block(bytes, _)` in `alloc`.
-        unsafe { pool::free_block(self.ptr.cast(), bytes) };
+        unsafe { pool::free_block(p.cast(), bytes) };
     }
 }
 
@@ -136,6 +150,10 @@ mod tests {
     #[test]
     fn empty_and_overflowing_requests() {
         assert!(Buffer::<f64>::zeros("t", 0).unwrap().is_empty());
+        let mut tiny = Buffer::<u8>::zeros("t", 32).unwrap();
+        tiny[31] = 7;
+        let moved = tiny;
+        assert_eq!(moved[31], 7);
         assert!(Buffer::<f64>::zeros("t", usize::MAX / 4).is_err());
     }
 }

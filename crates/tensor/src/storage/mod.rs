@@ -143,6 +143,7 @@ static MUTATION_EPOCH: AtomicU64 = AtomicU64::new(1);
 ///
 /// Autograd's reactive re-execution compares it with the epoch at which a node was last
 /// verified: when nothing has been written since, a request for a value answers at once.
+#[inline]
 pub fn mutation_epoch() -> u64 {
     MUTATION_EPOCH.load(Ordering::Acquire)
 }
@@ -167,6 +168,7 @@ impl StorageCell {
     }
 
     /// Shared access to the data.
+    #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, Storage> {
         self.data.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -179,6 +181,7 @@ impl StorageCell {
     }
 
     /// Bumps the version as an in-place write does.
+    #[inline]
     pub fn bump(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
         if self.watched.load(Ordering::Relaxed) {
@@ -187,12 +190,14 @@ impl StorageCell {
     }
 
     /// The number of in-place writes so far.
+    #[inline]
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
     }
 
     /// Marks the cell as holding an autograd value, so that writes advance the global
     /// mutation epoch.
+    #[inline]
     pub fn watch(&self) {
         if !self.watched.load(Ordering::Relaxed) {
             self.watched.store(true, Ordering::Relaxed);

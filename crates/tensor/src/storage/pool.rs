@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// Blocks smaller than this go to the system allocator, whose small-size bins are fast.
 pub(crate) const POOL_MIN_BYTES: usize = 64 * 1024;
 const PAGE: usize = 4096;
+/// Blocks below this are not counted in [`MemoryStats`]: counting costs atomic updates that
+/// would dominate the cost of operations on tiny tensors, whose memory does not matter.
+pub(crate) const TRACK_MIN_BYTES: usize = 4096;
 const ALIGN_LARGE: usize = 64;
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -36,7 +39,7 @@ static FREE: Mutex<Option<HashMap<usize, Vec<Block>>>> = Mutex::new(None);
 /// Memory counters of tensor storage, for benchmarks and memory tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryStats {
-    /// Bytes held by live tensor storages.
+    /// Bytes held by live tensor storages of 4 KiB and more (smaller ones are not counted).
     pub live_bytes: usize,
     /// The highest `live_bytes` since the last [`reset_peak`].
     pub peak_bytes: usize,
@@ -105,7 +108,13 @@ pub fn clear_pool() {
 
 /// The allocation size actually used for a request of `bytes`.
 pub(crate) fn rounded(bytes: usize) -> usize {
-    if bytes >= POOL_MIN_BYTES { bytes.div_ceil(PAGE) * PAGE } else { bytes }
+    if bytes >= POOL_MIN_BYTES {
+        bytes.div_ceil(PAGE) * PAGE
+    } else {
+        // At least one 16-byte unit, so that the system allocator takes its `calloc` fast
+        // path (an alignment larger than the size sends it to `posix_memalign`).
+        bytes.max(1).div_ceil(16) * 16
+    }
 }
 
 fn block_layout(bytes: usize) -> AllocLayout {
@@ -119,7 +128,9 @@ fn block_layout(bytes: usize) -> AllocLayout {
 /// the system refuses.
 pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
     debug_assert!(bytes > 0);
-    track_alloc(bytes);
+    if bytes >= TRACK_MIN_BYTES {
+        track_alloc(bytes);
+    }
     if bytes >= POOL_MIN_BYTES && POOL_ENABLED.load(Ordering::Relaxed) {
         let reused = {
             let mut guard = FREE.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,7 +151,7 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
     // SAFETY: `bytes > 0` and the layout is valid.
     let p = unsafe { alloc::alloc_zeroed(block_layout(bytes)) };
     let p = NonNull::new(p);
-    if p.is_none() {
+    if p.is_none() && bytes >= TRACK_MIN_BYTES {
         LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
     }
     p
@@ -151,7 +162,9 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
 /// # Safety
 /// `ptr` must come from `alloc_block(bytes, _)` and must not be used afterwards.
 pub(crate) unsafe fn free_block(ptr: NonNull<u8>, bytes: usize) {
-    LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+    if bytes >= TRACK_MIN_BYTES {
+        LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+    }
     if bytes >= POOL_MIN_BYTES
         && POOL_ENABLED.load(Ordering::Relaxed)
         && CACHED_BYTES.load(Ordering::Relaxed) + bytes <= POOL_LIMIT.load(Ordering::Relaxed)
@@ -167,5 +180,8 @@ pub(crate) unsafe fn free_block(ptr: NonNull<u8>, bytes: usize) {
 
 fn track_alloc(bytes: usize) {
     let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+    // A plain load first: the read-modify-write is only needed when a new peak is reached.
+    if live > PEAK_BYTES.load(Ordering::Relaxed) {
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+    }
 }

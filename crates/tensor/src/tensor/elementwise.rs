@@ -30,9 +30,18 @@ impl Tensor {
         if op == BinaryOp::Div && dtype.is_int() {
             dtype = DType::F32;
         }
+        if self.same_shape_and_dtype(other, dtype) {
+            // No broadcasting or conversion to prepare: hand the operands over as they are.
+            let s = self.read2(other, |va, vb| self.backend().binary(op, va, vb))?;
+            return Ok(Tensor::from_storage(s, self.shape_obj().clone()));
+        }
         let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
         let s = a.read2(&b, |va, vb| a.backend().binary(op, va, vb))?;
         Ok(Tensor::from_storage(s, shape))
+    }
+
+    fn same_shape_and_dtype(&self, other: &Tensor, dtype: DType) -> bool {
+        self.dtype == dtype && other.dtype == dtype && self.device == other.device && self.shape() == other.shape()
     }
 
     /// `self + other`, broadcasting.
@@ -71,14 +80,20 @@ impl Tensor {
     }
 
     pub(crate) fn unary_op(&self, op: UnaryOp) -> Tensor {
-        let src = if op.is_float_only() { self.to_dtype(self.dtype.float_or_default()) } else { self.clone() };
-        let s = infallible(src.read(|v| src.backend().unary(op, v)));
+        let want = if op.is_float_only() { self.dtype.float_or_default() } else { self.dtype };
+        if want != self.dtype {
+            return self.to_dtype(want).unary_op(op);
+        }
+        let s = infallible(self.read(|v| self.backend().unary(op, v)));
         Tensor::from_storage(s, self.shape_obj().clone())
     }
 
     /// A scalar operation, in the dtype that the scalar promotes `self` to.
     fn scalar_op(&self, s: Scalar, make: impl Fn(f64) -> UnaryOp) -> Tensor {
         let dtype = self.dtype.promote_scalar(s);
+        if dtype == self.dtype {
+            return self.unary_op(make(s.to_f64()));
+        }
         self.to_dtype(dtype).unary_op(make(s.to_f64()))
     }
 
@@ -137,6 +152,10 @@ impl Tensor {
 
     fn compare_op(&self, op: CmpOp, other: &Tensor) -> Result<Tensor> {
         let dtype = self.dtype.promote(other.dtype);
+        if self.same_shape_and_dtype(other, dtype) {
+            let s = self.read2(other, |va, vb| self.backend().compare(op, va, vb))?;
+            return Ok(Tensor::from_storage(s, self.shape_obj().clone()));
+        }
         let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
         let s = a.read2(&b, |va, vb| a.backend().compare(op, va, vb))?;
         Ok(Tensor::from_storage(s, shape))

@@ -120,21 +120,25 @@ impl Tensor {
     }
 
     /// The extents of each dimension.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
     }
 
     /// The shape as a [`Shape`] value.
+    #[inline]
     pub fn shape_obj(&self) -> &Shape {
         self.layout.shape()
     }
 
     /// Number of dimensions (0 for a scalar).
+    #[inline]
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
@@ -145,26 +149,31 @@ impl Tensor {
     }
 
     /// The element type.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
     /// The device holding the data.
+    #[inline]
     pub fn device(&self) -> Device {
         self.device
     }
 
     /// The layout (shape, strides, offset).
+    #[inline]
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// Strides in elements.
+    #[inline]
     pub fn strides(&self) -> &[usize] {
         self.layout.strides()
     }
 
     /// Whether the elements are stored row-major without gaps.
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
@@ -180,16 +189,19 @@ impl Tensor {
     /// assert_eq!(t.to_vec::<f32>()?, vec![0.0, 1.0, 1.0]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[inline]
     pub fn version(&self) -> u64 {
         self.storage.version()
     }
 
     /// The shared storage cell (for autograd's version and identity checks).
+    #[inline]
     pub fn storage(&self) -> &Arc<StorageCell> {
         &self.storage
     }
 
     /// Whether two tensors share storage (one may be a view of the other).
+    #[inline]
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
     }

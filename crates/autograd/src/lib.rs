@@ -1,17 +1,164 @@
-//! `ember-autograd`: `Var`, the graph, and the backward engine.
+//! `ember-autograd`: `Var`, the graph, and the backward engine, with PyTorch's semantics
+//! and the stricter rules of seed 001 §7.2.
 //!
-//! See the crate README section in the workspace docs for the full semantics; the short
-//! version follows PyTorch, with the stricter rules of seed 001 §7.2.
+//! # Vars and the graph
 //!
-//! - [`Var`] is an `Arc` handle to a graph node. `Var::param` makes a leaf that requires
-//!   grad, `Var::new` an input or constant. Operations compute at once and, in grad mode,
-//!   record themselves.
-//! - [`Var::backward`] accumulates gradients into the `.grad` of leaves that require grad.
-//!   Each backward propagates only its own signal; leaves accumulate across calls until
-//!   [`Var::zero_grad`].
-//! - [`grad`] returns gradients without touching any `.grad`, optionally as differentiable
-//!   graphs (`create_graph`) for higher-order derivatives.
-//! - [`no_grad`], [`NoGradGuard`], [`enable_grad`]: thread-local grad mode.
+//! A [`Var`] is an `Arc` handle to a graph node. [`Var::param`] makes a leaf that requires
+//! grad (a parameter), [`Var::new`] a leaf that does not (an input or a constant).
+//! Operations compute their value at once (define-by-run) and, while grad mode is on,
+//! record themselves: the result holds strong references to its inputs, never the other
+//! way round, so a graph is freed when its last handle drops. A node requires grad when one
+//! of its inputs does.
+//!
+//! ```
+//! use ember_autograd::Var;
+//! use ember_tensor::{DType, Tensor};
+//! let w = Var::param(Tensor::from_vec(vec![1.0f32, -2.0, 3.0], [3])?);
+//! let x = Var::new(Tensor::ones([2, 3], DType::F32)?);
+//! let y = x.mul(&w)?.relu().sum_all(); // broadcasting, elementwise, reductions...
+//! y.backward()?;
+//! assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![2.0, 0.0, 2.0]);
+//! assert!(x.grad().is_none()); // inputs do not require grad
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! Every operation is defined once, forward and backward side by side, and backward is
+//! written with `Var` operations; operators are overloaded (`&a + &b` gives `Result<Var>`
+//! because shapes may not broadcast, `&a * 2.0` and `-&a` give `Var`).
+//!
+//! # Backward and the accumulation rules
+//!
+//! [`Var::backward`] starts from a scalar with gradient 1 ([`Var::backward_with`] takes an
+//! explicit gradient, required for non-scalar outputs). The engine counts dependencies
+//! from the root, sums multi-path gradients in per-call buffers, runs ready nodes in
+//! decreasing creation order, prunes branches that reach no leaf requiring grad, and never
+//! recurses (a chain of a million nodes is fine).
+//!
+//! - **Leaf gradients accumulate** across backward calls until [`Var::zero_grad`].
+//! - **Each backward propagates only its own signal** (seed 001 rule 4): a node that keeps
+//!   an accumulator passes on this call's gradient, never the accumulated one, so nothing
+//!   is counted twice.
+//! - **Intermediate gradients** are readable after a backward with `retain_graph = true`
+//!   until the next backward through them, and freed otherwise; [`Var::retain_grad`] keeps
+//!   them and accumulates like a leaf.
+//!
+//! ```
+//! use ember_autograd::Var;
+//! use ember_tensor::Tensor;
+//! let u = Var::param(Tensor::from_vec(vec![1.0f64], [1])?);
+//! let w = u.mul_scalar(2.0);
+//! w.retain_grad();
+//! let l1 = w.mul_scalar(3.0).sum_all();
+//! let l2 = w.mul_scalar(5.0).sum_all();
+//! l1.backward_with(None, true)?; // keep the graph for the second loss
+//! l2.backward()?;
+//! assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![8.0]); // 3 + 5, accumulated
+//! assert_eq!(u.grad().unwrap().to_vec::<f64>()?, vec![16.0]); // (3 + 5) * 2, not 3*2 + 8*2
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # What backward frees
+//!
+//! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
+//! something outside the graph still holds the node — such as the `Var` you keep for your
+//! logits, whose value stays and costs nothing to read. A second backward through freed
+//! nodes recomputes them from the leaves (*ensure-forward*) instead of failing.
+//!
+//! ```
+//! use ember_autograd::Var;
+//! use ember_tensor::Tensor;
+//! let w = Var::param(Tensor::from_vec(vec![0.5f64], [1])?);
+//! let logits = w.exp();
+//! let loss = logits.mul_scalar(3.0).sum_all();
+//! loss.backward()?;
+//! assert_eq!(logits.recompute_count(), 0); // held: kept, not recomputed
+//! loss.backward()?; // runs again through recomputed values
+//! assert!((w.grad().unwrap().to_vec::<f64>()?[0] - 6.0 * 0.5f64.exp()).abs() < 1e-12);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # In-place writes to saved values
+//!
+//! Operations record the storage version of the values their backward reads. Writing one
+//! of them in place before backward makes backward fail with an error naming the operation
+//! and both versions, like PyTorch's.
+//!
+//! ```
+//! use ember_autograd::Var;
+//! use ember_tensor::Tensor;
+//! let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+//! let y = x.exp(); // exp saves its output
+//! let loss = y.sum_all();
+//! y.value().mul_scalar_(2.0)?;
+//! let err = loss.backward().unwrap_err().to_string();
+//! assert!(err.contains("modified by an inplace operation") && err.contains("exp"));
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # Controlling gradient flow (seed 001)
+//!
+//! | tool | effect |
+//! |---|---|
+//! | [`no_grad`], [`NoGradGuard`] | nothing records history (thread-local, nestable, restored on panic); [`enable_grad`] re-enables |
+//! | [`Var::detach`] | a new leaf sharing the storage: gradients stop here |
+//! | [`Var::detach_node`] | an identity node that stops gradients but stays visible in the graph |
+//! | [`Var::freeze`] / `requires_grad_(false)` | the leaf keeps no gradient, but gradients still flow *through* its operations to earlier parameters |
+//! | `retain_graph` | keep values for another backward through the same graph |
+//!
+//! ```
+//! use ember_autograd::{no_grad, Var};
+//! use ember_tensor::Tensor;
+//! let enc = Var::param(Tensor::from_vec(vec![2.0f64], [1])?);
+//! let adapter = Var::param(Tensor::from_vec(vec![3.0f64], [1])?);
+//! adapter.freeze()?;
+//! enc.mul(&adapter)?.sum_all().backward()?;
+//! assert_eq!(enc.grad().unwrap().to_vec::<f64>()?, vec![3.0]); // flowed through the frozen adapter
+//! assert!(adapter.grad().is_none());
+//! let y = no_grad(|| enc.mul_scalar(2.0));
+//! assert!(!y.requires_grad());
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! Calling backward inside `no_grad` on a graph recorded outside it still works, and logs
+//! one warning through the `log` crate (it is usually a mistake).
+//!
+//! # Gradients without `.grad`, and of higher order
+//!
+//! [`grad`] returns the gradients of outputs with respect to chosen inputs without
+//! touching any `.grad`. With `create_graph`, the backward is itself recorded, so the
+//! result can be differentiated again, to any order.
+//!
+//! ```
+//! use ember_autograd::{grad, Var};
+//! use ember_tensor::Tensor;
+//! let x = Var::param(Tensor::scalar(2.0f64));
+//! // f(x) = x^4 + 2x^3 + x^2 (seed 004 §6.1)
+//! let f = x.pow_scalar(4.0).add(&x.pow_scalar(3.0).mul_scalar(2.0))?.add(&x.square())?;
+//! let d1 = grad(&[&f], &[&x], &[], false, true)?[0].clone().unwrap();
+//! let d2 = grad(&[&d1], &[&x], &[], false, true)?[0].clone().unwrap();
+//! let d3 = grad(&[&d2], &[&x], &[], false, false)?[0].clone().unwrap();
+//! assert_eq!([f.item()?, d1.item()?, d2.item()?, d3.item()?], [36.0, 60.0, 74.0, 60.0]);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # Checking gradients
+//!
+//! [`gradcheck`] compares analytical gradients with `f64` central differences, like
+//! `torch.autograd.gradcheck`; every built-in operation is tested with it.
+//!
+//! # Values, versions and re-execution
+//!
+//! Nodes cache their value with the versions of the inputs it was computed from.
+//! [`Var::value`] returns the cached value and never recomputes; [`Var::forward`] first
+//! recomputes whatever is stale — nodes downstream of a leaf replaced with
+//! [`Var::set_value`] or written in place — and nothing else. When nothing has changed
+//! since the last request, the answer is immediate.
+//!
+//! # Debugging
+//!
+//! [`detect_anomaly`] makes a NaN or Inf produced by a backward node fail with the node's
+//! operation and the place its forward was created. [`Var::register_hook`] sees (and may
+//! replace) gradients as they flow.
 
 #![warn(missing_docs)]
 

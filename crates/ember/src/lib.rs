@@ -1,6 +1,39 @@
 //! ember: a deep-learning framework in Rust with a PyTorch-grade autograd engine.
 //!
-//! This facade re-exports the layers: [`tensor`] (tensors and the CPU backend).
+//! This crate re-exports the layers so that one dependency is enough:
+//!
+//! | module | crate | what it holds |
+//! |---|---|---|
+//! | [`tensor`] | `ember-tensor` | `Tensor`, dtypes, layouts, storage, the CPU backend |
+//! | [`autograd`] | `ember-autograd` | `Var`, backward, `grad`, grad mode, hooks, gradcheck |
+//! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
+//! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
+//! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
+//!
+//! `use ember::prelude::*;` brings the everyday names into scope.
+//!
+//! ```
+//! use ember::prelude::*;
+//! manual_seed(0);
+//! let x = Var::new(Tensor::randn([4, 3])?);
+//! let w = Var::param(Tensor::randn([3, 2])?);
+//! let loss = x.matmul(&w)?.relu().mean_all();
+//! loss.backward()?;
+//! assert_eq!(w.grad().unwrap().shape(), &[3, 2]);
+//! # Ok::<(), ember::Error>(())
+//! ```
 
+pub use ember_autograd as autograd;
+pub use ember_data as data;
+pub use ember_nn as nn;
+pub use ember_optim as optim;
 pub use ember_tensor as tensor;
+
+pub use ember_autograd::{Var, no_grad};
 pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
+
+/// The everyday names: tensors, `Var`, grad mode, dtypes, errors.
+pub mod prelude {
+    pub use ember_autograd::{NoGradGuard, Var, enable_grad, grad, is_grad_enabled, no_grad};
+    pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
+}

@@ -29,7 +29,13 @@ impl Layout {
     /// A row-major layout starting at offset 0.
     #[inline]
     pub fn contiguous(shape: Shape) -> Self {
-        let strides = shape.contiguous_strides();
+        let strides = match shape.rank() {
+            // The common ranks without the general loop.
+            0 => SmallVec::new(),
+            1 => SmallVec::from_buf_and_len([1, 0, 0, 0], 1),
+            2 => SmallVec::from_buf_and_len([shape[1], 1, 0, 0], 2),
+            _ => shape.contiguous_strides(),
+        };
         Layout { shape, strides, offset: 0 }
     }
 

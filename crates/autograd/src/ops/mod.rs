@@ -30,7 +30,53 @@ use std::sync::{Arc, MutexGuard};
 /// applying `a * b` and `b * a` cannot deadlock) while the forward runs on borrowed values:
 /// no input tensor is cloned.
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
-    let key = |v: &Var| Arc::as_ptr(&v.node) as *const u8 as usize;
+    match inputs {
+        [x] => {
+            // The common case (elementwise, scalar, reductions, views): one lock, no
+            // bookkeeping.
+            let (out, versions) = {
+                let st = x.node.state();
+                let v = value_of(&st, &op)?;
+                (op.forward(&[v])?, smallvec::smallvec![st.versions()])
+            };
+            Ok(record(op, inputs, out, versions))
+        }
+        [a, b] if Arc::ptr_eq(&a.node, &b.node) => {
+            let (out, versions) = {
+                let st = a.node.state();
+                let v = value_of(&st, &op)?;
+                (op.forward(&[v, v])?, smallvec::smallvec![st.versions(), st.versions()])
+            };
+            Ok(record(op, inputs, out, versions))
+        }
+        [a, b] => {
+            // Two locks, taken in address order so that `a * b` and `b * a` on two threads
+            // cannot deadlock.
+            let swap = key(a) > key(b);
+            let (first, second) = if swap { (b, a) } else { (a, b) };
+            let (out, versions) = {
+                let s1 = first.node.state();
+                let s2 = second.node.state();
+                let (sa, sb) = if swap { (&s2, &s1) } else { (&s1, &s2) };
+                let (va, vb) = (value_of(sa, &op)?, value_of(sb, &op)?);
+                (op.forward(&[va, vb])?, smallvec::smallvec![sa.versions(), sb.versions()])
+            };
+            Ok(record(op, inputs, out, versions))
+        }
+        _ => apply_many(op, inputs),
+    }
+}
+
+fn key(v: &Var) -> usize {
+    Arc::as_ptr(&v.node) as *const u8 as usize
+}
+
+fn value_of<'a, O: Op>(st: &'a NodeState, op: &O) -> Result<&'a Tensor> {
+    st.value.as_ref().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))
+}
+
+/// `apply` for three or more inputs: each distinct node locked once, in address order.
+fn apply_many<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     let mut order: SmallVec<[usize; 4]> = (0..inputs.len()).collect();
     order.sort_unstable_by_key(|&i| key(inputs[i]));
     let mut guards: SmallVec<[(usize, MutexGuard<'_, NodeState>); 4]> = SmallVec::new();
@@ -49,7 +95,7 @@ pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
     for v in inputs {
         let st = state_of(v);
-        values.push(st.value.as_ref().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))?);
+        values.push(value_of(st, &op)?);
         versions.push(st.versions());
     }
     let out = op.forward(&values)?;

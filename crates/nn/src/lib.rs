@@ -1,1 +1,95 @@
-//! `ember-nn`: modules, layers and losses (filled in by the training-stack issue).
+//! `ember-nn`: modules, layers, losses and model files, on top of `ember-autograd`.
+//!
+//! # What is where
+//!
+//! - [`Module`] (`module.rs`): the layer trait: `forward`, named parameters with PyTorch's
+//!   dotted names, train/eval mode through `&self`, `state_dict` / `load_state_dict`.
+//!   [`ModuleExt`] adds `save(path)` / `load(path)`.
+//! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
+//!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
+//!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
+//! - Layers (`layers/`): [`Linear`], [`Sequential`], [`Flatten`], [`Identity`], [`Dropout`],
+//!   and the activations [`ReLU`], [`LeakyReLU`], [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`],
+//!   [`Softmax`], [`LogSoftmax`].
+//! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
+//!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
+//!   a [`Reduction`] and, where there are more options, an options struct with `Default`;
+//!   and the same as [`Loss`] objects ([`CrossEntropyLoss`], [`MSELoss`], ...).
+//! - [`init`]: PyTorch's initialisation formulas, drawn from the global generator.
+//! - [`functional`]: the functional forms in one place (`use ember_nn::functional as F`).
+//!
+//! Randomness (initial weights, dropout masks) comes from ember's single global generator:
+//! `ember_tensor::manual_seed(s)` makes a run reproducible.
+//!
+//! # Example
+//!
+//! ```
+//! use ember_autograd::{no_grad, Var};
+//! use ember_nn::{cross_entropy, CrossEntropyOptions, Dropout, Linear, Module, ReLU, Sequential};
+//! use ember_tensor::{manual_seed, Tensor};
+//!
+//! manual_seed(0);
+//! let model = Sequential::new()
+//!     .add(Linear::new(4, 16)?)
+//!     .add(ReLU)
+//!     .add(Dropout::new(0.1)?)
+//!     .add(Linear::new(16, 3)?);
+//!
+//! let x = Var::new(Tensor::randn([8, 4])?);
+//! let y = Tensor::from_vec(vec![0i64, 1, 2, 0, 1, 2, 0, 1], [8])?;
+//!
+//! // One step of plain gradient descent.
+//! let loss = cross_entropy(&model.forward(&x)?, &y, CrossEntropyOptions::default())?;
+//! model.zero_grad();
+//! loss.backward()?;
+//! no_grad(|| -> ember_tensor::Result<()> {
+//!     for p in model.parameters() {
+//!         if let Some(g) = p.grad() {
+//!             p.value().add_scaled_(&g, -0.1)?;
+//!         }
+//!     }
+//!     Ok(())
+//! })?;
+//!
+//! model.eval(); // dropout off
+//! let logits = model.forward(&x)?;
+//! assert_eq!(logits.shape().dims(), &[8, 3]);
+//! assert_eq!(model.state_dict().keys().collect::<Vec<_>>(), ["0.weight", "0.bias", "3.weight", "3.bias"]);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod init;
+mod layers;
+mod loss;
+mod module;
+mod serialize;
+mod state_dict;
+
+pub use layers::{
+    Children, Dropout, Flatten, GELU, GeluApproximation, Identity, LeakyReLU, Linear, LinearOptions, LogSoftmax, ReLU,
+    Sequential, SiLU, Sigmoid, Softmax, Tanh, dropout,
+};
+pub use loss::{
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, HuberLoss, HuberOptions, L1Loss, Loss, MSELoss,
+    NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,
+    l1_loss, mse_loss, nll_loss,
+};
+pub use module::{Module, ModuleExt, TrainingFlag};
+pub use serialize::{load_safetensors, save_safetensors};
+pub use state_dict::StateDict;
+
+/// The functional forms of the layers and losses, for `use ember_nn::functional as F`.
+/// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`).
+pub mod functional {
+    pub use crate::layers::dropout;
+    pub use crate::loss::{
+        binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
+    };
+}
+
+/// The traits, for `use ember_nn::prelude::*`.
+pub mod prelude {
+    pub use crate::{Loss, Module, ModuleExt};
+}

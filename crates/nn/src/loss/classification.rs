@@ -1,0 +1,229 @@
+//! Multi-class losses: cross-entropy on logits and negative log-likelihood on log-probabilities.
+
+use super::Reduction;
+use super::check::float_input;
+use ember_autograd::{IntoVar, Var};
+use ember_tensor::{DType, Error, Result};
+
+/// The options of [`cross_entropy`]; `Default` is PyTorch's defaults except `ignore_index`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CrossEntropyOptions {
+    /// How the per-sample losses combine (default [`Reduction::Mean`]).
+    pub reduction: Reduction,
+    /// Mixes the target with the uniform distribution: the target class gets
+    /// `1 - label_smoothing + label_smoothing / C`, every other `label_smoothing / C`.
+    /// In `[0, 1]`, default 0.
+    pub label_smoothing: f64,
+    /// A class-index target value whose samples contribute nothing (their loss is 0 and the
+    /// mean runs over the other samples). Default `None`: every target must be a class
+    /// index. PyTorch ignores -100 by default; pass `Some(-100)` to do the same.
+    pub ignore_index: Option<i64>,
+}
+
+/// The options of [`nll_loss`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NllOptions {
+    /// How the per-sample losses combine (default [`Reduction::Mean`]).
+    pub reduction: Reduction,
+    /// As in [`CrossEntropyOptions::ignore_index`].
+    pub ignore_index: Option<i64>,
+}
+
+/// The cross-entropy of logits, PyTorch's `F.cross_entropy`: `log_softmax` over the class
+/// dimension followed by the negative log-likelihood, stable for any logits.
+///
+/// The input is `[N, C]`, `[N, C, d1, ..]` (class dimension 1) or a single sample `[C]`.
+/// The target is either
+/// - class indices: `i64` of the input's shape without the class dimension (`[N]`,
+///   `[N, d1, ..]`, or `[]`), each in `0..C` or equal to `ignore_index`; or
+/// - class probabilities: a float tensor of the input's shape.
+///
+/// With [`Reduction::None`] the result has the target's (index) shape.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{cross_entropy, CrossEntropyOptions, Reduction};
+/// use ember_tensor::Tensor;
+/// let logits = Var::param(Tensor::from_vec(vec![2.0f32, 0.0, 0.0, 0.0, 3.0, 0.0], [2, 3])?);
+/// let targets = Tensor::from_vec(vec![0i64, 2], [2])?;
+/// let loss = cross_entropy(&logits, &targets, CrossEntropyOptions::default())?;
+/// let expected = ((2f64.exp() + 2.0).ln() - 2.0 + (3f64.exp() + 2.0).ln()) / 2.0;
+/// assert!((loss.item()? - expected).abs() < 1e-6);
+/// loss.backward()?;
+/// assert_eq!(logits.grad().unwrap().shape(), &[2, 3]);
+/// let none = CrossEntropyOptions { reduction: Reduction::None, ..Default::default() };
+/// assert_eq!(cross_entropy(&logits, &targets, none)?.shape().dims(), &[2]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOptions) -> Result<Var> {
+    const OP: &str = "cross_entropy";
+    let target = target.into_var();
+    float_input(OP, input)?;
+    let smoothing = options.label_smoothing;
+    if !(0.0..=1.0).contains(&smoothing) {
+        return Err(Error::invalid(OP, format!("label_smoothing must be in [0, 1], got {smoothing}")));
+    }
+    let class_dim = class_dim(OP, input)?;
+    let log_probs = shifted_log_softmax(input, class_dim)?;
+    if target.dtype().is_float() {
+        if target.shape() != input.shape() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "float targets are class probabilities and need the input's shape {:?}, got {:?} (class-index \
+                     targets must be i64)",
+                    input.shape(),
+                    target.shape()
+                ),
+            ));
+        }
+        if options.ignore_index.is_some() {
+            return Err(Error::invalid(OP, "ignore_index applies to class-index targets, not to class probabilities"));
+        }
+        return probability_loss(&log_probs, &target, class_dim, smoothing, options.reduction);
+    }
+    class_index_loss(OP, &log_probs, &target, smoothing, options.ignore_index, options.reduction)
+}
+
+/// The negative log-likelihood of log-probabilities, PyTorch's `F.nll_loss` (without class
+/// weights): `-input[n, target[n]]` per sample. Shapes and targets as the class-index form
+/// of [`cross_entropy`].
+pub fn nll_loss(input: &Var, target: impl IntoVar, options: NllOptions) -> Result<Var> {
+    const OP: &str = "nll_loss";
+    let target = target.into_var();
+    float_input(OP, input)?;
+    class_dim(OP, input)?;
+    class_index_loss(OP, input, &target, 0.0, options.ignore_index, options.reduction)
+}
+
+/// The class dimension: 0 for a single sample `[C]`, 1 otherwise.
+fn class_dim(op: &'static str, input: &Var) -> Result<usize> {
+    match input.rank() {
+        0 => Err(Error::shape(op, "the input must be [C], [N, C] or [N, C, d1, ..], got a 0-d value")),
+        1 => Ok(0),
+        _ => Ok(1),
+    }
+}
+
+/// `log_softmax` along `dim` of `x` minus its maximum along `dim`: the same function (it is
+/// shift-invariant, so the shift is a constant for the gradient), computed more accurately.
+///
+/// ember-tensor's kernel subtracts `max + ln(sum)` in one step, and in f32 that sum rounds to
+/// the spacing of `max`: about 5e-4 for logits of 1e4, which moves the gradient by 1e-4.
+/// With the maximum at 0 the subtraction is exact, as in PyTorch's `(x - max) - ln(sum)`.
+fn shifted_log_softmax(x: &Var, dim: usize) -> Result<Var> {
+    if x.shape()[dim] == 0 {
+        return x.log_softmax(dim);
+    }
+    let max = x.max(dim, true)?.detach_node();
+    x.sub(&max)?.log_softmax(dim)
+}
+
+/// `-sum_c t_c log_probs_c` per sample for probability targets `t` (smoothed towards the
+/// uniform distribution); the mean divides by the number of samples.
+fn probability_loss(
+    log_probs: &Var,
+    target: &Var,
+    class_dim: usize,
+    smoothing: f64,
+    reduction: Reduction,
+) -> Result<Var> {
+    let classes = log_probs.shape()[class_dim];
+    let target = if smoothing > 0.0 {
+        target.mul_scalar(1.0 - smoothing).add_scalar(smoothing / classes as f64)
+    } else {
+        target.clone()
+    };
+    let products = log_probs.mul(&target)?;
+    Ok(match reduction {
+        Reduction::None => products.sum(class_dim, false)?.neg(),
+        Reduction::Sum => products.sum_all().neg(),
+        Reduction::Mean => {
+            let samples = log_probs.numel().checked_div(classes).unwrap_or(0);
+            products.sum_all().neg().div_scalar(samples as f64)
+        }
+    })
+}
+
+/// The negative log-likelihood of class-index targets, optionally smoothed, with ignored
+/// targets contributing nothing.
+///
+/// The index manipulations are `Var` operations on `target`, so that recomputing the graph
+/// with a new target value (`Var::set_value`, then `forward`) recomputes the loss.
+fn class_index_loss(
+    op: &'static str,
+    log_probs: &Var,
+    target: &Var,
+    smoothing: f64,
+    ignore_index: Option<i64>,
+    reduction: Reduction,
+) -> Result<Var> {
+    let single = log_probs.rank() == 1;
+    let class_dim = usize::from(!single);
+    let classes = log_probs.shape()[class_dim];
+    if target.dtype() != DType::I64 {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "class-index targets must be i64, got {} of shape {:?} (float targets are class probabilities, of \
+                 the input's shape)",
+                target.dtype(),
+                target.shape()
+            ),
+        ));
+    }
+    let mut expected = log_probs.shape().dims().to_vec();
+    expected.remove(class_dim);
+    if target.shape().dims() != expected.as_slice() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "an input of shape {:?} needs targets of shape {expected:?}, got {:?}",
+                log_probs.shape(),
+                target.shape()
+            ),
+        ));
+    }
+    check_classes(op, &target.value().to_vec::<i64>()?, classes, ignore_index)?;
+
+    // A single sample is a batch of one.
+    let (log_probs, target) =
+        if single { (log_probs.unsqueeze(0)?, target.reshape([1])?) } else { (log_probs.clone(), target.clone()) };
+    let ignored = ignore_index.map(|i| target.eq_scalar(i));
+    // Ignored targets may be any value; 0 makes them valid indices, their loss is dropped below.
+    let safe = match &ignored {
+        Some(mask) => target.masked_fill(mask, 0i64)?,
+        None => target,
+    };
+    let mut loss = log_probs.gather(1, &safe.unsqueeze(1)?)?.squeeze(1)?.neg();
+    if smoothing > 0.0 {
+        let uniform = log_probs.mean(1, false)?.neg();
+        loss = loss.mul_scalar(1.0 - smoothing).add(&uniform.mul_scalar(smoothing))?;
+    }
+    if let Some(mask) = &ignored {
+        loss = loss.masked_fill(mask, 0.0)?;
+    }
+    Ok(match (reduction, &ignored) {
+        (Reduction::None, _) if single => loss.squeeze(0)?,
+        (Reduction::Mean, Some(mask)) => {
+            // Mean over the targets that count; all ignored gives 0 / 0 = NaN, as in PyTorch.
+            let counted = mask.eq_scalar(0).to_dtype(loss.dtype()).sum_all();
+            loss.sum_all().div(&counted)?
+        }
+        _ => reduction.apply(loss),
+    })
+}
+
+/// Every target must be a class index in `0..classes` or the ignored value.
+fn check_classes(op: &'static str, targets: &[i64], classes: usize, ignore_index: Option<i64>) -> Result<()> {
+    let bad = targets.iter().enumerate().find(|&(_, &t)| Some(t) != ignore_index && !(0..classes as i64).contains(&t));
+    let Some((i, &t)) = bad else {
+        return Ok(());
+    };
+    let hint = if t == -100 && ignore_index.is_none() {
+        " (PyTorch ignores -100 by default; set ignore_index: Some(-100) to do the same)"
+    } else {
+        ""
+    };
+    Err(Error::index(op, format!("target {t} (element {i}) is out of range for {classes} classes{hint}")))
+}

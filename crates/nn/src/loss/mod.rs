@@ -1,0 +1,52 @@
+//! Loss functions, in functional form (`cross_entropy(&logits, &targets, options)`) and as
+//! [`Loss`] objects (`CrossEntropyLoss::default().forward(&logits, &targets)`).
+//!
+//! Every loss is built from differentiable `Var` operations, so gradients (and gradients of
+//! gradients) come from autograd; each is checked against finite differences and against
+//! PyTorch. The formulas are PyTorch's, including its numerically stable forms: no loss
+//! gives NaN or infinity for logits of ±1e4.
+
+mod binary;
+mod check;
+mod classification;
+mod objects;
+mod regression;
+
+pub use binary::{binary_cross_entropy, binary_cross_entropy_with_logits};
+pub use classification::{CrossEntropyOptions, NllOptions, cross_entropy, nll_loss};
+pub use objects::{BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss};
+pub use regression::{HuberOptions, huber_loss, l1_loss, mse_loss};
+
+use ember_autograd::Var;
+use ember_tensor::Result;
+
+/// How a loss combines its per-element values (PyTorch's `reduction`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// The mean (the default). For cross-entropy and NLL with an `ignore_index`, the mean
+    /// over the targets that are not ignored.
+    #[default]
+    Mean,
+    /// The sum.
+    Sum,
+    /// No reduction: one loss value per element (per sample for classification losses).
+    None,
+}
+
+impl Reduction {
+    /// `loss` reduced to a scalar, or as it is for [`Reduction::None`].
+    pub(crate) fn apply(self, loss: Var) -> Var {
+        match self {
+            Reduction::Mean => loss.mean_all(),
+            Reduction::Sum => loss.sum_all(),
+            Reduction::None => loss,
+        }
+    }
+}
+
+/// A loss as an object with its options, PyTorch's `nn.*Loss` modules: `loss.forward(&input,
+/// &target)`. Object-safe, so that a training loop can take `&dyn Loss`.
+pub trait Loss: Send + Sync {
+    /// The loss of `input` against `target`.
+    fn forward(&self, input: &Var, target: &Var) -> Result<Var>;
+}

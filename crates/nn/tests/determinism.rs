@@ -1,0 +1,59 @@
+//! Randomness under `manual_seed`: initial weights and dropout masks.
+//!
+//! The generator is global and tests run on parallel threads, so every test here holds
+//! `SEEDED` while it seeds and draws; this binary has no other random draws.
+
+mod common;
+
+use common::values;
+use ember_autograd::Var;
+use ember_nn::{Dropout, Linear, Module, ReLU, Sequential};
+use ember_tensor::{DType, Tensor, manual_seed};
+use std::sync::Mutex;
+
+static SEEDED: Mutex<()> = Mutex::new(());
+
+fn all_values(m: &dyn Module) -> Vec<Vec<f64>> {
+    m.parameters().iter().map(values).collect()
+}
+
+#[test]
+fn linear_draws_weight_then_bias_from_the_global_generator() {
+    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(3);
+    let layer = Linear::new(5, 3).unwrap();
+    manual_seed(3);
+    let bound = 1.0 / 5f64.sqrt();
+    let w = Tensor::uniform([3, 5], -bound, bound, DType::F32).unwrap();
+    let b = Tensor::uniform([3], -bound, bound, DType::F32).unwrap();
+    assert_eq!(layer.weight().value().to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+    assert_eq!(layer.bias().unwrap().value().to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn models_are_reproducible_under_manual_seed() {
+    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let build = || Sequential::new().add(Linear::new(6, 8).unwrap()).add(ReLU).add(Linear::new(8, 2).unwrap());
+    manual_seed(42);
+    let a = build();
+    manual_seed(42);
+    let b = build();
+    manual_seed(43);
+    let c = build();
+    assert_eq!(all_values(&a), all_values(&b));
+    assert_ne!(all_values(&a), all_values(&c));
+}
+
+#[test]
+fn dropout_masks_are_reproducible_under_manual_seed() {
+    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let drop = Dropout::new(0.4).unwrap();
+    let x = Var::new(Tensor::ones([256], DType::F32).unwrap());
+    manual_seed(9);
+    let first = values(&drop.forward(&x).unwrap());
+    let second = values(&drop.forward(&x).unwrap());
+    manual_seed(9);
+    let again = values(&drop.forward(&x).unwrap());
+    assert_eq!(first, again);
+    assert_ne!(first, second, "each call draws a fresh mask");
+}

@@ -1,0 +1,90 @@
+//! Gradients of every loss and of Linear against central differences (f64), with each
+//! reduction and option that changes the backward path.
+
+mod common;
+
+use common::{idx, t64};
+use ember_autograd::{Var, gradcheck};
+use ember_nn::{
+    CrossEntropyOptions, HuberOptions, Linear, Module, NllOptions, Reduction, binary_cross_entropy,
+    binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
+};
+use ember_tensor::{DType, Result, Tensor};
+
+const ALL: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
+
+fn check(f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
+    gradcheck(f, inputs, 1e-6, 1e-7, 1e-5).unwrap();
+}
+
+fn randn(shape: &[usize]) -> Tensor {
+    Tensor::normal(shape, 0.0, 1.0, DType::F64).unwrap()
+}
+
+#[test]
+fn cross_entropy_gradients() {
+    let logits = randn(&[4, 5]);
+    let targets = idx(&[0, 4, -100, 2], &[4]);
+    for reduction in ALL {
+        for (label_smoothing, ignore_index) in [(0.0, None), (0.15, Some(-100)), (0.0, Some(-100))] {
+            let t = if ignore_index.is_some() { targets.clone() } else { idx(&[0, 4, 1, 2], &[4]) };
+            let opts = CrossEntropyOptions { reduction, label_smoothing, ignore_index };
+            check(|v| cross_entropy(&v[0], &t, opts), std::slice::from_ref(&logits));
+        }
+    }
+    // Spatial input and class probabilities (whose gradient also flows into the target).
+    let spatial_t = idx(&[0, 2, 1, 1, 2, 0], &[2, 3]);
+    let opts = CrossEntropyOptions { reduction: Reduction::Mean, label_smoothing: 0.1, ignore_index: Some(1) };
+    check(|v| cross_entropy(&v[0], &spatial_t, opts), &[randn(&[2, 3, 3])]);
+    let probs = randn(&[4, 5]).softmax(1).unwrap();
+    for reduction in ALL {
+        let opts = CrossEntropyOptions { reduction, label_smoothing: 0.2, ignore_index: None };
+        check(|v| cross_entropy(&v[0], &v[1], opts), &[logits.clone(), probs.clone()]);
+    }
+}
+
+#[test]
+fn nll_gradients() {
+    let t = idx(&[1, 0, 2], &[3]);
+    for reduction in ALL {
+        for ignore_index in [None, Some(0)] {
+            let opts = NllOptions { reduction, ignore_index };
+            check(|v| nll_loss(&v[0], &t, opts), &[randn(&[3, 4])]);
+        }
+    }
+}
+
+#[test]
+fn regression_gradients() {
+    // Away from the kinks (d = 0 for l1, |d| = delta for huber), where differences are not
+    // derivatives.
+    let x = t64(&[0.3, -1.2, 2.5, 0.9, -0.4, 1.7], &[2, 3]);
+    let y = t64(&[0.0, 0.1, 0.2, -0.3, 0.5, 1.0], &[2, 3]);
+    for reduction in ALL {
+        check(|v| mse_loss(&v[0], &v[1], reduction), &[x.clone(), y.clone()]);
+        check(|v| l1_loss(&v[0], &v[1], reduction), &[x.clone(), y.clone()]);
+        let opts = HuberOptions { reduction, delta: 0.8 };
+        check(|v| huber_loss(&v[0], &v[1], opts), &[x.clone(), y.clone()]);
+    }
+}
+
+#[test]
+fn binary_cross_entropy_gradients() {
+    let p = t64(&[0.1, 0.45, 0.8, 0.97, 0.3, 0.6], &[2, 3]);
+    let y = t64(&[0.0, 1.0, 0.3, 1.0, 0.0, 0.5], &[2, 3]);
+    let logits = t64(&[-3.0, 0.0, 0.7, 25.0, -0.2, 4.0], &[2, 3]);
+    for reduction in ALL {
+        check(|v| binary_cross_entropy(&v[0], &v[1], reduction), &[p.clone(), y.clone()]);
+        check(|v| binary_cross_entropy_with_logits(&v[0], &v[1], reduction), &[logits.clone(), y.clone()]);
+    }
+}
+
+#[test]
+fn linear_gradients() {
+    // Input, weight and bias, on a 2-d and a 3-d input, with and without bias.
+    let f = |v: &[Var]| Linear::from_params(v[1].clone(), Some(v[2].clone()))?.forward(&v[0]);
+    check(f, &[randn(&[3, 4]), randn(&[2, 4]), randn(&[2])]);
+    check(f, &[randn(&[2, 3, 4]), randn(&[5, 4]), randn(&[5])]);
+    let no_bias = |v: &[Var]| Linear::from_params(v[1].clone(), None)?.forward(&v[0]);
+    check(no_bias, &[randn(&[4]), randn(&[3, 4])]);
+}

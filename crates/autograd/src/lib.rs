@@ -172,6 +172,8 @@ mod hooks;
 mod node;
 mod ops;
 mod reactive;
+mod router;
+mod static_mode;
 mod var;
 
 pub use anomaly::{AnomalyGuard, detect_anomaly, is_anomaly_enabled};
@@ -181,4 +183,5 @@ pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, 
 pub use gradcheck::gradcheck;
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
 pub use node::{Grads, Op, Saves};
+pub use static_mode::{CachedLoss, ForwardInput, Traced};
 pub use var::{IntoVar, Var};

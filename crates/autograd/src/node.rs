@@ -83,6 +83,9 @@ pub trait Op: Send + Sync + 'static {
     fn is_router(&self) -> bool {
         false
     }
+    /// For a gradient router: sets the node its gradient continues to.
+    #[doc(hidden)]
+    fn set_route(&self, _target: Option<Var>) {}
 }
 
 /// The operation of a leaf: it has no inputs and is never recomputed.

@@ -237,10 +237,10 @@ impl Var {
         self
     }
 
-    /// Replaces a leaf's value, bumping its value version so that [`Var::forward`] on
-    /// dependent nodes recomputes them.
+    /// Replaces a leaf's (or a gradient router's) value, bumping its value version so that
+    /// [`Var::forward`] on dependent nodes recomputes them.
     pub fn set_value(&self, value: Tensor) -> Result<()> {
-        if !self.is_leaf() {
+        if !self.node.inputs.is_empty() {
             return Err(Error::autograd("set_value: only a leaf's value can be replaced"));
         }
         value.storage().watch();

@@ -1,0 +1,126 @@
+//! Reactive re-execution by value versions (seed 000): only dirty paths are recomputed, a
+//! request with nothing changed answers at once, backward on a stale graph re-forwards.
+
+use ember_autograd::Var;
+use ember_tensor::{Result, Tensor};
+
+fn t(v: &[f32]) -> Tensor {
+    Tensor::from_slice(v, [v.len()]).unwrap()
+}
+
+/// Seed 000 §3.1.3: `y = w * x + b`, only `x` changes. Mul and Add recompute; `w` and `b`
+/// are not touched.
+#[test]
+fn only_the_dirty_path_recomputes() -> Result<()> {
+    let w = Var::param(t(&[2.0]));
+    let x = Var::new(t(&[3.0]));
+    let b = Var::param(t(&[1.0]));
+    let mul = w.mul(&x)?;
+    let y = mul.add(&b)?;
+    assert_eq!(y.forward()?.to_vec::<f32>()?, vec![7.0]);
+    assert_eq!((mul.recompute_count(), y.recompute_count()), (0, 0));
+
+    x.set_value(t(&[5.0]))?;
+    assert_eq!(y.value().to_vec::<f32>()?, vec![7.0], "value() never recomputes");
+    assert_eq!(y.forward()?.to_vec::<f32>()?, vec![11.0]);
+    assert_eq!((mul.recompute_count(), y.recompute_count()), (1, 1));
+    assert_eq!((w.value_version(), b.value_version(), x.value_version()), (0, 0, 1));
+
+    // Only b changes: mul stays as it is.
+    b.set_value(t(&[10.0]))?;
+    assert_eq!(y.forward()?.to_vec::<f32>()?, vec![20.0]);
+    assert_eq!((mul.recompute_count(), y.recompute_count()), (1, 2));
+    Ok(())
+}
+
+#[test]
+fn nothing_changed_means_nothing_recomputed() -> Result<()> {
+    let x = Var::new(t(&[1.0, 2.0]));
+    let mut y = x.clone();
+    for _ in 0..100 {
+        y = y.exp().log();
+    }
+    y.forward()?;
+    y.forward()?;
+    assert_eq!(y.recompute_count(), 0);
+    assert_eq!(y.inputs()?[0].recompute_count(), 0);
+    Ok(())
+}
+
+/// Requesting one output among several recomputes only its own ancestors.
+#[test]
+fn partial_forward_of_one_output() -> Result<()> {
+    let shared = Var::param(t(&[1.0]));
+    let x1 = Var::new(t(&[1.0]));
+    let x2 = Var::new(t(&[2.0]));
+    let h1 = x1.mul(&shared)?;
+    let y1 = h1.exp();
+    let h2 = x2.mul(&shared)?;
+    let y2 = h2.exp();
+    x1.set_value(t(&[3.0]))?;
+    x2.set_value(t(&[4.0]))?;
+    y1.forward()?;
+    assert_eq!((h1.recompute_count(), y1.recompute_count()), (1, 1));
+    assert_eq!((h2.recompute_count(), y2.recompute_count()), (0, 0), "y2 was not requested");
+    assert_eq!(y2.forward()?.to_vec::<f32>()?, vec![4f32.exp()]);
+    assert_eq!(h2.recompute_count(), 1);
+    Ok(())
+}
+
+/// An in-place write to a leaf's storage, through any handle, makes dependents dirty for
+/// `forward()`.
+#[test]
+fn in_place_writes_to_leaves_make_dependents_dirty() -> Result<()> {
+    let w = Var::param(t(&[1.0, 2.0]));
+    let y = w.mul_scalar(3.0).sum_all();
+    let handle = w.value(); // another handle to the same storage
+    handle.add_scalar_(1.0)?;
+    assert_eq!(y.value().item()?, 9.0, "the cached value is unchanged");
+    assert_eq!(y.forward()?.item()?, 15.0);
+    Ok(())
+}
+
+/// Seed 000 §3.2.2: backward on a stale graph re-forwards first.
+#[test]
+fn backward_on_a_stale_graph_re_forwards() -> Result<()> {
+    let w = Var::param(t(&[2.0]));
+    let x = Var::new(t(&[3.0]));
+    let y = w.mul(&x)?.sum_all();
+    x.set_value(t(&[5.0]))?;
+    y.backward()?;
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![5.0], "d(w x)/dw at the new x");
+    assert_eq!(y.value().item()?, 10.0);
+    Ok(())
+}
+
+/// Seed 000 §4: a detached branch stops the backward walk; nothing upstream of it runs.
+#[test]
+fn a_detached_branch_stops_backward() -> Result<()> {
+    let a = Var::param(t(&[1.0]));
+    let upstream = a.exp();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let s = seen.clone();
+    let _h = upstream.register_hook(move |_| {
+        s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(None)
+    });
+    let w = Var::param(t(&[2.0]));
+    let y = upstream.detach_node().mul(&w)?.sum_all();
+    y.backward()?;
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "no gradient reached the upstream node");
+    assert!(a.grad().is_none());
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![1f32.exp()]);
+    Ok(())
+}
+
+#[test]
+fn deep_graphs_recompute_without_recursion() -> Result<()> {
+    let x = Var::new(Tensor::scalar(0.0f32));
+    let mut y = x.clone();
+    for _ in 0..200_000 {
+        y = y.add_scalar(1.0);
+    }
+    x.set_value(Tensor::scalar(1.0f32))?;
+    assert_eq!(y.forward()?.item()?, 200_001.0);
+    Ok(())
+}

@@ -165,20 +165,24 @@
 mod anomaly;
 mod backward;
 mod backward_ctx;
+mod dot;
 mod engine;
 mod grad_mode;
 mod gradcheck;
+mod graph_view;
 mod hooks;
 mod node;
 mod ops;
 mod reactive;
 mod router;
 mod static_mode;
+mod svg;
 mod var;
 
 pub use anomaly::{AnomalyGuard, detect_anomaly, is_anomaly_enabled};
 pub use backward::grad;
 pub use backward_ctx::BackwardCtx;
+pub use dot::{save_dot, save_svg, to_dot, to_svg};
 pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, no_grad};
 pub use gradcheck::gradcheck;
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};

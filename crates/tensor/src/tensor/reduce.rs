@@ -255,6 +255,18 @@ mod tests {
     }
 
     #[test]
+    fn log_softmax_keeps_f32_precision_for_large_logits() {
+        // x - (m + ln(sum)) would round m + ln(sum) to the precision of 1e4 (~1e-3).
+        let t = Tensor::from_vec(vec![1.0e4f32, 1.0e4 + 1.0], [2]).unwrap();
+        let l = t.log_softmax(0).unwrap().to_vec::<f32>().unwrap();
+        let c = (1.0 + (-1.0f64).exp()).ln(); // the log-sum-exp above the larger logit
+        let want = [-1.0 - c, -c];
+        for (g, w) in l.iter().zip(want) {
+            assert!((*g as f64 - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
     fn softmax_along_any_dim() {
         let t = Tensor::arange(0.0, 6.0).unwrap().reshape([2, 3]).unwrap();
         let s0 = t.softmax(0).unwrap();

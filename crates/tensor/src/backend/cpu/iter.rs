@@ -138,7 +138,49 @@ pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize
     }
     let chunks = (n / grain).clamp(1, threads * 4);
     let chunk = n.div_ceil(chunks);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c));
+    par_chunks(out, chunk, |i, c| f(i * chunk, c));
+}
+
+/// A raw pointer that may cross threads; users hand each thread a disjoint part.
+struct SendPtr<T>(*mut T);
+// Not derived: the derive would require `T: Copy`.
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    /// The pointer; a method so that closures capture the whole `Send` wrapper.
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+// SAFETY: only used by `par_chunks`, which gives every index (and so every chunk) to
+// exactly one thread.
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+/// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last
+/// may be shorter), in parallel on the worker pool. From a thread outside the pool the
+/// caller works along ([`super::team`]); inside it, `rayon` splits the work as usual.
+pub(crate) fn par_chunks<T: Send>(out: &mut [T], chunk_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let n = out.len();
+    let chunk_len = chunk_len.max(1);
+    let chunks = n.div_ceil(chunk_len);
+    if rayon::current_thread_index().is_some() {
+        out.par_chunks_mut(chunk_len).enumerate().for_each(|(i, c)| f(i, c));
+        return;
+    }
+    let base = SendPtr(out.as_mut_ptr());
+    super::team::run(chunks, rayon::current_num_threads() - 1, &|i| {
+        let start = i * chunk_len;
+        let len = chunk_len.min(n - start);
+        // SAFETY: `team::run` calls each index once, so the chunks are disjoint parts of
+        // `out`, which stays mutably borrowed until it returns.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), len) };
+        f(i, chunk);
+    });
 }
 
 /// Rows per parallel task for a row-wise kernel over `n_rows` rows of `row_len` elements:
@@ -158,13 +200,18 @@ pub(crate) fn for_ranges(n: usize, grain: usize, f: impl Fn(usize, usize) + Sync
     }
     let chunks = (n / grain).clamp(1, threads * 4);
     let chunk = n.div_ceil(chunks);
-    (0..chunks).into_par_iter().for_each(|i| {
+    let one = |i: usize| {
         let s = i * chunk;
         let e = ((i + 1) * chunk).min(n);
         if s < e {
             f(s, e);
         }
-    });
+    };
+    if rayon::current_thread_index().is_some() {
+        (0..chunks).into_par_iter().for_each(one);
+    } else {
+        super::team::run(chunks, threads - 1, &one);
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! into the output as whole vectors ("column" reduction). Anything else is first copied
 //! into the row form.
 
-use super::iter::{GRAIN_CHEAP, for_ranges, rows_per_task};
+use super::iter::{GRAIN_CHEAP, for_ranges, par_chunks, rows_per_task};
 use super::unary::map;
 use crate::backend::ReduceOp;
 use crate::dtype::Element;
@@ -16,7 +16,6 @@ use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use rayon::prelude::*;
 use std::sync::Mutex;
 
 /// Lanes for the part of a row shorter than the wide accumulator (one AVX-512 register of f32).
@@ -140,7 +139,7 @@ fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, ou
     }
     let per_row_grain = rows_per_task(rows, len, GRAIN_CHEAP);
     if rows >= per_row_grain * 2 && threads > 1 {
-        out.par_chunks_mut(per_row_grain).enumerate().for_each(|(ci, chunk)| {
+        par_chunks(out, per_row_grain, |ci, chunk| {
             for (i, o) in chunk.iter_mut().enumerate() {
                 let r = ci * per_row_grain + i;
                 *o = reduce_row(&src[r * len..(r + 1) * len], c);
@@ -160,7 +159,7 @@ fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize,
     let parallel = inner >= GRAIN_CHEAP && rayon::current_num_threads() > 1;
     if parallel {
         let chunk = inner.div_ceil(rayon::current_num_threads() * 2).max(1024);
-        out.par_chunks_mut(chunk).enumerate().for_each(|(ci, o)| {
+        par_chunks(out, chunk, |ci, o| {
             let start = ci * chunk;
             for r in 0..outer {
                 accumulate_into(o, &src[r * inner + start..r * inner + start + o.len()], c);
@@ -212,7 +211,7 @@ fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize]
 /// as the extreme, like PyTorch.
 fn arg_rows<T: Element>(src: &[T], rows: usize, len: usize, max: bool) -> Result<Buffer<i64>> {
     let mut out = Buffer::<i64>::uninit("argmax", rows)?;
-    let per_row_grain = (GRAIN_CHEAP / len.max(1)).max(1);
+    let per_row_grain = rows_per_task(rows, len, GRAIN_CHEAP);
     let one = |r: usize| -> i64 {
         let row = &src[r * len..(r + 1) * len];
         let mut best = 0usize;
@@ -229,11 +228,17 @@ fn arg_rows<T: Element>(src: &[T], rows: usize, len: usize, max: bool) -> Result
         }
         best as i64
     };
-    out.par_chunks_mut(per_row_grain).enumerate().for_each(|(ci, chunk)| {
+    let fill = |ci: usize, chunk: &mut [i64]| {
         for (i, o) in chunk.iter_mut().enumerate() {
             *o = one(ci * per_row_grain + i);
         }
-    });
+    };
+    // Small inputs (a batch of class scores) are not worth a trip to the worker pool.
+    if rows >= per_row_grain * 2 && rayon::current_num_threads() > 1 {
+        par_chunks(&mut out, per_row_grain, fill);
+    } else {
+        fill(0, &mut out);
+    }
     Ok(out)
 }
 

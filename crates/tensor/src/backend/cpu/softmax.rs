@@ -2,7 +2,7 @@
 //! sums, one pass that normalises, per row, rows in parallel. A row of up to a few thousand
 //! elements stays in L1 between the passes.
 
-use super::iter::{GRAIN_COSTLY, rows_per_task};
+use super::iter::{GRAIN_COSTLY, par_chunks, rows_per_task};
 use super::reduce::{MaxC, reduce_row, reduced_last};
 use super::unary::map;
 use crate::dtype::FloatElement;
@@ -10,7 +10,6 @@ use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use rayon::prelude::*;
 
 /// Accumulator lanes of the fused exponentiate-and-sum loop.
 const LANES: usize = 16;
@@ -54,9 +53,9 @@ fn scale<T: FloatElement>(out: &mut [T], k: T) {
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-fn shift<T: FloatElement>(row: &[T], out: &mut [T], k: T) {
+fn log_shift<T: FloatElement>(row: &[T], out: &mut [T], m: T, lse: T) {
     for (o, &x) in out.iter_mut().zip(row) {
-        *o = x - k;
+        *o = (x - m) - lse;
     }
 }
 
@@ -67,7 +66,9 @@ fn softmax_row<T: FloatElement>(row: &[T], out: &mut [T], log: bool) {
     let m = if max.is_finite() { max } else { T::ZERO };
     let sum = exp_shifted_sum(row, out, m);
     if log {
-        shift(row, out, m + sum.ln());
+        // (x - m) - ln(sum), not x - (m + ln(sum)): in f32, m + ln(sum) rounds to the
+        // precision of m, which for logits near 1e4 costs several digits.
+        log_shift(row, out, m, sum.ln());
     } else {
         scale(out, T::ONE / sum);
     }
@@ -80,7 +81,7 @@ fn rows<T: FloatElement>(src: &[T], n_rows: usize, len: usize, log: bool) -> Res
     }
     let per = rows_per_task(n_rows, len, GRAIN_COSTLY);
     if n_rows > per && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(per * len).enumerate().for_each(|(ci, chunk)| {
+        par_chunks(&mut out, per * len, |ci, chunk| {
             for (i, o) in chunk.chunks_mut(len).enumerate() {
                 let r = ci * per + i;
                 softmax_row(&src[r * len..(r + 1) * len], o, log);

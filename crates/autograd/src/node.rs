@@ -10,7 +10,7 @@ use crate::backward_ctx::BackwardCtx;
 use crate::var::Var;
 use ember_tensor::{Result, Tensor};
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared reference to a node, as held by the graph (not counted as a user handle).
@@ -106,14 +106,18 @@ impl Op for Leaf {
     }
 }
 
-pub(crate) const REQUIRES_GRAD: u8 = 1;
-pub(crate) const RETAINS_GRAD: u8 = 2;
-pub(crate) const FROZEN: u8 = 4;
-pub(crate) const IS_LEAF: u8 = 8;
-pub(crate) const HAS_HOOKS: u8 = 16;
-pub(crate) const DETACHED: u8 = 32;
+pub(crate) const REQUIRES_GRAD: u16 = 1;
+pub(crate) const RETAINS_GRAD: u16 = 2;
+pub(crate) const FROZEN: u16 = 4;
+pub(crate) const IS_LEAF: u16 = 8;
+pub(crate) const HAS_HOOKS: u16 = 16;
+pub(crate) const DETACHED: u16 = 32;
 /// A non-leaf holds the gradient of an earlier backward (kept by `retain_graph`).
-pub(crate) const HAS_GRAD: u8 = 64;
+pub(crate) const HAS_GRAD: u16 = 64;
+/// The node is registered as a consumer of its inputs (see `reactive`).
+pub(crate) const SUBSCRIBED: u16 = 128;
+/// An ancestor's value was replaced since this node's value was computed.
+pub(crate) const DIRTY: u16 = 256;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -133,6 +137,8 @@ pub(crate) struct NodeState {
     pub verified_full: u64,
     /// How many times the value has been recomputed after creation.
     pub recomputes: u64,
+    /// The in-place epoch at which this node was last verified fresh by a full walk.
+    pub verified_inplace: u64,
 }
 
 /// Rarely used per-node data, allocated on first use.
@@ -142,13 +148,16 @@ pub(crate) struct Extras {
     pub hooks: Vec<(u64, crate::hooks::GradHook)>,
     pub post_accumulate_hooks: Vec<(u64, crate::hooks::PostAccumulateHook)>,
     pub created_at: Option<String>,
+    /// The nodes that use this one as an input, registered by a reactive request so that
+    /// replacing a value can mark exactly its dependents dirty.
+    pub consumers: Vec<std::sync::Weak<Node<dyn Op>>>,
 }
 
 /// A graph node; see the module docs.
 pub struct Node<O: ?Sized> {
     pub(crate) inputs: SmallVec<[NodeRef; 2]>,
     pub(crate) seq: u64,
-    pub(crate) flags: AtomicU8,
+    pub(crate) flags: AtomicU16,
     pub(crate) state: Mutex<NodeState>,
     pub(crate) grad: Mutex<Option<Var>>,
     pub(crate) extras: Mutex<Option<Box<Extras>>>,
@@ -180,11 +189,11 @@ pub(crate) fn next_seq() -> u64 {
 
 impl<O: Op> Node<O> {
     /// A new node and the first handle to it.
-    pub(crate) fn new_var(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u8, state: NodeState) -> Var {
+    pub(crate) fn new_var(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u16, state: NodeState) -> Var {
         let node: NodeRef = Arc::new(Node {
             inputs,
             seq: next_seq(),
-            flags: AtomicU8::new(flags),
+            flags: AtomicU16::new(flags),
             state: Mutex::new(state),
             grad: Mutex::new(None),
             extras: Mutex::new(None),
@@ -195,11 +204,11 @@ impl<O: Op> Node<O> {
 }
 
 impl<O: ?Sized + Op> Node<O> {
-    pub(crate) fn has(&self, flag: u8) -> bool {
+    pub(crate) fn has(&self, flag: u16) -> bool {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    pub(crate) fn set(&self, flag: u8, on: bool) {
+    pub(crate) fn set(&self, flag: u16, on: bool) {
         if on {
             self.flags.fetch_or(flag, Ordering::Relaxed);
         } else {
@@ -245,6 +254,16 @@ impl<O: ?Sized> Drop for Node<O> {
         let mut stack: SmallVec<[NodeRef; 4]> = SmallVec::new();
         stack.extend(std::mem::take(&mut self.inputs));
         while let Some(mut n) = stack.pop() {
+            if Arc::strong_count(&n) == 1 && Arc::weak_count(&n) > 0 && n.has(SUBSCRIBED) {
+                // The consumer registrations of a subscribed node are weak references that
+                // would stop `get_mut` below; the node is going away, so withdraw them.
+                let me = Arc::as_ptr(&n) as *const u8;
+                for i in n.inputs.iter() {
+                    if let Some(ex) = i.extras().as_mut() {
+                        ex.consumers.retain(|w| w.as_ptr() as *const u8 != me);
+                    }
+                }
+            }
             if let Some(inner) = Arc::get_mut(&mut n) {
                 for i in std::mem::take(&mut inner.inputs) {
                     stack.push(i);
@@ -265,6 +284,7 @@ impl NodeState {
             verified_values: epochs.0,
             verified_full: epochs.1,
             recomputes: 0,
+            verified_inplace: 0,
         }
     }
 

@@ -17,9 +17,17 @@
 //!   saved tensor remains the error PyTorch makes it.
 //! - [`Mode::Full`] also reacts to in-place writes upstream (an optimizer step, say); this
 //!   is what `Var::forward()` and the static mode use.
+//!
+//! Beyond the seed, `Full` requests push as well as pull. The first full walk from a node
+//! *subscribes* it: every node on the way registers with its inputs as a consumer. From
+//! then on, replacing a leaf's value marks exactly its subscribed dependents dirty, and as
+//! long as no in-place write happened since, a request descends only into dirty inputs:
+//! changing one of a thousand independent branches recomputes that branch and the join,
+//! and checks the other branches' flags without walking them. Eager code never subscribes
+//! and pays nothing for this.
 
-use crate::node::{NodeRef, NodeState};
-use ember_tensor::storage::{bump_mutation_epoch, mutation_epoch};
+use crate::node::{DIRTY, NodeRef, NodeState, SUBSCRIBED};
+use ember_tensor::storage::{bump_mutation_epoch, inplace_epoch, mutation_epoch};
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +78,25 @@ pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
             return Ok(v.clone());
         }
     }
+    if mode == Mode::Full && node.has(SUBSCRIBED) {
+        let inplace = inplace_epoch();
+        if node.state().verified_inplace == inplace {
+            return dirty_walk(node, ep, inplace);
+        }
+    }
+    full_walk(node, mode, ep)
+}
+
+/// Whether the walk can stop at `n`: its value is fresh and, for a full request, its whole
+/// ancestry is subscribed.
+fn settled(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> bool {
+    fresh(&n.state(), mode, ep) && (mode == Mode::Values || n.inputs.is_empty() || n.has(SUBSCRIBED))
+}
+
+/// Checks every node that is not settled, recomputing the stale ones; a full request also
+/// subscribes them.
+fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
+    let inplace = inplace_epoch();
     let mut stack: Vec<(NodeRef, bool)> = vec![(node.clone(), false)];
     while let Some((n, expanded)) = stack.pop() {
         if n.inputs.is_empty() {
@@ -81,53 +108,124 @@ pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
             mark(&mut st, mode, ep);
             continue;
         }
-        if fresh(&n.state(), mode, ep) {
-            continue;
-        }
         if !expanded {
+            if settled(&n, mode, ep) {
+                continue;
+            }
             stack.push((n.clone(), true));
             for i in n.inputs.iter() {
-                if !fresh(&i.state(), mode, ep) {
+                if !settled(i, mode, ep) {
                     stack.push((i.clone(), false));
                 }
             }
             continue;
         }
         recompute_if_stale(&n, mode, ep)?;
+        if mode == Mode::Full {
+            subscribe(&n);
+            n.set(DIRTY, false);
+            n.state().verified_inplace = inplace;
+        }
     }
     let st = node.state();
     st.value.clone().ok_or_else(|| Error::autograd("a recomputed value is missing"))
 }
 
-/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed. The inputs are
-/// fresh when this is called.
-fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
-    let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(n.inputs.len());
-    let mut current: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(n.inputs.len());
+/// Registers `n` as a consumer of its inputs (once).
+fn subscribe(n: &NodeRef) {
+    if n.has(SUBSCRIBED) {
+        return;
+    }
     for i in n.inputs.iter() {
-        let st = i.state();
-        let v = st.value.clone().ok_or_else(|| Error::autograd("an input value is missing during recomputation"))?;
-        current.push(st.versions());
+        i.extras().get_or_insert_with(Default::default).consumers.push(std::sync::Arc::downgrade(n));
+    }
+    n.set(SUBSCRIBED, true);
+}
+
+/// Recomputes the dirty (or freed) part of a subscribed node's ancestry, descending only
+/// into dirty inputs.
+fn dirty_walk(node: &NodeRef, ep: (u64, u64), inplace: u64) -> Result<Tensor> {
+    let needs_work = |n: &NodeRef| !n.inputs.is_empty() && (n.has(DIRTY) || n.state().value.is_none());
+    let mut stack: Vec<(NodeRef, bool)> = vec![(node.clone(), false)];
+    while let Some((n, expanded)) = stack.pop() {
+        if !needs_work(&n) {
+            continue;
+        }
+        if !expanded {
+            stack.push((n.clone(), true));
+            for i in n.inputs.iter() {
+                if needs_work(i) {
+                    stack.push((i.clone(), false));
+                }
+            }
+            continue;
+        }
+        recompute_if_stale(&n, Mode::Values, ep)?;
+        n.set(DIRTY, false);
+    }
+    let mut st = node.state();
+    mark(&mut st, Mode::Full, ep);
+    st.verified_inplace = inplace;
+    st.value.clone().ok_or_else(|| Error::autograd("a recomputed value is missing"))
+}
+
+/// Marks the subscribed dependents of `leaf` dirty after its value was replaced.
+pub(crate) fn mark_dependents_dirty(leaf: &NodeRef) {
+    let mut stack: Vec<NodeRef> = Vec::new();
+    let push_consumers = |n: &NodeRef, stack: &mut Vec<NodeRef>| {
+        if let Some(ex) = n.extras().as_mut() {
+            ex.consumers.retain(|w| w.strong_count() > 0);
+            stack.extend(ex.consumers.iter().filter_map(|w| w.upgrade()));
+        }
+    };
+    push_consumers(leaf, &mut stack);
+    while let Some(n) = stack.pop() {
+        if n.has(DIRTY) {
+            continue;
+        }
+        n.set(DIRTY, true);
+        push_consumers(&n, &mut stack);
+    }
+}
+
+/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed. The inputs are
+/// fresh when this is called. Versions are compared first, so an unchanged node costs no
+/// tensor clones.
+fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
+    let current: SmallVec<[(u64, u64); 2]> = n.inputs.iter().map(|i| i.state().versions()).collect();
+    {
+        let mut st = n.state();
+        let changed = match mode {
+            Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
+            Mode::Full => st.input_versions[..] != current[..],
+        };
+        if !changed && st.value.is_some() {
+            mark(&mut st, mode, ep);
+            return Ok(());
+        }
+    }
+    let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(n.inputs.len());
+    for i in n.inputs.iter() {
+        let v =
+            i.state().value.clone().ok_or_else(|| Error::autograd("an input value is missing during recomputation"))?;
         values.push(v);
     }
+    let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
+    let out = n.op.forward(&refs)?;
+    out.storage().watch();
     let mut st = n.state();
     let changed = match mode {
         Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
         Mode::Full => st.input_versions[..] != current[..],
     };
-    if changed || st.value.is_none() {
-        let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
-        let out = n.op.forward(&refs)?;
-        out.storage().watch();
-        st.storage_version = out.version();
-        st.value = Some(out);
-        st.recomputes += 1;
-        // A freed value recomputed from unchanged inputs is the same value: its version
-        // stays, so its consumers remain valid.
-        if changed {
-            st.value_version += 1;
-            st.input_versions = current;
-        }
+    st.storage_version = out.version();
+    st.value = Some(out);
+    st.recomputes += 1;
+    // A freed value recomputed from unchanged inputs is the same value: its version stays,
+    // so its consumers remain valid.
+    if changed {
+        st.value_version += 1;
+        st.input_versions = current;
     }
     mark(&mut st, mode, ep);
     Ok(())

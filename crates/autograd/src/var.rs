@@ -46,7 +46,7 @@ impl Var {
         Ok(Var::from_node(node))
     }
 
-    fn leaf_with(value: Tensor, flags: u8) -> Var {
+    fn leaf_with(value: Tensor, flags: u16) -> Var {
         value.storage().watch();
         let state = NodeState::new(value, SmallVec::new(), reactive::epochs());
         Node::new_var(Leaf, SmallVec::new(), IS_LEAF | flags, state)
@@ -251,6 +251,7 @@ impl Var {
             st.value = Some(value);
         }
         reactive::bump_value_epoch();
+        reactive::mark_dependents_dirty(&self.node);
         Ok(())
     }
 

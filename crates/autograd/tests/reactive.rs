@@ -62,7 +62,8 @@ fn partial_forward_of_one_output() -> Result<()> {
     y1.forward()?;
     assert_eq!((h1.recompute_count(), y1.recompute_count()), (1, 1));
     assert_eq!((h2.recompute_count(), y2.recompute_count()), (0, 0), "y2 was not requested");
-    assert_eq!(y2.forward()?.to_vec::<f32>()?, vec![4f32.exp()]);
+    let v = y2.forward()?.item()?;
+    assert!((v - 4f64.exp()).abs() < 1e-5 * 4f64.exp(), "{v}");
     assert_eq!(h2.recompute_count(), 1);
     Ok(())
 }

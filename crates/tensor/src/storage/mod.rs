@@ -153,6 +153,16 @@ pub fn bump_mutation_epoch() -> u64 {
     MUTATION_EPOCH.fetch_add(1, Ordering::AcqRel) + 1
 }
 
+static INPLACE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A global counter bumped only by in-place writes to watched storages (a subset of what
+/// [`mutation_epoch`] counts). When it has not moved, every change since was a value
+/// replaced through autograd, which autograd tracks itself.
+#[inline]
+pub fn inplace_epoch() -> u64 {
+    INPLACE_EPOCH.load(Ordering::Acquire)
+}
+
 /// Shared storage with its version counter. All views of a tensor share one cell.
 #[derive(Debug)]
 pub struct StorageCell {
@@ -185,6 +195,7 @@ impl StorageCell {
     pub fn bump(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
         if self.watched.load(Ordering::Relaxed) {
+            INPLACE_EPOCH.fetch_add(1, Ordering::AcqRel);
             bump_mutation_epoch();
         }
     }

@@ -1,9 +1,45 @@
 //! Joining and tiling: cat, stack, pad, repeat, and the triangles tril/triu.
 
 use super::Tensor;
-use crate::dtype::Scalar;
+use crate::Device;
+use crate::dtype::{DType, Element, Scalar};
 use crate::shape::{Dim, Shape, checked_numel};
+use crate::storage::Buffer;
 use crate::{Error, Result};
+
+/// `cat` of contiguous CPU tensors that already have the output dtype, by block copies
+/// (`None` when some input needs the general path). Joining many small tensors (a thousand
+/// scalars, say) then costs one lock and one copy each rather than a view and a strided
+/// copy each.
+fn cat_contiguous(tensors: &[&Tensor], d: usize, shape: &Shape, dtype: DType) -> Result<Option<Tensor>> {
+    if !tensors.iter().all(|t| t.is_contiguous() && t.dtype() == dtype && t.device() == Device::Cpu) {
+        return Ok(None);
+    }
+    let outer: usize = shape[..d].iter().product();
+    let after: usize = shape[d + 1..].iter().product();
+    let row = shape[d] * after;
+    fn go<T: Element>(tensors: &[&Tensor], d: usize, outer: usize, after: usize, row: usize) -> Result<Buffer<T>> {
+        let mut out = Buffer::<T>::uninit("cat", outer * row)?;
+        let mut col = 0;
+        for t in tensors {
+            let block = t.shape()[d] * after;
+            t.with_slice::<T, ()>(|src| {
+                for o in 0..outer {
+                    out[o * row + col..o * row + col + block].copy_from_slice(&src[o * block..(o + 1) * block]);
+                }
+            })?;
+            col += block;
+        }
+        Ok(out)
+    }
+    let t = match dtype {
+        DType::F32 => Tensor::from_buffer(go::<f32>(tensors, d, outer, after, row)?, shape.clone())?,
+        DType::F64 => Tensor::from_buffer(go::<f64>(tensors, d, outer, after, row)?, shape.clone())?,
+        DType::I64 => Tensor::from_buffer(go::<i64>(tensors, d, outer, after, row)?, shape.clone())?,
+        DType::U8 => Tensor::from_buffer(go::<u8>(tensors, d, outer, after, row)?, shape.clone())?,
+    };
+    Ok(Some(t))
+}
 
 impl Tensor {
     /// The tensors joined along `dim`; all other extents must agree. Dtypes promote.
@@ -41,6 +77,9 @@ impl Tensor {
         shape[d] = total;
         let shape = Shape::from(shape);
         checked_numel("cat", &shape)?;
+        if let Some(out) = cat_contiguous(tensors, d, &shape, dtype)? {
+            return Ok(out);
+        }
         let out = Tensor::full_on(shape, 0, dtype, first.device())?;
         let mut at = 0;
         for t in tensors {

@@ -79,6 +79,9 @@ pub(crate) fn map_inplace<T: Element>(dst: &mut [T], layout: &Layout, grain: usi
 
 /// Binds `$f` to the closure computing `op` on a float element type `$T` and `$g` to its
 /// parallel grain, then evaluates `$body`. One definition serves every kernel shape.
+///
+/// `exp`, `ln` and `tanh` are called through [`FloatElement`] on purpose: on a concrete `f32`
+/// the method syntax picks the inherent (libm, scalar) functions over the vectorisable ones.
 macro_rules! with_float_fn {
     ($op:expr, $T:ty, |$f:ident, $g:ident| $body:expr) => {{
         use UnaryOp::*;
@@ -123,12 +126,12 @@ macro_rules! with_float_fn {
             }
             Exp => {
                 let $g = GRAIN_COSTLY;
-                let $f = |x: $T| x.exp();
+                let $f = |x: $T| FloatElement::exp(x);
                 $body
             }
             Log => {
                 let $g = GRAIN_COSTLY;
-                let $f = |x: $T| x.ln();
+                let $f = |x: $T| FloatElement::ln(x);
                 $body
             }
             Sqrt => {
@@ -153,12 +156,12 @@ macro_rules! with_float_fn {
             }
             Tanh => {
                 let $g = GRAIN_COSTLY;
-                let $f = |x: $T| x.tanh();
+                let $f = |x: $T| FloatElement::tanh(x);
                 $body
             }
             Sigmoid => {
                 let $g = GRAIN_COSTLY;
-                let $f = move |x: $T| one / (one + (-x).exp());
+                let $f = move |x: $T| one / (one + FloatElement::exp(-x));
                 $body
             }
             Gelu => {
@@ -171,12 +174,12 @@ macro_rules! with_float_fn {
                 let $g = GRAIN_COSTLY;
                 let k = c((2.0 / std::f64::consts::PI).sqrt());
                 let a = c(0.044715);
-                let $f = move |x: $T| half * x * (one + (k * (x + a * x * x * x)).tanh());
+                let $f = move |x: $T| half * x * (one + FloatElement::tanh(k * (x + a * x * x * x)));
                 $body
             }
             Silu => {
                 let $g = GRAIN_COSTLY;
-                let $f = move |x: $T| x / (one + (-x).exp());
+                let $f = move |x: $T| x / (one + FloatElement::exp(-x));
                 $body
             }
             Erf => {
@@ -217,7 +220,7 @@ macro_rules! with_float_fn {
             Softplus { beta, threshold } => {
                 let $g = GRAIN_COSTLY;
                 let (b, t) = (c(beta), c(threshold));
-                let $f = move |x: $T| if x * b > t { x } else { (x * b).exp().ln_1p() / b };
+                let $f = move |x: $T| if x * b > t { x } else { FloatElement::exp(x * b).ln_1p() / b };
                 $body
             }
             LeakyRelu(slope) => {

@@ -274,7 +274,11 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             }
             deps[j] -= 1;
             if deps[j] == 0 {
-                heap.push((graph.nodes[j].seq, j));
+                // A leaf runs as soon as its gradient is complete (PyTorch gives
+                // AccumulateGrad the top priority too): its gradient is not kept buffered
+                // until the rest of backward is done, and post-accumulate hooks see it early.
+                let n = &graph.nodes[j];
+                heap.push((if n.is_leaf() { u64::MAX } else { n.seq }, j));
             }
         }
         if !retain_graph {

@@ -39,7 +39,11 @@ impl BackwardCtx<'_> {
         })?;
         let var = Var::from_node_ensured(node.clone())?;
         if self.node.op.saves().saves_input(i) {
-            let recorded = self.node.state().input_versions.get(i).copied();
+            let (recorded, packed) = {
+                let st = self.node.state();
+                let recorded = st.input_versions.get(i).copied();
+                (recorded, st.packed.as_ref().zip(recorded).and_then(|(p, r)| p.input(i, r)))
+            };
             let (vv, sv) = node.state().versions();
             if let Some((rv, rs)) = recorded
                 && (rv, rs) != (vv, sv)
@@ -47,6 +51,10 @@ impl BackwardCtx<'_> {
                 let v = var.value();
                 let (now, then) = if rv == vv { (sv, rs) } else { (vv, rv) };
                 return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
+            }
+            // Saved-tensor hooks: the value is checked above, backward reads the unpacked one.
+            if let Some(p) = packed {
+                return crate::saved_hooks::unpack(self.node.op.name(), &format!("input {i}"), p, &var);
             }
         }
         Ok(var)
@@ -56,17 +64,23 @@ impl BackwardCtx<'_> {
     pub fn output(&self) -> Result<Var> {
         let var = Var::from_node_ensured(self.node.clone())?;
         if self.node.op.saves().output {
-            let st = self.node.state();
-            if let Some(v) = &st.value
-                && v.version() != st.storage_version
-            {
-                return Err(self.modified(
-                    "the output".into(),
-                    v.shape_obj(),
-                    v.dtype(),
-                    v.version(),
-                    st.storage_version,
-                ));
+            let packed = {
+                let st = self.node.state();
+                if let Some(v) = &st.value
+                    && v.version() != st.storage_version
+                {
+                    return Err(self.modified(
+                        "the output".into(),
+                        v.shape_obj(),
+                        v.dtype(),
+                        v.version(),
+                        st.storage_version,
+                    ));
+                }
+                st.packed.as_ref().and_then(|p| p.output(st.value_version))
+            };
+            if let Some(p) = packed {
+                return crate::saved_hooks::unpack(self.node.op.name(), "the output", p, &var);
             }
         }
         Ok(var)

@@ -155,6 +155,10 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
         reactive::refresh(r, Mode::Values)?;
     }
     let _mode = GradModeGuard::new(create_graph);
+    // Custom functions with several outputs hand gradients over within this call only.
+    let _run = crate::function::RunScope::enter();
+    let profiling = crate::profiler::is_profiling();
+    let _whole = profiling.then(|| crate::profiler::begin("backward", crate::profiler::Phase::Range));
 
     let root_nodes: Vec<NodeRef> = run.roots.iter().map(|(n, _)| n.clone()).collect();
     let (graph, post) = discover(&root_nodes);
@@ -251,6 +255,8 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 if node.op.is_router() {
                     smallvec::smallvec![Some(g.clone())]
                 } else {
+                    let _timer =
+                        profiling.then(|| crate::profiler::begin(node.op.name(), crate::profiler::Phase::Backward));
                     crate::anomaly::checked_backward(node, &BackwardCtx { node, needs }, g)?
                 }
             }

@@ -139,6 +139,9 @@ pub(crate) struct NodeState {
     pub recomputes: u64,
     /// The in-place epoch at which this node was last verified fresh by a full walk.
     pub verified_inplace: u64,
+    /// What saved-tensor hooks packed of the values backward reads, if they were active
+    /// when the node was created.
+    pub packed: Option<Box<crate::saved_hooks::PackedValues>>,
 }
 
 /// Rarely used per-node data, allocated on first use.
@@ -285,6 +288,7 @@ impl NodeState {
             verified_full: epochs.1,
             recomputes: 0,
             verified_inplace: 0,
+            packed: None,
         }
     }
 

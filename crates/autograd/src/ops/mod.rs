@@ -29,7 +29,18 @@ use std::sync::{Arc, MutexGuard};
 /// The inputs' states are locked (each node once, in address order, so that two threads
 /// applying `a * b` and `b * a` cannot deadlock) while the forward runs on borrowed values:
 /// no input tensor is cloned.
+#[inline]
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+    // The profiler, saved-tensor hooks and checkpoint watch operations through this one
+    // thread-local check.
+    if crate::instrument::active() != 0 {
+        return crate::instrument::apply_instrumented(op, inputs);
+    }
+    apply_plain(op, inputs)
+}
+
+/// `apply` without the optional instrumentation.
+pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     match inputs {
         [x] => {
             // The common case (elementwise, scalar, reductions, views): one lock, no

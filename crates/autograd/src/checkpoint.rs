@@ -1,0 +1,277 @@
+//! Gradient checkpointing: trade compute for memory by recomputing a segment in backward
+//! instead of keeping its activations (PyTorch's `torch.utils.checkpoint`).
+//!
+//! [`checkpoint`] runs a segment without recording it and keeps only its inputs and its
+//! output. The parameters the segment reads are noticed as it runs (any `Var` requiring
+//! grad that its operations receive besides the inputs) and become inputs of the
+//! checkpoint's node, so gradients reach them through the engine like any other: they
+//! accumulate into `.grad`, are returned by [`grad`], and run their hooks. When backward
+//! reaches the node, it runs the segment again with grad mode on, from the saved input
+//! values, and backpropagates through that fresh graph. The global random generator is
+//! replayed to its state at the first run, so dropout masks come out the same.
+//!
+//! Rules: the segment must compute the same function of the same parameters each time it
+//! runs; a `Var` computed outside the segment that requires grad must be passed as an input
+//! (reading one captured by the closure is an error, as its gradient would otherwise flow
+//! twice); writing an input or a parameter in place between forward and backward is an
+//! error, as for any saved value; differentiating through a checkpoint with `create_graph`
+//! is not supported.
+//!
+//! ```
+//! use ember_autograd::{checkpoint, Var};
+//! use ember_tensor::Tensor;
+//! let w = Var::param(Tensor::from_vec(vec![0.5f64, -1.0, 2.0, 0.25], [2, 2])?);
+//! let x = Var::new(Tensor::from_vec(vec![1.0f64, 2.0], [1, 2])?);
+//! let w2 = w.clone();
+//! let block = move |h: &Var| -> ember_tensor::Result<Var> { Ok(h.matmul(&w2)?.tanh().matmul(&w2)?.tanh()) };
+//! let plain = block(&x)?.sum_all();
+//! let saved = x.checkpoint(block)?.sum_all(); // nothing inside the block is kept
+//! let g_plain = ember_autograd::grad(&[&plain], &[&w], &[], false, false)?[0].clone().unwrap();
+//! saved.backward()?;
+//! assert_eq!(w.grad().unwrap().to_vec::<f64>()?, g_plain.value().to_vec::<f64>()?);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! [`grad`]: crate::grad
+
+use crate::backward::grad;
+use crate::backward_ctx::BackwardCtx;
+use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
+use crate::instrument::{self, CAPTURE, PROFILING, SAVED_HOOKS};
+use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves};
+use crate::profiler::{self, Phase};
+use crate::reactive;
+use crate::var::Var;
+use ember_tensor::random::with_rng;
+use ember_tensor::{Error, Result, Tensor};
+use rustc_hash::FxHashSet;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+type Segment = Arc<dyn Fn(&[Var]) -> Result<Var> + Send + Sync>;
+
+/// Sets the global generator to a saved state; returns what puts the replaced state back.
+type RngReplay = Arc<dyn Fn() -> Box<dyn FnOnce()> + Send + Sync>;
+
+fn snapshot_rng() -> RngReplay {
+    let state = with_rng(|r| r.clone());
+    Arc::new(move || {
+        let previous = with_rng(|r| std::mem::replace(r, state.clone()));
+        Box::new(move || with_rng(|r| *r = previous))
+    })
+}
+
+/// Runs `f` with the generator replayed, restoring the current state afterwards (also on
+/// unwinding).
+fn replaying<R>(rng: &RngReplay, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Box<dyn FnOnce()>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(r) = self.0.take() {
+                r();
+            }
+        }
+    }
+    let _restore = Restore(Some(rng()));
+    f()
+}
+
+struct Capture {
+    seen: FxHashSet<usize>,
+    vars: Vec<Var>,
+}
+
+thread_local! {
+    /// The segments running their first forward, innermost last.
+    static CAPTURES: RefCell<Vec<Capture>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Notes the inputs of an operation applied in a segment's forward that require grad: in
+/// `no_grad`, nothing the segment computes does, so these are the parameters it reads.
+pub(crate) fn capture(inputs: &[&Var]) {
+    CAPTURES.with(|c| {
+        if let Some(top) = c.borrow_mut().last_mut() {
+            for v in inputs {
+                if v.requires_grad() && top.seen.insert(v.id()) {
+                    top.vars.push((*v).clone());
+                }
+            }
+        }
+    });
+}
+
+/// Collects captured `Var`s until [`CaptureGuard::finish`] (or drop, on an error).
+struct CaptureGuard {
+    depth: usize,
+}
+
+impl CaptureGuard {
+    fn new() -> Self {
+        let depth = CAPTURES.with(|c| {
+            let mut c = c.borrow_mut();
+            c.push(Capture { seen: FxHashSet::default(), vars: Vec::new() });
+            c.len() - 1
+        });
+        instrument::set(CAPTURE, true);
+        CaptureGuard { depth }
+    }
+
+    fn finish(self) -> Vec<Var> {
+        let vars = CAPTURES.with(|c| c.borrow_mut().get_mut(self.depth).map(|t| std::mem::take(&mut t.vars)));
+        vars.unwrap_or_default()
+    }
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        let any = CAPTURES.with(|c| {
+            let mut c = c.borrow_mut();
+            c.truncate(self.depth);
+            !c.is_empty()
+        });
+        instrument::set(CAPTURE, any);
+    }
+}
+
+/// Runs `f` on `inputs` without keeping its intermediate values; backward recomputes them.
+/// Gives the same value and gradients as `f(inputs)`. See the [module docs](self).
+pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inputs: &[&Var]) -> Result<Var> {
+    if !is_grad_enabled() {
+        // Nothing records: there is nothing to save (and an enclosing checkpoint's capture
+        // sees the segment's operations directly).
+        let vars: Vec<Var> = inputs.iter().map(|v| (*v).clone()).collect();
+        return f(&vars);
+    }
+    let flags = instrument::active();
+    if flags & CAPTURE != 0 {
+        capture(inputs);
+    }
+    let _timer = (flags & PROFILING != 0).then(|| profiler::begin("checkpoint", Phase::Forward));
+    let f: Segment = Arc::new(f);
+    let mut values = Vec::with_capacity(inputs.len());
+    let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
+    for (i, v) in inputs.iter().enumerate() {
+        let st = v.node.state();
+        values.push(st.value.clone().ok_or_else(|| Error::autograd(format!("checkpoint: input {i} has no value")))?);
+        versions.push(st.versions());
+    }
+    let rng = snapshot_rng();
+    let guard = CaptureGuard::new();
+    let out = run_segment(&f, &values, None)?;
+    let captured = guard.finish();
+    if let Some(v) = captured.iter().find(|v| !v.is_leaf()) {
+        return Err(Error::autograd(format!(
+            "checkpoint: the segment reads a Var computed outside it that requires grad (made by {}); pass it as one \
+             of the checkpoint's inputs",
+            v.op_name()
+        )));
+    }
+    let requires = inputs.iter().any(|v| v.requires_grad()) || !captured.is_empty();
+    let mut edges: SmallVec<[NodeRef; 2]> = inputs.iter().map(|v| v.node.clone()).collect();
+    for v in &captured {
+        edges.push(v.node.clone());
+        versions.push(v.node.state().versions());
+    }
+    out.storage().watch();
+    let op = Checkpoint { f, n_inputs: inputs.len(), rng };
+    let state = NodeState::new(out, versions, reactive::epochs());
+    let var = Node::new_var(op, edges, if requires { REQUIRES_GRAD } else { 0 }, state);
+    if let Some(site) = crate::anomaly::creation_site() {
+        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
+    }
+    if flags & SAVED_HOOKS != 0 {
+        crate::saved_hooks::pack_node(&var);
+    }
+    Ok(var)
+}
+
+/// The segment's value on `values`, computed in `no_grad`; with `rng`, as a replay of the
+/// first run (which draws from the generator like any code).
+fn run_segment(f: &Segment, values: &[Tensor], rng: Option<&RngReplay>) -> Result<Tensor> {
+    let vars: Vec<Var> = values.iter().map(|t| Var::new(t.clone())).collect();
+    let out = match rng {
+        Some(rng) => replaying(rng, || no_grad(|| f(&vars)))?,
+        None => no_grad(|| f(&vars))?,
+    };
+    Ok(out.value())
+}
+
+impl Var {
+    /// [`checkpoint`] for a segment of one input: `h.checkpoint(|h| block(h))` gives
+    /// `block(h)` without keeping the block's intermediate values.
+    pub fn checkpoint(&self, f: impl Fn(&Var) -> Result<Var> + Send + Sync + 'static) -> Result<Var> {
+        checkpoint(
+            move |v: &[Var]| match v.first() {
+                Some(x) => f(x),
+                None => Err(Error::autograd("checkpoint: the segment has no input")),
+            },
+            &[self],
+        )
+    }
+}
+
+/// The node of a checkpointed segment: its inputs, then the parameters the segment read.
+struct Checkpoint {
+    f: Segment,
+    n_inputs: usize,
+    rng: RngReplay,
+}
+
+impl Op for Checkpoint {
+    fn name(&self) -> &str {
+        "checkpoint"
+    }
+
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let values: Vec<Tensor> = inputs.iter().take(self.n_inputs).map(|t| (*t).clone()).collect();
+        run_segment(&self.f, &values, Some(&self.rng))
+    }
+
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        if is_grad_enabled() {
+            return Err(Error::autograd(
+                "checkpoint: differentiating a checkpointed segment with create_graph (higher-order gradients) is \
+                 not supported; run the segment without checkpoint",
+            ));
+        }
+        let n_all = ctx.num_inputs();
+        let mut fresh = Vec::with_capacity(self.n_inputs);
+        for i in 0..self.n_inputs {
+            let t = ctx.input(i)?.value();
+            fresh.push(if ctx.needs_input_grad(i) { Var::param(t) } else { Var::new(t) });
+        }
+        // The parameters, version-checked: the recomputation must see the values of forward.
+        let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
+        let out = replaying(&self.rng, || enable_grad(|| (self.f)(&fresh)))?;
+        if out.shape() != g.shape() {
+            return Err(Error::autograd(format!(
+                "checkpoint: the segment's output has shape {:?} when recomputed, {:?} at first; the segment must \
+                 compute the same function each time",
+                out.shape(),
+                g.shape()
+            )));
+        }
+        let mut slots = Vec::new();
+        let mut targets: Vec<&Var> = Vec::new();
+        for (i, v) in fresh.iter().chain(params.iter()).enumerate() {
+            if ctx.needs_input_grad(i) && v.requires_grad() {
+                slots.push(i);
+                targets.push(v);
+            }
+        }
+        let mut grads: Grads = (0..n_all).map(|_| None).collect();
+        if targets.is_empty() || !out.requires_grad() {
+            return Ok(grads);
+        }
+        let found = enable_grad(|| grad(&[&out], &targets, &[g], false, false))?;
+        for (slot, gr) in slots.into_iter().zip(found) {
+            grads[slot] = gr;
+        }
+        Ok(grads)
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::INPUTS
+    }
+}

@@ -1,0 +1,216 @@
+//! Gradient checkpointing: identical values and gradients to the plain computation,
+//! parameters captured by the segment receive their gradients (through backward and
+//! grad()), recomputation happens in backward, and the error cases (the replay of the random
+//! generator is tested in `checkpoint_rng.rs`, alone: the generator is process-wide).
+
+use ember_autograd::{Var, checkpoint, grad, no_grad};
+use ember_tensor::{DType, Result, Tensor};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn randn(shape: &[usize]) -> Tensor {
+    Tensor::randn(shape.to_vec()).expect("randn").to_dtype(DType::F64)
+}
+
+fn layer(h: &Var, w: &Var, b: &Var) -> Result<Var> {
+    Ok(h.matmul(w)?.add(b)?.tanh())
+}
+
+struct Mlp {
+    ws: Vec<Var>,
+    bs: Vec<Var>,
+}
+
+impl Mlp {
+    fn new(depth: usize, width: usize) -> Self {
+        Mlp {
+            ws: (0..depth).map(|_| Var::param(randn(&[width, width]).mul_scalar(0.5))).collect(),
+            bs: (0..depth).map(|_| Var::param(randn(&[width]).mul_scalar(0.1))).collect(),
+        }
+    }
+
+    fn block(&self, from: usize, to: usize) -> impl Fn(&Var) -> Result<Var> + Send + Sync + Clone + 'static {
+        let (ws, bs) = (self.ws[from..to].to_vec(), self.bs[from..to].to_vec());
+        move |h: &Var| {
+            let mut h = h.clone();
+            for (w, b) in ws.iter().zip(&bs) {
+                h = layer(&h, w, b)?;
+            }
+            Ok(h)
+        }
+    }
+
+    fn params(&self) -> Vec<&Var> {
+        self.ws.iter().chain(&self.bs).collect()
+    }
+
+    fn grads(&self) -> Vec<Vec<f64>> {
+        self.params().iter().map(|p| p.grad().expect("a gradient").to_vec::<f64>().expect("f64")).collect()
+    }
+
+    fn zero_grad(&self) {
+        for p in self.params() {
+            p.zero_grad();
+        }
+    }
+}
+
+#[test]
+fn checkpointed_segments_give_identical_values_and_gradients() -> Result<()> {
+    ember_tensor::manual_seed(5);
+    let mlp = Mlp::new(6, 8);
+    let x = Var::param(randn(&[4, 8]));
+    let target = Var::new(randn(&[4, 8]));
+
+    let plain = mlp.block(0, 6)(&x)?;
+    plain.sub(&target)?.square().mean_all().backward()?;
+    let (g_plain, gx_plain) = (mlp.grads(), x.grad().unwrap().to_vec::<f64>()?);
+    mlp.zero_grad();
+    x.zero_grad();
+
+    let mut h = x.clone();
+    for s in 0..3 {
+        h = h.checkpoint(mlp.block(2 * s, 2 * s + 2))?;
+        assert_eq!(h.op_name(), "checkpoint");
+    }
+    assert_eq!(h.value().to_vec::<f64>()?, plain.value().to_vec::<f64>()?);
+    h.sub(&target)?.square().mean_all().backward()?;
+    assert_eq!(mlp.grads(), g_plain, "parameter gradients");
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, gx_plain, "input gradient");
+    Ok(())
+}
+
+#[test]
+fn the_segment_is_recomputed_during_backward_only() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f64, 2.0], [2])?);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let w2 = w.clone();
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 3.0], [2])?);
+    let y = x.checkpoint(move |h| {
+        r.fetch_add(1, Ordering::Relaxed);
+        Ok(h.mul(&w2)?.exp())
+    })?;
+    assert_eq!(runs.load(Ordering::Relaxed), 1);
+    let loss = y.sum_all();
+    assert_eq!(runs.load(Ordering::Relaxed), 1);
+    loss.backward()?;
+    assert_eq!(runs.load(Ordering::Relaxed), 2);
+    // d/dw exp(x w) = x exp(x w), d/dx = w exp(x w).
+    let gw = w.grad().unwrap().to_vec::<f64>()?;
+    let gx = x.grad().unwrap().to_vec::<f64>()?;
+    assert!((gw[0] - 0.5f64.exp()).abs() < 1e-12 && (gw[1] - 3.0 * 6.0f64.exp()).abs() < 1e-9);
+    assert!((gx[0] - 0.5 * 0.5f64.exp()).abs() < 1e-12 && (gx[1] - 2.0 * 6.0f64.exp()).abs() < 1e-9);
+    Ok(())
+}
+
+#[test]
+fn several_inputs_and_grad_reach_captured_parameters_without_touching_grad() -> Result<()> {
+    ember_tensor::manual_seed(6);
+    let w = Var::param(randn(&[3, 3]));
+    let a = Var::param(randn(&[2, 3]));
+    let b = Var::param(randn(&[2, 3]));
+    let w2 = w.clone();
+    let segment = move |v: &[Var]| -> Result<Var> { v[0].matmul(&w2)?.mul(&v[1])?.sigmoid().sum(1, false) };
+    let plain = segment(&[a.clone(), b.clone()])?.square().sum_all();
+    let expected = grad(&[&plain], &[&w, &a, &b], &[], false, false)?;
+    let ck = checkpoint(segment, &[&a, &b])?.square().sum_all();
+    let got = grad(&[&ck], &[&w, &a, &b], &[], false, false)?;
+    for (e, g) in expected.iter().zip(&got) {
+        let (e, g) = (e.as_ref().unwrap().value().to_vec::<f64>()?, g.as_ref().unwrap().value().to_vec::<f64>()?);
+        assert_eq!(e, g);
+    }
+    assert!(w.grad().is_none() && a.grad().is_none(), "grad() leaves .grad alone");
+    Ok(())
+}
+
+#[test]
+fn hooks_on_captured_parameters_run() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![2.0f64], [1])?);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    w.register_post_accumulate_grad_hook(move |_| {
+        s.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    });
+    let w2 = w.clone();
+    let x = Var::new(Tensor::from_vec(vec![3.0f64], [1])?);
+    x.checkpoint(move |h| Ok(h.mul(&w2)?.square()))?.sum_all().backward()?;
+    assert_eq!(seen.load(Ordering::Relaxed), 1);
+    // d/dw (x w)^2 = 2 x^2 w.
+    assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![36.0]);
+    Ok(())
+}
+
+#[test]
+fn nested_checkpoints_give_identical_gradients() -> Result<()> {
+    ember_tensor::manual_seed(7);
+    let mlp = Mlp::new(4, 5);
+    let x = Var::param(randn(&[3, 5]));
+    mlp.block(0, 4)(&x)?.sum_all().backward()?;
+    let g_plain = mlp.grads();
+    mlp.zero_grad();
+    let (first, second) = (mlp.block(0, 2), mlp.block(2, 4));
+    let outer = move |h: &Var| -> Result<Var> { h.checkpoint(first.clone())?.checkpoint(second.clone()) };
+    x.checkpoint(outer)?.sum_all().backward()?;
+    assert_eq!(mlp.grads(), g_plain);
+    Ok(())
+}
+
+#[test]
+fn in_place_writes_to_inputs_or_parameters_are_errors() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let h = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?).mul_scalar(1.0);
+    let w2 = w.clone();
+    let y = h.checkpoint(move |v| v.mul(&w2))?.sum_all();
+    w.value().mul_scalar_(2.0)?;
+    let err = y.backward().unwrap_err().to_string();
+    assert!(err.contains("modified by an inplace operation") && err.contains("checkpoint"), "{err}");
+
+    let w3 = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let w4 = w3.clone();
+    let y = h.checkpoint(move |v| v.mul(&w4))?.sum_all();
+    h.value().add_scalar_(1.0)?;
+    assert!(y.backward().unwrap_err().to_string().contains("modified by an inplace operation"));
+    Ok(())
+}
+
+#[test]
+fn a_captured_non_leaf_that_requires_grad_is_an_error() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![1.0f64], [1])?);
+    let scaled = w.mul_scalar(2.0);
+    let x = Var::new(Tensor::from_vec(vec![1.0f64], [1])?);
+    let err = x.checkpoint(move |h| h.mul(&scaled)).unwrap_err().to_string();
+    assert!(err.contains("pass it as one of the checkpoint's inputs") && err.contains("mul_scalar"), "{err}");
+    // Passed as an input, it works.
+    let scaled = w.mul_scalar(2.0);
+    checkpoint(|v: &[Var]| v[0].mul(&v[1]), &[&x, &scaled])?.sum_all().backward()?;
+    assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![2.0]);
+    Ok(())
+}
+
+#[test]
+fn create_graph_through_a_checkpoint_is_an_error() -> Result<()> {
+    let x = Var::param(Tensor::scalar(2.0f64));
+    let y = x.checkpoint(|h| Ok(h.pow_scalar(3.0)))?;
+    let err = grad(&[&y], &[&x], &[], false, true).unwrap_err().to_string();
+    assert!(err.contains("checkpoint") && err.contains("create_graph"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn under_no_grad_the_segment_just_runs() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![2.0f64], [1])?);
+    let w2 = w.clone();
+    let y = no_grad(|| Var::new(Tensor::from_vec(vec![3.0f64], [1])?).checkpoint(move |h| h.mul(&w2)))?;
+    assert!(!y.requires_grad());
+    assert_eq!(y.value().to_vec::<f64>()?, vec![6.0]);
+    Ok(())
+}
+
+#[test]
+fn a_segment_error_is_returned() {
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2]).unwrap());
+    let err = x.checkpoint(|h| h.reshape([3])).unwrap_err().to_string();
+    assert!(err.contains("reshape"), "{err}");
+}

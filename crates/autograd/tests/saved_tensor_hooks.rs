@@ -1,0 +1,246 @@
+//! Saved-tensor hooks: pack runs at node creation for each value backward reads, unpack
+//! in backward instead of reading it; gradients are unchanged; lower precision and copies
+//! work; nesting restores the outer hooks; the in-place check still holds.
+
+use ember_autograd::{Function, FunctionCtx, SavedTensorsHooksGuard, Var, grad, saved_tensors_hooks};
+use ember_tensor::{DType, Result, Tensor};
+use std::sync::{Arc, Mutex};
+
+fn param(v: &[f64], shape: &[usize]) -> Var {
+    Var::param(Tensor::from_slice(v, shape.to_vec()).expect("a valid tensor"))
+}
+
+/// A log of hook calls: `("pack" | "unpack", the value's elements)`.
+type Log = Arc<Mutex<Vec<(&'static str, Vec<f64>)>>>;
+
+/// Identity hooks that log every call.
+fn logging(
+    log: &Log,
+) -> (impl Fn(&Tensor) -> Tensor + Send + Sync + 'static, impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static) {
+    let (l1, l2) = (log.clone(), log.clone());
+    (
+        move |t: &Tensor| {
+            l1.lock().unwrap().push(("pack", t.to_vec_f64().unwrap_or_default()));
+            t.clone()
+        },
+        move |t: &Tensor| {
+            l2.lock().unwrap().push(("unpack", t.to_vec_f64()?));
+            Ok(t.clone())
+        },
+    )
+}
+
+#[test]
+fn pack_and_unpack_are_called_once_per_saved_value_in_order() -> Result<()> {
+    let a = param(&[1.0, 2.0], &[2]);
+    let b = param(&[3.0, 4.0], &[2]);
+    let log: Log = Default::default();
+    let (pack, unpack) = logging(&log);
+    let loss = saved_tensors_hooks(pack, unpack, || -> Result<Var> {
+        let p = a.mul(&b)?; // saves a and b
+        let e = p.exp(); // saves its output
+        Ok(e.add(&a)?.sum_all()) // add and sum save nothing
+    })?;
+    let packs: Vec<_> = log.lock().unwrap().clone();
+    let e = [3.0f64.exp(), 8.0f64.exp()];
+    assert_eq!(packs, vec![("pack", vec![1.0, 2.0]), ("pack", vec![3.0, 4.0]), ("pack", e.to_vec())]);
+    loss.backward()?;
+    let calls = log.lock().unwrap()[3..].to_vec();
+    // Backward runs exp first (its output), then mul (its inputs, as its formula reads them).
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(calls[0], ("unpack", e.to_vec()));
+    assert!(calls[1..].iter().all(|(k, _)| *k == "unpack"));
+    let mut rest: Vec<Vec<f64>> = calls[1..].iter().map(|(_, v)| v.clone()).collect();
+    rest.sort_by(|x, y| x[0].total_cmp(&y[0]));
+    assert_eq!(rest, vec![vec![1.0, 2.0], vec![3.0, 4.0]]);
+    // d/da = b e + 1, d/db = a e.
+    let ga = a.grad().unwrap().to_vec::<f64>()?;
+    assert!((ga[0] - (3.0 * e[0] + 1.0)).abs() < 1e-9 && (ga[1] - (4.0 * e[1] + 1.0)).abs() < 1e-9);
+    Ok(())
+}
+
+#[test]
+fn hooks_are_inactive_outside_their_scope() -> Result<()> {
+    let x = param(&[1.0], &[1]);
+    let log: Log = Default::default();
+    let (pack, unpack) = logging(&log);
+    let inside = saved_tensors_hooks(pack, unpack, || x.exp());
+    let outside = x.exp();
+    inside.add(&outside)?.sum_all().backward()?;
+    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, vec!["pack", "unpack"]);
+    Ok(())
+}
+
+#[test]
+fn gradients_are_unchanged_by_identity_hooks() -> Result<()> {
+    ember_tensor::manual_seed(3);
+    let w = Var::param(Tensor::randn([4, 3])?.to_dtype(DType::F64));
+    let x = Var::new(Tensor::randn([5, 4])?.to_dtype(DType::F64));
+    let f = |w: &Var| -> Result<Var> { Ok(x.matmul(w)?.tanh().log_softmax(1)?.square().mean_all()) };
+    let plain = grad(&[&f(&w)?], &[&w], &[], false, false)?[0].clone().unwrap().value().to_vec::<f64>()?;
+    let log: Log = Default::default();
+    let (pack, unpack) = logging(&log);
+    let loss = saved_tensors_hooks(pack, unpack, || f(&w))?;
+    let hooked = grad(&[&loss], &[&w], &[], false, false)?[0].clone().unwrap().value().to_vec::<f64>()?;
+    assert_eq!(plain, hooked);
+    let log = log.lock().unwrap();
+    let count = |kind: &str| log.iter().filter(|(k, _)| *k == kind).count();
+    // matmul saves x and w, tanh and log_softmax their outputs, square its input; backward
+    // unpacks only what it reads: matmul needs x alone for the gradient of w.
+    assert_eq!((count("pack"), count("unpack")), (5, 4));
+    Ok(())
+}
+
+#[test]
+fn a_lower_precision_pack_gives_close_gradients() -> Result<()> {
+    // Keep saved f64 values as f32 (like an f16 pack in PyTorch), back to f64 on unpack.
+    let x = param(&[0.1, 0.2, 0.3], &[3]);
+    let y = param(&[1.0 / 3.0, 2.0 / 3.0, 1.0], &[3]);
+    let loss = saved_tensors_hooks(
+        |t: &Tensor| t.to_dtype(DType::F32),
+        |p: &Tensor| Ok(p.to_dtype(DType::F64)),
+        || x.mul(&y).map(|p| p.sum_all()),
+    )?;
+    loss.backward()?;
+    let gx = x.grad().unwrap().to_vec::<f64>()?;
+    let exact = [1.0 / 3.0, 2.0 / 3.0, 1.0];
+    for (g, e) in gx.iter().zip(exact) {
+        assert!((g - e).abs() < 1e-7, "{g} vs {e}");
+        assert_eq!(*g, e as f32 as f64, "the gradient went through f32");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_copying_pack_is_immune_to_later_reuse_of_the_buffer_but_not_to_the_version_check() -> Result<()> {
+    // Pack a copy: backward reads the copy.
+    let x = param(&[1.0, 2.0], &[2]);
+    let y = saved_tensors_hooks(
+        |t: &Tensor| t.contiguous().to_dtype(DType::F64).add_scalar(0.0),
+        |p: &Tensor| Ok(p.clone()),
+        || x.square(),
+    );
+    y.sum_all().backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![2.0, 4.0]);
+
+    // The original is still version-checked: an in-place write is an error, as without hooks.
+    let z = param(&[1.0, 2.0], &[2]);
+    let h = z.mul_scalar(1.0);
+    let y = saved_tensors_hooks(|t: &Tensor| t.add_scalar(0.0), |p: &Tensor| Ok(p.clone()), || h.square());
+    h.value().mul_scalar_(3.0)?;
+    let err = y.sum_all().backward().unwrap_err().to_string();
+    assert!(err.contains("modified by an inplace operation") && err.contains("square"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn nested_hooks_apply_innermost_and_restore_the_outer_ones() -> Result<()> {
+    let x = param(&[2.0], &[1]);
+    let log: Log = Default::default();
+    let (l1, l2) = (log.clone(), log.clone());
+    let outer = SavedTensorsHooksGuard::new(
+        move |t: &Tensor| {
+            l1.lock().unwrap().push(("outer", t.to_vec_f64().unwrap_or_default()));
+            t.clone()
+        },
+        |p: &Tensor| Ok(p.clone()),
+    );
+    let a = x.exp();
+    let b = saved_tensors_hooks(
+        move |t: &Tensor| {
+            l2.lock().unwrap().push(("inner", t.to_vec_f64().unwrap_or_default()));
+            t.clone()
+        },
+        |p: &Tensor| Ok(p.clone()),
+        || x.sqrt(),
+    );
+    let c = x.sigmoid(); // the outer hooks again
+    drop(outer);
+    let d = x.tanh(); // none
+    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, vec!["outer", "inner", "outer"]);
+    a.add(&b)?.add(&c)?.add(&d)?.sum_all().backward()?;
+    Ok(())
+}
+
+#[test]
+fn an_unpack_of_the_wrong_shape_is_an_error_naming_the_operation() {
+    let x = param(&[1.0, 2.0], &[2]);
+    let y = saved_tensors_hooks(|t: &Tensor| t.clone(), |p: &Tensor| p.narrow(0, 0, 1), || x.exp());
+    let err = y.sum_all().backward().unwrap_err().to_string();
+    assert!(err.contains("exp") && err.contains("saved tensor hooks"), "{err}");
+}
+
+#[test]
+fn an_unpack_error_fails_backward() {
+    let x = param(&[1.0], &[1]);
+    let y = saved_tensors_hooks(
+        |t: &Tensor| t.clone(),
+        |_: &Tensor| Err(ember_tensor::Error::autograd("offloaded copy lost")),
+        || x.exp(),
+    );
+    let err = y.sum_all().backward().unwrap_err().to_string();
+    assert!(err.contains("offloaded copy lost"), "{err}");
+}
+
+#[test]
+fn higher_order_gradients_flow_through_unpacked_values() -> Result<()> {
+    let x = Var::param(Tensor::scalar(2.0f64));
+    let y =
+        saved_tensors_hooks(|t: &Tensor| t.clone(), |p: &Tensor| Ok(p.clone()), || x.mul(&x).and_then(|s| s.mul(&x)))?;
+    let d1 = grad(&[&y], &[&x], &[], false, true)?[0].clone().unwrap(); // 3x^2
+    let d2 = grad(&[&d1], &[&x], &[], false, false)?[0].clone().unwrap(); // 6x
+    assert_eq!((d1.item()?, d2.item()?), (12.0, 12.0));
+    Ok(())
+}
+
+#[test]
+fn a_pack_hook_may_use_var_operations_without_recursing() -> Result<()> {
+    let x = param(&[1.0, 2.0], &[2]);
+    let count = Arc::new(Mutex::new(0));
+    let c = count.clone();
+    let y = saved_tensors_hooks(
+        move |t: &Tensor| {
+            *c.lock().unwrap() += 1;
+            // Var operations inside pack are not packed themselves.
+            Var::new(t.clone()).exp().log().value()
+        },
+        |p: &Tensor| Ok(p.clone()),
+        || x.square(),
+    );
+    y.sum_all().backward()?;
+    assert_eq!(*count.lock().unwrap(), 1);
+    let g = x.grad().unwrap().to_vec::<f64>()?;
+    assert!((g[0] - 2.0).abs() < 1e-12 && (g[1] - 4.0).abs() < 1e-12);
+    Ok(())
+}
+
+/// `y = x * w` as a custom function that saves both inputs.
+struct Scale;
+
+impl Function for Scale {
+    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        ctx.save_for_backward(&[&inputs[0], &inputs[1]]);
+        Ok(vec![inputs[0].mul(&inputs[1])?])
+    }
+    fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
+        let s = ctx.saved_tensors()?;
+        Ok(vec![Some(grads[0].mul(&s[1])?), Some(grads[0].mul(&s[0])?)])
+    }
+}
+
+#[test]
+fn custom_functions_pack_what_they_save() -> Result<()> {
+    let x = param(&[1.0, 2.0], &[2]);
+    let w = param(&[3.0, 5.0], &[2]);
+    let log: Log = Default::default();
+    let (pack, unpack) = logging(&log);
+    let y = saved_tensors_hooks(pack, unpack, || Scale.apply(&[&x, &w]))?;
+    y[0].sum_all().backward()?;
+    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, vec!["pack", "pack", "unpack", "unpack"]);
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![3.0, 5.0]);
+    assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![1.0, 2.0]);
+    Ok(())
+}

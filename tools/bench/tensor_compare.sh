@@ -39,8 +39,9 @@ busy_percent() {
 wait_idle() {
     local deadline=$((SECONDS + ${IDLE_WAIT:-0}))
     while ((SECONDS < deadline)); do
-        (($(busy_percent) <= 10)) && return
+        (($(busy_percent) <= 10)) && return 0
     done
+    return 0
 }
 
 ember_files=()

@@ -146,6 +146,106 @@
 //! [`gradcheck`] compares analytical gradients with `f64` central differences, like
 //! `torch.autograd.gradcheck`; every built-in operation is tested with it.
 //!
+//! # Gradient penalties
+//!
+//! A penalty on a gradient (WGAN-GP, input-gradient regularisation) is a loss built from a
+//! `grad(..., create_graph = true)`; backward through it reaches the parameters through the
+//! recorded backward. [`Var::backward_full`] with `create_graph` does the same into `.grad`.
+//!
+//! ```
+//! use ember_autograd::{grad, Var};
+//! use ember_tensor::{DType, Tensor};
+//! let w = Var::param(Tensor::from_vec(vec![0.5f64, -1.5], [2, 1])?); // a linear critic D(x) = tanh(x w)
+//! let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0, -1.0, 0.5], [2, 2])?);
+//! let d = x.matmul(&w)?.tanh();
+//! let dx = grad(&[&d.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
+//! let norm = dx.square().sum(1, false)?.sqrt();
+//! let penalty = norm.sub_scalar(1.0).square().mean_all(); // (|dD/dx| - 1)^2
+//! penalty.backward()?;
+//! assert_eq!(w.grad().unwrap().shape(), &[2, 1]);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # Custom functions
+//!
+//! A [`Function`] is a forward on tensors and a hand-written backward, applied to `Var`s
+//! (PyTorch's `autograd.Function`): its [`FunctionCtx`] keeps what backward needs
+//! (version-checked saved tensors, any other value), says which inputs need gradients,
+//! and a function may have several outputs. The engine validates the gradients' shapes. A
+//! backward that is not declared differentiable makes `create_graph` an error.
+//!
+//! ```
+//! use ember_autograd::{Function, FunctionCtx, Var};
+//! use ember_tensor::{Result, Tensor};
+//! /// `out = input @ weight^T + bias` (seed 004 §4.3).
+//! struct LinearFunction;
+//! impl Function for LinearFunction {
+//!     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+//!         ctx.save_for_backward(&[&inputs[0], &inputs[1]]);
+//!         Ok(vec![inputs[0].matmul(&inputs[1].t()?)?.add(&inputs[2])?])
+//!     }
+//!     fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
+//!         let saved = ctx.saved_tensors()?;
+//!         let g = &grads[0];
+//!         Ok(vec![
+//!             if ctx.needs_input_grad(0) { Some(g.matmul(&saved[1])?) } else { None },
+//!             if ctx.needs_input_grad(1) { Some(g.t()?.matmul(&saved[0])?) } else { None },
+//!             if ctx.needs_input_grad(2) { Some(g.sum(0, false)?) } else { None },
+//!         ])
+//!     }
+//! }
+//! let x = Var::new(Tensor::ones([2, 3], ember_tensor::DType::F32)?);
+//! let w = Var::param(Tensor::ones([4, 3], ember_tensor::DType::F32)?);
+//! let b = Var::param(Tensor::zeros([4], ember_tensor::DType::F32)?);
+//! let out = LinearFunction.apply(&[&x, &w, &b])?.remove(0);
+//! out.sum_all().backward()?;
+//! assert_eq!(b.grad().unwrap().to_vec::<f32>()?, vec![2.0; 4]);
+//! assert!(x.grad().is_none()); // not asked for: needs_input_grad(0) was false
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # Saved-tensor hooks
+//!
+//! [`saved_tensors_hooks`] (or a [`SavedTensorsHooksGuard`]) decides how the values
+//! backward reads are kept: nodes created in its scope store `pack(value)` and their
+//! backward reads `unpack(&packed)`. The in-place check still applies to the original.
+//!
+//! ```
+//! use ember_autograd::{saved_tensors_hooks, Var};
+//! use ember_tensor::{DType, Tensor};
+//! let x = Var::param(Tensor::from_vec(vec![0.5f64, 2.0], [2])?);
+//! // Keep saved values in f32, give them back as f64.
+//! let y = saved_tensors_hooks(|t: &Tensor| t.to_dtype(DType::F32), |p: &Tensor| Ok(p.to_dtype(DType::F64)), || {
+//!     x.exp()
+//! });
+//! y.sum_all().backward()?;
+//! let g = x.grad().unwrap().to_vec::<f64>()?;
+//! assert!((g[0] - 0.5f64.exp()).abs() < 1e-6);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
+//! # Gradient checkpointing
+//!
+//! [`checkpoint`] (or [`Var::checkpoint`]) runs a segment without keeping its
+//! intermediate values and recomputes it in backward: activation memory for compute. The
+//! parameters the segment reads are found as it runs and get their gradients as usual.
+//! `cargo run --release -p ember-autograd --example checkpoint_memory` measures a 32-layer
+//! MLP step.
+//!
+//! ```
+//! use ember_autograd::Var;
+//! use ember_tensor::{DType, Tensor};
+//! let layers: Vec<Var> = (0..4).map(|_| Var::param(Tensor::ones([8, 8], DType::F32).unwrap())).collect();
+//! let mut h = Var::new(Tensor::ones([2, 8], DType::F32)?.mul_scalar(0.01));
+//! for pair in layers.chunks(2) {
+//!     let pair = pair.to_vec();
+//!     h = h.checkpoint(move |h| Ok(h.matmul(&pair[0])?.tanh().matmul(&pair[1])?.tanh()))?;
+//! }
+//! h.sum_all().backward()?;
+//! assert!(layers.iter().all(|w| w.grad().is_some()));
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+//!
 //! # Values, versions and re-execution
 //!
 //! Nodes cache their value with the versions of the inputs it was computed from.
@@ -159,6 +259,25 @@
 //! [`detect_anomaly`] makes a NaN or Inf produced by a backward node fail with the node's
 //! operation and the place its forward was created. [`Var::register_hook`] sees (and may
 //! replace) gradients as they flow.
+//!
+//! # Profiling
+//!
+//! [`profile`] (or a [`Profiler`]) times every operation's forward and every node's
+//! backward on this thread, with [`record_function`] ranges of your own; the [`Profile`]
+//! prints a table sorted by total time and exports a Chrome trace. Off, it costs one
+//! thread-local check per operation.
+//!
+//! ```
+//! use ember_autograd::{profile, Var};
+//! use ember_tensor::{DType, Tensor};
+//! let w = Var::param(Tensor::ones([16, 16], DType::F32)?);
+//! let (r, prof) = profile(|| w.matmul(&w)?.relu().sum_all().backward());
+//! r?;
+//! assert_eq!(prof.key_averages().iter().filter(|s| s.name == "matmul").count(), 2); // forward, backward
+//! print!("{}", prof.table());
+//! let _json = prof.chrome_trace(); // open in chrome://tracing or Perfetto
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
 
 #![warn(missing_docs)]
 

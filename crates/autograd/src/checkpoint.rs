@@ -38,7 +38,7 @@ use crate::backward::grad;
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
 use crate::instrument::{self, CAPTURE, PROFILING, SAVED_HOOKS};
-use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves};
+use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves, next_seq};
 use crate::profiler::{self, Phase};
 use crate::reactive;
 use crate::var::Var;
@@ -78,6 +78,9 @@ fn replaying<R>(rng: &RngReplay, f: impl FnOnce() -> R) -> R {
 }
 
 struct Capture {
+    /// The first sequence number of the segment: nodes numbered from here on were created
+    /// inside it (by this thread) and are never captured.
+    start: u64,
     seen: FxHashSet<usize>,
     vars: Vec<Var>,
 }
@@ -87,13 +90,15 @@ thread_local! {
     static CAPTURES: RefCell<Vec<Capture>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Notes the inputs of an operation applied in a segment's forward that require grad: in
-/// `no_grad`, nothing the segment computes does, so these are the parameters it reads.
+/// Notes the inputs of an operation applied in a segment's forward that require grad and
+/// were created before the segment: the parameters (and outer `Var`s) it reads. (The
+/// segment runs in `no_grad`, so what it computes requires grad only if it turns grad mode
+/// back on.)
 pub(crate) fn capture(inputs: &[&Var]) {
     CAPTURES.with(|c| {
         if let Some(top) = c.borrow_mut().last_mut() {
             for v in inputs {
-                if v.requires_grad() && top.seen.insert(v.id()) {
+                if v.requires_grad() && v.node.seq < top.start && top.seen.insert(v.id()) {
                     top.vars.push((*v).clone());
                 }
             }
@@ -110,7 +115,7 @@ impl CaptureGuard {
     fn new() -> Self {
         let depth = CAPTURES.with(|c| {
             let mut c = c.borrow_mut();
-            c.push(Capture { seen: FxHashSet::default(), vars: Vec::new() });
+            c.push(Capture { start: next_seq(), seen: FxHashSet::default(), vars: Vec::new() });
             c.len() - 1
         });
         instrument::set(CAPTURE, true);

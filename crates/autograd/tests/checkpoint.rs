@@ -190,6 +190,20 @@ fn a_captured_non_leaf_that_requires_grad_is_an_error() -> Result<()> {
 }
 
 #[test]
+fn a_segment_that_records_inside_captures_only_outer_parameters() -> Result<()> {
+    // Turning grad mode back on inside the segment records its own nodes; they are not
+    // mistaken for outer Vars.
+    let w = Var::param(Tensor::from_vec(vec![3.0f64], [1])?);
+    let w2 = w.clone();
+    let x = Var::new(Tensor::from_vec(vec![2.0f64], [1])?);
+    let y = x.checkpoint(move |h| ember_autograd::enable_grad(|| Ok(h.mul(&w2)?.square().mul_scalar(0.5))))?;
+    y.sum_all().backward()?;
+    // d/dw (x w)^2 / 2 = x^2 w.
+    assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![12.0]);
+    Ok(())
+}
+
+#[test]
 fn create_graph_through_a_checkpoint_is_an_error() -> Result<()> {
     let x = Var::param(Tensor::scalar(2.0f64));
     let y = x.checkpoint(|h| Ok(h.pow_scalar(3.0)))?;

@@ -10,7 +10,8 @@
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
 //!
-//! `use ember::prelude::*;` brings the everyday names into scope.
+//! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
+//! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`.
 //!
 //! ```
 //! use ember::prelude::*;
@@ -22,6 +23,8 @@
 //! assert_eq!(w.grad().unwrap().shape(), &[3, 2]);
 //! # Ok::<(), ember::Error>(())
 //! ```
+
+pub mod mnist;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;

@@ -34,7 +34,74 @@ impl Op for Matmul {
     }
 }
 
+/// `x @ w^T + b` in one node (PyTorch's `F.linear`): `x` is `[.., in]`, `w` `[out, in]`,
+/// `b` `[out]`. Backward produces the weight's gradient as `g^T @ x`, directly in the
+/// weight's own `[out, in]` layout, instead of the transposed view a generic
+/// `x.matmul(&w.t())` would hand to the accumulator (which then has to copy it).
+struct Linear {
+    bias: bool,
+}
+
+impl Op for Linear {
+    fn name(&self) -> &str {
+        "linear"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let y = inputs[0].matmul(&inputs[1].t()?)?;
+        if self.bias {
+            // The product is a fresh tensor nobody else sees yet: add the bias in place.
+            y.add_(inputs[2])?;
+        }
+        Ok(y)
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let out = g.shape()[g.rank() - 1];
+        let g2 = g.reshape([-1, out as i64])?;
+        let gx = if ctx.needs_input_grad(0) { Some(g.matmul(&ctx.input(1)?)?) } else { None };
+        let gw = if ctx.needs_input_grad(1) {
+            let x = ctx.input(0)?;
+            let inn = x.shape()[x.rank() - 1];
+            Some(g2.t()?.matmul(&x.reshape([-1, inn as i64])?)?)
+        } else {
+            None
+        };
+        let mut grads: Grads = smallvec![gx, gw];
+        if self.bias {
+            grads.push(if ctx.needs_input_grad(2) { Some(g2.sum(0, false)?) } else { None });
+        }
+        Ok(grads)
+    }
+    fn saves(&self) -> crate::node::Saves {
+        crate::node::Saves { inputs: 0b011, output: false }
+    }
+}
+
 impl Var {
+    /// `self @ weight^T + bias` (PyTorch's `F.linear`): `self` is `[.., in]`, `weight`
+    /// `[out, in]`, `bias` `[out]`.
+    pub fn linear(&self, weight: &Var, bias: Option<&Var>) -> Result<Var> {
+        let (xs, ws) = (self.shape(), weight.shape());
+        let fits = xs.rank() >= 1
+            && ws.rank() == 2
+            && xs[xs.rank() - 1] == ws[1]
+            && bias.is_none_or(|b| b.shape().dims() == [ws[0]]);
+        if !fits {
+            return Err(Error::shape(
+                "linear",
+                format!(
+                    "input {:?}, weight {:?} and bias {:?} do not fit [.., in], [out, in], [out]",
+                    xs,
+                    ws,
+                    bias.map(|b| b.shape())
+                ),
+            ));
+        }
+        match bias {
+            Some(b) => apply(Linear { bias: true }, &[self, weight, b]),
+            None => apply(Linear { bias: false }, &[self, weight]),
+        }
+    }
+
     /// The matrix product with PyTorch's rules (1-d operands are vectors, leading
     /// dimensions broadcast as batches).
     pub fn matmul(&self, other: &Var) -> Result<Var> {

@@ -142,11 +142,7 @@ impl Module for Linear {
                 format!("the input is {} but the parameters are {}", x.dtype(), self.weight.dtype()),
             ));
         }
-        let y = x.matmul(&self.weight.t()?)?;
-        match &self.bias {
-            Some(b) => y.add(b),
-            None => Ok(y),
-        }
+        x.linear(&self.weight, self.bias.as_ref())
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {

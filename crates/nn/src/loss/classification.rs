@@ -64,7 +64,7 @@ pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOpt
         return Err(Error::invalid(OP, format!("label_smoothing must be in [0, 1], got {smoothing}")));
     }
     let class_dim = class_dim(OP, input)?;
-    let log_probs = shifted_log_softmax(input, class_dim)?;
+    let log_probs = input.log_softmax(class_dim)?;
     if target.dtype().is_float() {
         if target.shape() != input.shape() {
             return Err(Error::shape(
@@ -103,20 +103,6 @@ fn class_dim(op: &'static str, input: &Var) -> Result<usize> {
         1 => Ok(0),
         _ => Ok(1),
     }
-}
-
-/// `log_softmax` along `dim` of `x` minus its maximum along `dim`: the same function (it is
-/// shift-invariant, so the shift is a constant for the gradient), computed more accurately.
-///
-/// ember-tensor's kernel subtracts `max + ln(sum)` in one step, and in f32 that sum rounds to
-/// the spacing of `max`: about 5e-4 for logits of 1e4, which moves the gradient by 1e-4.
-/// With the maximum at 0 the subtraction is exact, as in PyTorch's `(x - max) - ln(sum)`.
-fn shifted_log_softmax(x: &Var, dim: usize) -> Result<Var> {
-    if x.shape()[dim] == 0 {
-        return x.log_softmax(dim);
-    }
-    let max = x.max(dim, true)?.detach_node();
-    x.sub(&max)?.log_softmax(dim)
 }
 
 /// `-sum_c t_c log_probs_c` per sample for probability targets `t` (smoothed towards the

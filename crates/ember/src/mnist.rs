@@ -1,0 +1,149 @@
+//! The MNIST quick start as a library: the model, the data, one training epoch and the
+//! evaluation, shared by `examples/mnist.rs`, the CI smoke test and the training benchmark.
+//!
+//! ```no_run
+//! use ember::mnist;
+//! use ember::optim::{Adam, AdamConfig};
+//! ember::manual_seed(0);
+//! let (train, test) = (mnist::load("data/mnist", true)?, mnist::load("data/mnist", false)?);
+//! let model = mnist::mlp()?;
+//! let mut opt = Adam::new(ember::nn::Module::parameters(&model), AdamConfig { lr: 1e-3, ..Default::default() })?;
+//! let loader = mnist::loader(&train, 64, 0)?;
+//! mnist::train_epoch(&model, &mut opt, None, &loader, |_step, _loss| {})?;
+//! println!("test accuracy {:.2}%", 100.0 * mnist::evaluate(&model, &test)?.accuracy);
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+use crate::autograd::{Var, no_grad};
+use crate::data::{DataLoader, Mnist, Split, TensorDataset};
+use crate::nn::{CrossEntropyOptions, Linear, Module, ReLU, Sequential, cross_entropy};
+use crate::optim::{LrScheduler, Optimizer};
+use crate::tensor::{DType, Result, Tensor};
+use std::path::Path;
+
+/// The widths of the quick-start MLP: 784-256-128-10.
+pub const LAYERS: [usize; 4] = [784, 256, 128, 10];
+
+/// The mean and standard deviation of MNIST's training pixels (in `[0, 1]`), used to
+/// standardise the inputs (torchvision's `Normalize((0.1307,), (0.3081,))`).
+pub const MEAN: f64 = 0.1307;
+/// See [`MEAN`].
+pub const STD: f64 = 0.3081;
+
+/// A split of MNIST in memory: images flattened to `[N, 784]` `f32` and standardised with
+/// [`MEAN`] and [`STD`], and `i64` labels `[N]`.
+#[derive(Clone)]
+pub struct Data {
+    /// `[N, 784]` pixel intensities.
+    pub images: Tensor,
+    /// `[N]` class indices.
+    pub labels: Tensor,
+}
+
+impl Data {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.labels.numel()
+    }
+
+    /// Whether there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first `n` samples (all of them if there are fewer).
+    pub fn take(&self, n: usize) -> Result<Data> {
+        let n = n.min(self.len());
+        Ok(Data { images: self.images.narrow(0, 0, n)?, labels: self.labels.narrow(0, 0, n)? })
+    }
+}
+
+/// The training (`train = true`) or test split from `dir`, checksums verified when
+/// `dir/SHA256SUMS` exists, pixels scaled to `[0, 1]` and standardised.
+pub fn load(dir: impl AsRef<Path>, train: bool) -> Result<Data> {
+    let split = if train { Split::Train } else { Split::Test };
+    let (images, labels) = Mnist::load(dir.as_ref(), split)?;
+    let n = labels.numel();
+    let images = images.reshape([n, LAYERS[0]])?.to_dtype(DType::F32).div_scalar(255.0);
+    let images = images.sub_scalar(MEAN).div_scalar(STD);
+    Ok(Data { images, labels })
+}
+
+/// The quick-start MLP, with PyTorch's default initialisation from ember's global generator.
+pub fn mlp() -> Result<Sequential> {
+    Ok(Sequential::new()
+        .add(Linear::new(LAYERS[0], LAYERS[1])?)
+        .add(ReLU)
+        .add(Linear::new(LAYERS[1], LAYERS[2])?)
+        .add(ReLU)
+        .add(Linear::new(LAYERS[2], LAYERS[3])?))
+}
+
+/// A shuffling loader over `data` in batches of `batch_size` (the last batch may be short).
+pub fn loader(data: &Data, batch_size: usize, seed: u64) -> Result<DataLoader<TensorDataset>> {
+    let ds = TensorDataset::new(vec![data.images.clone(), data.labels.clone()])?;
+    DataLoader::builder(ds).batch_size(batch_size).shuffle(true).seed(seed).build()
+}
+
+/// One optimisation step on a batch; returns the batch loss.
+pub fn train_step(model: &dyn Module, opt: &mut dyn Optimizer, x: &Tensor, y: &Tensor) -> Result<f64> {
+    let logits = model.forward(&Var::new(x.clone()))?;
+    let loss = cross_entropy(&logits, y, CrossEntropyOptions::default())?;
+    opt.zero_grad();
+    loss.backward()?;
+    opt.step()?;
+    loss.item()
+}
+
+/// One epoch over `loader` in training mode; steps `schedule` (if any) after every
+/// optimizer step and calls `on_step(step, loss)` after every batch.
+pub fn train_epoch(
+    model: &dyn Module,
+    opt: &mut dyn Optimizer,
+    mut schedule: Option<&mut dyn LrScheduler>,
+    loader: &DataLoader<TensorDataset>,
+    mut on_step: impl FnMut(usize, f64),
+) -> Result<()> {
+    model.train();
+    for (step, batch) in loader.iter().enumerate() {
+        let batch = batch?;
+        let loss = train_step(model, opt, &batch[0], &batch[1])?;
+        if let Some(s) = schedule.as_deref_mut() {
+            s.step(opt);
+        }
+        on_step(step, loss);
+    }
+    Ok(())
+}
+
+/// Accuracy and mean loss on a dataset.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    /// The fraction of correctly classified samples.
+    pub accuracy: f64,
+    /// The mean cross-entropy loss.
+    pub loss: f64,
+}
+
+/// Evaluates `model` on `data` in eval mode and without recording a graph.
+pub fn evaluate(model: &dyn Module, data: &Data) -> Result<Evaluation> {
+    model.eval();
+    let result = no_grad(|| -> Result<Evaluation> {
+        let (mut correct, mut loss_sum) = (0f64, 0f64);
+        let n = data.len();
+        let batch = 1000;
+        for start in (0..n).step_by(batch) {
+            let len = batch.min(n - start);
+            let x = Var::new(data.images.narrow(0, start, len)?);
+            let y = data.labels.narrow(0, start, len)?;
+            let logits = model.forward(&x)?;
+            let loss = cross_entropy(&logits, &y, CrossEntropyOptions::default())?;
+            loss_sum += loss.item()? * len as f64;
+            let predicted = logits.value().argmax(1, false)?;
+            correct += predicted.eq(&y)?.sum_all().item()?;
+        }
+        Ok(Evaluation { accuracy: correct / n.max(1) as f64, loss: loss_sum / n.max(1) as f64 })
+    });
+    model.train();
+    result
+}

@@ -15,6 +15,7 @@
 //! ```
 
 use crate::backward_ctx::BackwardCtx;
+use crate::instrument;
 use crate::node::{Grads, NodeRef};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
@@ -38,6 +39,9 @@ pub struct AnomalyGuard {
 impl AnomalyGuard {
     /// Turns anomaly mode on for this thread.
     pub fn new() -> Self {
+        // `ops::apply` learns through the instrumentation switch that nodes must record
+        // their creation site.
+        instrument::set(instrument::ANOMALY, true);
         AnomalyGuard { prev: ANOMALY.with(|a| a.replace(true)) }
     }
 }
@@ -51,6 +55,7 @@ impl Default for AnomalyGuard {
 impl Drop for AnomalyGuard {
     fn drop(&mut self) {
         ANOMALY.with(|a| a.set(self.prev));
+        instrument::set(instrument::ANOMALY, self.prev);
     }
 }
 

@@ -1,7 +1,7 @@
 //! What an operation's backward sees: its inputs and output as `Var`s (version-checked when
 //! saved), which inputs need gradients, and the input shapes.
 
-use crate::node::NodeRef;
+use crate::node::{HAS_PACKED, NodeRef};
 use crate::var::Var;
 use ember_tensor::{Error, Result, Shape};
 use smallvec::SmallVec;
@@ -39,11 +39,7 @@ impl BackwardCtx<'_> {
         })?;
         let var = Var::from_node_ensured(node.clone())?;
         if self.node.op.saves().saves_input(i) {
-            let (recorded, packed) = {
-                let st = self.node.state();
-                let recorded = st.input_versions.get(i).copied();
-                (recorded, st.packed.as_ref().zip(recorded).and_then(|(p, r)| p.input(i, r)))
-            };
+            let recorded = self.node.state().input_versions.get(i).copied();
             let (vv, sv) = node.state().versions();
             if let Some((rv, rs)) = recorded
                 && (rv, rs) != (vv, sv)
@@ -53,7 +49,9 @@ impl BackwardCtx<'_> {
                 return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
             }
             // Saved-tensor hooks: the value is checked above, backward reads the unpacked one.
-            if let Some(p) = packed {
+            if self.node.has(HAS_PACKED)
+                && let Some(p) = recorded.and_then(|r| crate::saved_hooks::packed_input(self.node, i, r))
+            {
                 return crate::saved_hooks::unpack(self.node.op.name(), &format!("input {i}"), p, &var);
             }
         }
@@ -64,7 +62,7 @@ impl BackwardCtx<'_> {
     pub fn output(&self) -> Result<Var> {
         let var = Var::from_node_ensured(self.node.clone())?;
         if self.node.op.saves().output {
-            let packed = {
+            {
                 let st = self.node.state();
                 if let Some(v) = &st.value
                     && v.version() != st.storage_version
@@ -77,9 +75,10 @@ impl BackwardCtx<'_> {
                         st.storage_version,
                     ));
                 }
-                st.packed.as_ref().and_then(|p| p.output(st.value_version))
-            };
-            if let Some(p) = packed {
+            }
+            if self.node.has(HAS_PACKED)
+                && let Some(p) = crate::saved_hooks::packed_output(self.node)
+            {
                 return crate::saved_hooks::unpack(self.node.op.name(), "the output", p, &var);
             }
         }

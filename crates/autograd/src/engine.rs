@@ -254,9 +254,9 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             Some(g) if needs.iter().any(|&b| b) => {
                 if node.op.is_router() {
                     smallvec::smallvec![Some(g.clone())]
+                } else if profiling {
+                    crate::profiler::timed_backward(node, &BackwardCtx { node, needs }, g)?
                 } else {
-                    let _timer =
-                        profiling.then(|| crate::profiler::begin(node.op.name(), crate::profiler::Phase::Backward));
                     crate::anomaly::checked_backward(node, &BackwardCtx { node, needs }, g)?
                 }
             }

@@ -1,5 +1,6 @@
 //! The one switch the hot path reads for the optional features that watch operations being
-//! applied: the profiler, saved-tensor hooks and checkpoint's capture of parameters.
+//! applied: the profiler, saved-tensor hooks, checkpoint's capture of parameters and anomaly
+//! mode's creation sites.
 //!
 //! Each feature sets its bit while it is active on this thread. `ops::apply` reads the
 //! whole byte once (a thread-local load and a branch) and only when a bit is set takes the
@@ -17,6 +18,8 @@ pub(crate) const SAVED_HOOKS: u8 = 2;
 /// A checkpointed segment is running its forward and collects the parameters it reads
 /// ([`crate::checkpoint`]).
 pub(crate) const CAPTURE: u8 = 4;
+/// Anomaly mode: new nodes record where they were created ([`crate::anomaly`]).
+pub(crate) const ANOMALY: u8 = 8;
 
 thread_local! {
     static ACTIVE: Cell<u8> = const { Cell::new(0) };
@@ -34,7 +37,8 @@ pub(crate) fn set(flag: u8, on: bool) {
 }
 
 /// `ops::apply` while a feature is active: lets checkpoint see the inputs, times the
-/// operation for the profiler and packs what the new node saves.
+/// operation for the profiler, records where the node was created in anomaly mode and packs
+/// what the new node saves.
 #[cold]
 #[inline(never)]
 pub(crate) fn apply_instrumented<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
@@ -44,6 +48,13 @@ pub(crate) fn apply_instrumented<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     }
     let timer = (flags & PROFILING != 0).then(|| crate::profiler::begin(op.name(), crate::profiler::Phase::Forward));
     let result = crate::ops::apply_plain(op, inputs);
+    if flags & ANOMALY != 0
+        && let Ok(var) = &result
+        && !var.is_leaf()
+        && let Some(site) = crate::anomaly::creation_site()
+    {
+        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
+    }
     if flags & SAVED_HOOKS != 0
         && let Ok(var) = &result
     {

@@ -118,6 +118,8 @@ pub(crate) const HAS_GRAD: u16 = 64;
 pub(crate) const SUBSCRIBED: u16 = 128;
 /// An ancestor's value was replaced since this node's value was computed.
 pub(crate) const DIRTY: u16 = 256;
+/// Saved-tensor hooks packed what this node's backward reads (kept in its extras).
+pub(crate) const HAS_PACKED: u16 = 512;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -139,9 +141,6 @@ pub(crate) struct NodeState {
     pub recomputes: u64,
     /// The in-place epoch at which this node was last verified fresh by a full walk.
     pub verified_inplace: u64,
-    /// What saved-tensor hooks packed of the values backward reads, if they were active
-    /// when the node was created.
-    pub packed: Option<Box<crate::saved_hooks::PackedValues>>,
 }
 
 /// Rarely used per-node data, allocated on first use.
@@ -151,6 +150,9 @@ pub(crate) struct Extras {
     pub hooks: Vec<(u64, crate::hooks::GradHook)>,
     pub post_accumulate_hooks: Vec<(u64, crate::hooks::PostAccumulateHook)>,
     pub created_at: Option<String>,
+    /// What saved-tensor hooks packed of the values backward reads, if they were active
+    /// when the node was created.
+    pub packed: Option<Box<crate::saved_hooks::PackedValues>>,
     /// The nodes that use this one as an input, registered by a reactive request so that
     /// replacing a value can mark exactly its dependents dirty.
     pub consumers: Vec<std::sync::Weak<Node<dyn Op>>>,
@@ -288,7 +290,6 @@ impl NodeState {
             verified_full: epochs.1,
             recomputes: 0,
             verified_inplace: 0,
-            packed: None,
         }
     }
 

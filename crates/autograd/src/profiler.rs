@@ -27,7 +27,10 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
+use crate::backward_ctx::BackwardCtx;
 use crate::instrument::{self, PROFILING};
+use crate::node::{Grads, NodeRef};
+use crate::var::Var;
 use ember_tensor::{Error, Result};
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
@@ -271,6 +274,12 @@ impl Drop for Profiler {
             self.pop();
         }
     }
+}
+
+/// Runs a node's backward (checked in anomaly mode), timed.
+pub(crate) fn timed_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
+    let _timer = begin(node.op.name(), Phase::Backward);
+    crate::anomaly::checked_backward(node, ctx, grad)
 }
 
 /// Runs `f` under a profiler and returns its result with what was recorded.

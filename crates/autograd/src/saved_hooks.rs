@@ -39,7 +39,7 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::is_grad_enabled;
 use crate::instrument::{self, SAVED_HOOKS};
-use crate::node::{Grads, Node, NodeState, Op, REQUIRES_GRAD, Saves};
+use crate::node::{Grads, HAS_PACKED, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves};
 use crate::reactive;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -69,7 +69,7 @@ thread_local! {
 /// `(input index, the input's versions at creation, packed value)`.
 type PackedInput = (usize, (u64, u64), Packed);
 
-/// What a node's pack hook returned, kept in the node's state.
+/// What a node's pack hook returned, kept in the node's extras.
 pub(crate) struct PackedValues {
     unpack: UnpackFn,
     /// `(input index, input versions at creation, packed value)`.
@@ -222,7 +222,19 @@ pub(crate) fn pack_node(var: &Var) {
             packed.output = Some((version, (hooks.pack)(&v)));
         }
     }
-    node.state().packed = Some(Box::new(packed));
+    node.extras().get_or_insert_with(Default::default).packed = Some(Box::new(packed));
+    node.set(HAS_PACKED, true);
+}
+
+/// The packed input `i` of `node`, if it was packed from the value with `versions`.
+pub(crate) fn packed_input(node: &NodeRef, i: usize, versions: (u64, u64)) -> Option<PackedValue> {
+    node.extras().as_ref()?.packed.as_ref()?.input(i, versions)
+}
+
+/// The packed output of `node`, if it was packed from its current value.
+pub(crate) fn packed_output(node: &NodeRef) -> Option<PackedValue> {
+    let version = node.state().value_version;
+    node.extras().as_ref()?.packed.as_ref()?.output(version)
 }
 
 /// Unpacks a saved value of `op` (`what` names it in errors) whose original is `original`.

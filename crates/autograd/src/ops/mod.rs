@@ -15,7 +15,6 @@ mod softmax;
 mod unary;
 mod view;
 
-use crate::anomaly;
 use crate::grad_mode::is_grad_enabled;
 use crate::node::{Node, NodeRef, NodeState, Op, REQUIRES_GRAD};
 use crate::reactive;
@@ -127,11 +126,8 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
     for v in inputs {
         edges.push(v.node.clone());
     }
-    let var = Node::new_var(op, edges, flags, state);
-    if let Some(site) = anomaly::creation_site() {
-        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
-    }
-    var
+    // Anomaly mode's creation site is recorded by `instrument::apply_instrumented`.
+    Node::new_var(op, edges, flags, state)
 }
 
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions

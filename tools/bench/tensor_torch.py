@@ -3,7 +3,7 @@
 crates/tensor/benches/workloads/mod.rs, timed the way examples/tensor_bench.rs times
 ember's, on 2 threads.
 
-    python tools/bench/tensor_torch.py [--samples N] [--iters N] [--table] [NAME_FILTER ...]
+    python tools/bench/tensor_torch.py [--samples N] [--iters N] [--threads N] [--table] [NAME_FILTER ...]
 
 Prints one tab-separated line per workload (the same columns as the ember example, the
 pool columns left at 0), or with --table a readable table.
@@ -123,11 +123,12 @@ def measure(setup, samples, fixed_iters=None):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--threads", type=int, default=THREADS)
     p.add_argument("--iters", type=int, help="calls per sample (default: about 50 ms worth)")
     p.add_argument("--table", action="store_true", help="print a readable table instead of TSV")
     p.add_argument("filters", nargs="*")
     args = p.parse_args()
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     if not args.table:
         print("# name\tmedian_s\tmin_s\twork_kind\twork\tminflt_per_call\tpool_hits_per_call\tpool_misses_per_call")

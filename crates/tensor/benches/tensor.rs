@@ -15,7 +15,7 @@ use std::time::Duration;
 use workloads::{Work, Workload};
 
 fn run_group(c: &mut Criterion, group: &str, list: Vec<Workload>) {
-    workloads::init();
+    workloads::init(workloads::THREADS);
     let mut g = c.benchmark_group(group);
     for w in list {
         let (Work::Flops(n) | Work::Elements(n)) = w.work;

@@ -2,14 +2,15 @@
 //! workload, for `tools/bench/tensor_compare.sh` to set beside PyTorch's numbers.
 //!
 //! ```sh
-//! cargo run --release -p ember-tensor --example tensor_bench -- [--samples N] [--iters N] [NAME_FILTER...]
+//! cargo run --release -p ember-tensor --example tensor_bench -- [--samples N] [--iters N] [--threads N] [NAME_FILTER...]
 //! ```
 //!
 //! Each workload is warmed up, then timed in `N` samples (default 15) of enough calls to
 //! last about 50 ms; the line gives the median and the fastest sample's time per call, minor
 //! page faults per call (from `/proc/self/stat`, Linux only) and pool hits/misses per call.
 //! `--iters N` fixes the calls per sample instead, for counting cycles with `perf stat`,
-//! which a loaded machine disturbs less than it disturbs wall-clock time.
+//! which a loaded machine disturbs less than it disturbs wall-clock time. `--threads`
+//! changes the worker count from the default 2.
 
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
@@ -35,18 +36,21 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() {
     let mut samples = 15usize;
     let mut fixed_iters = None;
+    let mut threads = workloads::THREADS;
     let mut filters = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--samples" {
             samples = args.next().and_then(|s| s.parse().ok()).expect("--samples takes a positive number");
+        } else if a == "--threads" {
+            threads = args.next().and_then(|s| s.parse().ok()).expect("--threads takes a positive number");
         } else if a == "--iters" {
             fixed_iters = Some(args.next().and_then(|s| s.parse().ok()).expect("--iters takes a positive number"));
         } else {
             filters.push(a);
         }
     }
-    workloads::init();
+    workloads::init(threads);
     println!("# name\tmedian_s\tmin_s\twork_kind\twork\tminflt_per_call\tpool_hits_per_call\tpool_misses_per_call");
     for w in workloads::all() {
         if !filters.is_empty() && !filters.iter().any(|f| w.name.contains(f.as_str())) {

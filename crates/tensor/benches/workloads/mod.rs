@@ -153,11 +153,11 @@ pub fn all() -> Vec<Workload> {
 
 /// Fixes the thread count both benchmark programs use, so that ember and PyTorch compare at
 /// the same parallelism on any machine.
-pub fn init() {
-    ember_tensor::threading::set_num_threads(THREADS).unwrap();
+pub fn init(threads: usize) {
+    ember_tensor::threading::set_num_threads(threads).unwrap();
     // The workloads rely on `randn` giving f32, PyTorch's default.
     assert_eq!(randn(&[1]).dtype(), DType::F32);
 }
 
-/// Worker threads of every benchmark (PyTorch's side uses `torch.set_num_threads` with it).
+/// Worker threads of the benchmarks (PyTorch's side uses `torch.set_num_threads` with it).
 pub const THREADS: usize = 2;

@@ -2,9 +2,10 @@
 //!
 //! Glibc hands allocations above its mmap threshold straight back to the OS on `free`, so a
 //! training loop that allocates a fresh activation buffer for every op pays a page fault on
-//! every 4 KiB of every op. The pool keeps freed blocks of 64 KiB and more, keyed by their
-//! (page-rounded) size, and hands them back out to the next request of the same size: a
-//! training step after the first reuses the blocks of the step before.
+//! every 4 KiB of every op; and fresh memory must be zeroed (every buffer holds initialised
+//! values), which costs a memset on every allocation. The pool keeps freed blocks of 4 KiB
+//! and more, keyed by their (page-rounded) size, and hands them back out to the next request
+//! of the same size: a training step after the first reuses the blocks of the step before.
 //!
 //! The pool holds at most [`pool_limit`] bytes; blocks beyond that go back to the system.
 
@@ -14,8 +15,9 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Blocks smaller than this go to the system allocator, whose small-size bins are fast.
-pub(crate) const POOL_MIN_BYTES: usize = 64 * 1024;
+/// Blocks smaller than this go to the system allocator, whose small-size bins are fast and
+/// whose zeroing is cheap at that size.
+pub(crate) const POOL_MIN_BYTES: usize = 4 * 1024;
 const PAGE: usize = 4096;
 /// Blocks below this are not counted in [`MemoryStats`]: counting costs atomic updates that
 /// would dominate the cost of operations on tiny tensors, whose memory does not matter.

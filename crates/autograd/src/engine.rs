@@ -25,7 +25,7 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
 use crate::hooks::{run_grad_hooks, run_post_accumulate_hooks};
-use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, NodeRef, RETAINS_GRAD};
+use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, NodeRef, PLAN_BACKWARD, RETAINS_GRAD};
 use crate::reactive::{self, Mode};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
@@ -33,6 +33,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const u8 as usize
@@ -131,6 +132,89 @@ fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
     (g, post)
 }
 
+static STRUCTURE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Records a change that can alter what a backward visits or needs (a leaf's
+/// `requires_grad`, a retained gradient, a hook, a router's target): cached backward plans
+/// made before it are no longer used.
+pub(crate) fn bump_structure_epoch() {
+    STRUCTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The part of a backward call that depends only on the graph: the discovered nodes and
+/// edges, which nodes are needed, and how many gradients each needed node waits for.
+pub(crate) struct Prepared {
+    graph: Graph,
+    needed: Vec<bool>,
+    deps: Vec<usize>,
+    target_slot: Vec<Option<usize>>,
+    stamp: u64,
+}
+
+fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Prepared {
+    let accumulate = targets.is_none();
+    let (graph, post) = discover(roots);
+    let n = graph.nodes.len();
+    let mut target_slot: Vec<Option<usize>> = vec![None; n];
+    if let Some(ts) = targets {
+        for (t, node) in ts.iter().enumerate() {
+            if let Some(&i) = graph.index.get(&key(node)) {
+                target_slot[i] = Some(t);
+            }
+        }
+    }
+    let mut needed = vec![false; n];
+    for &i in &post {
+        let node = &graph.nodes[i];
+        let own = if accumulate {
+            (node.is_leaf() && node.requires_grad()) || node.has(RETAINS_GRAD) || node.has(HAS_HOOKS)
+        } else {
+            target_slot[i].is_some()
+        };
+        needed[i] = own || graph.edges[i].iter().any(|e| e.is_some_and(|j| needed[j]));
+    }
+    let mut deps = vec![0usize; n];
+    for i in 0..n {
+        if needed[i] {
+            for &j in graph.edges[i].iter().flatten() {
+                if needed[j] {
+                    deps[j] += 1;
+                }
+            }
+        }
+    }
+    Prepared { graph, needed, deps, target_slot, stamp: STRUCTURE_EPOCH.load(Ordering::Acquire) }
+}
+
+/// The prepared graph for a backward from `roots`: reused from the root when it is a static
+/// graph's root (a cached loss) and nothing structural changed since, computed otherwise.
+fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Result<Arc<Prepared>> {
+    let cacheable = targets.is_none() && roots.len() == 1 && roots[0].has(PLAN_BACKWARD);
+    if cacheable {
+        let stamp = STRUCTURE_EPOCH.load(Ordering::Acquire);
+        let cached = roots[0].extras().as_ref().and_then(|e| e.backward_plan.clone());
+        if let Some(p) = cached
+            && p.stamp == stamp
+        {
+            return Ok(p);
+        }
+    }
+    let p = Arc::new(prepare(roots, targets));
+    if cacheable {
+        roots[0].extras().get_or_insert_with(Default::default).backward_plan = Some(p.clone());
+    }
+    Ok(p)
+}
+
+/// Whether the backward plan cached on `root` holds a reference to `node` (owners that
+/// count references to decide whether anyone else still uses a node must discount it).
+pub(crate) fn cached_plan_holds(root: &NodeRef, node: *const u8) -> bool {
+    root.extras()
+        .as_ref()
+        .and_then(|e| e.backward_plan.as_ref())
+        .is_some_and(|p| p.graph.index.contains_key(&(node as usize)))
+}
+
 /// Options of one backward call.
 pub(crate) struct Run<'a> {
     pub roots: Vec<(NodeRef, Var)>,
@@ -161,43 +245,19 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     let _whole = profiling.then(|| crate::profiler::begin("backward", crate::profiler::Phase::Range));
 
     let root_nodes: Vec<NodeRef> = run.roots.iter().map(|(n, _)| n.clone()).collect();
-    let (graph, post) = discover(&root_nodes);
+    let prepared = prepared_for(&root_nodes, run.targets)?;
+    let (graph, needed, target_slot) = (&prepared.graph, &prepared.needed, &prepared.target_slot);
     let n = graph.nodes.len();
-
-    let mut target_slot: Vec<Option<usize>> = vec![None; n];
-    if let Some(ts) = run.targets {
-        for (t, node) in ts.iter().enumerate() {
-            if let Some(&i) = graph.index.get(&key(node)) {
-                target_slot[i] = Some(t);
+    if accumulate {
+        for node in &graph.nodes {
+            // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
+            if node.has(HAS_GRAD) && !node.is_leaf() && !node.has(RETAINS_GRAD) {
+                *node.grad_slot() = None;
+                node.set(HAS_GRAD, false);
             }
         }
     }
-
-    let mut needed = vec![false; n];
-    for &i in &post {
-        let node = &graph.nodes[i];
-        let own = if accumulate {
-            (node.is_leaf() && node.requires_grad()) || node.has(RETAINS_GRAD) || node.has(HAS_HOOKS)
-        } else {
-            target_slot[i].is_some()
-        };
-        needed[i] = own || graph.edges[i].iter().any(|e| e.is_some_and(|j| needed[j]));
-        // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
-        if accumulate && node.has(HAS_GRAD) && !node.is_leaf() && !node.has(RETAINS_GRAD) {
-            *node.grad_slot() = None;
-            node.set(HAS_GRAD, false);
-        }
-    }
-    let mut deps = vec![0usize; n];
-    for i in 0..n {
-        if needed[i] {
-            for &j in graph.edges[i].iter().flatten() {
-                if needed[j] {
-                    deps[j] += 1;
-                }
-            }
-        }
-    }
+    let mut deps = prepared.deps.clone();
 
     let mut buffers: Vec<Option<Var>> = vec![None; n];
     let mut heap = BinaryHeap::new();

@@ -36,6 +36,7 @@ impl HookHandle {
                 e.post_accumulate_hooks.retain(|(id, _)| *id != self.id);
                 let any = !e.hooks.is_empty() || !e.post_accumulate_hooks.is_empty();
                 node.set(HAS_HOOKS, any);
+                crate::engine::bump_structure_epoch();
             }
         }
     }
@@ -59,6 +60,7 @@ impl Var {
         let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
         self.node.extras().get_or_insert_with(Default::default).hooks.push((id, Arc::new(hook)));
         self.node.set(HAS_HOOKS, true);
+        crate::engine::bump_structure_epoch();
         HookHandle { node: Arc::downgrade(&self.node), id }
     }
 
@@ -70,6 +72,7 @@ impl Var {
         let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
         self.node.extras().get_or_insert_with(Default::default).post_accumulate_hooks.push((id, Arc::new(hook)));
         self.node.set(HAS_HOOKS, true);
+        crate::engine::bump_structure_epoch();
         HookHandle { node: Arc::downgrade(&self.node), id }
     }
 }

@@ -120,6 +120,8 @@ pub(crate) const SUBSCRIBED: u16 = 128;
 pub(crate) const DIRTY: u16 = 256;
 /// Saved-tensor hooks packed what this node's backward reads (kept in its extras).
 pub(crate) const HAS_PACKED: u16 = 512;
+/// A static graph's root (a cached loss): backward keeps its prepared plan (see `engine`).
+pub(crate) const PLAN_BACKWARD: u16 = 1024;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -139,7 +141,8 @@ pub(crate) struct NodeState {
     pub verified_full: u64,
     /// How many times the value has been recomputed after creation.
     pub recomputes: u64,
-    /// The in-place epoch at which this node was last verified fresh by a full walk.
+    /// The stamp of in-place writes and plan runs (see `reactive`) at which this node was
+    /// last verified fresh by a full walk.
     pub verified_inplace: u64,
 }
 
@@ -156,6 +159,8 @@ pub(crate) struct Extras {
     /// The nodes that use this one as an input, registered by a reactive request so that
     /// replacing a value can mark exactly its dependents dirty.
     pub consumers: Vec<std::sync::Weak<Node<dyn Op>>>,
+    /// For a static graph's root: the backward plan, reused while the structure is unchanged.
+    pub backward_plan: Option<std::sync::Arc<crate::engine::Prepared>>,
 }
 
 /// A graph node; see the module docs.

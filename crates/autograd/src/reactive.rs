@@ -79,9 +79,9 @@ pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
         }
     }
     if mode == Mode::Full && node.has(SUBSCRIBED) {
-        let inplace = inplace_epoch();
-        if node.state().verified_inplace == inplace {
-            return dirty_walk(node, ep, inplace);
+        let stamp = shortcut_stamp();
+        if node.state().verified_inplace == stamp {
+            return dirty_walk(node, ep, stamp);
         }
     }
     full_walk(node, mode, ep)
@@ -96,7 +96,7 @@ fn settled(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> bool {
 /// Checks every node that is not settled, recomputing the stale ones; a full request also
 /// subscribes them.
 fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
-    let inplace = inplace_epoch();
+    let inplace = shortcut_stamp();
     let mut stack: Vec<(NodeRef, bool)> = vec![(node.clone(), false)];
     while let Some((n, expanded)) = stack.pop() {
         if n.inputs.is_empty() {
@@ -229,6 +229,87 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
     }
     mark(&mut st, mode, ep);
     Ok(())
+}
+
+/// A straight-line recomputation order for a graph that is re-run as a whole (a traced
+/// model): its non-leaf nodes, inputs before consumers.
+pub(crate) struct Plan {
+    nodes: Vec<NodeRef>,
+}
+
+impl Plan {
+    /// The plan for everything `root` depends on, stopping at `boundary` (a node whose
+    /// value another plan keeps up to date).
+    pub(crate) fn of(root: &NodeRef, boundary: Option<&NodeRef>) -> Plan {
+        let mut seen: rustc_hash::FxHashSet<usize> = Default::default();
+        let mut nodes = Vec::new();
+        let mut stack: Vec<(NodeRef, bool)> = vec![(root.clone(), false)];
+        while let Some((n, expanded)) = stack.pop() {
+            if n.inputs.is_empty() || boundary.is_some_and(|b| std::sync::Arc::ptr_eq(b, &n)) {
+                continue;
+            }
+            if expanded {
+                nodes.push(n);
+                continue;
+            }
+            if !seen.insert(std::sync::Arc::as_ptr(&n) as *const u8 as usize) {
+                continue;
+            }
+            stack.push((n.clone(), true));
+            for i in n.inputs.iter() {
+                stack.push((i.clone(), false));
+            }
+        }
+        Plan { nodes }
+    }
+
+    /// Brings every node up to date in order: each checks its inputs' versions once and
+    /// recomputes if they moved (or its value was freed). No walk, no dirty flags: a traced
+    /// graph's input changed, so most of it recomputes anyway.
+    pub(crate) fn run(&self) -> Result<()> {
+        let ep = epochs();
+        for n in &self.nodes {
+            let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(n.inputs.len());
+            let mut current: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(n.inputs.len());
+            for i in n.inputs.iter() {
+                let st = i.state();
+                current.push(st.versions());
+                values.push(st.value.clone().ok_or_else(|| Error::autograd("an input value is missing in a plan"))?);
+            }
+            let mut st = n.state();
+            if st.value.is_some() && st.input_versions[..] == current[..] {
+                mark(&mut st, Mode::Full, ep);
+                continue;
+            }
+            let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
+            let out = n.op.forward(&refs)?;
+            out.storage().watch();
+            let changed = st.input_versions[..] != current[..];
+            st.storage_version = out.version();
+            st.value = Some(out);
+            st.recomputes += 1;
+            if changed {
+                st.value_version += 1;
+                st.input_versions = current;
+            }
+            mark(&mut st, Mode::Full, ep);
+        }
+        // Nodes outside the plan that consume its nodes were not marked dirty: make sure no
+        // request trusts dirty flags until it has walked once more.
+        bump_plan_epoch();
+        Ok(())
+    }
+}
+
+static PLAN_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn bump_plan_epoch() {
+    PLAN_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// What a dirty-flag shortcut must find unchanged: in-place writes, and plan runs.
+fn shortcut_stamp() -> u64 {
+    inplace_epoch() + PLAN_EPOCH.load(Ordering::Acquire)
 }
 
 /// Recomputes a freed value (and whatever else is stale by value) so that a handle to the

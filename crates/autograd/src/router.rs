@@ -40,7 +40,17 @@ impl Op for Router {
         true
     }
     fn set_route(&self, target: Option<Var>) {
-        *self.target.lock().unwrap_or_else(|e| e.into_inner()) = target;
+        let mut current = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let same = match (&*current, &target) {
+            (Some(a), Some(b)) => a.same_node(b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            // What backward reaches through the router changed.
+            crate::engine::bump_structure_epoch();
+        }
+        *current = target;
     }
 }
 

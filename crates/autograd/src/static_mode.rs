@@ -30,10 +30,12 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
+use crate::node::{Node, Op};
+use crate::reactive::Plan;
 use crate::var::Var;
 use ember_tensor::{DType, Result, Tensor};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// What a traced model (or a cached criterion) accepts as input: a value, and optionally a
 /// `Var` to route gradients back to (seed 001 §2.6).
@@ -82,6 +84,16 @@ impl ForwardInput for &Var {
 }
 
 type Build = Box<dyn Fn(&Var) -> Result<Var> + Send + Sync>;
+type LossFn = Box<dyn Fn(&Var, &Var) -> Result<Var> + Send + Sync>;
+/// Traced graphs are cached per input shape and dtype.
+type GraphKey = (Vec<usize>, DType);
+
+/// One traced graph: its input router, its output, and the order to recompute it in.
+struct TracedGraph {
+    router: Var,
+    output: Var,
+    plan: Plan,
+}
 
 /// A model whose graph is built once per input shape and dtype, then re-run by setting
 /// values (see the module docs).
@@ -90,7 +102,7 @@ type Build = Box<dyn Fn(&Var) -> Result<Var> + Send + Sync>;
 /// stays fixed; trace models for evaluation, or without random layers.
 pub struct Traced {
     build: Build,
-    graphs: Mutex<HashMap<(Vec<usize>, DType), (Var, Var)>>,
+    graphs: Mutex<HashMap<GraphKey, Arc<TracedGraph>>>,
 }
 
 impl Traced {
@@ -99,30 +111,35 @@ impl Traced {
         Traced { build: Box::new(build), graphs: Mutex::new(HashMap::new()) }
     }
 
-    fn graphs(&self) -> MutexGuard<'_, HashMap<(Vec<usize>, DType), (Var, Var)>> {
+    fn graphs(&self) -> MutexGuard<'_, HashMap<GraphKey, Arc<TracedGraph>>> {
         self.graphs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The output for `input`: the cached graph for its shape re-run with the new value, or
     /// a graph built now. The returned `Var` is the same node on every call with the same
     /// shape.
+    ///
+    /// A re-run replaces the router's value and recomputes the graph in a precomputed order,
+    /// each node once, checking its inputs' versions: nodes that depend only on unchanged
+    /// parameters are skipped, parameters an optimizer updated in place are picked up.
     pub fn forward(&self, input: impl ForwardInput) -> Result<Var> {
         let value = input.forward_value();
         let route = input.forward_route();
         let key = (value.shape().to_vec(), value.dtype());
         let cached = self.graphs().get(&key).cloned();
-        if let Some((router, out)) = cached {
-            router.set_route(route);
-            router.set_value(value)?;
-            out.forward()?;
-            return Ok(out);
+        if let Some(g) = cached {
+            g.router.set_route(route);
+            g.router.set_value_quietly(value)?;
+            g.plan.run()?;
+            return Ok(g.output.clone());
         }
         // Built outside the lock, so that a model may use itself while building.
         let router = Var::router(value);
         router.set_route(route);
-        let out = (self.build)(&router)?;
-        self.graphs().insert(key, (router, out.clone()));
-        Ok(out)
+        let output = (self.build)(&router)?;
+        let plan = Plan::of(&output.node, None);
+        self.graphs().insert(key, Arc::new(TracedGraph { router, output: output.clone(), plan }));
+        Ok(output)
     }
 
     /// The number of graphs built so far (one per distinct input shape and dtype).
@@ -132,26 +149,36 @@ impl Traced {
 
     /// The router (input node) of the graph for `shape` and `dtype`, if built.
     pub fn input_node(&self, shape: &[usize], dtype: DType) -> Option<Var> {
-        self.graphs().get(&(shape.to_vec(), dtype)).map(|(r, _)| r.clone())
+        self.graphs().get(&(shape.to_vec(), dtype)).map(|g| g.router.clone())
     }
 }
 
 struct LossEntry {
-    output: std::sync::Weak<crate::node::Node<dyn crate::node::Op>>,
+    output: Weak<Node<dyn Op>>,
     /// How many references to the output the loss graph itself holds.
     own_refs: usize,
     target: Var,
     loss: Var,
+    plan: Plan,
+}
+
+impl LossEntry {
+    /// Whether anything besides this entry's own loss graph still holds the output.
+    fn output_in_use(&self) -> bool {
+        let held_by_backward_plan =
+            crate::engine::cached_plan_holds(&self.loss.node, self.output.as_ptr() as *const u8);
+        self.output.strong_count() > self.own_refs + held_by_backward_plan as usize
+    }
 }
 
 /// A loss function whose subgraph is built once per output node and re-run with new targets
 /// (seed 001 §2.7's `Criterion`): for the output of a [`Traced`] model, every call after the
-/// first only sets the target and recomputes.
+/// first only sets the target and recomputes the loss part of the graph.
 ///
 /// An entry is dropped once nothing but the loss graph holds its output, so calling it on
 /// fresh eager outputs every step does not accumulate graphs.
 pub struct CachedLoss {
-    f: Box<dyn Fn(&Var, &Var) -> Result<Var> + Send + Sync>,
+    f: LossFn,
     entries: Mutex<Vec<LossEntry>>,
 }
 
@@ -161,34 +188,34 @@ impl CachedLoss {
         CachedLoss { f: Box::new(f), entries: Mutex::new(Vec::new()) }
     }
 
-    /// The loss of `output` against `target`.
+    /// The loss of `output` against `target`. The output is taken as it is: bring it up to
+    /// date first (a [`Traced`] model's `forward` does).
     pub fn forward(&self, output: &Var, target: impl ForwardInput) -> Result<Var> {
         let value = target.forward_value();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|e| e.output.strong_count() > e.own_refs);
-        let ptr = std::sync::Arc::as_ptr(&output.node) as *const u8;
+        entries.retain(LossEntry::output_in_use);
+        let ptr = Arc::as_ptr(&output.node) as *const u8;
         if let Some(e) = entries.iter().find(|e| e.output.as_ptr() as *const u8 == ptr) {
-            e.target.set_value(value)?;
-            e.loss.forward()?;
+            e.target.set_value_quietly(value)?;
+            e.plan.run()?;
             return Ok(e.loss.clone());
         }
-        let before = std::sync::Arc::strong_count(&output.node);
+        let before = Arc::strong_count(&output.node);
         let target = Var::new(value);
         let loss = (self.f)(output, &target)?;
-        let own_refs = std::sync::Arc::strong_count(&output.node) - before;
-        entries.push(LossEntry {
-            output: std::sync::Arc::downgrade(&output.node),
-            own_refs,
-            target,
-            loss: loss.clone(),
-        });
+        let own_refs = Arc::strong_count(&output.node) - before;
+        let plan = Plan::of(&loss.node, Some(&output.node));
+        // Backward from this loss will run through the same graph every time: let it keep
+        // its prepared plan.
+        loss.node.set(crate::node::PLAN_BACKWARD, true);
+        entries.push(LossEntry { output: Arc::downgrade(&output.node), own_refs, target, loss: loss.clone(), plan });
         Ok(loss)
     }
 
     /// The number of loss subgraphs currently cached.
     pub fn cached(&self) -> usize {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|e| e.output.strong_count() > e.own_refs);
+        entries.retain(LossEntry::output_in_use);
         entries.len()
     }
 }

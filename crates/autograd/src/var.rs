@@ -172,6 +172,9 @@ impl Var {
                 self.dtype()
             )));
         }
+        if self.node.has(REQUIRES_GRAD) != on {
+            crate::engine::bump_structure_epoch();
+        }
         self.node.set(REQUIRES_GRAD, on);
         if on {
             self.node.set(FROZEN, false);
@@ -201,7 +204,8 @@ impl Var {
 
     /// Keeps this non-leaf's gradient after backward, accumulating like a leaf's.
     pub fn retain_grad(&self) -> &Var {
-        if !self.is_leaf() {
+        if !self.is_leaf() && !self.node.has(RETAINS_GRAD) {
+            crate::engine::bump_structure_epoch();
             self.node.set(RETAINS_GRAD, true);
         }
         self
@@ -240,6 +244,14 @@ impl Var {
     /// Replaces a leaf's (or a gradient router's) value, bumping its value version so that
     /// [`Var::forward`] on dependent nodes recomputes them.
     pub fn set_value(&self, value: Tensor) -> Result<()> {
+        self.set_value_quietly(value)?;
+        reactive::mark_dependents_dirty(&self.node);
+        Ok(())
+    }
+
+    /// `set_value` without marking the dependents dirty, for callers that bring them up to
+    /// date themselves (a traced model's plan).
+    pub(crate) fn set_value_quietly(&self, value: Tensor) -> Result<()> {
         if !self.node.inputs.is_empty() {
             return Err(Error::autograd("set_value: only a leaf's value can be replaced"));
         }
@@ -251,7 +263,6 @@ impl Var {
             st.value = Some(value);
         }
         reactive::bump_value_epoch();
-        reactive::mark_dependents_dirty(&self.node);
         Ok(())
     }
 

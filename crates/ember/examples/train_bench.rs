@@ -6,7 +6,7 @@
 //! with the model and loss traced once (static mode) and re-run by setting values.
 //!
 //! ```text
-//! cargo run --release --example train_bench -- [--batch 64 --batch 256] [--epochs 3] [--traced]
+//! cargo run --release --example train_bench -- [--batch 64 --batch 256] [--epochs 3] [--traced] [--no-pool]
 //! ```
 
 use clap::Parser;
@@ -32,6 +32,9 @@ struct Args {
     /// Measure the traced step before the eager one (to rule out order effects).
     #[arg(long)]
     traced_first: bool,
+    /// Turn the tensor buffer pool off (every buffer comes from the system allocator).
+    #[arg(long)]
+    no_pool: bool,
     /// Worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -94,6 +97,7 @@ fn traced_rate(train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> 
 fn main() -> Result<()> {
     let args = Args::parse();
     ember::tensor::threading::set_num_threads(args.threads)?;
+    ember::tensor::storage::set_pool_enabled(!args.no_pool);
     let train = mnist::load(&args.data, true)?;
     println!("# mode\tbatch\tsamples_per_s");
     for &batch in &args.batches {

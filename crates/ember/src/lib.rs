@@ -40,3 +40,8 @@ pub mod prelude {
     pub use ember_autograd::{NoGradGuard, Var, enable_grad, grad, is_grad_enabled, no_grad};
     pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 }
+
+/// The README's code blocks, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

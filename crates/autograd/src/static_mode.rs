@@ -158,6 +158,8 @@ struct LossEntry {
     /// How many references to the output the loss graph itself holds.
     own_refs: usize,
     target: Var,
+    /// The target's shape and dtype: the graph was built, and its checks run, for these.
+    target_key: GraphKey,
     loss: Var,
     plan: Plan,
 }
@@ -173,7 +175,8 @@ impl LossEntry {
 
 /// A loss function whose subgraph is built once per output node and re-run with new targets
 /// (seed 001 §2.7's `Criterion`): for the output of a [`Traced`] model, every call after the
-/// first only sets the target and recomputes the loss part of the graph.
+/// first only sets the target and recomputes the loss part of the graph. A target of another
+/// shape or dtype than before gets a subgraph of its own.
 ///
 /// An entry is dropped once nothing but the loss graph holds its output, so calling it on
 /// fresh eager outputs every step does not accumulate graphs.
@@ -195,7 +198,10 @@ impl CachedLoss {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.retain(LossEntry::output_in_use);
         let ptr = Arc::as_ptr(&output.node) as *const u8;
-        if let Some(e) = entries.iter().find(|e| e.output.as_ptr() as *const u8 == ptr) {
+        let target_key = (value.shape().to_vec(), value.dtype());
+        // A target of another shape or dtype gets a graph of its own, built by the loss
+        // function with its checks, rather than broadcasting through one built for another.
+        if let Some(e) = entries.iter().find(|e| e.output.as_ptr() as *const u8 == ptr && e.target_key == target_key) {
             e.target.set_value_quietly(value)?;
             e.plan.run()?;
             return Ok(e.loss.clone());
@@ -208,7 +214,14 @@ impl CachedLoss {
         // Backward from this loss will run through the same graph every time: let it keep
         // its prepared plan.
         loss.node.set(crate::node::PLAN_BACKWARD, true);
-        entries.push(LossEntry { output: Arc::downgrade(&output.node), own_refs, target, loss: loss.clone(), plan });
+        entries.push(LossEntry {
+            output: Arc::downgrade(&output.node),
+            own_refs,
+            target,
+            target_key,
+            loss: loss.clone(),
+            plan,
+        });
         Ok(loss)
     }
 

@@ -17,7 +17,7 @@ pub use classification::{CrossEntropyOptions, NllOptions, cross_entropy, nll_los
 pub use objects::{BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss};
 pub use regression::{HuberOptions, huber_loss, l1_loss, mse_loss};
 
-use ember_autograd::Var;
+use ember_autograd::{CachedLoss, Var};
 use ember_tensor::Result;
 
 /// How a loss combines its per-element values (PyTorch's `reduction`).
@@ -49,4 +49,39 @@ impl Reduction {
 pub trait Loss: Send + Sync {
     /// The loss of `input` against `target`.
     fn forward(&self, input: &Var, target: &Var) -> Result<Var>;
+
+    /// This loss as a [`CachedLoss`] (seed 001 §2.7's `Criterion`): its subgraph is built
+    /// once per output node and re-run with each new target, which is what the output of a
+    /// [`Traced`](ember_autograd::Traced) model wants. On a fresh output every call (eager
+    /// mode) it builds a new subgraph each time, like [`forward`](Loss::forward), and keeps
+    /// none of them once the output is dropped.
+    ///
+    /// The checks that read values run when a subgraph is built, not when it is re-run:
+    /// [`BCELoss`] checks that its input lies in `[0, 1]` on the first call only, and a
+    /// class index out of range in a later target fails in `gather` rather than with
+    /// [`cross_entropy`]'s message.
+    ///
+    /// ```
+    /// use ember_autograd::{Traced, Var};
+    /// use ember_nn::{Linear, Loss, MSELoss, Module};
+    /// use ember_tensor::{DType, Tensor};
+    /// let layer = std::sync::Arc::new(Linear::new(3, 1)?);
+    /// let l = layer.clone();
+    /// let model = Traced::new(move |x: &Var| l.forward(x));
+    /// let criterion = MSELoss::default().cached();
+    /// let x = Tensor::ones([4, 3], DType::F32)?;
+    /// let first = criterion.forward(&model.forward(&x)?, Tensor::zeros([4, 1], DType::F32)?)?;
+    /// let second = criterion.forward(&model.forward(&x)?, Tensor::ones([4, 1], DType::F32)?)?;
+    /// assert!(first.same_node(&second)); // the loss subgraph was re-run, not rebuilt
+    /// assert_eq!(criterion.cached(), 1);
+    /// second.backward()?;
+    /// assert!(layer.weight().grad().is_some());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    fn cached(self) -> CachedLoss
+    where
+        Self: Sized + 'static,
+    {
+        CachedLoss::new(move |output: &Var, target: &Var| self.forward(output, target))
+    }
 }

@@ -1,5 +1,5 @@
 //! Peak memory of a deep MLP training step, plain and with gradient checkpointing every 4
-//! layers: 32 layers of `relu(h @ W + b)`, 1024 wide, batch 256, f32.
+//! layers: 32 layers of `relu(h @ W + b)`, 1024 wide, batch 256 (or `--batch N`), f32.
 //!
 //! The peak is `memory_stats().peak_bytes` after `reset_peak()`, taken right before the
 //! step. Gradients are allocated by a first step and then kept, zeroed in place (like
@@ -7,7 +7,7 @@
 //! start is what the step itself adds: its activations and transient gradients. The
 //! absolute peak (with the 128 MiB of weights and 128 MiB of gradients) is printed too.
 //!
-//! `cargo run --release -p ember-autograd --example checkpoint_memory`
+//! `cargo run --release -p ember-autograd --example checkpoint_memory [-- --batch N]`
 
 use ember_autograd::Var;
 use ember_tensor::storage::{memory_stats, reset_peak};
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 const DEPTH: usize = 32;
 const WIDTH: usize = 1024;
-const BATCH: usize = 256;
+const DEFAULT_BATCH: usize = 256;
 const EVERY: usize = 4;
 
 fn segment(ws: &[Var], bs: &[Var], h: &Var) -> Result<Var> {
@@ -59,16 +59,26 @@ fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// The `--batch N` argument, if given.
+fn batch_arg() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--batch") {
+        Some(i) => args.get(i + 1).and_then(|n| n.parse().ok()).expect("--batch takes a positive number"),
+        None => DEFAULT_BATCH,
+    }
+}
+
 fn main() -> Result<()> {
+    let batch = batch_arg();
     ember_tensor::manual_seed(0);
     let scale = (2.0 / WIDTH as f64).sqrt();
     let ws: Vec<Var> = (0..DEPTH)
         .map(|_| Tensor::randn([WIDTH, WIDTH]).map(|t| Var::param(t.mul_scalar(scale))))
         .collect::<Result<_>>()?;
     let bs: Vec<Var> = (0..DEPTH).map(|_| Tensor::zeros([WIDTH], DType::F32).map(Var::param)).collect::<Result<_>>()?;
-    let x = Var::new(Tensor::randn([BATCH, WIDTH])?);
+    let x = Var::new(Tensor::randn([batch, WIDTH])?);
     println!(
-        "MLP: {DEPTH} layers of relu(h @ W + b), width {WIDTH}, batch {BATCH}, f32; checkpoint every {EVERY} layers"
+        "MLP: {DEPTH} layers of relu(h @ W + b), width {WIDTH}, batch {batch}, f32; checkpoint every {EVERY} layers"
     );
     // Warm-up: allocates the gradients and fills the buffer pool.
     step(&ws, &bs, &x, false)?;

@@ -32,6 +32,39 @@ fn zip_scalar_left<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(x: A, b: &[B], d
     }
 }
 
+/// `f(a[i], block[(phase + i) % block.len()])` (or with the operands swapped when
+/// `block_left`): one side is a contiguous block repeated along broadcast dims, like a bias
+/// row added to every row of a matrix. One call covers many rows, so the per-row cost is a
+/// loop iteration, not a dispatch.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn zip_cycle<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(full: &[A], block: &[B], phase: usize, dst: &mut [O], f: F) {
+    let m = block.len();
+    let (mut pos, mut j) = (0, phase);
+    while pos < dst.len() {
+        let len = (m - j).min(dst.len() - pos);
+        for ((d, &x), &y) in dst[pos..pos + len].iter_mut().zip(&full[pos..pos + len]).zip(&block[j..j + len]) {
+            *d = f(x, y);
+        }
+        pos += len;
+        j = 0;
+    }
+}
+
+/// If `l` is a contiguous block repeated along leading broadcast (stride 0) dims, the
+/// block's storage range.
+fn repeated_block(l: &Layout) -> Option<std::ops::Range<usize>> {
+    let (shape, strides) = (l.shape(), l.strides());
+    let lead = strides.iter().zip(shape.iter()).take_while(|&(&st, &d)| st == 0 || d == 1).count();
+    let mut expected = 1;
+    for (&st, &d) in strides[lead..].iter().zip(shape[lead..].iter()).rev() {
+        if d != 1 && st != expected {
+            return None;
+        }
+        expected *= d;
+    }
+    (lead > 0 && expected > 0).then(|| l.offset()..l.offset() + expected)
+}
+
 /// `f(a, b)` for two views of one shape, into a new contiguous buffer.
 pub(crate) fn zip<A: Element, B: Element, O: Element>(
     op: &'static str,
@@ -47,6 +80,18 @@ pub(crate) fn zip<A: Element, B: Element, O: Element>(
         fill_chunks(&mut out, grain, |s, chunk| {
             let e = s + chunk.len();
             zip_contig(&a[s..e], &b[s..e], chunk, f)
+        });
+        return Ok(out);
+    }
+    if let (Some(ra), Some(rb)) = (la.contiguous_range(), repeated_block(lb)) {
+        let (a, block) = (&a[ra], &b[rb]);
+        fill_chunks(&mut out, grain, |s, chunk| zip_cycle(&a[s..s + chunk.len()], block, s % block.len(), chunk, f));
+        return Ok(out);
+    }
+    if let (Some(ra), Some(rb)) = (repeated_block(la), lb.contiguous_range()) {
+        let (block, b) = (&a[ra], &b[rb]);
+        fill_chunks(&mut out, grain, |s, chunk| {
+            zip_cycle(&b[s..s + chunk.len()], block, s % block.len(), chunk, |y, x| f(x, y))
         });
         return Ok(out);
     }
@@ -322,4 +367,27 @@ pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<
         })
     }
     cpu_dispatch!(src, s => to(s, l, dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+
+    /// Large enough to be split into chunks that start mid-row, on both operand orders (sub
+    /// is not symmetric), with a size-1 dim inside the repeated block.
+    #[test]
+    fn repeated_blocks_match_elementwise_indexing() {
+        let (rows, cols) = (1001, 997);
+        let a = Tensor::from_vec((0..rows * cols).map(|i| i as f64).collect(), [rows, 1, cols]).unwrap();
+        let row = Tensor::from_vec((0..cols).map(|j| (j * j) as f64).collect(), [1, cols]).unwrap();
+        let right = a.sub(&row).unwrap().to_vec::<f64>().unwrap();
+        let left = row.sub(&a).unwrap().to_vec::<f64>().unwrap();
+        for i in 0..rows {
+            for j in 0..cols {
+                let want = (i * cols + j) as f64 - (j * j) as f64;
+                assert_eq!(right[i * cols + j], want, "a - row at ({i}, {j})");
+                assert_eq!(left[i * cols + j], -want, "row - a at ({i}, {j})");
+            }
+        }
+    }
 }

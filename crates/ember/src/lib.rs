@@ -11,7 +11,9 @@
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
-//! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`.
+//! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
+//! [`gan`] a small GAN trained in static mode (traced networks, gradient routing, a cached
+//! criterion) behind `cargo run --release --example gan`.
 //!
 //! ```
 //! use ember::prelude::*;
@@ -24,6 +26,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod gan;
 pub mod mnist;
 
 pub use ember_autograd as autograd;

@@ -254,6 +254,16 @@
 //! [`Var::set_value`] or written in place — and nothing else. When nothing has changed
 //! since the last request, the answer is immediate.
 //!
+//! # Static mode
+//!
+//! A [`Traced`] model builds its graph once per input shape, from a gradient router as
+//! input, and re-runs it by setting the router's value; what is passed in ([`ForwardInput`]:
+//! a tensor, a `&Var`, a detached `Var`) decides whether gradients go on into the input's own
+//! graph. A [`CachedLoss`] does the same for a loss on a traced output. [`to_dot`] and
+//! [`to_svg`] draw any graph, routers included. `docs/static_mode.md` in the repository
+//! explains all of it for a PyTorch user, with figures, a GAN trained in static mode, and
+//! when not to trace: [docs/static_mode.md on GitHub](https://github.com/ember-rs/ember/blob/main/docs/static_mode.md).
+//!
 //! # Debugging
 //!
 //! [`detect_anomaly`] makes a NaN or Inf produced by a backward node fail with the node's

@@ -6,6 +6,10 @@
 //! recomputes exactly the nodes downstream of what changed (the new input, and parameters an
 //! optimizer wrote in place). Node structures are reused; nothing is rebuilt.
 //!
+//! `docs/static_mode.md` in the repository walks through eager and static mode for a
+//! PyTorch user, with drawings of traced graphs, a GAN trained this way, and when not to
+//! trace: [docs/static_mode.md on GitHub](https://github.com/ember-rs/ember/blob/main/docs/static_mode.md).
+//!
 //! What is passed in decides where gradients go ([`ForwardInput`]):
 //!
 //! | input | value used | gradient |

@@ -48,3 +48,8 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/static_mode.md`'s code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/static_mode.md")]
+pub struct StaticModeDoctests;

@@ -1,7 +1,7 @@
 //! Gradient checkpointing: trade compute for memory by recomputing a segment in backward
 //! instead of keeping its activations (PyTorch's `torch.utils.checkpoint`).
 //!
-//! [`checkpoint`] runs a segment without recording it and keeps only its inputs and its
+//! [`checkpoint()`] runs a segment without recording it and keeps only its inputs and its
 //! output. The parameters the segment reads are noticed as it runs (any `Var` requiring
 //! grad that its operations receive besides the inputs) and become inputs of the
 //! checkpoint's node, so gradients reach them through the engine like any other: they
@@ -203,7 +203,7 @@ fn run_segment(f: &Segment, values: &[Tensor], rng: Option<&RngReplay>) -> Resul
 }
 
 impl Var {
-    /// [`checkpoint`] for a segment of one input: `h.checkpoint(|h| block(h))` gives
+    /// [`checkpoint()`] for a segment of one input: `h.checkpoint(|h| block(h))` gives
     /// `block(h)` without keeping the block's intermediate values.
     pub fn checkpoint(&self, f: impl Fn(&Var) -> Result<Var> + Send + Sync + 'static) -> Result<Var> {
         checkpoint(

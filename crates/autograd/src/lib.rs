@@ -226,7 +226,7 @@
 //!
 //! # Gradient checkpointing
 //!
-//! [`checkpoint`] (or [`Var::checkpoint`]) runs a segment without keeping its
+//! [`checkpoint()`] (or [`Var::checkpoint`]) runs a segment without keeping its
 //! intermediate values and recomputes it in backward: activation memory for compute. The
 //! parameters the segment reads are found as it runs and get their gradients as usual.
 //! `cargo run --release -p ember-autograd --example checkpoint_memory` measures a 32-layer
@@ -294,10 +294,10 @@
 mod anomaly;
 mod backward;
 mod backward_ctx;
-mod checkpoint;
+pub mod checkpoint;
 mod dot;
 mod engine;
-mod function;
+pub mod function;
 mod grad_mode;
 mod gradcheck;
 mod graph_view;
@@ -308,8 +308,8 @@ mod ops;
 pub mod profiler;
 mod reactive;
 mod router;
-mod saved_hooks;
-mod static_mode;
+pub mod saved_hooks;
+pub mod static_mode;
 mod svg;
 mod var;
 

@@ -2,7 +2,7 @@
 //! reads are kept (PyTorch's `torch.autograd.graph.saved_tensors_hooks`).
 //!
 //! While hooks are active on a thread, every node created that requires grad calls
-//! `pack(value)` for each value its backward reads (per [`Op::saves`](crate::Op::saves):
+//! `pack(value)` for each value its backward reads (per [`Op::saves`]:
 //! inputs in order, then the output), and custom functions call it for each tensor given to
 //! `save_for_backward`. Backward then calls `unpack(&packed)` instead of reading the saved
 //! value. The hooks are captured at node creation, so they apply to that node's every

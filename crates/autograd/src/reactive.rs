@@ -212,23 +212,27 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
     }
     let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
     let out = n.op.forward(&refs)?;
-    out.storage().watch();
     let mut st = n.state();
     let changed = match mode {
         Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
         Mode::Full => st.input_versions[..] != current[..],
     };
+    store_recomputed(&mut st, out, current, changed);
+    mark(&mut st, mode, ep);
+    Ok(())
+}
+
+/// Stores a node's recomputed value. Its version moves only when its inputs' did: a freed
+/// value recomputed from unchanged inputs is the same value, so its consumers remain valid.
+fn store_recomputed(st: &mut NodeState, out: Tensor, current: SmallVec<[(u64, u64); 2]>, changed: bool) {
+    out.storage().watch();
     st.storage_version = out.version();
     st.value = Some(out);
     st.recomputes += 1;
-    // A freed value recomputed from unchanged inputs is the same value: its version stays,
-    // so its consumers remain valid.
     if changed {
         st.value_version += 1;
         st.input_versions = current;
     }
-    mark(&mut st, mode, ep);
-    Ok(())
 }
 
 /// A straight-line recomputation order for a graph that is re-run as a whole (a traced
@@ -283,15 +287,8 @@ impl Plan {
             }
             let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
             let out = n.op.forward(&refs)?;
-            out.storage().watch();
             let changed = st.input_versions[..] != current[..];
-            st.storage_version = out.version();
-            st.value = Some(out);
-            st.recomputes += 1;
-            if changed {
-                st.value_version += 1;
-                st.input_versions = current;
-            }
+            store_recomputed(&mut st, out, current, changed);
             mark(&mut st, Mode::Full, ep);
         }
         // Nodes outside the plan that consume its nodes were not marked dirty: make sure no

@@ -60,16 +60,20 @@ fn mib(bytes: usize) -> f64 {
 }
 
 /// The `--batch N` argument, if given.
-fn batch_arg() -> usize {
+fn batch_arg() -> Result<usize> {
     let args: Vec<String> = std::env::args().collect();
     match args.iter().position(|a| a == "--batch") {
-        Some(i) => args.get(i + 1).and_then(|n| n.parse().ok()).expect("--batch takes a positive number"),
-        None => DEFAULT_BATCH,
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .ok_or_else(|| ember_tensor::Error::invalid("checkpoint_memory", "--batch takes a positive number")),
+        None => Ok(DEFAULT_BATCH),
     }
 }
 
 fn main() -> Result<()> {
-    let batch = batch_arg();
+    let batch = batch_arg()?;
     ember_tensor::manual_seed(0);
     let scale = (2.0 / WIDTH as f64).sqrt();
     let ws: Vec<Var> = (0..DEPTH)

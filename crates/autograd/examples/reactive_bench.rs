@@ -22,8 +22,8 @@ fn main() -> Result<()> {
     ember_tensor::threading::set_num_threads(2)?;
     ember_tensor::manual_seed(0);
     let n = 32;
-    let xs: Vec<Var> = (0..BRANCHES).map(|_| Var::new(Tensor::randn([n, n]).unwrap())).collect();
-    let ws: Vec<Var> = (0..BRANCHES).map(|_| Var::param(Tensor::randn([n, n]).unwrap())).collect();
+    let xs: Vec<Var> = (0..BRANCHES).map(|_| Tensor::randn([n, n]).map(Var::new)).collect::<Result<_>>()?;
+    let ws: Vec<Var> = (0..BRANCHES).map(|_| Tensor::randn([n, n]).map(Var::param)).collect::<Result<_>>()?;
     let build = || -> Result<Var> {
         let branches: Vec<Var> =
             xs.iter().zip(&ws).map(|(x, w)| Ok(x.matmul(w)?.tanh().sum_all())).collect::<Result<_>>()?;

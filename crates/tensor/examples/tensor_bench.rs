@@ -33,7 +33,15 @@ fn median(v: &mut [f64]) -> f64 {
     if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
-fn main() {
+/// The positive number following `flag` on the command line.
+fn count(flag: &'static str, value: Option<String>) -> ember_tensor::Result<usize> {
+    value
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| ember_tensor::Error::invalid("tensor_bench", format!("{flag} takes a positive number")))
+}
+
+fn main() -> ember_tensor::Result<()> {
     let mut samples = 15usize;
     let mut fixed_iters = None;
     let mut threads = workloads::THREADS;
@@ -41,11 +49,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--samples" {
-            samples = args.next().and_then(|s| s.parse().ok()).expect("--samples takes a positive number");
+            samples = count("--samples", args.next())?;
         } else if a == "--threads" {
-            threads = args.next().and_then(|s| s.parse().ok()).expect("--threads takes a positive number");
+            threads = count("--threads", args.next())?;
         } else if a == "--iters" {
-            fixed_iters = Some(args.next().and_then(|s| s.parse().ok()).expect("--iters takes a positive number"));
+            fixed_iters = Some(count("--iters", args.next())?);
         } else {
             filters.push(a);
         }
@@ -93,4 +101,5 @@ fn main() {
         );
         set_pool_enabled(true);
     }
+    Ok(())
 }

@@ -113,10 +113,7 @@ impl AdamCore {
     fn step(&mut self) -> Result<()> {
         let op = if self.decoupled { "AdamW::step" } else { "Adam::step" };
         let _no_grad = NoGradGuard::new();
-        let slots =
-            (self.params.iter().enumerate()).map(|(i, p)| Slot::prepare(op, i, p)).collect::<Result<Vec<_>>>()?;
-        for (i, slot) in slots.into_iter().enumerate() {
-            let Some(slot) = slot else { continue };
+        for (i, slot) in Slot::prepare_all(op, &self.params)? {
             let amsgrad = self.config.amsgrad;
             let st = self.state[i].get_or_insert_with(|| AdamState {
                 step: 0,
@@ -126,7 +123,7 @@ impl AdamCore {
             });
             match slot.value.dtype() {
                 DType::F32 => update::<f32>(&slot, st, &self.config, self.decoupled)?,
-                // `Slot::prepare` admits only float values.
+                // `Slot::prepare_all` admits only float values.
                 _ => update::<f64>(&slot, st, &self.config, self.decoupled)?,
             }
             slot.finish()?;

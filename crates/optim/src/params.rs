@@ -49,6 +49,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// The slots of the parameters a step updates, with their positions in `params`. Every
+    /// parameter is checked before any is changed, so a bad one leaves all of them as they
+    /// were.
+    pub fn prepare_all(op: &'static str, params: &[Var]) -> Result<Vec<(usize, Slot)>> {
+        let mut slots = Vec::with_capacity(params.len());
+        for (i, p) in params.iter().enumerate() {
+            if let Some(slot) = Slot::prepare(op, i, p)? {
+                slots.push((i, slot));
+            }
+        }
+        Ok(slots)
+    }
+
     /// The parameter as the kernels need it, or `None` when this step skips it: frozen, or
     /// without a gradient (PyTorch's `p.grad is None`).
     pub fn prepare(op: &'static str, index: usize, param: &Var) -> Result<Option<Slot>> {

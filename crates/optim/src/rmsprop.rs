@@ -186,10 +186,7 @@ impl Optimizer for RmsProp {
     fn step(&mut self) -> Result<()> {
         let op = "RmsProp::step";
         let _no_grad = NoGradGuard::new();
-        let slots =
-            (self.params.iter().enumerate()).map(|(i, p)| Slot::prepare(op, i, p)).collect::<Result<Vec<_>>>()?;
-        for (i, slot) in slots.into_iter().enumerate() {
-            let Some(slot) = slot else { continue };
+        for (i, slot) in Slot::prepare_all(op, &self.params)? {
             let c = &self.config;
             let st = self.state[i].get_or_insert_with(|| RmsPropState {
                 step: 0,
@@ -199,7 +196,7 @@ impl Optimizer for RmsProp {
             });
             match slot.value.dtype() {
                 DType::F32 => update::<f32>(&slot, st, c)?,
-                // `Slot::prepare` admits only float values.
+                // `Slot::prepare_all` admits only float values.
                 _ => update::<f64>(&slot, st, c)?,
             }
             slot.finish()?;

@@ -157,15 +157,11 @@ impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
         let op = "Sgd::step";
         let _no_grad = NoGradGuard::new();
-        // Every parameter is checked before any is changed.
-        let slots =
-            (self.params.iter().enumerate()).map(|(i, p)| Slot::prepare(op, i, p)).collect::<Result<Vec<_>>>()?;
-        for (i, slot) in slots.into_iter().enumerate() {
-            let Some(slot) = slot else { continue };
+        for (i, slot) in Slot::prepare_all(op, &self.params)? {
             let buffer = &mut self.buffers[i];
             match slot.value.dtype() {
                 DType::F32 => update::<f32>(&slot, buffer, &self.config)?,
-                // `Slot::prepare` admits only float values.
+                // `Slot::prepare_all` admits only float values.
                 _ => update::<f64>(&slot, buffer, &self.config)?,
             }
             slot.finish()?;

@@ -97,6 +97,9 @@ struct TracedGraph {
     router: Var,
     output: Var,
     plan: Plan,
+    /// Held while a call sets the router and re-runs the plan, so that two threads calling
+    /// with the same shape do not interleave their inputs within one re-run.
+    running: Mutex<()>,
 }
 
 /// A model whose graph is built once per input shape and dtype, then re-run by setting
@@ -104,6 +107,15 @@ struct TracedGraph {
 ///
 /// Randomness drawn while building (a dropout mask, say) is part of the traced graph and
 /// stays fixed; trace models for evaluation, or without random layers.
+///
+/// The graph is always built with grad mode on, even inside [`no_grad`](crate::no_grad):
+/// under no-grad an operation records no inputs, so a graph built there could not be re-run.
+/// A call under no-grad therefore still returns the traced output `Var`; re-running it
+/// records nothing new.
+///
+/// Calls with the same input shape return the same output node. A `Traced` may be shared
+/// between threads, but two threads calling it with the same shape at once overwrite each
+/// other's result: give each thread its own `Traced`.
 pub struct Traced {
     build: Build,
     graphs: Mutex<HashMap<GraphKey, Arc<TracedGraph>>>,
@@ -132,6 +144,7 @@ impl Traced {
         let key = (value.shape().to_vec(), value.dtype());
         let cached = self.graphs().get(&key).cloned();
         if let Some(g) = cached {
+            let _running = g.running.lock().unwrap_or_else(|e| e.into_inner());
             g.router.set_route(route);
             g.router.set_value_quietly(value)?;
             g.plan.run()?;
@@ -140,9 +153,17 @@ impl Traced {
         // Built outside the lock, so that a model may use itself while building.
         let router = Var::router(value);
         router.set_route(route);
-        let output = (self.build)(&router)?;
+        let output = crate::grad_mode::enable_grad(|| (self.build)(&router))?;
+        if !depends_on(&output, &router) {
+            return Err(ember_tensor::Error::autograd(format!(
+                "Traced: the output (shape {:?}) does not depend on the input Var; a traced model must compute \
+                 with the Var it is given, not with its value (re-runs would return the first call's output)",
+                output.shape()
+            )));
+        }
         let plan = Plan::of(&output.node, None);
-        self.graphs().insert(key, Arc::new(TracedGraph { router, output: output.clone(), plan }));
+        let graph = TracedGraph { router, output: output.clone(), plan, running: Mutex::new(()) };
+        self.graphs().insert(key, Arc::new(graph));
         Ok(output)
     }
 
@@ -155,6 +176,22 @@ impl Traced {
     pub fn input_node(&self, shape: &[usize], dtype: DType) -> Option<Var> {
         self.graphs().get(&(shape.to_vec(), dtype)).map(|g| g.router.clone())
     }
+}
+
+/// Whether `input` is among the nodes `output` was computed from (run once per traced graph).
+fn depends_on(output: &Var, input: &Var) -> bool {
+    let target = Arc::as_ptr(&input.node) as *const u8;
+    let mut seen: std::collections::HashSet<*const u8> = Default::default();
+    let mut stack = vec![output.node.clone()];
+    while let Some(n) = stack.pop() {
+        if Arc::as_ptr(&n) as *const u8 == target {
+            return true;
+        }
+        if seen.insert(Arc::as_ptr(&n) as *const u8) {
+            stack.extend(n.inputs.iter().cloned());
+        }
+    }
+    false
 }
 
 struct LossEntry {
@@ -183,7 +220,8 @@ impl LossEntry {
 /// shape or dtype than before gets a subgraph of its own.
 ///
 /// An entry is dropped once nothing but the loss graph holds its output, so calling it on
-/// fresh eager outputs every step does not accumulate graphs.
+/// fresh eager outputs every step does not accumulate graphs. Like [`Traced`], the subgraph
+/// is built with grad mode on even when the first call happens under no-grad.
 pub struct CachedLoss {
     f: LossFn,
     entries: Mutex<Vec<LossEntry>>,
@@ -212,7 +250,9 @@ impl CachedLoss {
         }
         let before = Arc::strong_count(&output.node);
         let target = Var::new(value);
-        let loss = (self.f)(output, &target)?;
+        // With grad mode on for the same reason as `Traced::forward`: under no-grad the loss
+        // would be a bare value that a new target could not recompute.
+        let loss = crate::grad_mode::enable_grad(|| (self.f)(output, &target))?;
         let own_refs = Arc::strong_count(&output.node) - before;
         let plan = Plan::of(&loss.node, Some(&output.node));
         // Backward from this loss will run through the same graph every time: let it keep

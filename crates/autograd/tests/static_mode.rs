@@ -114,3 +114,68 @@ fn traced_training_matches_eager_training() -> Result<()> {
     assert_eq!(train(true)?, train(false)?);
     Ok(())
 }
+
+/// A graph first traced under no-grad must still re-run with new inputs: evaluating a
+/// traced model inside `no_grad` before (or without) training is the common case.
+#[test]
+fn a_graph_first_traced_under_no_grad_re_runs_with_new_inputs() -> Result<()> {
+    let w = Var::param(t(&[1.0, 2.0], &[2, 1]));
+    let model = linear_model(&w);
+    let first = ember_autograd::no_grad(|| model.forward(t(&[1.0, 1.0], &[1, 2])))?;
+    assert_eq!(first.value().to_vec::<f32>()?, vec![3.0]);
+    let second = ember_autograd::no_grad(|| model.forward(t(&[2.0, 3.0], &[1, 2])))?;
+    assert_eq!(second.value().to_vec::<f32>()?, vec![8.0]);
+    // The same graph trains afterwards.
+    model.forward(t(&[1.0, 0.0], &[1, 2]))?.sum_all().backward()?;
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![1.0, 0.0]);
+    assert_eq!(model.num_graphs(), 1);
+    Ok(())
+}
+
+#[test]
+fn a_loss_first_cached_under_no_grad_re_runs_with_new_targets() -> Result<()> {
+    let criterion = CachedLoss::new(|out: &Var, y: &Var| Ok(out.sub(y)?.square().sum_all()));
+    let out = Var::param(t(&[1.0, 2.0], &[2]));
+    let a = ember_autograd::no_grad(|| criterion.forward(&out, t(&[0.0, 0.0], &[2])))?;
+    assert_eq!(a.item()?, 5.0);
+    let b = ember_autograd::no_grad(|| criterion.forward(&out, t(&[1.0, 1.0], &[2])))?;
+    assert_eq!(b.item()?, 1.0);
+    Ok(())
+}
+
+/// A build that computes with the input's value instead of the input Var cannot be re-run:
+/// every later call would return the first output. That is an error at trace time.
+#[test]
+fn a_model_that_ignores_its_input_var_is_an_error() {
+    let model = Traced::new(|x: &Var| Ok(Var::new(x.value().mul_scalar(2.0))));
+    let err = model.forward(t(&[1.0], &[1])).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("does not depend on the input"), "{err}");
+    assert_eq!(model.num_graphs(), 0);
+}
+
+/// Threads sharing one traced model with one shape share its output node, so a thread may
+/// read another's result (documented); but re-runs never fail or produce a value that no
+/// input gives.
+#[test]
+fn concurrent_calls_with_one_shape_do_not_fail() -> Result<()> {
+    let w = Var::param(t(&[1.0, 2.0], &[2, 1]));
+    let model = std::sync::Arc::new(linear_model(&w));
+    model.forward(t(&[0.0, 0.0], &[1, 2]))?;
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let model = model.clone();
+            std::thread::spawn(move || -> Result<()> {
+                for k in 0..200 {
+                    let x = (i * 1000 + k) as f32;
+                    let y = model.forward(t(&[x, 0.0], &[1, 2]))?.value().to_vec::<f32>()?[0];
+                    assert!(y.fract() == 0.0 && (0.0..4000.0).contains(&y), "{y}");
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| ember_tensor::Error::autograd("thread panicked"))??;
+    }
+    Ok(())
+}

@@ -49,17 +49,21 @@ fn layers(n: usize, edges: &[(usize, usize, EdgeKind)]) -> Vec<usize> {
 }
 
 /// Orders the nodes of each layer by the mean position of their neighbours in the layer
-/// above (sweeping down) and below (sweeping up).
+/// above (sweeping down) and below (sweeping up). Each sweep is linear in the size of the
+/// graph: neighbour lists are built once, and only the re-sorted row's positions change.
 fn order(rows: &mut [Vec<usize>], edges: &[(usize, usize, EdgeKind)], n: usize) {
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &(a, b, _) in edges {
+        preds[b].push(a);
+        succs[a].push(b);
+    }
     let mut pos = vec![0f64; n];
-    let update = |rows: &[Vec<usize>], pos: &mut Vec<f64>| {
-        for row in rows {
-            for (k, &i) in row.iter().enumerate() {
-                pos[i] = k as f64;
-            }
+    for row in rows.iter() {
+        for (k, &i) in row.iter().enumerate() {
+            pos[i] = k as f64;
         }
-    };
-    update(rows, &mut pos);
+    }
     for sweep in 0..6 {
         let down = sweep % 2 == 0;
         let count = rows.len();
@@ -68,29 +72,20 @@ fn order(rows: &mut [Vec<usize>], edges: &[(usize, usize, EdgeKind)], n: usize) 
             let mut keyed: Vec<(f64, usize)> = rows[r]
                 .iter()
                 .map(|&i| {
-                    let neighbours: Vec<f64> = edges
-                        .iter()
-                        .filter_map(|&(a, b, _)| {
-                            if down && b == i {
-                                Some(pos[a])
-                            } else if !down && a == i {
-                                Some(pos[b])
-                            } else {
-                                None
-                            }
-                        })
-                        .collect();
+                    let neighbours = if down { &preds[i] } else { &succs[i] };
                     let bary = if neighbours.is_empty() {
                         pos[i]
                     } else {
-                        neighbours.iter().sum::<f64>() / neighbours.len() as f64
+                        neighbours.iter().map(|&j| pos[j]).sum::<f64>() / neighbours.len() as f64
                     };
                     (bary, i)
                 })
                 .collect();
             keyed.sort_by(|x, y| x.0.total_cmp(&y.0));
             rows[r] = keyed.into_iter().map(|(_, i)| i).collect();
-            update(rows, &mut pos);
+            for (k, &i) in rows[r].iter().enumerate() {
+                pos[i] = k as f64;
+            }
         }
     }
 }

@@ -55,3 +55,24 @@ fn svg_is_a_standalone_document() -> Result<()> {
     assert!(save_svg(dir.join("missing/dir/g.svg"), &[&loss]).is_err());
     Ok(())
 }
+
+/// Export scales with the graph: a 20,000-node chain and 2,000 parallel branches are laid
+/// out (the layout used to compare every node against every edge, which never finished on
+/// graphs of this size).
+#[test]
+fn large_graphs_are_drawn() -> Result<()> {
+    let x = Var::param(Tensor::ones([1], DType::F32)?);
+    let mut y = x.clone();
+    for _ in 0..20_000 {
+        y = y.mul_scalar(1.0);
+    }
+    let svg = to_svg(&[&y]);
+    assert_eq!(svg.matches("<ellipse").count(), 20_000);
+
+    let branches: Vec<Var> = (0..2_000).map(|_| x.mul_scalar(2.0)).collect();
+    let refs: Vec<&Var> = branches.iter().collect();
+    let total = Var::cat(&refs, 0)?.sum_all();
+    let svg = to_svg(&[&total]);
+    assert_eq!(svg.matches("<ellipse").count(), 2_002);
+    Ok(())
+}

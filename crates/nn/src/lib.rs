@@ -72,9 +72,9 @@ pub use layers::{
     Sequential, SiLU, Sigmoid, Softmax, Tanh, dropout,
 };
 pub use loss::{
-    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, HuberLoss, HuberOptions, L1Loss, Loss, MSELoss,
-    NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,
-    l1_loss, mse_loss, nll_loss,
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
+    L1Loss, Loss, MSELoss, NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits,
+    cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
 pub use serialize::{load_safetensors, save_safetensors};

@@ -96,9 +96,11 @@ pub trait Module: Send + Sync {
     /// anything, so that optimizers and other holders of the parameter `Var`s see the new
     /// values.
     ///
-    /// Strict, like PyTorch's default: a missing key, an unexpected key, or a shape or dtype
-    /// that differs from the module's is an error naming every offending key (with both
-    /// shapes or dtypes), and nothing is copied unless everything fits.
+    /// Strict, like PyTorch's default: a missing key, an unexpected key, or a shape that
+    /// differs from the module's is an error naming every offending key (with both shapes),
+    /// and nothing is copied unless everything fits. Values of another dtype are converted
+    /// to the module's, as PyTorch's `param.copy_(value)` does (an `f64` checkpoint loads
+    /// into an `f32` model).
     fn load_state_dict(&self, state: &StateDict) -> Result<()> {
         let targets: Vec<(String, Tensor)> =
             self.named_parameters().into_iter().map(|(n, p)| (n, p.value())).chain(self.named_buffers()).collect();
@@ -114,12 +116,11 @@ pub trait Module: Send + Sync {
     }
 }
 
-/// Checks that `state` has exactly the keys of `targets`, with their shapes and dtypes.
+/// Checks that `state` has exactly the keys of `targets`, with their shapes.
 fn check_state_fits(targets: &[(String, Tensor)], state: &StateDict) -> Result<()> {
     let expected: HashSet<&str> = targets.iter().map(|(n, _)| n.as_str()).collect();
     let mut missing = Vec::new();
     let mut shapes = Vec::new();
-    let mut dtypes = Vec::new();
     for (name, dst) in targets {
         match state.get(name) {
             None => missing.push(name.as_str()),
@@ -127,11 +128,6 @@ fn check_state_fits(targets: &[(String, Tensor)], state: &StateDict) -> Result<(
                 "size mismatch for {name}: the module has shape {:?}, the state dict {:?}",
                 dst.shape(),
                 src.shape()
-            )),
-            Some(src) if src.dtype() != dst.dtype() => dtypes.push(format!(
-                "dtype mismatch for {name}: the module has {}, the state dict {}",
-                dst.dtype(),
-                src.dtype()
             )),
             Some(_) => {}
         }
@@ -144,18 +140,15 @@ fn check_state_fits(targets: &[(String, Tensor)], state: &StateDict) -> Result<(
     if !unexpected.is_empty() {
         problems.push(format!("unexpected keys {unexpected:?}"));
     }
-    problems.extend(shapes.iter().cloned());
-    problems.extend(dtypes);
+    problems.extend(shapes);
     if problems.is_empty() {
         return Ok(());
     }
     let msg = problems.join("; ");
     Err(if !missing.is_empty() || !unexpected.is_empty() {
         Error::invalid("load_state_dict", msg)
-    } else if !shapes.is_empty() {
-        Error::shape("load_state_dict", msg)
     } else {
-        Error::dtype("load_state_dict", msg)
+        Error::shape("load_state_dict", msg)
     })
 }
 

@@ -88,6 +88,13 @@ fn linear_rejects_bad_inputs_and_parts() {
     assert!(Linear::from_parts(w.clone(), Some(Tensor::zeros([2], DType::F64).unwrap())).is_err());
     assert!(Linear::from_parts(Tensor::zeros([2, 3], DType::I64).unwrap(), None).is_err());
     assert!(Linear::with_options(3, 2, LinearOptions { bias: true, dtype: DType::U8 }).is_err());
+
+    // A weight replaced after construction by one that is not a matrix: an error, not a panic.
+    let layer = Linear::new(3, 2).unwrap();
+    layer.weight().set_value(Tensor::zeros([6], DType::F32).unwrap()).unwrap();
+    let e = layer.forward(&Var::new(Tensor::zeros([4, 3], DType::F32).unwrap())).unwrap_err();
+    assert!(e.to_string().contains("[out, in]") && e.to_string().contains("[6]"), "{e}");
+    assert_eq!(format!("{layer:?}"), "Linear(in_features=0, out_features=6, bias=true)");
 }
 
 #[test]

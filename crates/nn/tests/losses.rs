@@ -101,7 +101,7 @@ fn cross_entropy_by_hand() {
     let (logits, targets, lp) = two_samples();
     let nll = [-lp[0][0], -lp[1][2]];
     check_reductions(|r| cross_entropy(&logits, &targets, ce(r, 0.0, None)).unwrap(), &nll, 2.0, 1e-14);
-    assert_eq!(CrossEntropyOptions::default(), ce(Reduction::Mean, 0.0, None));
+    assert_eq!(CrossEntropyOptions::default(), ce(Reduction::Mean, 0.0, Some(-100)));
 }
 
 #[test]
@@ -315,14 +315,21 @@ fn cross_entropy_rejects_bad_targets() {
     let invalid = |e: &Error| matches!(e, Error::InvalidArgument { .. });
     check(idx(&[0, 3], &[2]), opts, index, "target 3 (element 1) is out of range for 3 classes");
     check(idx(&[-1, 0], &[2]), opts, index, "target -1");
-    check(idx(&[-100, 0], &[2]), opts, index, "ignore_index: Some(-100)");
+    let strict = ce(Reduction::Mean, 0.0, None);
+    check(idx(&[-100, 0], &[2]), strict, index, "the default, Some(-100), ignores");
+    // The default ignores -100, as PyTorch's does.
+    let (_, _, lp) = two_samples();
+    let default_ignores = cross_entropy(&logits, idx(&[-100, 0], &[2]), opts).unwrap();
+    assert_close(&values(&default_ignores), &[-lp[1][0]], 1e-14);
     check(idx(&[5, 0], &[2]), ce(Reduction::Mean, 0.0, Some(-100)), index, "target 5");
     check(idx(&[0, 1, 2], &[3]), opts, shape, "needs targets of shape [2], got [3]");
     check(idx(&[0, 1], &[2, 1]), opts, shape, "[2, 1]");
     check(t64(&[0.0, 1.0], &[2]), opts, shape, "must be i64");
     check(Tensor::from_vec(vec![0u8, 1], [2]).unwrap(), opts, dtype, "must be i64, got u8");
     let probs = Tensor::full([2, 3], 1.0 / 3.0, DType::F64).unwrap();
-    check(probs, ce(Reduction::Mean, 0.0, Some(-100)), invalid, "ignore_index");
+    check(probs.clone(), ce(Reduction::Mean, 0.0, Some(0)), invalid, "ignore_index 0");
+    // A negative ignore_index (the default included) does not concern probability targets.
+    assert!(cross_entropy(&logits, &probs, opts).is_ok());
     check(idx(&[0, 1], &[2]), ce(Reduction::Mean, 1.5, None), invalid, "label_smoothing");
     check(idx(&[0, 1], &[2]), ce(Reduction::Mean, -0.1, None), invalid, "label_smoothing");
 

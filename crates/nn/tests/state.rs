@@ -87,11 +87,6 @@ fn load_state_dict_is_strict_and_all_or_nothing() {
     assert!(matches!(e, Error::Shape { .. }), "{e}");
     assert!(e.to_string().contains("0.weight") && e.to_string().contains("[6, 4]") && e.to_string().contains("[6, 5]"));
 
-    let mut retyped = good.clone();
-    retyped.insert("3.bias", Tensor::zeros([3], DType::F64).unwrap());
-    let e = model.load_state_dict(&retyped).unwrap_err();
-    assert!(matches!(e, Error::DType { .. }) && e.to_string().contains("3.bias") && e.to_string().contains("f64"));
-
     // Several problems are reported together.
     let mut both = resized.clone();
     both.remove("3.bias");
@@ -100,6 +95,14 @@ fn load_state_dict_is_strict_and_all_or_nothing() {
 
     // Nothing was copied by the failed loads, not even the entries that fit.
     assert_eq!(snapshot(&model), before);
+
+    // Another dtype is converted, like PyTorch's `param.copy_`, and the parameter keeps its own.
+    let mut retyped = good.clone();
+    retyped.insert("3.bias", Tensor::from_vec(vec![0.5f64, 1.5, -2.0], [3]).unwrap());
+    model.load_state_dict(&retyped).unwrap();
+    let bias = model.state_dict().get("3.bias").unwrap().clone();
+    assert_eq!(bias.dtype(), DType::F32);
+    assert_eq!(bias.to_vec::<f32>().unwrap(), vec![0.5, 1.5, -2.0]);
 }
 
 #[test]
@@ -169,13 +172,13 @@ fn linear_in_f64_saves_and_loads() {
     let b = Linear::with_options(3, 2, opts).unwrap();
     b.load(&path.0).unwrap();
     assert_eq!(values(a.weight()), values(b.weight()));
-    // An f32 layer refuses the f64 file.
-    let msg = Linear::with_options(3, 2, LinearOptions { bias: false, dtype: DType::F32 })
-        .unwrap()
-        .load(&path.0)
-        .unwrap_err()
-        .to_string();
-    assert!(msg.contains("dtype mismatch for weight"), "{msg}");
+    // An f32 layer converts the f64 values, as PyTorch's load_state_dict (`param.copy_`)
+    // does; its parameters stay f32.
+    let c = Linear::with_options(3, 2, LinearOptions { bias: false, dtype: DType::F32 }).unwrap();
+    c.load(&path.0).unwrap();
+    assert_eq!(c.weight().dtype(), DType::F32);
+    let want: Vec<f32> = a.weight().value().to_vec::<f64>().unwrap().iter().map(|&v| v as f32).collect();
+    assert_eq!(c.weight().value().to_vec::<f32>().unwrap(), want);
 }
 
 /// A safetensors file with `header` and `data` after the length field.

@@ -116,19 +116,27 @@ impl Linear {
         self.bias.as_ref()
     }
 
-    /// The size of each input's last dimension.
+    /// The size of each input's last dimension (0 if the weight was replaced by one that is
+    /// not a matrix, which `forward` then reports).
     pub fn in_features(&self) -> usize {
-        self.weight.shape()[1]
+        self.weight.shape().dims().get(1).copied().unwrap_or(0)
     }
 
-    /// The size of each output's last dimension.
+    /// The size of each output's last dimension (0 if the weight is not a matrix).
     pub fn out_features(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight.shape().dims().first().copied().unwrap_or(0)
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Var) -> Result<Var> {
+        // The weight's value can be replaced after construction (`set_value`, a state dict).
+        if self.weight.rank() != 2 {
+            return Err(Error::shape(
+                "Linear",
+                format!("the weight must be [out, in], got shape {:?}", self.weight.shape()),
+            ));
+        }
         let in_features = self.in_features();
         if x.rank() == 0 || x.shape()[x.rank() - 1] != in_features {
             return Err(Error::shape(

@@ -5,8 +5,12 @@ use super::check::float_input;
 use ember_autograd::{IntoVar, Var};
 use ember_tensor::{DType, Error, Result};
 
-/// The options of [`cross_entropy`]; `Default` is PyTorch's defaults except `ignore_index`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// PyTorch's default `ignore_index`: a target of -100 contributes nothing.
+pub const DEFAULT_IGNORE_INDEX: i64 = -100;
+
+/// The options of [`cross_entropy`]; `Default` is PyTorch's defaults (mean reduction, no
+/// smoothing, targets of -100 ignored).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CrossEntropyOptions {
     /// How the per-sample losses combine (default [`Reduction::Mean`]).
     pub reduction: Reduction,
@@ -15,18 +19,36 @@ pub struct CrossEntropyOptions {
     /// In `[0, 1]`, default 0.
     pub label_smoothing: f64,
     /// A class-index target value whose samples contribute nothing (their loss is 0 and the
-    /// mean runs over the other samples). Default `None`: every target must be a class
-    /// index. PyTorch ignores -100 by default; pass `Some(-100)` to do the same.
+    /// mean runs over the other samples). Default `Some(-100)`, as in PyTorch; `None` makes
+    /// every target a class index that must be in range. With class-probability targets it
+    /// must be negative (PyTorch: "ignore_index is not supported for floating point
+    /// target").
     pub ignore_index: Option<i64>,
 }
 
-/// The options of [`nll_loss`].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+impl Default for CrossEntropyOptions {
+    fn default() -> Self {
+        CrossEntropyOptions {
+            reduction: Reduction::default(),
+            label_smoothing: 0.0,
+            ignore_index: Some(DEFAULT_IGNORE_INDEX),
+        }
+    }
+}
+
+/// The options of [`nll_loss`]; `Default` is PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NllOptions {
     /// How the per-sample losses combine (default [`Reduction::Mean`]).
     pub reduction: Reduction,
-    /// As in [`CrossEntropyOptions::ignore_index`].
+    /// As in [`CrossEntropyOptions::ignore_index`] (default `Some(-100)`).
     pub ignore_index: Option<i64>,
+}
+
+impl Default for NllOptions {
+    fn default() -> Self {
+        NllOptions { reduction: Reduction::default(), ignore_index: Some(DEFAULT_IGNORE_INDEX) }
+    }
 }
 
 /// The cross-entropy of logits, PyTorch's `F.cross_entropy`: `log_softmax` over the class
@@ -77,8 +99,11 @@ pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOpt
                 ),
             ));
         }
-        if options.ignore_index.is_some() {
-            return Err(Error::invalid(OP, "ignore_index applies to class-index targets, not to class probabilities"));
+        if let Some(i) = options.ignore_index.filter(|&i| i >= 0) {
+            return Err(Error::invalid(
+                OP,
+                format!("ignore_index {i} applies to class-index targets, not to class probabilities"),
+            ));
         }
         return probability_loss(&log_probs, &target, class_dim, smoothing, options.reduction);
     }
@@ -206,8 +231,8 @@ fn check_classes(op: &'static str, targets: &[i64], classes: usize, ignore_index
     let Some((i, &t)) = bad else {
         return Ok(());
     };
-    let hint = if t == -100 && ignore_index.is_none() {
-        " (PyTorch ignores -100 by default; set ignore_index: Some(-100) to do the same)"
+    let hint = if t == DEFAULT_IGNORE_INDEX && ignore_index.is_none() {
+        " (ignore_index is None; the default, Some(-100), ignores such targets)"
     } else {
         ""
     };

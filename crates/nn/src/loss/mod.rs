@@ -13,7 +13,7 @@ mod objects;
 mod regression;
 
 pub use binary::{binary_cross_entropy, binary_cross_entropy_with_logits};
-pub use classification::{CrossEntropyOptions, NllOptions, cross_entropy, nll_loss};
+pub use classification::{CrossEntropyOptions, DEFAULT_IGNORE_INDEX, NllOptions, cross_entropy, nll_loss};
 pub use objects::{BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss};
 pub use regression::{HuberOptions, huber_loss, l1_loss, mse_loss};
 

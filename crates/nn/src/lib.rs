@@ -77,7 +77,9 @@ pub use loss::{
     cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
-pub use serialize::{load_safetensors, save_safetensors};
+pub use serialize::{
+    load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
+};
 pub use state_dict::StateDict;
 
 /// The functional forms of the layers and losses, for `use ember_nn::functional as F`.

@@ -12,7 +12,7 @@ use ember_tensor::{DType, Error, Result, Tensor};
 use safetensors::tensor::{SafeTensorError, TensorInfo};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// Writes `state` to `path` as a safetensors file (replacing any file there).
@@ -30,11 +30,23 @@ use std::path::Path;
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 pub fn save_safetensors(path: impl AsRef<Path>, state: &StateDict) -> Result<()> {
+    save_safetensors_with_metadata(path, state, &BTreeMap::new())
+}
+
+/// Writes `state` to `path` as a safetensors file whose header also carries `metadata`
+/// (the format's free-form string map, `__metadata__`), for what is not a tensor: the
+/// hyperparameters of an optimizer, say. The key `format` is set to `pt` unless given.
+pub fn save_safetensors_with_metadata(
+    path: impl AsRef<Path>,
+    state: &StateDict,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
     let path = path.as_ref();
     let raws = state.iter().map(|(name, t)| Ok((name.to_string(), RawTensor::of(t)?))).collect::<Result<Vec<_>>>()?;
     // The same marker as Hugging Face's PyTorch writers, so that their loaders accept the file.
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let bytes = safetensors::serialize(raws, Some(metadata))
+    let mut header = HashMap::from([("format".to_string(), "pt".to_string())]);
+    header.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let bytes = safetensors::serialize(raws, Some(header))
         .map_err(|e| Error::format(path, format!("cannot encode the state dict: {e}")))?;
     std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
 }
@@ -42,13 +54,19 @@ pub fn save_safetensors(path: impl AsRef<Path>, state: &StateDict) -> Result<()>
 /// Reads the safetensors file at `path`. Entries come in the file's data order (for files
 /// written by ember or PyTorch: by dtype, then by name).
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
+    load_safetensors_with_metadata(path).map(|(state, _)| state)
+}
+
+/// Reads the safetensors file at `path` with its header's string metadata (empty if it
+/// has none).
+pub fn load_safetensors_with_metadata(path: impl AsRef<Path>) -> Result<(StateDict, BTreeMap<String, String>)> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     decode(&bytes).map_err(|msg| Error::format(path, msg))
 }
 
-/// The tensors in `bytes`, or what is wrong with them.
-fn decode(bytes: &[u8]) -> std::result::Result<StateDict, String> {
+/// The tensors and the metadata in `bytes`, or what is wrong with them.
+fn decode(bytes: &[u8]) -> std::result::Result<(StateDict, BTreeMap<String, String>), String> {
     precheck(bytes)?;
     let (header_len, metadata) = SafeTensors::read_metadata(bytes).map_err(describe)?;
     let data = bytes.get(8 + header_len..).unwrap_or(&[]);
@@ -58,7 +76,8 @@ fn decode(bytes: &[u8]) -> std::result::Result<StateDict, String> {
         let t = to_tensor(&name, info, data)?;
         state.insert(name, t);
     }
-    Ok(state)
+    let strings = metadata.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    Ok((state, strings))
 }
 
 /// Recognises truncated files and inconsistent entries before the safetensors crate

@@ -3,6 +3,12 @@
 
 use ember_tensor::{Error, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The safetensors metadata key naming the optimizer kind.
+const KIND_KEY: &str = "ember.optimizer";
+/// The prefix of the metadata keys holding the scalars.
+const SCALAR_PREFIX: &str = "ember.scalar.";
 
 /// What an optimizer needs to continue exactly where it stopped, as two maps that any
 /// checkpoint format can store (tensors by name, numbers by name), like PyTorch's
@@ -44,6 +50,61 @@ pub struct StateDict {
 }
 
 impl StateDict {
+    /// Writes the state dict to `path` as a safetensors file: the tensors as tensors, the
+    /// optimizer kind and the scalars as the header's string metadata (each number written
+    /// so that it reads back exactly). Together with the model's own file this is a
+    /// training checkpoint.
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_optim::{Adam, AdamConfig, Optimizer, StateDict};
+    /// use ember_tensor::Tensor;
+    /// let path = std::env::temp_dir().join(format!("ember-optim-doc-{}.safetensors", std::process::id()));
+    /// let w = Var::param(Tensor::from_vec(vec![1.0f32, -1.0], [2])?);
+    /// let mut opt = Adam::new(vec![w.clone()], AdamConfig::default())?;
+    /// w.set_grad(Some(Tensor::from_vec(vec![0.5f32, 0.5], [2])?))?;
+    /// opt.step()?;
+    /// opt.state_dict().save(&path)?;
+    ///
+    /// let mut resumed = Adam::new(vec![w.clone()], AdamConfig::default())?;
+    /// resumed.load_state_dict(&StateDict::load(&path)?)?;
+    /// assert_eq!(resumed.state_dict().scalars["state.0.step"], 1.0);
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let tensors: ember_nn::StateDict = self.tensors.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        let mut metadata = BTreeMap::from([(KIND_KEY.to_string(), self.optimizer.clone())]);
+        // `Display` of an f64 is the shortest text that parses back to the same number.
+        metadata.extend(self.scalars.iter().map(|(k, v)| (format!("{SCALAR_PREFIX}{k}"), v.to_string())));
+        ember_nn::save_safetensors_with_metadata(path, &tensors, &metadata)
+    }
+
+    /// Reads a state dict written by [`save`](StateDict::save). A safetensors file without
+    /// an optimizer kind (a model's weights, say) or with an unreadable number is an error
+    /// naming the file.
+    pub fn load(path: impl AsRef<Path>) -> Result<StateDict> {
+        let path = path.as_ref();
+        let (tensors, metadata) = ember_nn::load_safetensors_with_metadata(path)?;
+        let Some(kind) = metadata.get(KIND_KEY) else {
+            return Err(Error::format(
+                path,
+                format!("not an optimizer state file: its metadata has no {KIND_KEY:?} entry"),
+            ));
+        };
+        let mut dict = StateDict { optimizer: kind.clone(), ..StateDict::default() };
+        for (key, text) in &metadata {
+            if let Some(name) = key.strip_prefix(SCALAR_PREFIX) {
+                let v = text
+                    .parse::<f64>()
+                    .map_err(|_| Error::format(path, format!("optimizer scalar {name:?} is {text:?}, not a number")))?;
+                dict.scalars.insert(name.to_string(), v);
+            }
+        }
+        dict.tensors = tensors.iter().map(|(k, t)| (k.to_string(), t.clone())).collect();
+        Ok(dict)
+    }
+
     /// An empty state dict for the named optimizer kind.
     pub(crate) fn new(optimizer: &str, num_params: usize) -> StateDict {
         let mut d = StateDict { optimizer: optimizer.to_string(), ..StateDict::default() };

@@ -60,6 +60,20 @@ fn state_dict_round_trip_continues_identically() -> Result<()> {
         let saved = original.state_dict();
         let saved_copy = saved.clone();
 
+        // Through a file (a checkpoint): every scalar and tensor reads back exactly.
+        let path = std::env::temp_dir().join(format!("ember-optim-{name}-{}.safetensors", std::process::id()));
+        saved.save(&path)?;
+        let from_file = StateDict::load(&path)?;
+        std::fs::remove_file(&path).ok();
+        assert_eq!(from_file.optimizer, saved.optimizer);
+        assert_eq!(from_file.scalars, saved.scalars, "{name}: scalars changed through the file");
+        assert_eq!(from_file.tensors.keys().collect::<Vec<_>>(), saved.tensors.keys().collect::<Vec<_>>());
+        for (k, t) in &saved.tensors {
+            let back = &from_file.tensors[k];
+            assert_eq!((back.dtype(), back.shape()), (t.dtype(), t.shape()), "{name}: {k}");
+            assert_eq!(back.to_vec_f64()?, t.to_vec_f64()?, "{name}: {k} changed through the file");
+        }
+
         // A fresh optimizer with other settings, over fresh parameters holding the values.
         let resumed_params = copy_of(&params);
         let mut resumed: Box<dyn Optimizer> = match name {
@@ -68,7 +82,7 @@ fn state_dict_round_trip_continues_identically() -> Result<()> {
             "adamw" => Box::new(AdamW::with_params(resumed_params.clone()).build()?),
             _ => Box::new(RmsProp::with_params(resumed_params.clone()).build()?),
         };
-        resumed.load_state_dict(&saved)?;
+        resumed.load_state_dict(&from_file)?;
         assert_eq!(resumed.lr(), original.lr(), "{name}: lr not restored");
 
         for step in 5..10 {
@@ -327,4 +341,32 @@ fn error_type_is_embers() {
         Ok(())
     }
     assert!(compiles().is_ok());
+}
+
+#[test]
+fn state_files_that_are_not_optimizer_state_are_refused_by_name() -> Result<()> {
+    let dir = std::env::temp_dir();
+    // A model's weights: a safetensors file without the optimizer kind.
+    let weights = dir.join(format!("ember-optim-weights-{}.safetensors", std::process::id()));
+    let mut model = ember_nn::StateDict::new();
+    model.insert("0.weight", Tensor::zeros([2, 2], DType::F32)?);
+    ember_nn::save_safetensors(&weights, &model)?;
+    let e = StateDict::load(&weights).unwrap_err().to_string();
+    assert!(e.contains("not an optimizer state file") && e.contains("ember-optim-weights"), "{e}");
+    // A scalar that is not a number.
+    let bad = dir.join(format!("ember-optim-bad-scalar-{}.safetensors", std::process::id()));
+    let metadata = std::collections::BTreeMap::from([
+        ("ember.optimizer".to_string(), "Adam".to_string()),
+        ("ember.scalar.lr".to_string(), "fast".to_string()),
+    ]);
+    ember_nn::save_safetensors_with_metadata(&bad, &ember_nn::StateDict::new(), &metadata)?;
+    let e = StateDict::load(&bad).unwrap_err().to_string();
+    assert!(e.contains("\"lr\" is \"fast\", not a number"), "{e}");
+    // A missing file names the file.
+    let e = StateDict::load(dir.join("ember-optim-missing.safetensors")).unwrap_err().to_string();
+    assert!(e.contains("ember-optim-missing"), "{e}");
+    for p in [weights, bad] {
+        std::fs::remove_file(p).ok();
+    }
+    Ok(())
 }

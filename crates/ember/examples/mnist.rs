@@ -10,10 +10,7 @@
 //! Inputs are standardised with MNIST's pixel mean and deviation, and the learning rate
 //! decays from `--lr` to zero along a cosine over the run: together they take the test
 //! accuracy after 3 epochs from about 97.2–97.5% (plain `x / 255`, constant rate) to about
-//! 97.9–98.0% across seeds.
-//!
-//! ```text
-//! ```
+//! 97.9–98.0% across seeds. `--schedule constant` trains with Adam at a fixed `--lr`.
 
 use clap::Parser;
 use ember::mnist::{self, Data};
@@ -116,7 +113,8 @@ fn main() -> Result<()> {
         mnist::train_epoch(&model, &mut opt, schedule, &loader, |step, loss| {
             window += loss;
             window_n += 1;
-            if window_n == 50 || step + 1 == steps {
+            // Every 50 steps, and every 10 at the start so that the bar never sits blank.
+            if window_n == 50 || (step < 50 && window_n == 10) || step + 1 == steps {
                 let rate = ((step + 1) * args.batch_size) as f64 / epoch_start.elapsed().as_secs_f64();
                 bar.set_message(format!("loss {:.4}  {:.0} samples/s", window / window_n as f64, rate));
                 history

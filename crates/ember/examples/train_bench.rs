@@ -61,7 +61,10 @@ fn measure(
         let t = Instant::now();
         for b in &loader {
             let b = b?;
-            step(&b[0], &b[1])?;
+            let [x, y] = b.as_slice() else {
+                return Err(ember::Error::invalid("train_bench", "expected (images, labels) batches"));
+            };
+            step(x, y)?;
         }
         if epoch > 0 {
             rates.push(train.len() as f64 / t.elapsed().as_secs_f64());
@@ -96,6 +99,9 @@ fn traced_rate(train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> 
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.epochs == 0 || args.batches.contains(&0) {
+        return Err(ember::Error::invalid("train_bench", "--epochs and every --batch must be positive"));
+    }
     ember::tensor::threading::set_num_threads(args.threads)?;
     ember::tensor::storage::set_pool_enabled(!args.no_pool);
     let train = mnist::load(&args.data, true)?;

@@ -38,9 +38,13 @@ pub use ember_tensor as tensor;
 pub use ember_autograd::{Var, no_grad};
 pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 
-/// The everyday names: tensors, `Var`, grad mode, dtypes, errors.
+/// The everyday names: tensors, `Var`, grad mode, dtypes, errors, and the traits whose
+/// methods a training loop calls (`Module`, `ModuleExt`, `Loss`, `Optimizer`,
+/// `LrScheduler`), so that `model.parameters()` or `opt.step()` work without more imports.
 pub mod prelude {
     pub use ember_autograd::{NoGradGuard, Var, enable_grad, grad, is_grad_enabled, no_grad};
+    pub use ember_nn::{Loss, Module, ModuleExt};
+    pub use ember_optim::{LrScheduler, Optimizer};
     pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 }
 

@@ -18,7 +18,7 @@ use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Mnist, Split, TensorDataset};
 use crate::nn::{CrossEntropyOptions, Linear, Module, ReLU, Sequential, cross_entropy};
 use crate::optim::{LrScheduler, Optimizer};
-use crate::tensor::{DType, Result, Tensor};
+use crate::tensor::{DType, Error, Result, Tensor};
 use std::path::Path;
 
 /// The widths of the quick-start MLP: 784-256-128-10.
@@ -107,7 +107,13 @@ pub fn train_epoch(
     model.train();
     for (step, batch) in loader.iter().enumerate() {
         let batch = batch?;
-        let loss = train_step(model, opt, &batch[0], &batch[1])?;
+        let [x, y] = batch.as_slice() else {
+            return Err(Error::invalid(
+                "mnist::train_epoch",
+                format!("expected batches of (images, labels), got {} fields", batch.len()),
+            ));
+        };
+        let loss = train_step(model, opt, x, y)?;
         if let Some(s) = schedule.as_deref_mut() {
             s.step(opt);
         }
@@ -125,8 +131,10 @@ pub struct Evaluation {
     pub loss: f64,
 }
 
-/// Evaluates `model` on `data` in eval mode and without recording a graph.
+/// Evaluates `model` on `data` in eval mode and without recording a graph; the model is
+/// left in the mode it was in.
 pub fn evaluate(model: &dyn Module, data: &Data) -> Result<Evaluation> {
+    let was_training = model.is_training();
     model.eval();
     let result = no_grad(|| -> Result<Evaluation> {
         let (mut correct, mut loss_sum) = (0f64, 0f64);
@@ -144,6 +152,8 @@ pub fn evaluate(model: &dyn Module, data: &Data) -> Result<Evaluation> {
         }
         Ok(Evaluation { accuracy: correct / n.max(1) as f64, loss: loss_sum / n.max(1) as f64 })
     });
-    model.train();
+    if was_training {
+        model.train();
+    }
     result
 }

@@ -20,6 +20,7 @@ use crate::node::{Grads, NodeRef};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
 use std::cell::Cell;
+use std::marker::PhantomData;
 
 thread_local! {
     static ANOMALY: Cell<bool> = const { Cell::new(false) };
@@ -31,9 +32,17 @@ pub fn is_anomaly_enabled() -> bool {
 }
 
 /// Turns anomaly mode on until dropped, then restores the previous setting.
+///
+/// Anomaly mode is per thread, so the guard is neither `Send` nor `Sync`.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// assert_send(ember_autograd::AnomalyGuard::new());
+/// ```
 #[must_use = "anomaly mode is restored when the guard is dropped"]
 pub struct AnomalyGuard {
     prev: bool,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl AnomalyGuard {
@@ -42,7 +51,7 @@ impl AnomalyGuard {
         // `ops::apply` learns through the instrumentation switch that nodes must record
         // their creation site.
         instrument::set(instrument::ANOMALY, true);
-        AnomalyGuard { prev: ANOMALY.with(|a| a.replace(true)) }
+        AnomalyGuard { prev: ANOMALY.with(|a| a.replace(true)), _not_send: PhantomData }
     }
 }
 
@@ -59,7 +68,26 @@ impl Drop for AnomalyGuard {
     }
 }
 
-/// Runs `f` (forward and backward) with anomaly mode on.
+/// Runs `f` (forward and backward) with anomaly mode on (PyTorch's
+/// `torch.autograd.detect_anomaly()`): nodes created inside record where their forward was
+/// called, and the first backward node that produces a NaN or Inf gradient fails the
+/// backward with its operation's name and that creation site. Anomaly mode is per thread;
+/// [`AnomalyGuard`] is the scoped form. It costs a backtrace per node and a scan of every
+/// gradient, so use it to debug, not to train.
+///
+/// ```
+/// use ember_autograd::{detect_anomaly, Var};
+/// use ember_tensor::Tensor;
+/// let x = Var::param(Tensor::from_vec(vec![0.0f64, 4.0], [2])?);
+/// // d sqrt(x)/dx = 1 / (2 sqrt(x)) is infinite at 0.
+/// let err = detect_anomaly(|| x.sqrt().sum_all().backward()).unwrap_err().to_string();
+/// assert!(err.contains("function 'sqrt'") && err.contains("inf"), "{err}");
+/// assert!(err.contains("Forward created at:"), "{err}");
+/// // Outside anomaly mode the same backward succeeds and leaves the Inf in the gradient.
+/// x.sqrt().sum_all().backward()?;
+/// assert!(x.grad().unwrap().to_vec::<f64>()?[0].is_infinite());
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
 pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> R {
     let _g = AnomalyGuard::new();
     f()

@@ -16,6 +16,7 @@
 //! ```
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -31,15 +32,24 @@ fn set_grad_enabled(on: bool) -> bool {
 }
 
 /// Disables grad mode until dropped, then restores the previous mode.
+///
+/// Grad mode is per thread, so the guard is neither `Send` nor `Sync`: dropped on another
+/// thread it would restore that thread's mode instead of its own.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// assert_send(ember_autograd::NoGradGuard::new());
+/// ```
 #[must_use = "grad mode is restored when the guard is dropped"]
 pub struct NoGradGuard {
     prev: bool,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl NoGradGuard {
     /// Disables grad mode on this thread.
     pub fn new() -> Self {
-        NoGradGuard { prev: set_grad_enabled(false) }
+        NoGradGuard { prev: set_grad_enabled(false), _not_send: PhantomData }
     }
 }
 
@@ -56,15 +66,23 @@ impl Drop for NoGradGuard {
 }
 
 /// Enables grad mode until dropped (inside a `no_grad` region), then restores it.
+///
+/// Like [`NoGradGuard`], it belongs to the thread that made it (neither `Send` nor `Sync`).
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// assert_send(ember_autograd::EnableGradGuard::new());
+/// ```
 #[must_use = "grad mode is restored when the guard is dropped"]
 pub struct EnableGradGuard {
     prev: bool,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl EnableGradGuard {
     /// Enables grad mode on this thread.
     pub fn new() -> Self {
-        EnableGradGuard { prev: set_grad_enabled(true) }
+        EnableGradGuard { prev: set_grad_enabled(true), _not_send: PhantomData }
     }
 }
 
@@ -83,11 +101,12 @@ impl Drop for EnableGradGuard {
 /// Sets grad mode to `on` until dropped.
 pub(crate) struct GradModeGuard {
     prev: bool,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl GradModeGuard {
     pub(crate) fn new(on: bool) -> Self {
-        GradModeGuard { prev: set_grad_enabled(on) }
+        GradModeGuard { prev: set_grad_enabled(on), _not_send: PhantomData }
     }
 }
 

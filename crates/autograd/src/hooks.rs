@@ -8,7 +8,7 @@
 
 use crate::node::{HAS_HOOKS, NodeRef};
 use crate::var::Var;
-use ember_tensor::Result;
+use ember_tensor::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -24,6 +24,12 @@ static NEXT_HOOK: AtomicU64 = AtomicU64::new(1);
 pub struct HookHandle {
     node: Weak<crate::node::Node<dyn crate::node::Op>>,
     id: u64,
+}
+
+impl std::fmt::Debug for HookHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookHandle").field("id", &self.id).field("node_alive", &(self.node.strong_count() > 0)).finish()
+    }
 }
 
 impl HookHandle {
@@ -46,34 +52,88 @@ impl Var {
     /// Registers a hook that sees (and may replace) the gradient of this node each time a
     /// backward computes it.
     ///
+    /// Like PyTorch, only a `Var` that requires grad can have hooks: no gradient ever reaches
+    /// one that does not, so its hook would silently never run. That is an error.
+    ///
     /// ```
     /// use ember_autograd::Var;
     /// use ember_tensor::Tensor;
     /// let x = Var::param(Tensor::from_vec(vec![1.0f32, 2.0], [2])?);
-    /// let h = x.register_hook(|g| Ok(Some(g.mul_scalar(10.0))));
+    /// let h = x.register_hook(|g| Ok(Some(g.mul_scalar(10.0))))?;
     /// x.mul_scalar(3.0).sum_all().backward()?;
     /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![30.0, 30.0]);
     /// h.remove();
+    /// let c = Var::new(Tensor::ones([2], ember_tensor::DType::F32)?);
+    /// assert!(c.register_hook(|_| Ok(None)).is_err()); // a constant gets no gradient
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
-    pub fn register_hook(&self, hook: impl Fn(&Var) -> Result<Option<Var>> + Send + Sync + 'static) -> HookHandle {
+    pub fn register_hook(
+        &self,
+        hook: impl Fn(&Var) -> Result<Option<Var>> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        self.check_hookable("register_hook")?;
         let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
         self.node.extras().get_or_insert_with(Default::default).hooks.push((id, Arc::new(hook)));
         self.node.set(HAS_HOOKS, true);
         crate::engine::bump_structure_epoch();
-        HookHandle { node: Arc::downgrade(&self.node), id }
+        Ok(HookHandle { node: Arc::downgrade(&self.node), id })
     }
 
-    /// Registers a hook that runs on this leaf after backward accumulated into its `.grad`.
+    /// Registers a hook that runs on this leaf after backward accumulated into its `.grad`
+    /// (PyTorch's `register_post_accumulate_grad_hook`): the point where a data-parallel
+    /// trainer starts reducing a gradient, or an optimizer fused into backward updates the
+    /// parameter and frees its gradient.
+    ///
+    /// Only leaves that require grad accumulate, so registering on anything else is an
+    /// error (a non-leaf never has a `.grad` to accumulate into; use
+    /// [`Var::register_hook`] there).
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_tensor::Tensor;
+    /// let w = Var::param(Tensor::from_vec(vec![1.0f64, -1.0], [2])?);
+    /// // SGD with learning rate 0.5, applied as soon as w's gradient is complete.
+    /// w.register_post_accumulate_grad_hook(|leaf| {
+    ///     if let Some(g) = leaf.grad() {
+    ///         leaf.value().sub_(&g.mul_scalar(0.5))?;
+    ///     }
+    ///     leaf.zero_grad();
+    ///     Ok(())
+    /// })?;
+    /// w.square().sum_all().backward()?; // d/dw sum(w^2) = 2w
+    /// assert_eq!(w.value().to_vec::<f64>()?, vec![0.0, 0.0]);
+    /// assert!(w.grad().is_none());
+    /// assert!(w.mul_scalar(2.0).register_post_accumulate_grad_hook(|_| Ok(())).is_err()); // not a leaf
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn register_post_accumulate_grad_hook(
         &self,
         hook: impl Fn(&Var) -> Result<()> + Send + Sync + 'static,
-    ) -> HookHandle {
+    ) -> Result<HookHandle> {
+        self.check_hookable("register_post_accumulate_grad_hook")?;
+        if !self.node.is_leaf() {
+            return Err(Error::autograd(format!(
+                "register_post_accumulate_grad_hook: post accumulate grad hooks cannot be registered on non-leaf \
+                 Vars (this one was made by {}); use register_hook",
+                self.op_name()
+            )));
+        }
         let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
         self.node.extras().get_or_insert_with(Default::default).post_accumulate_hooks.push((id, Arc::new(hook)));
         self.node.set(HAS_HOOKS, true);
         crate::engine::bump_structure_epoch();
-        HookHandle { node: Arc::downgrade(&self.node), id }
+        Ok(HookHandle { node: Arc::downgrade(&self.node), id })
+    }
+
+    fn check_hookable(&self, op: &str) -> Result<()> {
+        if self.requires_grad() {
+            return Ok(());
+        }
+        Err(Error::autograd(format!(
+            "{op}: cannot register a hook on a Var that doesn't require grad (made by {}, shape {:?})",
+            self.op_name(),
+            self.shape()
+        )))
     }
 }
 

@@ -47,7 +47,7 @@
 //! use ember_tensor::Tensor;
 //! let u = Var::param(Tensor::from_vec(vec![1.0f64], [1])?);
 //! let w = u.mul_scalar(2.0);
-//! w.retain_grad();
+//! w.retain_grad()?;
 //! let l1 = w.mul_scalar(3.0).sum_all();
 //! let l2 = w.mul_scalar(5.0).sum_all();
 //! l1.backward_with(None, true)?; // keep the graph for the second loss
@@ -266,9 +266,35 @@
 //!
 //! # Debugging
 //!
-//! [`detect_anomaly`] makes a NaN or Inf produced by a backward node fail with the node's
-//! operation and the place its forward was created. [`Var::register_hook`] sees (and may
-//! replace) gradients as they flow.
+//! [`detect_anomaly`] (or an [`AnomalyGuard`]) makes a NaN or Inf produced by a backward
+//! node fail with the node's operation and the place its forward was created.
+//! [`Var::register_hook`] sees (and may replace) gradients as they flow, and
+//! [`Var::register_post_accumulate_grad_hook`] runs on a parameter once its `.grad` is
+//! complete.
+//!
+//! ```
+//! use ember_autograd::{detect_anomaly, Var};
+//! use ember_tensor::Tensor;
+//! use std::sync::{Arc, Mutex};
+//! let w = Var::param(Tensor::from_vec(vec![0.0f64, 1.0], [2])?);
+//! // log(0) = -inf: its gradient 1/w is infinite, and anomaly mode names the operation.
+//! let err = detect_anomaly(|| w.log().mul_scalar(0.5).sum_all().backward()).unwrap_err();
+//! assert!(err.to_string().contains("function 'log'"), "{err}");
+//!
+//! // Watch gradients as they flow, and collect each parameter's as soon as it is ready.
+//! let seen = Arc::new(Mutex::new(Vec::new()));
+//! let s = seen.clone();
+//! let h = w.exp();
+//! h.register_hook(|g| Ok(Some(g.clamp(Some(-1.0), Some(1.0)))))?; // clip what flows into h
+//! w.register_post_accumulate_grad_hook(move |leaf| {
+//!     s.lock().unwrap().push(leaf.grad().unwrap().to_vec::<f64>()?);
+//!     Ok(())
+//! })?;
+//! w.zero_grad();
+//! h.mul_scalar(3.0).sum_all().backward()?; // 3 clipped to 1, times e^w
+//! assert_eq!(seen.lock().unwrap()[0], vec![1.0, 1.0f64.exp()]);
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
 //!
 //! # Profiling
 //!

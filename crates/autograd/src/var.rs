@@ -202,13 +202,24 @@ impl Var {
         self.node.has(FROZEN)
     }
 
-    /// Keeps this non-leaf's gradient after backward, accumulating like a leaf's.
-    pub fn retain_grad(&self) -> &Var {
-        if !self.is_leaf() && !self.node.has(RETAINS_GRAD) {
+    /// Keeps this non-leaf's gradient after backward, accumulating like a leaf's (a no-op
+    /// on a leaf, which keeps its gradient anyway).
+    ///
+    /// A `Var` that does not require grad never receives a gradient, so asking it to keep
+    /// one is an error, as in PyTorch.
+    pub fn retain_grad(&self) -> Result<&Var> {
+        if !self.requires_grad() {
+            return Err(Error::autograd(format!(
+                "retain_grad: can't retain_grad on a Var that has requires_grad=false (made by {}, shape {:?})",
+                self.op_name(),
+                self.shape()
+            )));
+        }
+        if !self.node.is_leaf() && !self.node.has(RETAINS_GRAD) {
             crate::engine::bump_structure_epoch();
             self.node.set(RETAINS_GRAD, true);
         }
-        self
+        Ok(self)
     }
 
     /// Whether [`Var::retain_grad`] was called.

@@ -32,7 +32,7 @@ fn leaf_grads_accumulate_until_zero_grad() -> Result<()> {
 fn each_backward_propagates_only_its_own_signal() -> Result<()> {
     let u = Var::param(t(&[1.0], &[1]));
     let w = u.mul_scalar(2.0); // dw/du = 2
-    w.retain_grad(); // w keeps an accumulator, like a parameter node in the seed's graph
+    w.retain_grad()?; // w keeps an accumulator, like a parameter node in the seed's graph
     let l1 = w.mul_scalar(3.0).sum_all(); // dL1/dw = 3
     let l2 = w.mul_scalar(5.0).sum_all(); // dL2/dw = 5
     l1.backward_with(None, true)?;
@@ -91,7 +91,7 @@ fn intermediate_grads_live_until_the_next_backward() -> Result<()> {
 fn retain_grad_accumulates_like_a_leaf() -> Result<()> {
     let x = Var::param(t(&[1.0, 2.0], &[2]));
     let h = x.mul_scalar(2.0);
-    h.retain_grad();
+    h.retain_grad()?;
     h.sum_all().backward()?;
     h.mul_scalar(3.0).sum_all().backward()?;
     assert_eq!(vals(&h.grad().unwrap()), vec![4.0, 4.0]);

@@ -132,7 +132,7 @@ fn hooks_on_captured_parameters_run() -> Result<()> {
     w.register_post_accumulate_grad_hook(move |_| {
         s.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    });
+    })?;
     let w2 = w.clone();
     let x = Var::new(Tensor::from_vec(vec![3.0f64], [1])?);
     x.checkpoint(move |h| Ok(h.mul(&w2)?.square()))?.sum_all().backward()?;

@@ -18,15 +18,15 @@ fn hooks_run_in_registration_order_and_chain() -> Result<()> {
     x.register_hook(move |g| {
         s1.lock().unwrap().push(("first", g.value().to_vec::<f64>()?));
         Ok(Some(g.mul_scalar(2.0)))
-    });
+    })?;
     x.register_hook(move |g| {
         s2.lock().unwrap().push(("second", g.value().to_vec::<f64>()?));
         Ok(None) // keeps the gradient
-    });
+    })?;
     x.register_hook(move |g| {
         s3.lock().unwrap().push(("third", g.value().to_vec::<f64>()?));
         Ok(Some(g.add_scalar(1.0)))
-    });
+    })?;
     x.mul_scalar(3.0).sum_all().backward()?;
     assert_eq!(
         *seen.lock().unwrap(),
@@ -40,7 +40,7 @@ fn hooks_run_in_registration_order_and_chain() -> Result<()> {
 fn a_hook_on_an_intermediate_changes_what_flows_upstream() -> Result<()> {
     let x = param(&[1.0, 2.0]);
     let h = x.square();
-    h.register_hook(|g| Ok(Some(g.mul_scalar(10.0))));
+    h.register_hook(|g| Ok(Some(g.mul_scalar(10.0))))?;
     h.sum_all().backward()?;
     // d/dx sum(x^2) = 2x, scaled by the hook on h.
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![20.0, 40.0]);
@@ -55,11 +55,11 @@ fn removed_hooks_no_longer_run() -> Result<()> {
     let h1 = x.register_hook(move |_| {
         c1.lock().unwrap().push(1);
         Ok(None)
-    });
+    })?;
     let _h2 = x.register_hook(move |g| {
         c2.lock().unwrap().push(2);
         Ok(Some(g.mul_scalar(5.0)))
-    });
+    })?;
     x.mul_scalar(2.0).sum_all().backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![10.0]);
     h1.remove();
@@ -73,7 +73,7 @@ fn removed_hooks_no_longer_run() -> Result<()> {
 #[test]
 fn removing_every_hook_restores_plain_gradients() -> Result<()> {
     let x = param(&[1.0]);
-    let h = x.register_hook(|g| Ok(Some(g.mul_scalar(100.0))));
+    let h = x.register_hook(|g| Ok(Some(g.mul_scalar(100.0))))?;
     h.remove();
     x.mul_scalar(2.0).sum_all().backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![2.0]);
@@ -83,7 +83,7 @@ fn removing_every_hook_restores_plain_gradients() -> Result<()> {
 #[test]
 fn a_hook_error_fails_backward() {
     let x = param(&[1.0]);
-    x.register_hook(|_| Err(ember_tensor::Error::autograd("hook refused")));
+    x.register_hook(|_| Err(ember_tensor::Error::autograd("hook refused"))).unwrap();
     let err = x.mul_scalar(2.0).sum_all().backward().unwrap_err();
     assert!(err.to_string().contains("hook refused"), "{err}");
 }
@@ -100,7 +100,7 @@ fn post_accumulate_hooks_collect_gradients_as_they_become_ready() -> Result<()> 
             let g = leaf.grad().expect("accumulated before the hook").to_vec::<f64>()?;
             r.lock().unwrap().push((i, g[0]));
             Ok(())
-        });
+        })?;
     }
     let x = Var::new(Tensor::from_slice(&[2.0f64], [1])?);
     let mut h = x.clone();
@@ -129,7 +129,7 @@ fn a_post_accumulate_hook_can_consume_the_gradient() -> Result<()> {
         leaf.value().sub_(&g.mul_scalar(0.5))?;
         leaf.zero_grad();
         Ok(())
-    });
+    })?;
     w.square().sum_all().backward()?;
     assert!(w.grad().is_none());
     assert_eq!(w.value().to_vec::<f64>()?, vec![0.0, 0.0]);
@@ -144,11 +144,40 @@ fn removed_post_accumulate_hooks_no_longer_run() -> Result<()> {
     let h = w.register_post_accumulate_grad_hook(move |_| {
         *c.lock().unwrap() += 1;
         Ok(())
-    });
+    })?;
     w.mul_scalar(2.0).sum_all().backward()?;
     h.remove();
     w.mul_scalar(2.0).sum_all().backward()?;
     assert_eq!(*count.lock().unwrap(), 1);
     assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![4.0]);
+    Ok(())
+}
+
+/// PyTorch refuses hooks that could never run and gradients that could never be kept.
+#[test]
+fn misuse_is_an_error() -> Result<()> {
+    let c = Var::new(Tensor::from_slice(&[1.0f64], [1])?);
+    let e = c.register_hook(|_| Ok(None)).expect_err("a hook on a constant is refused").to_string();
+    assert!(e.contains("cannot register a hook on a Var that doesn't require grad"), "{e}");
+    let e = c.register_post_accumulate_grad_hook(|_| Ok(())).expect_err("refused").to_string();
+    assert!(e.contains("doesn't require grad"), "{e}");
+    let e = c.retain_grad().expect_err("retain_grad on a constant is refused").to_string();
+    assert!(e.contains("can't retain_grad on a Var that has requires_grad=false"), "{e}");
+    // A non-leaf accumulates nothing, so a post-accumulate hook on it would never run.
+    let w = param(&[1.0]);
+    let h = w.mul_scalar(2.0);
+    let e = h.register_post_accumulate_grad_hook(|_| Ok(())).expect_err("refused on a non-leaf").to_string();
+    assert!(e.contains("post accumulate grad hooks cannot be registered on non-leaf"), "{e}");
+    // A frozen parameter does not require grad either.
+    let f = param(&[1.0]);
+    f.freeze()?;
+    assert!(f.register_hook(|_| Ok(None)).is_err());
+    // What stays allowed: hooks on parameters and on non-leaves that require grad, and
+    // retain_grad on either (a no-op on a leaf).
+    h.register_hook(|_| Ok(None))?;
+    h.retain_grad()?;
+    w.retain_grad()?;
+    assert!(!w.retains_grad());
+    w.register_post_accumulate_grad_hook(|_| Ok(()))?;
     Ok(())
 }

@@ -343,7 +343,7 @@ mod build {
         let la = p.mul(&p)?.sum_all();
         let lb = q.add(&q.mul(&q)?)?.mul(&wq)?.sum_all();
         let h = r.sigmoid();
-        h.retain_grad();
+        h.retain_grad()?;
         let lc = h.mul(&h)?.sum_all().add(&h.exp().mean_all().mul(&h.sum_all())?)?;
         let ld = m.matmul(&m)?.tanh().sum_all();
         let loss = la.add(&lb)?.add(&lc)?.add(&ld)?;
@@ -585,7 +585,7 @@ mod build {
     pub fn seed_two_losses(c: &mut Case<'_>) -> Result<()> {
         let (u, a) = (c.param("u"), c.constant("a"));
         let w = u.tanh().mul_scalar(2.0);
-        w.retain_grad();
+        w.retain_grad()?;
         let l1 = w.mul(&a)?.sum_all();
         let l2 = w.square().sum_all();
         c.output("w", &w);

@@ -104,7 +104,7 @@ fn a_detached_branch_stops_backward() -> Result<()> {
     let _h = upstream.register_hook(move |_| {
         s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(None)
-    });
+    })?;
     let w = Var::param(t(&[2.0]));
     let y = upstream.detach_node().mul(&w)?.sum_all();
     y.backward()?;

@@ -166,6 +166,21 @@ fn synthetic_mnist_directories_load_and_verify() {
     raw.write("t10k-labels-idx1-ubyte", &idx_labels(&[3, 4]));
     let (_, labels) = Mnist::load(raw.path(), Split::Test).unwrap();
     assert_eq!(labels.to_vec::<i64>().unwrap(), vec![3, 4]);
+
+    // Gunzipped next to the SHA256SUMS of the .gz downloads: the list cannot speak for the
+    // uncompressed files, which load unverified (with a warning) rather than fail.
+    let (gz_images, gz_labels) = (idx_images(2, 28, 28), idx_labels(&[5, 6]));
+    let sums = sums_line("t10k-images-idx3-ubyte.gz", &gzip(&gz_images))
+        + &sums_line("t10k-labels-idx1-ubyte.gz", &gzip(&gz_labels));
+    raw.write("SHA256SUMS", sums.as_bytes());
+    raw.write("t10k-images-idx3-ubyte", &gz_images);
+    raw.write("t10k-labels-idx1-ubyte", &gz_labels);
+    let (_, labels) = Mnist::load(raw.path(), Split::Test).unwrap();
+    assert_eq!(labels.to_vec::<i64>().unwrap(), vec![5, 6]);
+    // An uncompressed file the list does name is verified.
+    raw.write("SHA256SUMS", (sums + &sums_line("t10k-labels-idx1-ubyte", &idx_labels(&[0, 0]))).as_bytes());
+    let label_path = raw.path().join("t10k-labels-idx1-ubyte");
+    assert_names(Mnist::load(raw.path(), Split::Test).unwrap_err(), &label_path, "SHA-256 checksum mismatch");
 }
 
 #[test]

@@ -4,7 +4,7 @@ mod common;
 
 use common::mnist_dir;
 use ember_data::checksum::Checksums;
-use ember_data::{DataLoader, Dataset, Mnist, Split, TensorDataset, transform};
+use ember_data::{DataLoader, Mnist, Split, TensorDataset, transform};
 use ember_tensor::{DType, Tensor};
 use std::sync::OnceLock;
 

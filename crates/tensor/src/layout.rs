@@ -39,10 +39,19 @@ impl Layout {
         Layout { shape, strides, offset: 0 }
     }
 
-    /// A layout from explicit parts. The caller guarantees that every index it maps is
-    /// inside the storage.
-    pub fn new(shape: Shape, strides: Strides, offset: usize) -> Self {
-        Layout { shape, strides, offset }
+    /// A layout from explicit parts; an error when there is not one stride per dimension.
+    ///
+    /// Nothing ties a layout to a storage: the backend checks that every index a layout
+    /// maps lies inside the storage it is applied to before reading (see
+    /// [`crate::backend::Backend`]).
+    pub fn new(shape: Shape, strides: Strides, offset: usize) -> Result<Self> {
+        if strides.len() != shape.rank() {
+            return Err(Error::shape(
+                "Layout::new",
+                format!("{} strides for shape {shape} of rank {}", strides.len(), shape.rank()),
+            ));
+        }
+        Ok(Layout { shape, strides, offset })
     }
 
     /// The shape.
@@ -98,15 +107,22 @@ impl Layout {
         self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }
 
-    /// One past the largest storage index this layout can touch (0 when empty).
-    pub fn storage_extent(&self) -> usize {
-        if self.numel() == 0 {
-            return 0;
+    /// One past the largest storage index this layout can touch (0 when empty), or `None`
+    /// when that index overflows `usize`.
+    pub fn storage_extent(&self) -> Option<usize> {
+        if self.shape.contains(&0) {
+            return Some(0);
         }
-        self.offset + self.shape.iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |acc, (&d, &s)| (d - 1).checked_mul(s).and_then(|span| acc.checked_add(span)))
+            .and_then(|last| last.checked_add(1))
     }
 
-    /// The storage index of the element at `index` (no bounds checks beyond debug asserts).
+    /// The storage index of the element at `index`, which must have one entry per dimension
+    /// (checked in debug builds only). The index itself is not bounds-checked: this computes
+    /// a number and reads nothing.
     pub fn storage_index(&self, index: &[usize]) -> usize {
         debug_assert_eq!(index.len(), self.rank());
         self.offset + index.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()
@@ -164,8 +180,12 @@ impl Layout {
         Layout { shape, strides, offset }
     }
 
+    // The transforms below take dimensions and ranges that the tensor layer has already
+    // validated, and index with them directly; they are crate-private so that no caller
+    // can reach them with unchecked arguments.
+
     /// Dimensions `a` and `b` swapped (already resolved indices).
-    pub fn transposed(&self, a: usize, b: usize) -> Layout {
+    pub(crate) fn transposed(&self, a: usize, b: usize) -> Layout {
         let mut l = self.clone();
         l.shape.0.swap(a, b);
         l.strides.swap(a, b);
@@ -173,7 +193,7 @@ impl Layout {
     }
 
     /// Dimensions reordered so that new dimension `i` is old dimension `perm[i]`.
-    pub fn permuted(&self, perm: &[usize]) -> Layout {
+    pub(crate) fn permuted(&self, perm: &[usize]) -> Layout {
         Layout {
             shape: Shape(perm.iter().map(|&p| self.shape[p]).collect()),
             strides: perm.iter().map(|&p| self.strides[p]).collect(),
@@ -182,7 +202,7 @@ impl Layout {
     }
 
     /// Elements `start, start + step, ...` (`len` of them) along `dim`.
-    pub fn sliced(&self, dim: usize, start: usize, len: usize, step: usize) -> Layout {
+    pub(crate) fn sliced(&self, dim: usize, start: usize, len: usize, step: usize) -> Layout {
         let mut l = self.clone();
         if len > 0 {
             l.offset += start * self.strides[dim];
@@ -193,7 +213,7 @@ impl Layout {
     }
 
     /// The layout with dimension `dim` fixed at `index` (rank drops by one).
-    pub fn selected(&self, dim: usize, index: usize) -> Layout {
+    pub(crate) fn selected(&self, dim: usize, index: usize) -> Layout {
         let mut l = self.clone();
         l.offset += index * self.strides[dim];
         l.shape.0.remove(dim);
@@ -202,7 +222,7 @@ impl Layout {
     }
 
     /// A new dimension of extent 1 inserted at `dim`.
-    pub fn unsqueezed(&self, dim: usize) -> Layout {
+    pub(crate) fn unsqueezed(&self, dim: usize) -> Layout {
         let mut l = self.clone();
         let stride = if dim < self.rank() { self.strides[dim] * self.shape[dim] } else { 1 };
         l.shape.0.insert(dim, 1);
@@ -211,7 +231,7 @@ impl Layout {
     }
 
     /// Dimension `dim` (of extent 1) removed.
-    pub fn squeezed(&self, dim: usize) -> Layout {
+    pub(crate) fn squeezed(&self, dim: usize) -> Layout {
         let mut l = self.clone();
         l.shape.0.remove(dim);
         l.strides.remove(dim);

@@ -6,6 +6,7 @@
 //! this trait and adding a [`crate::storage::Storage`] variant; callers do not change.
 
 pub mod cpu;
+pub(crate) mod validate;
 
 use crate::layout::Layout;
 use crate::storage::{CpuStorage, Storage};
@@ -252,6 +253,20 @@ pub enum ReduceOp {
     ArgMin,
 }
 
+impl ReduceOp {
+    /// A lowercase name for messages and profiles.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+}
+
 /// A storage with the layout through which an operation reads it.
 pub type View<'a> = (&'a Storage, &'a Layout);
 
@@ -260,6 +275,11 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 /// Unless said otherwise, results are new contiguous storages of the output shape, and
 /// binary inputs have already been broadcast to the output shape (stride 0 on repeated
 /// dimensions) and converted to one dtype.
+///
+/// The methods are safe to call with any arguments: an implementation checks every view
+/// against its storage and the operands against each other before it touches memory, and
+/// answers a layout that reaches outside its storage, mismatched shapes or out-of-range
+/// dimensions with an error.
 pub trait Backend: Send + Sync + 'static {
     /// The device this backend computes on.
     fn device(&self) -> Device;

@@ -59,6 +59,32 @@ unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Ma
     }
 }
 
+/// The row stride of `[batch.., m, k]` seen as one `[batch * m, k]` matrix, when its rows
+/// are evenly spaced (each batch dimension steps over exactly the rows inside it); `None`
+/// otherwise. `ars` is the (normalised) row stride within one matrix.
+fn folded_row_stride(la: &Layout, m: usize, ars: isize) -> Option<isize> {
+    let rank = la.rank();
+    if m > 1 && ars == 0 {
+        return None;
+    }
+    // With one row per matrix, the innermost batch dimension sets the spacing.
+    let mut spacing = (m > 1).then(|| m * la.strides()[rank - 2]);
+    let mut rows = (m > 1).then_some(ars);
+    for d in (0..rank - 2).rev() {
+        let (extent, stride) = (la.shape()[d], la.strides()[d]);
+        if extent == 1 {
+            continue;
+        }
+        if spacing.is_some_and(|s| s != stride) {
+            return None;
+        }
+        rows.get_or_insert(stride as isize);
+        // A saturated spacing matches no stride of a validated layout.
+        spacing = Some(stride.saturating_mul(extent));
+    }
+    Some(rows.unwrap_or(1))
+}
+
 fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffer<T>> {
     let rank = la.rank();
     let (m, k, n) = (la.shape()[rank - 2], la.shape()[rank - 1], lb.shape()[rank - 1]);
@@ -70,31 +96,27 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
     // `gemm` is told not to read `dst` (alpha 0, `read_dst` false), so every element is
     // overwritten: zeroing first would be one more pass over the whole output.
     let mut out = Buffer::<T>::uninit("matmul", batch * m * n)?;
-    let (ars, acs) = (la.strides()[rank - 2] as isize, la.strides()[rank - 1] as isize);
-    let (brs, bcs) = (lb.strides()[rank - 2] as isize, lb.strides()[rank - 1] as isize);
+    // The stride of a dimension of extent 1 is never used to reach another element, so it
+    // may be anything a layout says (even past `isize::MAX`); `gemm` gets a harmless one.
+    let stride = |extent: usize, s: usize| if extent > 1 { s as isize } else { 1 };
+    let (ars, acs) = (stride(m, la.strides()[rank - 2]), stride(k, la.strides()[rank - 1]));
+    let (brs, bcs) = (stride(k, lb.strides()[rank - 2]), stride(n, lb.strides()[rank - 1]));
     let threads = rayon::current_num_threads();
     let par_inner = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
 
     // A batch of matrices times one shared matrix (`[B, m, k] @ [k, n]`, a linear layer on
     // a 3-d input) is one tall product when the batch rows are evenly spaced.
     let b_shared = lb.strides()[..rank - 2].iter().all(|&s| s == 0);
-    if batch > 1 && b_shared {
-        let mut spacing = m * la.strides()[rank - 2];
-        let mut foldable = true;
-        for d in (0..rank - 2).rev() {
-            if la.shape()[d] > 1 && la.strides()[d] != spacing {
-                foldable = false;
-                break;
-            }
-            spacing *= la.shape()[d];
-        }
-        if foldable && (m == 1 || ars != 0) {
-            let am = Mat { ptr: a[la.offset()..].as_ptr(), rs: ars, cs: acs };
-            let bm = Mat { ptr: b[lb.offset()..].as_ptr(), rs: brs, cs: bcs };
-            // SAFETY: the layouts were validated by the tensor layer; `out` is fresh.
-            unsafe { gemm_one(batch * m, n, k, out.as_mut_ptr(), &am, &bm, par_inner) };
-            return Ok(out);
-        }
+    if batch > 1
+        && b_shared
+        && let Some(rows) = folded_row_stride(la, m, ars)
+    {
+        let am = Mat { ptr: a[la.offset()..].as_ptr(), rs: rows, cs: acs };
+        let bm = Mat { ptr: b[lb.offset()..].as_ptr(), rs: brs, cs: bcs };
+        // SAFETY: the backend validated both layouts against their storages, and the folded
+        // rows are exactly the rows of the batch; `out` is fresh.
+        unsafe { gemm_one(batch * m, n, k, out.as_mut_ptr(), &am, &bm, par_inner) };
+        return Ok(out);
     }
 
     let batch_offsets = |i: usize| -> (usize, usize) {

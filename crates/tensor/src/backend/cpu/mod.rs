@@ -14,12 +14,12 @@ pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;
 
-use super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View};
+use super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View, validate};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage, Storage};
-use crate::{DType, Device, Result};
+use crate::{DType, Device, Error, Result};
 
 /// The CPU backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,6 +41,22 @@ fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
     r.map(Storage::Cpu)
 }
 
+/// An error unless the batched operands of a matrix product conform: the same rank of at
+/// least 2, identical batch dimensions and matching inner extents.
+fn check_matmul(la: &Layout, lb: &Layout) -> Result<()> {
+    let r = la.rank();
+    let conform = r >= 2
+        && lb.rank() == r
+        && la.shape()[..r - 2] == lb.shape()[..r - 2]
+        && la.shape()[r - 1] == lb.shape()[r - 2];
+    if !conform {
+        return Err(Error::shape("matmul", format!("cannot multiply {} by {}", la.shape(), lb.shape())));
+    }
+    Ok(())
+}
+
+// Every method validates its views first (see `validate`): the backend is public, and a
+// layout from safe code may not fit the storage it is applied to.
 impl Backend for CpuBackend {
     fn device(&self) -> Device {
         Device::Cpu
@@ -64,79 +80,124 @@ impl Backend for CpuBackend {
     }
 
     fn download(&self, (s, l): View<'_>) -> Result<CpuStorage> {
-        binary::cast(cpu(s), l, s.dtype())
+        let l = validate::view("download", s, l)?;
+        binary::cast(cpu(s), &l, s.dtype())
     }
 
     fn cast(&self, (s, l): View<'_>, dtype: DType) -> Result<Storage> {
-        wrap(binary::cast(cpu(s), l, dtype))
+        let l = validate::view("to_dtype", s, l)?;
+        wrap(binary::cast(cpu(s), &l, dtype))
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
-        wrap(unary::unary(op, cpu(s), l))
+        let l = validate::view(op.name(), s, l)?;
+        wrap(unary::unary(op, cpu(s), &l))
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        wrap(binary::binary(op, cpu(a), la, cpu(b), lb))
+        let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
+        validate::same_shape(op.name(), &la, &lb)?;
+        wrap(binary::binary(op, cpu(a), &la, cpu(b), &lb))
     }
 
     fn compare(&self, op: CmpOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        wrap(binary::compare(op, cpu(a), la, cpu(b), lb))
+        let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
+        validate::same_shape(op.name(), &la, &lb)?;
+        wrap(binary::compare(op, cpu(a), &la, cpu(b), &lb))
     }
 
     fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: f64) -> Result<Storage> {
-        wrap(binary::compare_scalar(op, cpu(a), la, scalar))
+        let la = validate::view(op.name(), a, la)?;
+        wrap(binary::compare_scalar(op, cpu(a), &la, scalar))
     }
 
     fn where_cond(&self, (c, lc): View<'_>, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        wrap(binary::where_cond(cpu(c), lc, cpu(a), la, cpu(b), lb))
+        let lc = validate::view("where", c, lc)?;
+        let (la, lb) = (validate::view("where", a, la)?, validate::view("where", b, lb)?);
+        validate::same_shape("where", &lc, &la)?;
+        validate::same_shape("where", &lc, &lb)?;
+        wrap(binary::where_cond(cpu(c), &lc, cpu(a), &la, cpu(b), &lb))
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
-        unary::unary_inplace(op, cpu_mut(dst), layout)
+        let l = validate::view(op.name(), dst, layout)?;
+        unary::unary_inplace(op, cpu_mut(dst), &l)
     }
 
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
-        binary::binary_inplace(op, cpu_mut(dst), layout, cpu(s), ls)
+        let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
+        validate::same_shape(op.name(), &ld, &ls)?;
+        binary::binary_inplace(op, cpu_mut(dst), &ld, cpu(s), &ls)
     }
 
     fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
-        binary::copy_inplace(cpu_mut(dst), layout, cpu(s), ls)
+        let (ld, ls) = (validate::view("copy_", dst, layout)?, validate::view("copy_", s, ls)?);
+        validate::same_shape("copy_", &ld, &ls)?;
+        binary::copy_inplace(cpu_mut(dst), &ld, cpu(s), &ls)
     }
 
     fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: f64) -> Result<()> {
-        binary::fill_inplace(cpu_mut(dst), layout, value)
+        let l = validate::view("fill_", dst, layout)?;
+        binary::fill_inplace(cpu_mut(dst), &l, value)
     }
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
-        wrap(reduce::reduce(op, cpu(s), l, dims))
+        let name = op.name();
+        let l = validate::view(name, s, l)?;
+        validate::sorted_dims(name, &l, dims)?;
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) && dims.len() != 1 {
+            return Err(Error::invalid(name, format!("expected exactly one dimension, got {dims:?}")));
+        }
+        wrap(reduce::reduce(op, cpu(s), &l, dims))
     }
 
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
-        wrap(softmax::softmax(cpu(s), l, dim, log))
+        let l = validate::view("softmax", s, l)?;
+        validate::dim("softmax", &l, dim)?;
+        wrap(softmax::softmax(cpu(s), &l, dim, log))
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        wrap(matmul::matmul(cpu(a), la, cpu(b), lb))
+        let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
+        check_matmul(&la, &lb)?;
+        wrap(matmul::matmul(cpu(a), &la, cpu(b), &lb))
     }
 
     fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
-        wrap(index::index_select(cpu(s), l, dim, cpu(i), li))
+        let (l, li) = (validate::view("index_select", s, l)?, validate::view("index_select", i, li)?);
+        validate::dim("index_select", &l, dim)?;
+        wrap(index::index_select(cpu(s), &l, dim, cpu(i), &li))
     }
 
     fn gather(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
-        wrap(index::gather(cpu(s), l, dim, cpu(i), li))
+        let (l, li) = (validate::view("gather", s, l)?, validate::view("gather", i, li)?);
+        validate::dim("gather", &l, dim)?;
+        validate::index_within("gather", &li, &l, dim, "input")?;
+        wrap(index::gather(cpu(s), &l, dim, cpu(i), &li))
     }
 
     fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
-        wrap(index::scatter_add(cpu(d), ld, dim, cpu(i), li, cpu(s), ls))
+        let ld = validate::view("scatter_add", d, ld)?;
+        let (li, ls) = (validate::view("scatter_add", i, li)?, validate::view("scatter_add", s, ls)?);
+        validate::dim("scatter_add", &ld, dim)?;
+        validate::index_within("scatter_add", &li, &ld, dim, "destination")?;
+        // Every position of the index reads the source at the same position.
+        validate::index_within("scatter_add", &li, &ls, usize::MAX, "source")?;
+        wrap(index::scatter_add(cpu(d), &ld, dim, cpu(i), &li, cpu(s), &ls))
     }
 
     fn masked_fill(&self, (s, l): View<'_>, (m, lm): View<'_>, value: f64) -> Result<Storage> {
-        wrap(index::masked_fill(cpu(s), l, cpu(m), lm, value))
+        let (l, lm) = (validate::view("masked_fill", s, l)?, validate::view("masked_fill", m, lm)?);
+        validate::same_shape("masked_fill", &l, &lm)?;
+        wrap(index::masked_fill(cpu(s), &l, cpu(m), &lm, value))
     }
 
     fn triangle(&self, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
-        wrap(index::triangle(cpu(s), l, diagonal, upper))
+        let l = validate::view("tril", s, l)?;
+        if l.rank() < 2 {
+            return Err(Error::shape("tril", format!("expected at least 2 dimensions, got shape {}", l.shape())));
+        }
+        wrap(index::triangle(cpu(s), &l, diagonal, upper))
     }
 }
 

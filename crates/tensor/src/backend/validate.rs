@@ -1,0 +1,121 @@
+//! Checks that a backend runs on every view it receives before any kernel reads memory.
+//!
+//! [`Layout`] values can be built freely in safe code and the backend is public, so a
+//! backend cannot trust that a layout fits its storage or that two operands agree: a kernel
+//! handed a `[1000, 1000]` layout over a four-element buffer must answer with an error,
+//! never read past the buffer (the matrix product hands raw pointers to `gemm`). The checks
+//! cost O(rank) per operand, nothing next to the kernels they guard.
+
+use crate::layout::Layout;
+use crate::shape::MAX_NUMEL;
+use crate::storage::Storage;
+use crate::{Error, Result};
+use std::borrow::Cow;
+
+fn storage_len(s: &Storage) -> usize {
+    match s {
+        Storage::Cpu(c) => c.len(),
+    }
+}
+
+/// An error unless every storage index `layout` can produce lies inside a storage of `len`
+/// elements and its element count is representable. An empty layout reads nothing, so any
+/// offset passes.
+pub(crate) fn layout_fits(op: &'static str, layout: &Layout, len: usize) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid(
+            op,
+            format!(
+                "layout with shape {}, strides {:?} and offset {} {why} a storage of {len} elements",
+                layout.shape(),
+                layout.strides(),
+                layout.offset()
+            ),
+        ))
+    };
+    if layout.strides().len() != layout.rank() {
+        return bad("has a stride count that does not match its rank, over");
+    }
+    if layout.shape().checked_numel().is_none_or(|n| n > MAX_NUMEL) {
+        return bad("has too many elements for");
+    }
+    match layout.storage_extent() {
+        Some(end) if end <= len => Ok(()),
+        _ => bad("reaches outside"),
+    }
+}
+
+/// The layout to run a kernel with, after checking that `l` fits `s` ([`layout_fits`]).
+///
+/// Views of nothing are re-anchored at offset 0: the tensor layer produces empty views
+/// whose offset lies past the end of their (possibly empty) storage, and a kernel that
+/// slices `offset..offset` must not trip over them.
+pub(crate) fn view<'l>(op: &'static str, s: &Storage, l: &'l Layout) -> Result<Cow<'l, Layout>> {
+    layout_fits(op, l, storage_len(s))?;
+    if l.numel() == 0 && l.offset() != 0 {
+        return Ok(Cow::Owned(Layout::contiguous(l.shape().clone())));
+    }
+    Ok(Cow::Borrowed(l))
+}
+
+/// An error unless `a` and `b` have one shape (operands of elementwise kernels arrive
+/// already broadcast).
+pub(crate) fn same_shape(op: &'static str, a: &Layout, b: &Layout) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(Error::shape(op, format!("expected operands of one shape, got {} and {}", a.shape(), b.shape())));
+    }
+    Ok(())
+}
+
+/// An error unless `dim` indexes a dimension of `l`.
+pub(crate) fn dim(op: &'static str, l: &Layout, dim: usize) -> Result<()> {
+    if dim >= l.rank() {
+        return Err(Error::Dim { op, dim: dim as i64, rank: l.rank() });
+    }
+    Ok(())
+}
+
+/// An error unless `dims` are strictly increasing dimensions of `l`.
+pub(crate) fn sorted_dims(op: &'static str, l: &Layout, dims: &[usize]) -> Result<()> {
+    for (i, &d) in dims.iter().enumerate() {
+        dim(op, l, d)?;
+        if i > 0 && dims[i - 1] >= d {
+            return Err(Error::invalid(op, format!("dimensions {dims:?} must be sorted and distinct")));
+        }
+    }
+    Ok(())
+}
+
+/// An error unless `index` (for `gather`/`scatter_add` along `dim`) has the rank of `l` and
+/// is no larger than it outside `dim`.
+pub(crate) fn index_within(op: &'static str, index: &Layout, l: &Layout, dim: usize, what: &str) -> Result<()> {
+    let fits = index.rank() == l.rank() && (0..l.rank()).all(|d| d == dim || index.shape()[d] <= l.shape()[d]);
+    if !fits {
+        return Err(Error::shape(
+            op,
+            format!("index of shape {} does not fit the {what} of shape {}", index.shape(), l.shape()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Strides;
+    use crate::shape::Shape;
+
+    #[test]
+    fn extents_are_checked_without_overflow() {
+        let l = Layout::contiguous(Shape::from([2, 3]));
+        assert!(layout_fits("t", &l, 6).is_ok());
+        assert!(layout_fits("t", &l, 5).is_err());
+        let huge = Layout::new(Shape::from([3, 2]), Strides::from_slice(&[usize::MAX / 2, 1]), 0).unwrap();
+        assert!(layout_fits("t", &huge, 10).is_err());
+        let empty = Layout::new(Shape::from([0, 4]), Strides::from_slice(&[4, 1]), 3).unwrap();
+        assert!(layout_fits("t", &empty, 0).is_ok());
+        // A stride count that does not match the rank can only come from inside the crate.
+        let ragged = Layout { shape: Shape::from([2, 2]), strides: Strides::from_slice(&[1]), offset: 0 };
+        assert!(layout_fits("t", &ragged, 100).is_err());
+    }
+}

@@ -6,11 +6,11 @@
 # Each round runs ember's `overhead` example and tools/bench/autograd_torch.py; the table
 # shows the median over rounds of each side's per-round median, in µs per op, and the
 # ratio PyTorch / ember (above 1: ember is faster). Not part of CI: it needs PyTorch
-# (PYTHON, default /work/.venv-torch/bin/python).
+# (PYTHON, default .venv-torch/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
-python="${PYTHON:-/work/.venv-torch/bin/python}"
+python="${PYTHON:-.venv-torch/bin/python}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 

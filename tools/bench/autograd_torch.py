@@ -9,7 +9,7 @@ example:
 
     numel=1 forward_recorded_us=... backward_us=... forward_no_grad_us=...
 
-Run with the PyTorch venv: /work/.venv-torch/bin/python tools/bench/autograd_torch.py
+Run with the PyTorch venv: .venv-torch/bin/python tools/bench/autograd_torch.py
 """
 
 import statistics

@@ -7,12 +7,12 @@
 # Each round runs ember's `train_bench` example (eager, then traced) and
 # tools/bench/mlp_train.py for batch 64 and 256; the table shows the median over rounds of
 # samples/s and the ratio ember / PyTorch (above 1: ember is faster). Not part of CI: it
-# needs PyTorch (PYTHON, default /work/.venv-torch/bin/python).
+# needs PyTorch (PYTHON, default .venv-torch/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
 epochs="${2:-3}"
-python="${PYTHON:-/work/.venv-torch/bin/python}"
+python="${PYTHON:-.venv-torch/bin/python}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 

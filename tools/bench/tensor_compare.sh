@@ -8,7 +8,7 @@
 # the rounds' medians. On a shared machine a run is only as good as its quietest moment, so
 # each run's share of CPU taken by other processes is measured and rounds above MAX_FOREIGN
 # (default 10%) are run again, up to TRIES (default 3 x ROUNDS) in all.
-# Environment: PYTHON (the interpreter with torch, default /work/.venv-torch/bin/python),
+# Environment: PYTHON (the interpreter with torch, default .venv-torch/bin/python),
 # SAMPLES (samples per workload and round, default 15), IDLE_WAIT (seconds to wait before
 # each run for the CPUs to be at least 90% idle, default 0: on a machine shared with other
 # jobs, PyTorch's OpenMP workers lose far more to contention than rayon's do), and
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 
 rounds="${1:-3}"
 shift || true
-python="${PYTHON:-/work/.venv-torch/bin/python}"
+python="${PYTHON:-.venv-torch/bin/python}"
 samples="${SAMPLES:-15}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

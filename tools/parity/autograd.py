@@ -5,7 +5,7 @@ crates/autograd/tests/parity_autograd.rs rebuilds with ember and compares at 1e-
 
 Regenerate (from the repository root, with any Python that has torch; CI never runs this):
 
-    /work/.venv-torch/bin/python tools/parity/autograd.py
+    .venv-torch/bin/python tools/parity/autograd.py
 
 then run `cargo test -p ember-autograd --test parity_autograd`. The output is
 deterministic: every scenario seeds torch with the CRC-32 of its name, so adding a scenario

@@ -5,7 +5,7 @@ crates/autograd/tests/higher_order.rs rebuilds with ember and compares at 1e-5.
 
 Regenerate (from the repository root, with any Python that has torch; CI never runs this):
 
-    /work/.venv-torch/bin/python tools/parity/higher_order.py
+    .venv-torch/bin/python tools/parity/higher_order.py
 
 The fixture format, the seeding (CRC-32 of each scenario's name) and the tensor encoding
 are those of tools/parity/autograd.py, whose helpers this script reuses. Everything is

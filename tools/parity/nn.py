@@ -6,7 +6,7 @@ same weights into the same ember architectures and compares at 1e-5.
 Regenerate (from the repository root, with any Python that has torch and safetensors; CI
 never runs this):
 
-    /work/.venv-torch/bin/python tools/parity/nn.py
+    .venv-torch/bin/python tools/parity/nn.py
 
 then run `cargo test -p ember-nn --test parity_nn`. The output is deterministic (fixed
 seeds, one thread).

@@ -6,7 +6,7 @@ which crates/optim/tests/parity_optim.rs replays with ember and compares.
 
 Regenerate (from the repository root, with any Python that has torch; CI never runs this):
 
-    /work/.venv-torch/bin/python tools/parity/optim.py
+    .venv-torch/bin/python tools/parity/optim.py
 
 then run `cargo test -p ember-optim --test parity_optim`. The output is deterministic.
 

@@ -253,7 +253,7 @@ fn parameterised_activations() -> Result<()> {
 }
 
 /// sign, floor, ceil and round are piecewise constant: away from their jumps the gradient
-/// they report (none) must match the zero slope.
+/// they report (zeros) must match the zero slope.
 #[test]
 fn piecewise_constant_functions() -> Result<()> {
     check_elementwise("sign", |x| x.sign(), off_zero, 500)?;
@@ -263,6 +263,29 @@ fn piecewise_constant_functions() -> Result<()> {
     // Mixed with a differentiable term, the zero gradient must add nothing.
     let x = transposed(&sample(540, &[3, 4], between_jumps)?)?;
     check("x * 2 + floor(x)", |v| v[0].mul_scalar(2.0).add(&v[0].floor()), &[x]);
+    Ok(())
+}
+
+/// PyTorch gives a parameter reached only through a piecewise-constant function (or `x^0`)
+/// a zero gradient, not none; at 0 too, where `0 * 0^-1` would be NaN for `x^0`.
+#[test]
+fn piecewise_constant_functions_give_zero_gradients() -> Result<()> {
+    let cases: [(&str, UnaryFn); 5] = [
+        ("sign", |x| x.sign()),
+        ("floor", |x| x.floor()),
+        ("ceil", |x| x.ceil()),
+        ("round", |x| x.round()),
+        ("pow_scalar(0)", |x| x.pow_scalar(0.0)),
+    ];
+    for (name, f) in cases {
+        let x = Var::param(Tensor::from_vec(vec![0.0f64, 1.5, -2.5], [3])?);
+        f(&x).mul_scalar(3.0).sum_all().backward()?;
+        let g = x.grad().unwrap_or_else(|| panic!("{name}: no gradient"));
+        assert_eq!(g.to_vec::<f64>()?, vec![0.0; 3], "{name}");
+        let found = grad(&[&f(&x).sum_all()], &[&x], &[], false, false)?;
+        let g = found[0].as_ref().unwrap_or_else(|| panic!("{name}: grad() found none"));
+        assert_eq!(g.value().to_vec::<f64>()?, vec![0.0; 3], "{name}");
+    }
     Ok(())
 }
 
@@ -285,7 +308,7 @@ fn scalar_operations() -> Result<()> {
         ("pow_scalar(2i64)", |x| x.pow_scalar(2i64), any),
         ("pow_scalar(0.5)", |x| x.pow_scalar(0.5), positive),
         ("pow_scalar(-1.5)", |x| x.pow_scalar(-1.5), positive),
-        // x^0 = 1: the backward returns no gradient, which must match the zero slope.
+        // x^0 = 1: the backward returns zeros, which must match the zero slope.
         ("pow_scalar(0)", |x| x.pow_scalar(0.0), any),
         ("rpow_scalar(2.5)", |x| x.rpow_scalar(2.5), any),
         ("rpow_scalar(0.5)", |x| x.rpow_scalar(0.5), any),
@@ -386,6 +409,31 @@ fn pow_with_zero_base() -> Result<()> {
     Ok(())
 }
 
+/// At a zero base PyTorch masks what the plain formulas make NaN: the base's gradient is 0
+/// where the exponent is 0 (`0 * 0^-1`), the exponent's is 0 where the base is 0 and the
+/// exponent non-negative (`0 * ln 0`), and `0^x` has gradient 0 for `x >= 0`. The values
+/// are PyTorch's (torch 2.x, float64).
+#[test]
+fn pow_at_a_zero_base_matches_pytorch() -> Result<()> {
+    let a = Var::param(Tensor::from_vec(vec![0.0f64, 0.0, 2.0, 0.0], [4])?);
+    let b = Var::param(Tensor::from_vec(vec![0.0f64, 2.0, 0.0, -1.0], [4])?);
+    a.pow(&b)?.sum_all().backward()?;
+    let ga = a.grad().expect("a gradient for the base").to_vec::<f64>()?;
+    let gb = b.grad().expect("a gradient for the exponent").to_vec::<f64>()?;
+    assert_eq!(ga, vec![0.0, 0.0, 0.0, f64::NEG_INFINITY]);
+    assert_eq!(gb[..2], [0.0, 0.0]);
+    assert!((gb[2] - 2.0f64.ln()).abs() < 1e-15 && gb[3] == f64::NEG_INFINITY, "{gb:?}");
+
+    let x = Var::param(Tensor::from_vec(vec![0.0f64, 1.5, -1.0], [3])?);
+    x.rpow_scalar(0.0).sum_all().backward()?;
+    assert_eq!(x.grad().expect("a gradient").to_vec::<f64>()?, vec![0.0, 0.0, f64::NEG_INFINITY]);
+    // Elsewhere the masks change nothing: gradcheck of the base with zero exponents.
+    let exps = Tensor::from_vec(vec![0.0f64, 2.0, 0.0, 1.5, 0.0, 3.0], [2, 3])?;
+    let base = transposed(&sample(1710, &[2, 3], positive)?)?;
+    check("pow, zero exponents, gradient for the base", |v| v[0].pow(&Var::new(exps.clone())), &[base]);
+    Ok(())
+}
+
 /// The overloaded operators route to the same operations.
 #[test]
 fn operators() -> Result<()> {
@@ -454,6 +502,21 @@ fn sum_to() -> Result<()> {
             let shape = Shape::from(t);
             check(&format!("sum_to {t:?}, layout {i}"), |v| v[0].sum_to(&shape), std::slice::from_ref(&input));
         }
+    }
+    Ok(())
+}
+
+/// `sum_to` reverses a broadcast; a target that does not broadcast to the value is an error
+/// naming both shapes, not a silent reshape.
+#[test]
+fn sum_to_refuses_shapes_that_do_not_broadcast() -> Result<()> {
+    let x = Var::param(Tensor::ones([2, 3], DType::F64)?);
+    for bad in [&[3usize, 2][..], &[2], &[4, 3], &[1, 2, 3, 1]] {
+        let e = x.sum_to(&Shape::from(bad)).expect_err("refused").to_string();
+        assert!(e.contains("sum_to") && e.contains("[2, 3]") && e.contains(&format!("{bad:?}")), "{e}");
+    }
+    for good in [&[2usize, 3][..], &[3], &[1, 3], &[2, 1], &[1], &[]] {
+        assert_eq!(x.sum_to(&Shape::from(good))?.shape().dims(), good);
     }
     Ok(())
 }
@@ -577,6 +640,32 @@ fn var_and_std() -> Result<()> {
             check(&format!("var_all, {case}"), |v| Ok(v[0].var_all(unbiased)), std::slice::from_ref(&x));
             check(&format!("std_all, {case}"), |v| Ok(v[0].std_all(unbiased)), std::slice::from_ref(&x));
         }
+    }
+    Ok(())
+}
+
+/// Where the standard deviation is 0 (constant data) PyTorch's std_backward gives 0, not
+/// the NaN of `0 / (2 sqrt(0))`; other groups are unaffected. Values are PyTorch's.
+#[test]
+fn std_of_constant_data_has_zero_gradient() -> Result<()> {
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 1.0, 1.0, 1.0, 2.0, 4.0], [2, 3])?);
+    x.std(1, true, false)?.sum_all().backward()?;
+    let g = x.grad().expect("a gradient").to_vec::<f64>()?;
+    let torch = [0.0, 0.0, 0.0, -0.43643578047198, -0.10910894511800, 0.54554472558998];
+    for (a, b) in g.iter().zip(torch) {
+        assert!((a - b).abs() < 1e-12, "{g:?}");
+    }
+    let c = Var::param(Tensor::full([3], 2.0, DType::F64)?);
+    for unbiased in [true, false] {
+        c.zero_grad();
+        c.std_all(unbiased).backward()?;
+        assert_eq!(c.grad().expect("a gradient").to_vec::<f64>()?, vec![0.0; 3]);
+    }
+    // With create_graph the masked gradient is differentiable again without NaN.
+    let d1 = grad(&[&c.std_all(true)], &[&c], &[], false, true)?[0].clone().expect("a first derivative");
+    let d2 = grad(&[&d1.sum_all()], &[&c], &[], false, false)?[0].clone();
+    if let Some(d2) = d2 {
+        assert!(d2.value().to_vec::<f64>()?.iter().all(|v| v.is_finite()));
     }
     Ok(())
 }
@@ -1077,6 +1166,41 @@ fn second_order_softmax_and_reductions() -> Result<()> {
     let p = transposed(&sample(5611, &[3, 4], |v| v.signum() * (0.5 + (v.abs() / 3.0).min(1.0)))?)?;
     check_second_order("prod", |v| v[0].prod(1, false), &[p], 5612)?;
     check_second_order("max", |v| Ok(v[0].max(1, false)?.square()), &[transposed(&distinct(5613, &[3, 4])?)?], 5614)?;
+    Ok(())
+}
+
+/// Second derivatives of a product with zeros: the zero-safe backward is itself built from
+/// differentiable operations, so `d^2 prod / dx_i dx_j` (the product of the rest) comes out
+/// right with one zero and with two zeros in a group.
+#[test]
+fn second_order_prod_with_zeros() -> Result<()> {
+    let one_zero = Tensor::from_vec(vec![0.8f64, -1.2, 0.6, 1.1, 0.9, 0.7, 0.0, -1.3, 1.4, -0.5, 1.2, 0.9], [3, 4])?;
+    let two_zeros = Tensor::from_vec(vec![0.8f64, -1.2, 0.6, 1.1, 0.0, 0.7, 0.0, -1.3, 1.4, -0.5, 1.2, 0.9], [3, 4])?;
+    for (name, x) in [("one zero", one_zero), ("two zeros in a row", two_zeros)] {
+        for (i, x) in [x.clone(), transposed(&x)?].into_iter().enumerate() {
+            let xs = std::slice::from_ref(&x);
+            check_second_order(&format!("prod over 1, {name}, layout {i}"), |v| v[0].prod(1, false), xs, 5620)?;
+            check_second_order(&format!("prod over 0, {name}, layout {i}"), |v| v[0].prod(0, true), xs, 5621)?;
+            check_second_order(&format!("prod_all, {name}, layout {i}"), |v| Ok(v[0].prod_all()), xs, 5622)?;
+        }
+    }
+    // The Hessians of prod([0, 3, 5]) and prod([0, 0, 5]), as PyTorch computes them.
+    for (x, hessian) in [
+        (vec![0.0f64, 3.0, 5.0], [[0.0, 5.0, 3.0], [5.0, 0.0, 0.0], [3.0, 0.0, 0.0]]),
+        (vec![0.0f64, 0.0, 5.0], [[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 0.0]]),
+    ] {
+        let x = Var::param(Tensor::from_vec(x, [3])?);
+        let g = grad(&[&x.prod_all()], &[&x], &[], false, true)?[0].clone().expect("a first derivative");
+        for (i, row) in hessian.iter().enumerate() {
+            let gi = g.select(0, i)?;
+            let h = grad(&[&gi], &[&x], &[], true, false)?[0].clone();
+            let h = match h {
+                Some(h) => h.value().to_vec::<f64>()?,
+                None => vec![0.0; 3],
+            };
+            assert_eq!(h, row.to_vec(), "row {i} of the Hessian at {:?}", x.value().to_vec::<f64>()?);
+        }
+    }
     Ok(())
 }
 

@@ -81,14 +81,18 @@ binary_op!(
     |ctx, g| [g.div(&ctx.input(1)?), Ok(g.mul(&ctx.input(0)?)?.div(&ctx.input(1)?.square())?.neg())]
 );
 binary_op!(
-    /// `a ^ b` elementwise, broadcasting; the gradients are `b a^(b-1)` and `a^b ln a`
-    /// (0 where `a = 0` and `b >= 0`, as in PyTorch).
+    /// `a ^ b` elementwise, broadcasting; the gradients are `b a^(b-1)` (0 where `b = 0`)
+    /// and `a^b ln a` (0 where `a = 0` and `b >= 0`), PyTorch's `pow_backward_self` and
+    /// `pow_backward_exponent`: at a zero base the plain formulas give `0 * inf` and
+    /// `0 * ln 0`, both NaN.
     pow, Pow, "pow", Saves::INPUTS,
     |a, b| a.pow(b),
     |ctx, g| [
         {
             let (a, b) = (ctx.input(0)?, ctx.input(1)?);
-            g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0))?)?)
+            let d = g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0))?)?)?;
+            let constant_in_a = constant(b.value().eq_scalar(0));
+            constant_in_a.where_cond(&constant(d.value().zeros_like()), &d)
         },
         {
             let (a, b) = (ctx.input(0)?, ctx.input(1)?);

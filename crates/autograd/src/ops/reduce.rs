@@ -1,6 +1,7 @@
-//! Reductions. `sum`, `max`, `min` and `prod` are operations of their own; `mean`, `var`,
-//! `std` and `logsumexp` are compositions of differentiable operations, so their gradients
-//! (of any order) follow.
+//! Reductions. `sum`, `max`, `min` and `prod` are operations of their own; `mean`, `var`
+//! and `logsumexp` are compositions of differentiable operations, so their gradients (of
+//! any order) follow; `std` is the square root of `var` through an operation whose gradient
+//! is 0 where the deviation is (PyTorch's rule).
 
 use super::{apply, apply_infallible, constant};
 use crate::backward_ctx::BackwardCtx;
@@ -104,19 +105,64 @@ impl Op for Prod {
             // The product of the others is y / x, differentiable again.
             return Ok(smallvec![Some(g.mul(&y.div(&x)?)?)]);
         }
-        // With zeros, y / x is undefined: an element's coefficient is the product of the
-        // non-zero others when it is the only zero of its group, else 0.
+        // With zeros, y / x is undefined. Each element's coefficient is still the product of
+        // the others, written with Var operations (masks are constants) so that
+        // `create_graph` differentiates it correctly (PyTorch's prod_safe_zeros_backward):
+        // - a zero that is its group's only zero: the product of the non-zero elements;
+        // - a zero with exactly one other zero in its group: that product times the other
+        //   zero, written `sum of the group's zeros - x` (0 in value, slope 1 in the other
+        //   zero and 0 in itself);
+        // - a zero among three or more: 0, whose first derivatives (products that still
+        //   contain a zero) are 0 too, so second derivatives stay right;
+        // - a non-zero element: y / x with the zeros replaced by 1, which is 0 in value and
+        //   differentiates (through y) into the product of the rest.
         let dims = &self.0.dims[..];
-        let count = zeros.sum(dims, true)?;
-        let nonzero_prod = zeros.where_cond(&xv.ones_like(), &xv)?.prod(dims, true)?;
-        let single = count.eq_scalar(1).to_dtype(xv.dtype()).mul(&nonzero_prod)?;
-        let safe_x = zeros.where_cond(&xv.ones_like(), &xv)?;
-        let ratio = y.value().div(&safe_x)?;
-        let coef = zeros.where_cond(&single.expand(xv.shape_obj().clone())?, &ratio)?;
-        Ok(smallvec![Some(g.mul(&constant(coef))?)])
+        let is_zero = constant(zeros.clone());
+        let zero = constant(xv.zeros_like());
+        let count = zeros.to_dtype(xv.dtype().float_or_default()).sum(dims, true)?;
+        let nonzero = is_zero.where_cond(&constant(xv.ones_like()), &x)?;
+        let nonzero_prod = nonzero.prod(dims, true)?;
+        let zero_sum = is_zero.where_cond(&x, &zero)?.sum(dims, true)?;
+        let other_zero = zero_sum.sub(&x)?;
+        let two = constant(count.eq_scalar(2)).where_cond(&nonzero_prod.mul(&other_zero)?, &zero)?;
+        let at_zero = constant(count.eq_scalar(1)).where_cond(&nonzero_prod, &two)?;
+        let coef = is_zero.where_cond(&at_zero, &y.div(&nonzero)?)?;
+        Ok(smallvec![Some(g.mul(&coef)?)])
     }
     fn saves(&self) -> Saves {
         Saves { inputs: 1, output: true }
+    }
+}
+
+/// `sqrt` of a variance, giving a standard deviation. An operation of its own rather than
+/// `sqrt` because the gradient differs where the deviation is 0 (constant data): there
+/// sqrt's `1 / (2 sqrt(v))` is infinite and the chain rule through the variance gives
+/// `0 * inf = NaN`, while PyTorch's `std_backward` defines it as 0.
+struct StdOfVar;
+
+impl Op for StdOfVar {
+    fn name(&self) -> &str {
+        "std"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        Ok(inputs[0].sqrt())
+    }
+    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let y = ctx.output()?;
+        let yv = y.value();
+        let flat = yv.eq_scalar(0);
+        if flat.sum_all().item()? == 0.0 {
+            return Ok(smallvec![Some(g.div(&y.mul_scalar(2.0))?)]);
+        }
+        // The deviation is replaced by 1 where it is 0 before dividing, so that a second
+        // derivative does not meet the infinity the mask hides.
+        let flat = constant(flat);
+        let safe = flat.where_cond(&constant(yv.ones_like()), &y)?;
+        let d = g.div(&safe.mul_scalar(2.0))?;
+        Ok(smallvec![Some(flat.where_cond(&constant(d.value().zeros_like()), &d)?)])
+    }
+    fn saves(&self) -> Saves {
+        Saves::OUTPUT
     }
 }
 
@@ -203,14 +249,16 @@ impl Var {
         }
     }
 
-    /// The standard deviation over `dims`.
+    /// The standard deviation over `dims`. Where it is 0 (constant data) its gradient is 0,
+    /// as in PyTorch, not the NaN of differentiating `sqrt` at 0.
     pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
-        Ok(self.var(dims, unbiased, keepdim)?.sqrt())
+        Ok(apply_infallible(StdOfVar, &[&self.var(dims, unbiased, keepdim)?]))
     }
 
-    /// The standard deviation of all elements.
+    /// The standard deviation of all elements (gradient 0 where it is 0, as for
+    /// [`Var::std`]).
     pub fn std_all(&self, unbiased: bool) -> Var {
-        self.var_all(unbiased).sqrt()
+        apply_infallible(StdOfVar, &[&self.var_all(unbiased)])
     }
 
     /// `log(sum(exp(x)))` over `dims`, stable for large values. The shift by the maximum is
@@ -240,6 +288,17 @@ impl Var {
             return Err(ember_tensor::Error::shape(
                 "sum_to",
                 format!("cannot sum {own:?} down to the larger-rank shape {shape:?}"),
+            ));
+        }
+        // Only the reverse of a broadcast is a sum: every trailing dimension of the target
+        // must equal this one's or be 1 (otherwise the reshape below would silently turn,
+        // say, [2, 3] into [3, 2]).
+        if let Some((t, o)) = shape.iter().rev().zip(own.iter().rev()).find(|&(&t, &o)| t != o && t != 1) {
+            return Err(ember_tensor::Error::shape(
+                "sum_to",
+                format!(
+                    "cannot sum {own:?} down to {shape:?}: {shape:?} does not broadcast to it (size {t} against {o})"
+                ),
             ));
         }
         let lead = own.rank() - shape.rank();

@@ -1,5 +1,6 @@
 //! Operations between a `Var` and a Rust number.
 
+use super::unary::zero_gradient;
 use super::{apply_infallible, constant};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
@@ -77,16 +78,29 @@ scalar_op!(
     |ctx, g, s| Some(g.mul(&ctx.output()?)?.div(&ctx.input(0)?)?.neg())
 );
 scalar_op!(
-    /// `x ^ e`; the gradient is `e x^(e - 1)`.
+    /// `x ^ e`; the gradient is `e x^(e - 1)`, and zeros for `e = 0` (PyTorch's
+    /// `pow_backward`: `x^0 = 1` is constant, even at `x = 0` where `0 * 0^-1` would be NaN).
     pow_scalar, PowScalar, "pow_scalar", Saves::INPUTS,
     |x, e| x.pow_scalar(e),
-    |ctx, g, e| if e == 0.0 { None } else { Some(g.mul(&ctx.input(0)?.pow_scalar(e - 1.0).mul_scalar(e))?) }
+    |ctx, g, e| Some(if e == 0.0 { zero_gradient(g) } else { g.mul(&ctx.input(0)?.pow_scalar(e - 1.0).mul_scalar(e))? })
 );
 scalar_op!(
-    /// `b ^ x`; the gradient is `y ln b`.
+    /// `b ^ x`; the gradient is `y ln b`. For `b = 0` it is 0 where `x >= 0` (PyTorch's
+    /// `pow_backward_exponent`: there `0^x` is constant in `x`, and `0 * ln 0` would be NaN).
     rpow_scalar, RPowScalar, "rpow_scalar", Saves::OUTPUT,
     |x, b| x.rpow_scalar(b),
-    |ctx, g, b| Some(g.mul(&ctx.output()?.mul_scalar(b.ln()))?)
+    |ctx, g, b| {
+        let y = ctx.output()?;
+        let d = g.mul(&y.mul_scalar(b.ln()))?;
+        if b == 0.0 {
+            // `0^x` is 0 for x > 0, 1 at 0 and inf below: x >= 0 exactly where y is finite,
+            // which the saved output tells without saving the input too.
+            let flat = constant(y.value().lt_scalar(f64::INFINITY));
+            Some(flat.where_cond(&zero_gradient(&d), &d)?)
+        } else {
+            Some(d)
+        }
+    }
 );
 scalar_op!(
     /// `max(x, s)`; the gradient passes where `x > s` (PyTorch's `clamp_min`: 0 at the bound).

@@ -9,6 +9,12 @@ use crate::var::Var;
 use ember_tensor::{Result, Tensor};
 use smallvec::smallvec;
 
+/// The gradient of a piecewise-constant function: zeros, as in PyTorch (not "no gradient": a
+/// parameter reached only through such a function gets a zero `.grad`, not none).
+pub(super) fn zero_gradient(g: &Var) -> Var {
+    constant(g.value().zeros_like())
+}
+
 /// `x` as a float tensor's dtype, for masks: `mask.to_dtype(float)`.
 fn float_mask(mask: Tensor, like: &Tensor) -> Var {
     constant(mask.to_dtype(like.dtype().float_or_default()))
@@ -60,7 +66,7 @@ unary_op!(
     /// `-1`, `0` or `1`; its gradient is zero.
     sign, Sign, "sign", Saves::NONE,
     |x| x.sign(),
-    |ctx, g| None
+    |ctx, g| Some(zero_gradient(g))
 );
 unary_op!(
     /// `x * x`.
@@ -186,19 +192,19 @@ unary_op!(
     /// Rounds down; its gradient is zero.
     floor, Floor, "floor", Saves::NONE,
     |x| x.floor(),
-    |ctx, g| None
+    |ctx, g| Some(zero_gradient(g))
 );
 unary_op!(
     /// Rounds up; its gradient is zero.
     ceil, Ceil, "ceil", Saves::NONE,
     |x| x.ceil(),
-    |ctx, g| None
+    |ctx, g| Some(zero_gradient(g))
 );
 unary_op!(
     /// Rounds half to even; its gradient is zero.
     round, Round, "round", Saves::NONE,
     |x| x.round(),
-    |ctx, g| None
+    |ctx, g| Some(zero_gradient(g))
 );
 
 struct Softplus {

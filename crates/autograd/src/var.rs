@@ -26,6 +26,13 @@ pub struct Var {
     pub(crate) node: NodeRef,
 }
 
+// `Var` is documented as `Send + Sync` and graphs are shared between threads: a field that
+// breaks it must fail the build here, not in a user's code.
+const _: fn() = || {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Var>();
+};
+
 impl Clone for Var {
     fn clone(&self) -> Self {
         Var { node: self.node.clone() }

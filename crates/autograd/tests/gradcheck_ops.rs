@@ -732,6 +732,57 @@ fn matmul() -> Result<()> {
     Ok(())
 }
 
+/// The fused `linear` (PyTorch's `F.linear`), whose backward writes the weight's gradient in
+/// its own layout: with and without bias, batched, on transposed, narrowed and strided
+/// inputs.
+#[test]
+fn linear() -> Result<()> {
+    let n = |seed, shape: &[usize]| sample(seed, shape, any);
+    let cases: Vec<(&str, Tensor, Tensor, Tensor)> = vec![
+        ("contiguous", n(2750, &[2, 3])?, n(2751, &[4, 3])?, n(2752, &[4])?),
+        ("1-d input", n(2753, &[3])?, n(2754, &[4, 3])?, n(2755, &[4])?),
+        ("batched", n(2756, &[2, 2, 3])?, n(2757, &[4, 3])?, n(2758, &[4])?),
+        (
+            "transposed input and weight",
+            transposed(&n(2759, &[2, 3])?)?,
+            transposed(&n(2760, &[4, 3])?)?,
+            n(2761, &[4])?,
+        ),
+        ("narrowed input, strided bias", narrowed(&n(2762, &[2, 3])?)?, n(2763, &[4, 3])?, strided(&n(2764, &[4])?)?),
+        (
+            "strided weight, batched transposed",
+            transposed(&n(2765, &[2, 2, 3])?)?,
+            strided(&n(2766, &[4, 3])?)?,
+            n(2767, &[4])?,
+        ),
+    ];
+    for (name, x, w, b) in cases {
+        check(&format!("linear with bias, {name}"), |v| v[0].linear(&v[1], Some(&v[2])), &[x.clone(), w.clone(), b]);
+        check(&format!("linear without bias, {name}"), |v| v[0].linear(&v[1], None), &[x, w]);
+    }
+    let (x, w, b) = (transposed(&n(2770, &[2, 3])?)?, narrowed(&n(2771, &[4, 3])?)?, strided(&n(2772, &[4])?)?);
+    check_second_order(
+        "linear, non-contiguous",
+        |v| v[0].linear(&v[1], Some(&v[2])),
+        &[x.clone(), w.clone(), b],
+        2773,
+    )?;
+    check_second_order("linear without bias, batched", |v| v[0].linear(&v[1], None), &[n(2774, &[2, 2, 3])?, w], 2775)?;
+    Ok(())
+}
+
+/// A 1-d operand is reshaped to a matrix: a shape error names the caller's shapes, and any
+/// other error (dtypes here) is the product's own, not turned into a shape complaint.
+#[test]
+fn matmul_errors_name_the_real_problem() -> Result<()> {
+    let v = Var::param(Tensor::ones([3], DType::F32)?);
+    let e = v.matmul(&Var::new(Tensor::ones([4, 2], DType::F32)?)).expect_err("[3] @ [4, 2]").to_string();
+    assert_eq!(e, "matmul: cannot multiply [3] by [4, 2]");
+    let e = v.matmul(&Var::new(Tensor::ones([3, 2], DType::F64)?)).expect_err("f32 @ f64").to_string();
+    assert!(e.contains("f32") && e.contains("f64") && !e.contains("cannot multiply"), "{e}");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------
 // Views
 // ---------------------------------------------------------------------------------------
@@ -740,6 +791,20 @@ fn matmul() -> Result<()> {
 fn view_inputs(seed: u64) -> Result<Vec<Tensor>> {
     let base = sample(seed, &[3, 4], any)?;
     Ok(vec![base.clone(), transposed(&base)?, strided(&base)?])
+}
+
+/// `copy` (PyTorch's `clone()`) is the identity for the gradient and gives fresh storage.
+#[test]
+fn copy() -> Result<()> {
+    for (i, x) in view_inputs(2790)?.into_iter().enumerate() {
+        check(&format!("copy, layout {i}"), |v| Ok(v[0].copy().mul(&v[0])?), std::slice::from_ref(&x));
+    }
+    let x = Var::param(Tensor::ones([2], DType::F64)?);
+    let y = x.copy();
+    y.value().fill_(5.0)?;
+    assert_eq!(x.value().to_vec::<f64>()?, vec![1.0, 1.0], "writing the copy leaves the original alone");
+    check_second_order("copy", |v| Ok(v[0].copy().square()), &[transposed(&sample(2791, &[3, 4], any)?)?], 2792)?;
+    Ok(())
 }
 
 #[test]

@@ -119,8 +119,13 @@ impl Var {
         // differentiable reshapes, and the added dimension is removed from the result.
         let a = if ra == 1 { self.unsqueeze(0)? } else { self.clone() };
         let b = if rb == 1 { other.unsqueeze(1)? } else { other.clone() };
-        let out = a.matmul(&b).map_err(|_| {
-            Error::shape("matmul", format!("cannot multiply {:?} by {:?}", self.shape(), other.shape()))
+        // A shape error from the product names the reshaped operands: name the caller's
+        // instead. Any other error (mixed dtypes, integer operands) is passed on as it is.
+        let out = a.matmul(&b).map_err(|e| match e {
+            Error::Shape { .. } => {
+                Error::shape("matmul", format!("cannot multiply {:?} by {:?}", self.shape(), other.shape()))
+            }
+            other => other,
         })?;
         let out = if ra == 1 { out.squeeze(-2)? } else { out };
         if rb == 1 { out.squeeze(-1) } else { Ok(out) }

@@ -145,7 +145,43 @@ impl Op for Contiguous {
     }
 }
 
+/// A copy into fresh storage (PyTorch's `clone()`): identity for the gradient.
+struct CopyValue;
+
+impl Op for CopyValue {
+    fn name(&self) -> &str {
+        "copy"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        Ok(inputs[0].copy())
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        Ok(smallvec![Some(g.clone())])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
 impl Var {
+    /// A differentiable copy of the value into storage of its own (PyTorch's `clone()`,
+    /// named after [`Tensor::copy`] since `Clone` on a `Var` copies the handle): writing
+    /// the copy in place leaves this value alone, and gradients flow back through it.
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_tensor::Tensor;
+    /// let x = Var::param(Tensor::from_vec(vec![1.0f32, 2.0], [2])?);
+    /// let y = x.copy();
+    /// assert!(!y.value().shares_storage(&x.value()));
+    /// y.mul_scalar(3.0).sum_all().backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![3.0, 3.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn copy(&self) -> Var {
+        apply_infallible(CopyValue, &[self])
+    }
+
     /// The same elements with another shape (one extent may be `-1`).
     pub fn reshape(&self, shape: impl ShapeSpec) -> Result<Var> {
         let from = self.shape();

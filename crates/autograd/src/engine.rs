@@ -75,6 +75,11 @@ fn grad_input(n: &NodeRef, routes: &FxHashMap<usize, NodeRef>, pos: usize) -> Op
 }
 
 fn grad_input_count(n: &NodeRef, routes: &mut FxHashMap<usize, NodeRef>) -> usize {
+    if n.is_leaf() {
+        // A leaf may keep inputs (a result of constants made to require grad), but backward
+        // ends at it.
+        return 0;
+    }
     if n.op.is_router() {
         // A router's target is read once per backward, so that it cannot change mid-pass.
         return match n.op.route() {

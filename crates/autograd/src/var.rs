@@ -126,9 +126,13 @@ impl Var {
         self.node.requires_grad()
     }
 
-    /// Whether this is a leaf (created directly rather than by a recorded operation).
+    /// Whether this is a leaf, as PyTorch defines it: a `Var` created directly rather than by
+    /// a recorded operation, or any `Var` that does not require grad (backward never goes
+    /// past it). A result computed from constants is therefore a leaf, even though it keeps
+    /// its inputs for re-execution ([`Var::forward`], static mode) and [`Var::op_name`]
+    /// still names its operation.
     pub fn is_leaf(&self) -> bool {
-        self.node.is_leaf()
+        self.node.is_leaf() || !self.node.requires_grad()
     }
 
     /// The accumulated gradient of a leaf (or of a node that [`Var::retain_grad`]s, or of
@@ -164,14 +168,32 @@ impl Var {
 
     /// Sets whether a leaf requires grad. Non-leaves derive it from their inputs; asking
     /// them to stop is an error (use [`Var::detach`]).
+    ///
+    /// As in PyTorch, a `Var` that does not require grad is a leaf, including the result of
+    /// an operation on constants: `requires_grad_(true)` makes it a parameter-like leaf that
+    /// accumulates its own gradient (backward stops there, whatever its inputs do later).
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_tensor::Tensor;
+    /// let x = Var::new(Tensor::from_vec(vec![1.0f32, 2.0], [2])?);
+    /// let y = x.mul_scalar(2.0); // computed from a constant: a leaf
+    /// assert!(y.is_leaf() && !y.requires_grad());
+    /// y.requires_grad_(true)?;
+    /// y.square().sum_all().backward()?;
+    /// assert_eq!(y.grad().unwrap().to_vec::<f32>()?, vec![4.0, 8.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn requires_grad_(&self, on: bool) -> Result<&Var> {
         if !self.is_leaf() {
             if on == self.requires_grad() {
                 return Ok(self);
             }
-            return Err(Error::autograd(
-                "requires_grad_: only leaves can change requires_grad; use detach() to cut a non-leaf from the graph",
-            ));
+            return Err(Error::autograd(format!(
+                "requires_grad_: only leaves can change requires_grad, and this Var was computed by {} from inputs \
+                 that require grad; use detach() to cut it from the graph",
+                self.op_name()
+            )));
         }
         if on && !self.dtype().is_float() {
             return Err(Error::autograd(format!(
@@ -181,6 +203,11 @@ impl Var {
         }
         if self.node.has(REQUIRES_GRAD) != on {
             crate::engine::bump_structure_epoch();
+        }
+        if on && !self.node.is_leaf() {
+            // A result of constants becomes a leaf for backward, which accumulates into it
+            // and looks no further; its inputs stay for re-execution.
+            self.node.set(IS_LEAF, true);
         }
         self.node.set(REQUIRES_GRAD, on);
         if on {

@@ -62,7 +62,9 @@ fn detach_shares_storage_and_cuts_the_graph() -> Result<()> {
 fn detach_node_stays_in_the_graph_but_stops_gradients() -> Result<()> {
     let a = param(&[1.0, 2.0]);
     let b = a.mul_scalar(3.0).detach_node();
-    assert!(!b.is_leaf() && !b.requires_grad());
+    // Like anything that does not require grad, it is a leaf (PyTorch's rule), though it
+    // stays in the graph as an operation.
+    assert!(b.is_leaf() && !b.requires_grad());
     assert_eq!(b.op_name(), "detach");
     let c = param(&[1.0, 1.0]);
     b.mul(&c)?.sum_all().backward()?;
@@ -129,5 +131,35 @@ fn requires_grad_rules() -> Result<()> {
     let i = Var::param(Tensor::arange(0, 3)?);
     assert!(!i.requires_grad(), "integer values never require grad");
     assert!(i.requires_grad_(true).is_err());
+    Ok(())
+}
+
+/// PyTorch's leaf rule: a tensor that does not require grad is a leaf, even when an
+/// operation computed it, and `requires_grad_()` turns it into a parameter-like leaf.
+#[test]
+fn results_of_constants_are_leaves() -> Result<()> {
+    let x = Var::new(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let y = x.mul_scalar(2.0);
+    assert!(y.is_leaf() && !y.requires_grad());
+    assert_eq!(y.op_name(), "mul_scalar");
+    y.requires_grad_(true)?;
+    assert!(y.is_leaf() && y.requires_grad());
+    let loss = y.square().sum_all();
+    loss.backward()?;
+    assert_eq!(y.grad().expect("the new leaf accumulates").to_vec::<f64>()?, vec![4.0, 8.0]);
+    // Backward stops at the new leaf even once its input requires grad too.
+    x.requires_grad_(true)?;
+    y.square().sum_all().backward()?;
+    assert!(x.grad().is_none());
+    assert_eq!(y.grad().expect("accumulated twice").to_vec::<f64>()?, vec![8.0, 16.0]);
+    // It still re-executes from its input (reactive forward keeps the edge).
+    x.set_value(Tensor::from_vec(vec![5.0f64, 6.0], [2])?)?;
+    assert_eq!(y.forward()?.to_vec::<f64>()?, vec![10.0, 12.0]);
+    // A result that requires grad is not a leaf and cannot stop requiring it.
+    let w = param(&[1.0]);
+    let h = w.mul_scalar(2.0);
+    assert!(!h.is_leaf());
+    let e = h.requires_grad_(false).expect_err("a non-leaf cannot stop").to_string();
+    assert!(e.contains("only leaves") && e.contains("mul_scalar"), "{e}");
     Ok(())
 }

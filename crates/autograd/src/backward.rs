@@ -53,7 +53,13 @@ impl Var {
             ));
         }
         let g = root_grad(self, grad_output, "backward")?;
-        execute(Run { roots: vec![(self.node.clone(), g)], targets: None, retain_graph, create_graph })?;
+        execute(Run {
+            roots: vec![(self.node.clone(), g)],
+            targets: None,
+            retain_graph,
+            create_graph,
+            target_hooks: true,
+        })?;
         Ok(())
     }
 }
@@ -83,6 +89,19 @@ pub fn grad(
     retain_graph: bool,
     create_graph: bool,
 ) -> Result<Vec<Option<Var>>> {
+    grad_with(outputs, inputs, grad_outputs, retain_graph, create_graph, true)
+}
+
+/// [`grad`], optionally without running the grad hooks of `inputs` (for a backward nested
+/// in another that runs them; see `engine::Run::target_hooks`).
+pub(crate) fn grad_with(
+    outputs: &[&Var],
+    inputs: &[&Var],
+    grad_outputs: &[&Var],
+    retain_graph: bool,
+    create_graph: bool,
+    target_hooks: bool,
+) -> Result<Vec<Option<Var>>> {
     if outputs.is_empty() {
         return Err(Error::autograd("grad: no outputs given"));
     }
@@ -107,5 +126,5 @@ pub fn grad(
         roots.push((y.node.clone(), g));
     }
     let targets: Vec<_> = inputs.iter().map(|v| v.node.clone()).collect();
-    execute(Run { roots, targets: Some(&targets), retain_graph, create_graph })
+    execute(Run { roots, targets: Some(&targets), retain_graph, create_graph, target_hooks })
 }

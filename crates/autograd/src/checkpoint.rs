@@ -34,18 +34,18 @@
 //!
 //! [`grad`]: crate::grad
 
-use crate::backward::grad;
+use crate::backward::grad_with;
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
 use crate::instrument::{self, CAPTURE, PROFILING, SAVED_HOOKS};
-use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves, next_seq};
+use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves, seq_remaining};
 use crate::profiler::{self, Phase};
 use crate::reactive;
 use crate::var::Var;
 use ember_tensor::random::with_rng;
 use ember_tensor::{Error, Result, Tensor};
 use rustc_hash::FxHashSet;
-use smallvec::SmallVec;
+use smallvec::{SmallVec, smallvec};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -78,11 +78,19 @@ fn replaying<R>(rng: &RngReplay, f: impl FnOnce() -> R) -> R {
 }
 
 struct Capture {
-    /// The first sequence number of the segment: nodes numbered from here on were created
-    /// inside it (by this thread) and are never captured.
-    start: u64,
+    /// The sequence numbers this thread has handed out, or may hand out, since the segment
+    /// began: a node numbered in them was created inside the segment and is never captured.
+    /// Numbers are unique across threads but not ordered in time, so "numbered after the
+    /// start" would say nothing about a parameter made on another thread.
+    inside: SmallVec<[std::ops::Range<u64>; 2]>,
     seen: FxHashSet<usize>,
     vars: Vec<Var>,
+}
+
+impl Capture {
+    fn created_inside(&self, seq: u64) -> bool {
+        self.inside.iter().any(|r| r.contains(&seq))
+    }
 }
 
 thread_local! {
@@ -91,17 +99,27 @@ thread_local! {
 }
 
 /// Notes the inputs of an operation applied in a segment's forward that require grad and
-/// were created before the segment: the parameters (and outer `Var`s) it reads. (The
-/// segment runs in `no_grad`, so what it computes requires grad only if it turns grad mode
-/// back on.)
+/// were not created inside the segment: the parameters (and outer `Var`s) it reads,
+/// whichever thread made them. (The segment runs in `no_grad`, so what it computes requires
+/// grad only if it turns grad mode back on.)
 pub(crate) fn capture(inputs: &[&Var]) {
     CAPTURES.with(|c| {
         if let Some(top) = c.borrow_mut().last_mut() {
             for v in inputs {
-                if v.requires_grad() && v.node.seq < top.start && top.seen.insert(v.id()) {
+                if v.requires_grad() && !top.created_inside(v.node.seq) && top.seen.insert(v.id()) {
                     top.vars.push((*v).clone());
                 }
             }
+        }
+    });
+}
+
+/// This thread took a new block of sequence numbers while segments are capturing: the nodes
+/// numbered from it are created inside all of them.
+pub(crate) fn note_seq_block(block: std::ops::Range<u64>) {
+    CAPTURES.with(|c| {
+        for capture in c.borrow_mut().iter_mut() {
+            capture.inside.push(block.clone());
         }
     });
 }
@@ -115,7 +133,7 @@ impl CaptureGuard {
     fn new() -> Self {
         let depth = CAPTURES.with(|c| {
             let mut c = c.borrow_mut();
-            c.push(Capture { start: next_seq(), seen: FxHashSet::default(), vars: Vec::new() });
+            c.push(Capture { inside: smallvec![seq_remaining()], seen: FxHashSet::default(), vars: Vec::new() });
             c.len() - 1
         });
         instrument::set(CAPTURE, true);
@@ -269,7 +287,8 @@ impl Op for Checkpoint {
         if targets.is_empty() || !out.requires_grad() {
             return Ok(grads);
         }
-        let found = enable_grad(|| grad(&[&out], &targets, &[g], false, false))?;
+        // The parameters' hooks run once, when the outer backward delivers these gradients.
+        let found = enable_grad(|| grad_with(&[&out], &targets, &[g], false, false, false))?;
         for (slot, gr) in slots.into_iter().zip(found) {
             grads[slot] = gr;
         }

@@ -227,6 +227,11 @@ pub(crate) struct Run<'a> {
     pub targets: Option<&'a [NodeRef]>,
     pub retain_graph: bool,
     pub create_graph: bool,
+    /// Whether the grad hooks of `targets` run. A backward nested in another one (a
+    /// checkpoint recomputing its segment) hands its targets' gradients to the outer
+    /// backward, which runs their hooks when it delivers them: running them here too would
+    /// apply them twice.
+    pub target_hooks: bool,
 }
 
 /// Runs a backward pass; returns the captured gradients of `targets` (empty otherwise).
@@ -287,6 +292,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
         let node = &graph.nodes[i];
         let mut grad = buffers[i].take();
         if node.has(HAS_HOOKS)
+            && (run.target_hooks || target_slot[i].is_none())
             && let Some(g) = grad.take()
         {
             grad = Some(run_grad_hooks(node, g)?);

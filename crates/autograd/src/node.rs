@@ -184,16 +184,38 @@ thread_local! {
 
 /// A fresh sequence number. Threads reserve blocks from a global counter, so that numbering
 /// a node costs no atomic operation. Numbers only choose among *ready* nodes in backward
-/// (dependencies are counted), so blocks interleaving across threads is harmless.
+/// (dependencies are counted), so blocks interleaving across threads is harmless. They are
+/// unique, but they are no clock across threads: a node made later on another thread may
+/// have a smaller number, or a larger one.
 pub(crate) fn next_seq() -> u64 {
     SEQ.with(|c| {
         let (mut next, mut end) = c.get();
         if next == end {
-            next = NEXT_SEQ_BLOCK.fetch_add(SEQ_BLOCK, Ordering::Relaxed);
+            next = reserve_seq_block();
             end = next + SEQ_BLOCK;
         }
         c.set((next + 1, end));
         next
+    })
+}
+
+/// Takes the next block of sequence numbers for this thread, and tells segments that are
+/// collecting the nodes this thread creates (checkpoint's capture) about it.
+#[cold]
+fn reserve_seq_block() -> u64 {
+    let start = NEXT_SEQ_BLOCK.fetch_add(SEQ_BLOCK, Ordering::Relaxed);
+    if crate::instrument::active() & crate::instrument::CAPTURE != 0 {
+        crate::checkpoint::note_seq_block(start..start + SEQ_BLOCK);
+    }
+    start
+}
+
+/// The numbers this thread will still hand out from its current block (empty when it holds
+/// none yet).
+pub(crate) fn seq_remaining() -> std::ops::Range<u64> {
+    SEQ.with(|c| {
+        let (next, end) = c.get();
+        next..end
     })
 }
 

@@ -228,3 +228,58 @@ fn a_segment_error_is_returned() {
     let err = x.checkpoint(|h| h.reshape([3])).unwrap_err().to_string();
     assert!(err.contains("reshape"), "{err}");
 }
+
+/// Sequence numbers are unique but no clock across threads: a parameter made on another
+/// thread, after this thread's block of numbers was reserved, is numbered after everything
+/// this thread makes, the segment included. It must still be captured (and get its
+/// gradient) because it was not created inside the segment.
+#[test]
+fn parameters_made_on_another_thread_are_captured() -> Result<()> {
+    // Run on a fresh thread, so that its block of numbers is reserved by `x` below and has
+    // room for the whole test: the parameter's thread, started afterwards, then reserves a
+    // later block, deterministically.
+    let check = std::thread::spawn(|| -> Result<()> {
+        let x = Var::new(Tensor::from_vec(vec![0.5f64, -1.0], [1, 2])?);
+        let w = std::thread::spawn(|| Tensor::from_vec(vec![0.3f64, -0.7, 1.1, 0.2], [2, 2]).map(Var::param))
+            .join()
+            .expect("the parameter's thread does not panic")?;
+        assert!(w.sequence_nr() > x.sequence_nr(), "the other thread's block comes later");
+        let w2 = w.clone();
+        let block = move |h: &Var| -> Result<Var> { Ok(h.matmul(&w2)?.tanh().matmul(&w2)?.sin()) };
+        let expected = ember_autograd::grad(&[&block(&x)?.sum_all()], &[&w], &[], false, false)?[0]
+            .clone()
+            .expect("a plain gradient");
+        x.checkpoint(block)?.sum_all().backward()?;
+        let got = w.grad().expect("the parameter from the other thread gets its gradient");
+        assert_eq!(got.to_vec::<f64>()?, expected.value().to_vec::<f64>()?);
+        Ok(())
+    });
+    check.join().expect("the test thread does not panic")
+}
+
+/// A grad hook on a parameter the segment reads runs once per backward, as without the
+/// checkpoint: the recomputation's inner backward leaves it to the outer one.
+#[test]
+fn grad_hooks_on_captured_parameters_run_once() -> Result<()> {
+    let run = |checkpointed: bool| -> Result<(Vec<f64>, usize)> {
+        let w = Var::param(Tensor::from_vec(vec![0.4f64, -0.3], [2])?);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        w.register_hook(move |g| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(g.mul_scalar(2.0)))
+        })?;
+        let x = Var::new(Tensor::from_vec(vec![1.5f64, 2.0], [2])?);
+        let w2 = w.clone();
+        let block = move |h: &Var| -> Result<Var> { Ok(h.mul(&w2)?.tanh()) };
+        let y = if checkpointed { x.checkpoint(block)? } else { block(&x)? };
+        y.sum_all().backward()?;
+        Ok((w.grad().expect("a gradient").to_vec::<f64>()?, calls.load(Ordering::Relaxed)))
+    };
+    let (plain, plain_calls) = run(false)?;
+    let (checkpointed, checkpointed_calls) = run(true)?;
+    assert_eq!(plain_calls, 1);
+    assert_eq!(checkpointed_calls, 1, "the hook ran {checkpointed_calls} times");
+    assert_eq!(checkpointed, plain, "x2 once, not x4");
+    Ok(())
+}

@@ -46,6 +46,12 @@ impl Var {
 
     /// The general form: with `create_graph`, the backward computation is itself recorded,
     /// so that the gradients can be differentiated again (it implies `retain_graph`).
+    ///
+    /// Under `create_graph` a leaf's `.grad` (and a [`Var::retain_grad`] node's) carries
+    /// the graph of its computation, which usually refers back to the leaf: as in PyTorch,
+    /// leaf and gradient then hold each other until [`Var::zero_grad`] (or prefer [`grad`],
+    /// which touches no `.grad`). Other intermediate nodes keep only the value of their
+    /// gradient, so they never hold their own graph.
     pub fn backward_full(&self, grad_output: Option<&Var>, retain_graph: bool, create_graph: bool) -> Result<()> {
         if !self.requires_grad() {
             return Err(Error::autograd(

@@ -19,8 +19,9 @@
 //! second (seed 001 §7.2, rule 4). Leaves accumulate across calls until `zero_grad`.
 //!
 //! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
-//! a user handle still holds the node; a later backward through freed nodes recomputes them
-//! from the leaves. Nothing here recurses, so chains of millions of nodes are fine.
+//! a user handle still holds the node or the value was written in place since it was
+//! computed; a later backward through freed nodes recomputes them from the leaves. Nothing
+//! here recurses, so chains of millions of nodes are fine.
 
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
@@ -316,7 +317,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                     accumulate_grad(node, g.clone(), create_graph)?;
                 }
             } else if retain_graph {
-                *node.grad_slot() = grad.clone();
+                *node.grad_slot() = grad.as_ref().map(|g| readable_grad(g, create_graph));
                 node.set(HAS_GRAD, grad.is_some());
             }
         }
@@ -380,13 +381,38 @@ fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Resul
     Ok(())
 }
 
+/// The gradient an intermediate node keeps readable until the next backward (seed 001
+/// §7.2). Under `create_graph` it is the value only: the gradient's graph usually reaches
+/// back to the node itself (the gradient of `h.square()` is `2 h g`), and a node holding it
+/// would hold itself, so the graph would never be freed. PyTorch keeps graph-carrying
+/// gradients only on leaves and on `retain_grad` nodes, and so does ember.
+fn readable_grad(g: &Var, create_graph: bool) -> Var {
+    if create_graph && g.requires_grad() { Var::new(g.value()) } else { g.clone() }
+}
+
 /// Frees the value of a node that backward no longer needs and nothing outside the graph
 /// holds (no `Var` of the user's, no other graph that was not part of this backward).
 fn release(node: &NodeRef, graph_refs: usize) {
-    if node.inputs.is_empty() || !node.op.recomputable() || Arc::strong_count(node) > 1 + graph_refs {
+    if node.inputs.is_empty() || !node.op.recomputable() {
         return;
     }
-    node.state().value = None;
+    // The handle count is read under the state lock: a thread that takes a handle and then
+    // reads the value (through the lock) either finishes before this and is counted, or
+    // reads after the value is gone and recomputes it. Read before the lock, a handle taken
+    // in between would find the value present, then lose it.
+    let mut st = node.state();
+    if Arc::strong_count(node) > 1 + graph_refs {
+        return;
+    }
+    // A value written in place since it was computed is kept: recomputing it would give the
+    // value from before the write, and consumers computed from the written one would then be
+    // differentiated at the wrong point.
+    if st.value.as_ref().is_none_or(|v| v.version() != st.storage_version) {
+        return;
+    }
+    #[cfg(test)]
+    tests::at_release(node);
+    st.value = None;
 }
 
 /// Adds `g` into a leaf's (or a retaining node's) `.grad`.
@@ -425,4 +451,54 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
     };
     *slot = Some(new);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ember_tensor::Tensor;
+    use std::sync::Mutex;
+    use std::sync::mpsc::{Sender, channel};
+
+    /// A node whose release tells a channel and then waits, so that a test can run another
+    /// thread at the moment backward frees that node's value.
+    static PAUSE: Mutex<Option<(usize, Sender<()>)>> = Mutex::new(None);
+
+    pub(super) fn at_release(node: &NodeRef) {
+        let hit = PAUSE.lock().unwrap_or_else(|e| e.into_inner()).take_if(|(k, _)| *k == key(node));
+        if let Some((_, tell)) = hit {
+            let _ = tell.send(());
+            // Give the other thread time to take a handle and read the value.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Another thread takes a handle to a node (as `inputs()` and a backward's context do)
+    /// while backward frees it: the handle must end up with a value (recomputed), never
+    /// with none. Before the count was read under the lock, the handle saw the value, then
+    /// lost it, and `value()` hit an internal-error panic.
+    #[test]
+    fn a_handle_taken_while_backward_frees_the_node_keeps_a_value() -> Result<()> {
+        let w = Var::param(Tensor::from_vec(vec![0.5f64, 1.0], [2])?);
+        let loss = w.exp().sum_all();
+        let h_id = loss.inputs()?[0].id();
+        let (tell, told) = channel();
+        *PAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some((h_id, tell));
+        let (done, finished) = channel::<()>();
+        let reader = {
+            let loss = loss.clone();
+            std::thread::spawn(move || -> Result<Vec<f64>> {
+                told.recv().map_err(|_| Error::autograd("backward never reached the node"))?;
+                let h = loss.inputs()?.remove(0);
+                let _ = finished.recv();
+                h.value().to_vec::<f64>()
+            })
+        };
+        let result = loss.backward();
+        let _ = done.send(());
+        result?;
+        let read = reader.join().map_err(|_| Error::autograd("the reading thread panicked"))??;
+        assert_eq!(read, vec![0.5f64.exp(), 1.0f64.exp()]);
+        Ok(())
+    }
 }

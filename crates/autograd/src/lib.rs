@@ -39,8 +39,9 @@
 //!   an accumulator passes on this call's gradient, never the accumulated one, so nothing
 //!   is counted twice.
 //! - **Intermediate gradients** are readable after a backward with `retain_graph = true`
-//!   until the next backward through them, and freed otherwise; [`Var::retain_grad`] keeps
-//!   them and accumulates like a leaf.
+//!   until the next backward through them, and freed otherwise (under `create_graph` they
+//!   are plain values: only leaves and retaining nodes keep a gradient's graph);
+//!   [`Var::retain_grad`] keeps them and accumulates like a leaf.
 //!
 //! ```
 //! use ember_autograd::Var;
@@ -61,8 +62,9 @@
 //!
 //! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
 //! something outside the graph still holds the node — such as the `Var` you keep for your
-//! logits, whose value stays and costs nothing to read. A second backward through freed
-//! nodes recomputes them from the leaves (*ensure-forward*) instead of failing.
+//! logits, whose value stays and costs nothing to read — or the value was written in place
+//! since it was computed (recomputing would lose the write). A second backward through
+//! freed nodes recomputes them from the leaves (*ensure-forward*) instead of failing.
 //!
 //! ```
 //! use ember_autograd::Var;

@@ -80,3 +80,54 @@ fn a_million_node_chain_backpropagates_and_drops() -> Result<()> {
     drop(y); // freeing the chain must not recurse either
     Ok(())
 }
+
+/// An intermediate's value written in place after it was computed cannot be recomputed
+/// (recomputation gives the value from before the write), so backward keeps it: a second
+/// backward through the freed rest of the graph differentiates at the written value.
+#[test]
+fn a_value_written_in_place_is_kept_for_later_backward_calls() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f64, -0.25], [2])?);
+    let h = w.mul_scalar(2.0);
+    h.value().add_scalar_(1.0)?; // h = 2w + 1 from now on
+    let loss = h.exp().sum_all(); // d loss / dw = 2 e^(2w + 1)
+    drop(h);
+    loss.backward()?;
+    loss.backward()?; // through values the first backward freed
+    let expected: Vec<f64> = [0.5f64, -0.25].iter().map(|w| 2.0 * 2.0 * (2.0 * w + 1.0).exp()).collect();
+    let got = w.grad().expect("a gradient").to_vec::<f64>()?;
+    for (a, b) in got.iter().zip(&expected) {
+        assert!((a - b).abs() < 1e-12, "{got:?}, expected {expected:?} (twice 2 e^(2w+1))");
+    }
+    Ok(())
+}
+
+/// With `create_graph`, an intermediate keeps only the value of its gradient: the
+/// gradient's graph reaches back to the node (here `2 h g` to `h`), so keeping it there
+/// would make a cycle that is never freed. Once the user drops their handles (and the leaf's
+/// graph-carrying gradient, as PyTorch requires too), the whole graph is freed.
+#[test]
+fn create_graph_leaves_no_cycle_through_intermediate_gradients() -> Result<()> {
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let h = x.mul_scalar(2.0);
+    let y = h.square().sum_all();
+    y.backward_full(None, false, true)?;
+    // Readable until the next backward (seed 001 §7.2), as a value.
+    assert_eq!(h.grad().expect("readable").to_vec::<f64>()?, vec![4.0, 8.0]);
+    // The leaf's gradient carries the graph of its computation, for higher orders.
+    assert!(x.grad_var().expect("a gradient").requires_grad());
+    let value = std::sync::Arc::downgrade(h.value().storage());
+    x.zero_grad();
+    drop((h, y));
+    assert!(value.upgrade().is_none(), "the intermediate's value outlived every handle to its graph");
+    // The intermediate's readable gradient is a plain value; a retain_grad node keeps the
+    // graph-carrying one, like a leaf.
+    let h = x.mul_scalar(2.0);
+    let r = x.mul_scalar(3.0);
+    r.retain_grad()?;
+    h.square().add(&r.square())?.sum_all().backward_full(None, false, true)?;
+    assert!(!h.grad_var().expect("readable").requires_grad());
+    assert!(r.grad_var().expect("retained").requires_grad());
+    x.zero_grad();
+    r.zero_grad();
+    Ok(())
+}

@@ -7,14 +7,15 @@ use ember_tensor::{Error, Result, Tensor};
 fn root_grad(root: &Var, grad_output: Option<&Var>, op: &str) -> Result<Var> {
     match grad_output {
         Some(g) => {
-            if g.shape() != root.shape() {
+            let ((gs, gd), (rs, rd)) = (g.shape_and_dtype(), root.shape_and_dtype());
+            if gs != rs {
                 return Err(Error::autograd(format!(
-                    "{op}: grad_output of shape {:?} does not match the output's shape {:?}",
-                    g.shape(),
-                    root.shape()
+                    "{op}: grad_output of shape {gs:?} does not match the output's shape {rs:?}"
                 )));
             }
-            Ok(g.clone())
+            // Like PyTorch's validate_outputs, a gradient of another dtype is converted to
+            // the output's (differentiably, should it carry a graph).
+            Ok(if gd != rd { g.to_dtype(rd) } else { g.clone() })
         }
         None => {
             if root.numel() != 1 {

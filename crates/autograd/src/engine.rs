@@ -299,7 +299,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             grad = Some(run_grad_hooks(node, g)?);
         }
         if let Some(t) = target_slot[i] {
-            captured[t] = grad.clone();
+            captured[t] = grad.as_ref().map(|g| in_dtype_of(node, g));
         }
         if node.is_leaf() {
             if accumulate
@@ -366,17 +366,28 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     Ok(captured)
 }
 
+/// `g` in the dtype of `node`'s value. Operations already return gradients in their
+/// inputs' dtypes; this covers what reaches a node from outside them (a hook's result).
+fn in_dtype_of(node: &NodeRef, g: &Var) -> Var {
+    let dtype = node.state().value.as_ref().map(|v| v.dtype());
+    match dtype {
+        Some(dt) if dt != g.dtype() => g.to_dtype(dt),
+        _ => g.clone(),
+    }
+}
+
 fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Result<()> {
-    let expected = input.state().value.as_ref().map(|v| v.shape_obj().clone());
-    if let Some(s) = expected
-        && g.shape() != s
-    {
-        return Err(Error::autograd(format!(
-            "backward of {}: the gradient for input {k} has shape {:?}, expected {:?}",
-            node.op.name(),
-            g.shape(),
-            s
-        )));
+    let expected = input.state().value.as_ref().map(|v| (v.shape_obj().clone(), v.dtype()));
+    if let Some((s, dt)) = expected {
+        let (gs, gd) = g.shape_and_dtype();
+        // Every operation returns its inputs' dtypes (PyTorch's validate_outputs casts them;
+        // ember's operations cast where they promote), so a mismatch is a bug in one.
+        if gs != s || gd != dt {
+            return Err(Error::autograd(format!(
+                "backward of {}: the gradient for input {k} is [{gd} {gs:?}], expected [{dt} {s:?}]",
+                node.op.name(),
+            )));
+        }
     }
     Ok(())
 }
@@ -426,7 +437,15 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
                 s
             )));
         }
-        Some((_, dt)) if dt != g.dtype() && !create_graph => Var::new(g.value().to_dtype(dt)),
+        // Converted like PyTorch's AccumulateGrad; under create_graph differentiably, so the
+        // gradient's graph survives the conversion.
+        Some((_, dt)) if dt != g.dtype() => {
+            if create_graph {
+                g.to_dtype(dt)
+            } else {
+                Var::new(g.value().to_dtype(dt))
+            }
+        }
         _ => g,
     };
     let mut slot = node.grad_slot();

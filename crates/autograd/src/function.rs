@@ -8,7 +8,7 @@
 //! gradient per output (zeros for outputs that received none; see
 //! [`FunctionCtx::output_has_grad`]) and returns one gradient per input, `None` where there
 //! is none; [`FunctionCtx::needs_input_grad`] says which are wanted. The engine checks that
-//! each gradient has its input's shape and dtype.
+//! each gradient has its input's shape, and converts one of another dtype to the input's.
 //!
 //! A function may return several outputs; each is its own `Var`, and backward runs once per
 //! backward pass with the gradients of all of them.
@@ -304,17 +304,20 @@ impl<F: Function> Shared<F> {
         }
         let mut grads = Grads::with_capacity(n);
         for (i, g) in result.into_iter().enumerate() {
-            let g = g.filter(|_| ctx.needs_input_grad(i));
-            if let (Some(g), Some((shape, dtype))) = (&g, self.inputs.get(i))
-                && (&g.shape() != shape || g.dtype() != *dtype)
-            {
-                return Err(Error::autograd(format!(
-                    "custom function {}: backward returned a gradient of [{} {:?}] for input {i}, which is [{dtype} \
-                     {shape:?}]",
-                    self.name,
-                    g.dtype(),
-                    g.shape()
-                )));
+            let mut g = g.filter(|_| ctx.needs_input_grad(i));
+            if let (Some(gi), Some((shape, dtype))) = (&g, self.inputs.get(i)) {
+                let (gs, gd) = gi.shape_and_dtype();
+                if &gs != shape {
+                    return Err(Error::autograd(format!(
+                        "custom function {}: backward returned a gradient of [{gd} {gs:?}] for input {i}, which is \
+                         [{dtype} {shape:?}]",
+                        self.name,
+                    )));
+                }
+                // Another dtype is converted, as PyTorch's validate_outputs does.
+                if gd != *dtype {
+                    g = Some(gi.to_dtype(*dtype));
+                }
             }
             grads.push(g);
         }

@@ -96,6 +96,14 @@ impl Var {
         }
     }
 
+    /// The shape and dtype together (one lock instead of two).
+    pub(crate) fn shape_and_dtype(&self) -> (Shape, DType) {
+        match &self.node.state().value {
+            Some(v) => (v.shape_obj().clone(), v.dtype()),
+            None => (Shape::scalar(), DType::F32),
+        }
+    }
+
     /// The dtype of the value.
     pub fn dtype(&self) -> DType {
         self.node.state().value.as_ref().map_or(DType::F32, |v| v.dtype())

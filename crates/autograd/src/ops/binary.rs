@@ -5,24 +5,35 @@ use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::{Result, Shape, Tensor};
+use ember_tensor::{DType, Result, Shape, Tensor};
 use smallvec::smallvec;
 
 /// The input shapes, recorded so that backward can reduce broadcast gradients without
-/// reading the inputs.
-struct Shapes([Shape; 2]);
+/// reading the inputs, and the dtype of an input that differs from the promoted dtype of
+/// the output (an `f32` parameter times an `f64` tensor computes in `f64`).
+struct Shapes {
+    shapes: [Shape; 2],
+    casts: [Option<DType>; 2],
+}
 
 impl Shapes {
     fn of(a: &Var, b: &Var) -> Self {
-        Shapes([a.shape(), b.shape()])
+        let ((sa, da), (sb, db)) = (a.shape_and_dtype(), b.shape_and_dtype());
+        let out = da.promote(db);
+        Shapes { shapes: [sa, sb], casts: [(da != out).then_some(da), (db != out).then_some(db)] }
     }
 
-    /// `grad` for input `i` summed to its shape, if that input needs one.
+    /// `grad` for input `i` summed to its shape and cast to its dtype (PyTorch's
+    /// `validate_outputs`: a gradient has its input's dtype), if that input needs one.
     fn reduce(&self, ctx: &BackwardCtx<'_>, i: usize, grad: impl FnOnce() -> Result<Var>) -> Result<Option<Var>> {
         if !ctx.needs_input_grad(i) {
             return Ok(None);
         }
-        Ok(Some(grad()?.sum_to(&self.0[i])?))
+        let g = grad()?.sum_to(&self.shapes[i])?;
+        Ok(Some(match self.casts[i] {
+            Some(dtype) => g.to_dtype(dtype),
+            None => g,
+        }))
     }
 }
 

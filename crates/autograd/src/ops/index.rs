@@ -7,7 +7,7 @@ use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
 use crate::var::{IntoVar, Var};
-use ember_tensor::{Dim, Result, Scalar, Shape, Tensor};
+use ember_tensor::{DType, Dim, Result, Scalar, Shape, Tensor};
 use smallvec::smallvec;
 
 struct IndexSelect {
@@ -132,6 +132,8 @@ impl Op for MaskedFill {
 
 struct WhereCond {
     shapes: [Shape; 2],
+    /// The dtype of a branch that differs from the promoted dtype of the output.
+    casts: [Option<DType>; 2],
 }
 
 impl Op for WhereCond {
@@ -144,8 +146,20 @@ impl Op for WhereCond {
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let c = ctx.input(0)?;
         let zero = constant(g.value().zeros_like());
-        let ga = if ctx.needs_input_grad(1) { Some(c.where_cond(g, &zero)?.sum_to(&self.shapes[0])?) } else { None };
-        let gb = if ctx.needs_input_grad(2) { Some(c.where_cond(&zero, g)?.sum_to(&self.shapes[1])?) } else { None };
+        let cast = |g: Var, k: usize| match self.casts[k] {
+            Some(dtype) => g.to_dtype(dtype),
+            None => g,
+        };
+        let ga = if ctx.needs_input_grad(1) {
+            Some(cast(c.where_cond(g, &zero)?.sum_to(&self.shapes[0])?, 0))
+        } else {
+            None
+        };
+        let gb = if ctx.needs_input_grad(2) {
+            Some(cast(c.where_cond(&zero, g)?.sum_to(&self.shapes[1])?, 1))
+        } else {
+            None
+        };
         Ok(smallvec![None, ga, gb])
     }
     fn saves(&self) -> Saves {
@@ -184,6 +198,9 @@ impl Var {
     /// `self ? on_true : on_false` for a `u8` mask `self`; the gradient flows into the
     /// branch that was taken.
     pub fn where_cond(&self, on_true: &Var, on_false: &Var) -> Result<Var> {
-        apply(WhereCond { shapes: [on_true.shape(), on_false.shape()] }, &[self, on_true, on_false])
+        let ((st, dt), (sf, df)) = (on_true.shape_and_dtype(), on_false.shape_and_dtype());
+        let out = dt.promote(df);
+        let casts = [(dt != out).then_some(dt), (df != out).then_some(df)];
+        apply(WhereCond { shapes: [st, sf], casts }, &[self, on_true, on_false])
     }
 }

@@ -4,12 +4,14 @@ use super::apply;
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::{Dim, Error, Result, Scalar, Shape, Tensor};
+use ember_tensor::{DType, Dim, Error, Result, Scalar, Shape, Tensor};
 use smallvec::smallvec;
 
 struct Cat {
     dim: usize,
     sizes: Vec<usize>,
+    /// Per input: its dtype if it differs from the promoted dtype of the output.
+    casts: Vec<Option<DType>>,
 }
 
 impl Op for Cat {
@@ -23,7 +25,15 @@ impl Op for Cat {
         let mut out = Grads::new();
         let mut start = 0;
         for (i, &len) in self.sizes.iter().enumerate() {
-            out.push(if ctx.needs_input_grad(i) { Some(g.narrow(self.dim, start, len)?) } else { None });
+            out.push(if ctx.needs_input_grad(i) {
+                let gi = g.narrow(self.dim, start, len)?;
+                Some(match self.casts.get(i).copied().flatten() {
+                    Some(dtype) => gi.to_dtype(dtype),
+                    None => gi,
+                })
+            } else {
+                None
+            });
             start += len;
         }
         Ok(out)
@@ -114,8 +124,15 @@ impl Var {
     pub fn cat(vars: &[&Var], dim: impl Dim) -> Result<Var> {
         let first = vars.first().ok_or_else(|| Error::invalid("cat", "expected at least one Var"))?;
         let d = dim.resolve(first.rank(), "cat")?;
-        let sizes: Vec<usize> = vars.iter().map(|v| v.shape().get(d).copied().unwrap_or(0)).collect();
-        apply(Cat { dim: d, sizes }, vars)
+        let metas: Vec<(Shape, DType)> = vars.iter().map(|v| v.shape_and_dtype()).collect();
+        let sizes: Vec<usize> = metas.iter().map(|(s, _)| s.get(d).copied().unwrap_or(0)).collect();
+        let out = metas.iter().map(|&(_, dt)| dt).reduce(DType::promote).unwrap_or(DType::F32);
+        let casts = if metas.iter().all(|&(_, dt)| dt == out) {
+            Vec::new()
+        } else {
+            metas.iter().map(|&(_, dt)| (dt != out).then_some(dt)).collect()
+        };
+        apply(Cat { dim: d, sizes, casts }, vars)
     }
 
     /// The `Var`s (of one shape) stacked along a new dimension `dim`.

@@ -251,7 +251,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     }
     let _mode = GradModeGuard::new(create_graph);
     // Custom functions with several outputs hand gradients over within this call only.
-    let _run = crate::function::RunScope::enter();
+    let _run = crate::function::RunScope::enter(retain_graph);
     let profiling = crate::profiler::is_profiling();
     let _whole = profiling.then(|| crate::profiler::begin("backward", crate::profiler::Phase::Range));
 

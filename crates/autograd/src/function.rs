@@ -13,6 +13,13 @@
 //! A function may return several outputs; each is its own `Var`, and backward runs once per
 //! backward pass with the gradients of all of them.
 //!
+//! As in PyTorch, a backward without `retain_graph` frees what the function saved once its
+//! backward has run, so a function's saved tensors live no longer than the built-in
+//! operations' values. Unlike built-in operations, a custom function's forward is not run
+//! again to restore them: a second backward through it fails (naming the function) if its
+//! backward reads [`FunctionCtx::saved_tensors`]. Pass `retain_graph` to the first backward
+//! to keep them.
+//!
 //! A backward is assumed not differentiable: using the function under `create_graph` is an
 //! error, unless [`Function::differentiable_backward`] returns true — backward must then
 //! compute with `Var` operations, on the gradients and on
@@ -127,6 +134,8 @@ pub struct FunctionCtx {
     state: FxHashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     output_has_grad: SmallVec<[bool; 2]>,
     links: Option<Arc<Links>>,
+    /// How many saved tensors a backward without `retain_graph` freed (0: none freed).
+    freed: usize,
 }
 
 impl FunctionCtx {
@@ -138,6 +147,7 @@ impl FunctionCtx {
             state: FxHashMap::default(),
             output_has_grad: SmallVec::new(),
             links: None,
+            freed: 0,
         }
     }
 
@@ -154,6 +164,14 @@ impl FunctionCtx {
     /// backward under `create_graph`, saved inputs and outputs are the graph's own `Var`s.
     /// Fails if one of them was written in place since forward.
     pub fn saved_tensors(&self) -> Result<Vec<Var>> {
+        if self.freed > 0 {
+            return Err(Error::autograd(format!(
+                "custom function {}: trying to backward through the graph a second time (or to access saved \
+                 tensors after they have already been freed): the {} tensor(s) it saved were freed by a backward \
+                 without retain_graph; pass retain_graph=true to the first backward to keep them",
+                self.name, self.freed
+            )));
+        }
         let mut out = Vec::with_capacity(self.saved.len());
         for (k, s) in self.saved.iter().enumerate() {
             let now = s.tensor.version();
@@ -295,6 +313,7 @@ impl<F: Function> Shared<F> {
             });
         }
         let result = self.f.backward(&ctx, &grad_outputs)?;
+
         if result.len() != n {
             return Err(Error::autograd(format!(
                 "custom function {}: backward returned {} gradients for {n} inputs",
@@ -320,6 +339,18 @@ impl<F: Function> Shared<F> {
                 }
             }
             grads.push(g);
+        }
+        drop(ctx);
+        if !current_run_retains() {
+            // Like PyTorch, a backward that does not retain the graph frees what the function
+            // saved (a user's forward is not re-run to get it back: a second backward is then
+            // an error naming the function).
+            let mut shared = lock(&self.ctx);
+            if !shared.saved.is_empty() {
+                let ctx = Arc::make_mut(&mut shared);
+                ctx.freed = ctx.saved.len();
+                ctx.saved = Vec::new();
+            }
         }
         Ok(grads)
     }
@@ -458,27 +489,38 @@ impl Op for Output {
 }
 
 thread_local! {
-    /// The backward call running on this thread (0: none).
-    static RUN: Cell<u64> = const { Cell::new(0) };
+    /// The backward call running on this thread (0: none), and whether it retains the
+    /// graph.
+    static RUN: Cell<(u64, bool)> = const { Cell::new((0, false)) };
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 
 fn current_run() -> u64 {
-    RUN.with(|r| r.get())
+    RUN.with(|r| r.get().0)
+}
+
+/// Whether the backward call running on this thread keeps what backward needs (retain_graph
+/// or create_graph). Outside any backward call, nothing is freed.
+fn current_run_retains() -> bool {
+    RUN.with(|r| {
+        let (id, retain) = r.get();
+        id == 0 || retain
+    })
 }
 
 /// Identifies one backward call while it runs, so that output nodes and the function node
 /// of a custom function exchange gradients within that call only (a backward nested in
-/// another, as checkpoint runs, has its own).
+/// another, as checkpoint runs, has its own), and tells functions whether to free their
+/// saved tensors after their backward.
 pub(crate) struct RunScope {
-    prev: u64,
+    prev: (u64, bool),
 }
 
 impl RunScope {
-    pub(crate) fn enter() -> RunScope {
+    pub(crate) fn enter(retain_graph: bool) -> RunScope {
         let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
-        RunScope { prev: RUN.with(|r| r.replace(id)) }
+        RunScope { prev: RUN.with(|r| r.replace((id, retain_graph))) }
     }
 }
 

@@ -343,3 +343,47 @@ fn retain_graph_runs_backward_twice_with_the_same_saved_tensors() -> Result<()> 
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![6.0, 24.0]);
     Ok(())
 }
+
+/// `y = exp(x)`, saving a tensor of its own (not an input or output) and reporting a weak
+/// reference to its storage, so that the test can see when it is freed.
+struct ExpSavingCopy {
+    saved: Arc<Mutex<Option<std::sync::Weak<ember_tensor::storage::StorageCell>>>>,
+}
+
+impl Function for ExpSavingCopy {
+    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let y = inputs[0].exp();
+        let copy = y.copy();
+        *self.saved.lock().unwrap() = Some(Arc::downgrade(copy.storage()));
+        ctx.save_for_backward(&[&copy]);
+        Ok(vec![y])
+    }
+    fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
+        let saved = ctx.saved_tensors()?;
+        Ok(vec![Some(grads[0].mul(&saved[0])?)])
+    }
+}
+
+/// Like PyTorch, a backward without retain_graph frees what a custom function saved; a
+/// second backward then fails with PyTorch's message, while retain_graph keeps them.
+#[test]
+fn backward_frees_saved_tensors_unless_the_graph_is_retained() -> Result<()> {
+    let x = Var::param(Tensor::from_vec(vec![0.5f64, 1.0], [2])?);
+    let saved = Arc::new(Mutex::new(None));
+    let y = ExpSavingCopy { saved: saved.clone() }.apply(&[&x])?.remove(0).sum_all();
+    let weak = saved.lock().unwrap().clone().expect("forward saved a tensor");
+    y.backward_with(None, true)?;
+    assert!(weak.upgrade().is_some(), "retain_graph keeps the saved tensor");
+    y.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![2.0 * 0.5f64.exp(), 2.0 * 1.0f64.exp()]);
+    assert!(weak.upgrade().is_none(), "the saved tensor outlived a backward without retain_graph");
+    let e = y.backward().expect_err("the saved tensors are gone").to_string();
+    assert!(e.contains("ExpSavingCopy") && e.contains("backward through the graph a second time"), "{e}");
+    // The same with grad().
+    let y = ExpSavingCopy { saved: saved.clone() }.apply(&[&x])?.remove(0).sum_all();
+    let weak = saved.lock().unwrap().clone().expect("forward saved a tensor");
+    grad(&[&y], &[&x], &[], false, false)?;
+    assert!(weak.upgrade().is_none());
+    assert!(grad(&[&y], &[&x], &[], false, false).is_err());
+    Ok(())
+}

@@ -11,6 +11,21 @@ use crate::{Device, Error, Result};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 
+/// `v` moved into `[low, high)` when rounding to the element type carried it to `high` or
+/// beyond (`keep` is `(low, high, largest value below high)` in that type; `None` keeps `v`).
+fn half_open<T: Element>(v: T, keep: Option<(T, T, T)>) -> T {
+    match keep {
+        Some((low, high, below)) if v >= high => {
+            if below < low {
+                low
+            } else {
+                below
+            }
+        }
+        _ => v,
+    }
+}
+
 impl Tensor {
     /// A tensor that takes `data` in row-major order. The length must match the shape.
     ///
@@ -195,6 +210,7 @@ impl Tensor {
         shape: Shape,
         dtype: DType,
         mut draw: impl FnMut(&mut rand_pcg::Pcg64) -> f64,
+        below: Option<(f64, f64)>,
     ) -> Result<Tensor> {
         let n = checked_numel(op, &shape)?;
         if !dtype.is_float() {
@@ -202,19 +218,28 @@ impl Tensor {
         }
         let storage = with_rng(|rng| -> Result<CpuStorage> {
             Ok(match dtype {
-                DType::F64 => Buffer::<f64>::from_fn(op, n, |_| draw(rng))?.into(),
-                _ => Buffer::<f32>::from_fn(op, n, |_| draw(rng) as f32)?.into(),
+                DType::F64 => {
+                    let keep = below.map(|(low, high)| (low, high, high.next_down()));
+                    Buffer::<f64>::from_fn(op, n, |_| half_open(draw(rng), keep))?.into()
+                }
+                _ => {
+                    let keep = below.map(|(low, high)| (low as f32, high as f32, (high as f32).next_down()));
+                    Buffer::<f32>::from_fn(op, n, |_| half_open(draw(rng) as f32, keep))?.into()
+                }
             })
         })?;
         Ok(Tensor::from_storage(CpuBackend.upload(storage)?, shape))
     }
 
-    /// Uniform samples from `[low, high)` of `shape` and float `dtype`.
+    /// Uniform samples from `[low, high)` of `shape` and float `dtype`, like PyTorch's
+    /// `uniform_`: the bounds are taken in `dtype`, and no sample equals `high` (a draw that
+    /// rounds up to it becomes the largest value below it). `low == high` gives `low`.
     pub fn uniform(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Result<Tensor> {
         if low > high || !low.is_finite() || !high.is_finite() {
             return Err(Error::invalid("uniform", format!("invalid bounds [{low}, {high})")));
         }
-        Self::random("uniform", shape.into(), dtype, |r| low + (high - low) * r.random::<f64>())
+        let below = (low < high).then_some((low, high));
+        Self::random("uniform", shape.into(), dtype, |r| low + (high - low) * r.random::<f64>(), below)
     }
 
     /// Normal samples with `mean` and standard deviation `std`, of `shape` and float `dtype`.
@@ -222,10 +247,16 @@ impl Tensor {
         if std < 0.0 || !std.is_finite() || !mean.is_finite() {
             return Err(Error::invalid("normal", format!("invalid mean {mean} or standard deviation {std}")));
         }
-        Self::random("normal", shape.into(), dtype, |r| {
-            let z: f64 = StandardNormal.sample(r);
-            mean + std * z
-        })
+        Self::random(
+            "normal",
+            shape.into(),
+            dtype,
+            |r| {
+                let z: f64 = StandardNormal.sample(r);
+                mean + std * z
+            },
+            None,
+        )
     }
 
     /// `f32` samples from `[0, 1)`, like `torch.rand`.
@@ -258,5 +289,72 @@ impl Tensor {
             }
         });
         Tensor::from_buffer(buf, [n])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_samples_never_round_up_to_high() {
+        // The largest f64 draw below 1 rounds to 1.0 in f32, and to `high` in f64 arithmetic.
+        let u = 1.0 - f64::EPSILON / 2.0;
+        assert_eq!(u as f32, 1.0);
+        assert_eq!(half_open(u as f32, Some((0.0, 1.0, 1f32.next_down()))), 1f32.next_down());
+        let v = 1.0 + (2.0 - 1.0) * u;
+        assert_eq!(v, 2.0);
+        assert_eq!(half_open(v, Some((1.0, 2.0, 2f64.next_down()))), 2f64.next_down());
+        // Bounds that one f32 cannot separate leave only `low`.
+        let (low, high) = (1.0f32, 1.0f32);
+        assert_eq!(half_open(1.0f32, Some((low, high, high.next_down()))), 1.0);
+        assert_eq!(half_open(0.25f32, Some((0.0, 1.0, 1f32.next_down()))), 0.25);
+        assert_eq!(half_open(7.0f64, None), 7.0);
+    }
+
+    #[test]
+    fn eye_is_the_identity() {
+        let e = Tensor::eye(3).unwrap();
+        assert_eq!((e.shape(), e.dtype()), (&[3usize, 3][..], DType::F32));
+        assert_eq!(e.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
+        assert_eq!(Tensor::eye(1).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        assert_eq!(Tensor::eye(0).unwrap().shape(), &[0, 0]);
+        assert!(Tensor::eye(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn linspace_hits_both_ends() {
+        let l = Tensor::linspace(-1.0, 1.0, 5).unwrap();
+        assert_eq!(l.to_vec::<f32>().unwrap(), vec![-1.0, -0.5, 0.0, 0.5, 1.0]);
+        // Filled from both ends, so the last value is exactly `end` however the steps round.
+        let t = Tensor::linspace(0.0, 0.3, 7).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!((t[0], t[6]), (0.0, 0.3));
+        for (i, v) in t.iter().enumerate() {
+            assert!((*v as f64 - 0.05 * i as f64).abs() < 1e-7, "{i}: {v}");
+        }
+        assert_eq!(Tensor::linspace(2.0, 5.0, 1).unwrap().to_vec::<f32>().unwrap(), vec![2.0]);
+        assert_eq!(Tensor::linspace(2.0, 5.0, 0).unwrap().shape(), &[0]);
+        assert_eq!(Tensor::linspace(3.0, 1.0, 3).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 2.0, 1.0]);
+        assert!(Tensor::linspace(0.0, f64::NAN, 3).is_err());
+        assert!(Tensor::linspace(f64::INFINITY, 0.0, 3).is_err());
+    }
+
+    #[test]
+    fn arange_with_negative_and_float_steps() {
+        let i = |a: i64, b: i64, s: i64| Tensor::arange_step(a, b, s).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!(i(5, 0, -2), vec![5, 3, 1]);
+        assert_eq!(i(-3, 3, 2), vec![-3, -1, 1]);
+        assert_eq!(i(0, 0, -1), Vec::<i64>::new());
+        let f = |a: f64, b: f64, s: f64| Tensor::arange_step(a, b, s).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(f(0.0, 1.0, 0.25), vec![0.0, 0.25, 0.5, 0.75]);
+        assert_eq!(f(1.0, 0.0, -0.5), vec![1.0, 0.5]);
+        // The count is ceil((end - start) / step): a partial last step still yields a value.
+        assert_eq!(f(0.0, 1.0, 0.3).len(), 4);
+        assert_eq!(Tensor::arange_step(0, 1, 0.5).unwrap().dtype(), DType::F32);
+        assert!(Tensor::arange_step(0, 5, 0).is_err());
+        assert!(Tensor::arange_step(0.0, 5.0, 0.0).is_err());
+        assert!(Tensor::arange_step(0, 5, -1).is_err());
+        assert!(Tensor::arange_step(5.0, 0.0, 0.5).is_err());
+        assert!(Tensor::arange_step(0.0, f64::INFINITY, 1.0).is_err());
     }
 }

@@ -239,6 +239,40 @@ mod tests {
         assert_eq!(t.prod(0, false).unwrap().to_vec::<f64>().unwrap()[1], 13.0);
     }
 
+    /// Sums of a million elements, and of a few long rows, come out bitwise the same on
+    /// every call and whatever the number of threads: partial results combine in a fixed
+    /// order, never in the order threads finish.
+    #[test]
+    fn long_sums_are_bitwise_reproducible() {
+        // Magnitudes spread over many orders, so that any change in the order of additions
+        // changes the rounded result.
+        let v: Vec<f32> = (0..1_000_003u64)
+            .map(|i| {
+                let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h as f32 / 16_777_216.0 - 0.5) * 10f32.powi((i % 9) as i32 - 4)
+            })
+            .collect();
+        let flat = Tensor::from_vec(v.clone(), [v.len()]).unwrap();
+        let rows = Tensor::from_vec(v[..1_000_000].to_vec(), [2, 500_000]).unwrap();
+        let run = || {
+            let s = flat.sum_all().to_scalar::<f32>().unwrap().to_bits();
+            let m = flat.mean_all().to_scalar::<f32>().unwrap().to_bits();
+            let r: Vec<u32> =
+                rows.sum(1, false).unwrap().to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()).collect();
+            (s, m, r)
+        };
+        let want = run();
+        for threads in [1, 2, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            for _ in 0..20 {
+                assert_eq!(pool.install(run), want, "{threads} threads");
+            }
+        }
+        for _ in 0..20 {
+            assert_eq!(run(), want);
+        }
+    }
+
     #[test]
     fn integer_sums_and_masks() {
         let m = Tensor::from_vec(vec![1u8, 1, 0, 1], [4]).unwrap();

@@ -191,29 +191,6 @@ pub(crate) fn rows_per_task(n_rows: usize, row_len: usize, grain: usize) -> usiz
     by_grain.max(n_rows.div_ceil(rayon::current_num_threads() * 4))
 }
 
-/// Runs `f(start, end)` over `0..n` split into chunks, in parallel when `n >= grain`.
-pub(crate) fn for_ranges(n: usize, grain: usize, f: impl Fn(usize, usize) + Sync) {
-    let threads = rayon::current_num_threads();
-    if n < grain || threads <= 1 {
-        f(0, n);
-        return;
-    }
-    let chunks = (n / grain).clamp(1, threads * 4);
-    let chunk = n.div_ceil(chunks);
-    let one = |i: usize| {
-        let s = i * chunk;
-        let e = ((i + 1) * chunk).min(n);
-        if s < e {
-            f(s, e);
-        }
-    };
-    if rayon::current_thread_index().is_some() {
-        (0..chunks).into_par_iter().for_each(one);
-    } else {
-        super::team::run(chunks, threads - 1, &one);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

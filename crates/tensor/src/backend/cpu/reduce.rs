@@ -7,7 +7,7 @@
 //! into the output as whole vectors ("column" reduction). Anything else is first copied
 //! into the row form.
 
-use super::iter::{GRAIN_CHEAP, for_ranges, par_chunks, rows_per_task};
+use super::iter::{GRAIN_CHEAP, par_chunks, rows_per_task};
 use super::unary::map;
 use crate::backend::ReduceOp;
 use crate::dtype::Element;
@@ -16,7 +16,6 @@ use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use std::sync::Mutex;
 
 /// Lanes for the part of a row shorter than the wide accumulator (one AVX-512 register of f32).
 const LANES: usize = 16;
@@ -120,36 +119,59 @@ fn accumulate_into<T: Element, C: Combine<T>>(acc: &mut [T], row: &[T], c: C) {
     }
 }
 
-/// Reduces each of `rows` contiguous rows of length `len` in `src` into `out`.
-fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, out: &mut [T], c: C) {
-    let threads = rayon::current_num_threads();
-    if rows < threads && len * rows >= GRAIN_CHEAP * 2 && len >= GRAIN_CHEAP {
-        // Few long rows: split each row across threads and combine the partial results.
-        for (r, o) in out.iter_mut().enumerate() {
-            let row = &src[r * len..(r + 1) * len];
-            let partial = Mutex::new(c.identity());
-            for_ranges(len, GRAIN_CHEAP, |s, e| {
-                let v = reduce_row(&row[s..e], c);
-                let mut p = partial.lock().unwrap_or_else(|e| e.into_inner());
-                *p = c.combine(*p, v);
-            });
-            *o = partial.into_inner().unwrap_or_else(|e| e.into_inner());
+/// Rows at least twice this long are reduced as a fixed sequence of blocks of this many
+/// elements whose results are combined in block order. The blocks of one row may go to
+/// different threads, yet the result depends only on the data: not on the number of
+/// threads, nor on which finishes first (floating-point combining is not associative, so
+/// anything else would make sums differ from run to run).
+const BLOCK: usize = GRAIN_CHEAP;
+
+/// One row's result, by blocks when it is long (see [`BLOCK`]).
+fn reduce_long_row<T: Element, C: Combine<T>>(row: &[T], c: C) -> T {
+    if row.len() < 2 * BLOCK {
+        return reduce_row(row, c);
+    }
+    row.chunks(BLOCK).fold(c.identity(), |acc, b| c.combine(acc, reduce_row(b, c)))
+}
+
+/// [`reduce_long_row`] with the blocks spread over the worker threads; the same result.
+fn reduce_long_row_parallel<T: Element, C: Combine<T>>(row: &[T], c: C) -> Result<T> {
+    let blocks = row.len().div_ceil(BLOCK);
+    let mut partial = Buffer::<T>::uninit("reduce", blocks)?;
+    let per_task = blocks.div_ceil(rayon::current_num_threads() * 4).max(1);
+    par_chunks(&mut partial, per_task, |ci, out| {
+        for (i, o) in out.iter_mut().enumerate() {
+            let start = (ci * per_task + i) * BLOCK;
+            *o = reduce_row(&row[start..(start + BLOCK).min(row.len())], c);
         }
-        return;
+    });
+    Ok(partial.iter().fold(c.identity(), |acc, &v| c.combine(acc, v)))
+}
+
+/// Reduces each of `rows` contiguous rows of length `len` in `src` into `out`.
+fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, out: &mut [T], c: C) -> Result<()> {
+    let threads = rayon::current_num_threads();
+    if rows < threads && len >= 2 * BLOCK {
+        // Few long rows: split each row across threads.
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = reduce_long_row_parallel(&src[r * len..(r + 1) * len], c)?;
+        }
+        return Ok(());
     }
     let per_row_grain = rows_per_task(rows, len, GRAIN_CHEAP);
     if rows >= per_row_grain * 2 && threads > 1 {
         par_chunks(out, per_row_grain, |ci, chunk| {
             for (i, o) in chunk.iter_mut().enumerate() {
                 let r = ci * per_row_grain + i;
-                *o = reduce_row(&src[r * len..(r + 1) * len], c);
+                *o = reduce_long_row(&src[r * len..(r + 1) * len], c);
             }
         });
     } else {
         for (r, o) in out.iter_mut().enumerate() {
-            *o = reduce_row(&src[r * len..(r + 1) * len], c);
+            *o = reduce_long_row(&src[r * len..(r + 1) * len], c);
         }
     }
+    Ok(())
 }
 
 /// Reduces the leading `outer` rows of a contiguous `[outer, inner]` block into `out`
@@ -194,7 +216,7 @@ fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize]
         return Ok(out);
     }
     if let Some(r) = pl.contiguous_range() {
-        reduce_rows(&src[r], kept, red, &mut out, c);
+        reduce_rows(&src[r], kept, red, &mut out, c)?;
         return Ok(out);
     }
     let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
@@ -203,7 +225,7 @@ fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize]
         return Ok(out);
     }
     let copy = contiguous_copy(src, &pl)?;
-    reduce_rows(&copy, kept, red, &mut out, c);
+    reduce_rows(&copy, kept, red, &mut out, c)?;
     Ok(out)
 }
 

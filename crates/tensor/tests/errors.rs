@@ -573,6 +573,20 @@ fn huge_views_fail_to_materialise_gracefully() {
     // A broadcast matrix operand is materialised before the product.
     let a = f64s(&[1, 1]).expand([1 << 30, 1 << 29]).unwrap();
     fails!(a.matmul(&f64s(&[1, 1]).expand([1 << 29, 2]).unwrap()), "cannot allocate");
+    // Reading values back out, or cutting the view into pieces.
+    let s = Tensor::scalar(1.0f64).expand([HUGE]).unwrap();
+    fails!(s.to_vec::<f64>(), "to_vec", "cannot allocate");
+    fails!(v32.to_vec::<f32>(), "to_vec", "cannot allocate");
+    fails!(s.to_vec_f64(), "to_vec_f64", "cannot allocate");
+    fails!(v32.to_vec_f64(), "cannot allocate");
+    fails!(i64s(&[1], &[1]).expand([HUGE]).unwrap().to_vec_f64(), "cannot allocate");
+    fails!(one.expand([HUGE / 2, 2]).unwrap().to_vec2::<f64>(), "cannot allocate");
+    fails!(f64s(&[1, 0]).expand([HUGE, 0]).unwrap().to_vec2::<f64>(), "to_vec2", "cannot allocate");
+    fails!(s.split(1, 0), "split", "cannot allocate");
+    fails!(s.chunk(HUGE, 0), "split", "cannot allocate");
+    let index = Tensor::scalar(0i64).expand([HUGE]).unwrap();
+    fails!(one.index_select(0, &index), "index_select", "cannot allocate");
+    fails!(f64s(&[2, 1]).index_select(1, &index), "index_select");
 }
 
 fn vals(t: &Tensor) -> Vec<f64> {

@@ -2,7 +2,7 @@
 
 use super::Tensor;
 use crate::dtype::{DType, Scalar};
-use crate::shape::{Dim, broadcast_shapes};
+use crate::shape::{Dim, broadcast_shapes, checked_numel};
 use crate::{Error, Result};
 
 fn check_index(op: &'static str, index: &Tensor) -> Result<()> {
@@ -29,10 +29,12 @@ impl Tensor {
         if index.rank() > 1 {
             return Err(Error::shape("index_select", format!("the index must be 1-d, got shape {:?}", index.shape())));
         }
-        let s = self.read2(index, |v, i| self.backend().index_select(v, d, i))?;
         let mut shape = self.shape().to_vec();
         shape[d] = index.numel();
-        Ok(Tensor::from_storage(s, shape.into()))
+        let shape = crate::shape::Shape::from(shape);
+        checked_numel("index_select", &shape)?;
+        let s = self.read2(index, |v, i| self.backend().index_select(v, d, i))?;
+        Ok(Tensor::from_storage(s, shape))
     }
 
     /// `out[i][j][k] = self[i][index[i][j][k]][k]` for `dim = 1` (and likewise for other

@@ -216,13 +216,13 @@ impl Tensor {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        self.with_host(|s, l| cpu::view_to_vec(s, l))?
+        self.with_host(|s, l| cpu::view_to_vec(s, l))??
             .ok_or_else(|| Error::dtype("to_vec", format!("cannot read a {} tensor as {}", self.dtype, T::DTYPE)))
     }
 
     /// The elements converted to `f64`, in logical order, whatever the dtype.
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
-        self.with_host(cpu::view_to_f64)
+        self.with_host(cpu::view_to_f64)?
     }
 
     /// A 2-d tensor as rows.
@@ -230,21 +230,21 @@ impl Tensor {
         if self.rank() != 2 {
             return Err(Error::shape("to_vec2", format!("expected a 2-d tensor, got shape {:?}", self.shape())));
         }
-        let cols = self.shape()[1];
+        let (rows, cols) = (self.shape()[0], self.shape()[1]);
         let flat = self.to_vec::<T>()?;
+        // Empty rows hold no data that would have failed to allocate above, so the outer
+        // vector may still not fit in memory.
+        let mut out = cpu::vec_with_capacity("to_vec2", rows, "rows")?;
         if cols == 0 {
-            // No data bounds the number of empty rows, so their vector may not fit in memory.
-            let rows = self.shape()[0];
-            let mut out = Vec::new();
-            out.try_reserve_exact(rows).map_err(|_| Error::Alloc {
-                op: "to_vec2",
-                elements: rows,
-                dtype: T::DTYPE.name(),
-            })?;
             out.resize(rows, Vec::new());
             return Ok(out);
         }
-        Ok(flat.chunks(cols).map(|c| c.to_vec()).collect())
+        for c in flat.chunks(cols) {
+            let mut row = cpu::vec_with_capacity("to_vec2", cols, T::DTYPE.name())?;
+            row.extend_from_slice(c);
+            out.push(row);
+        }
+        Ok(out)
     }
 
     /// The single element of a one-element tensor. `T` must be the tensor's dtype.

@@ -299,7 +299,8 @@ impl Tensor {
             return Err(Error::invalid("split", "split size must be positive"));
         }
         let extent = self.shape()[d];
-        let mut out = Vec::with_capacity(extent.div_ceil(size).max(1));
+        // A broadcast view can have more pieces than fit in memory.
+        let mut out = crate::backend::cpu::vec_with_capacity("split", extent.div_ceil(size).max(1), "tensors")?;
         let mut s = 0;
         while s < extent {
             let len = size.min(extent - s);

@@ -30,7 +30,8 @@ fn contiguous<T: Element>(s: &[T], l: &Layout) -> Result<Buffer<T>> {
 /// The index values of a 1-d (or any-rank, read in order) index view, validated.
 fn index_list(op: &'static str, idx: &CpuStorage, li: &Layout, bound: usize, dim: usize) -> Result<Vec<usize>> {
     let raw = indices(op, idx)?;
-    let mut out = Vec::with_capacity(li.numel());
+    // An expanded index can list more entries than fit in memory.
+    let mut out = super::vec_with_capacity(op, li.numel(), "indices")?;
     let runs = Runs::new([li]);
     let s = runs.inner_stride(0);
     let mut err = None;
@@ -72,7 +73,9 @@ pub(crate) fn index_select(
         let outer: usize = l.shape()[..dim].iter().product();
         let inner: usize = l.shape()[dim + 1..].iter().product();
         let d = l.shape()[dim];
-        let mut out = Buffer::<T>::uninit("index_select", outer * list.len() * inner)?;
+        let n = outer.checked_mul(list.len()).and_then(|n| n.checked_mul(inner));
+        let n = n.ok_or(Error::Alloc { op: "index_select", elements: usize::MAX, dtype: T::DTYPE.name() })?;
+        let mut out = Buffer::<T>::uninit("index_select", n)?;
         if inner == 0 {
             return Ok(out);
         }

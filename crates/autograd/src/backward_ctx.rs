@@ -37,52 +37,63 @@ impl BackwardCtx<'_> {
         let node = self.node.inputs.get(i).ok_or_else(|| {
             Error::autograd(format!("{}: backward asked for input {i} of {}", self.node.op.name(), self.num_inputs()))
         })?;
-        let var = Var::from_node_ensured(node.clone())?;
         if self.node.op.saves().saves_input(i) {
+            // Versions are compared without the value itself, which saved-tensor hooks may
+            // have dropped in favour of a packed copy.
             let recorded = self.node.state().input_versions.get(i).copied();
-            let (vv, sv) = node.state().versions();
+            let (vv, mut sv) = node.state().versions();
+            if let Some(now) = crate::saved_hooks::away_version(node) {
+                sv = now;
+            }
             if let Some((rv, rs)) = recorded
                 && (rv, rs) != (vv, sv)
             {
-                let v = var.value();
+                let v = Var::from_node_ensured(node.clone())?.value();
                 let (now, then) = if rv == vv { (sv, rs) } else { (vv, rv) };
                 return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
             }
-            // Saved-tensor hooks: the value is checked above, backward reads the unpacked one.
+            // Saved-tensor hooks: backward reads the unpacked value, and never needs the
+            // original (which is then not recomputed if it was dropped).
             if self.node.has(HAS_PACKED)
                 && let Some(p) = recorded.and_then(|r| crate::saved_hooks::packed_input(self.node, i, r))
             {
-                return crate::saved_hooks::unpack(self.node.op.name(), &format!("input {i}"), p, &var);
+                return crate::saved_hooks::unpack(self.node.op.name(), &format!("input {i}"), p, Some(node));
             }
         }
-        Ok(var)
+        Var::from_node_ensured(node.clone())
     }
 
     /// The operation's output as a `Var`, version-checked if the operation saved it.
     pub fn output(&self) -> Result<Var> {
-        let var = Var::from_node_ensured(self.node.clone())?;
         if self.node.op.saves().output {
-            {
+            let written = {
                 let st = self.node.state();
-                if let Some(v) = &st.value
-                    && v.version() != st.storage_version
-                {
-                    return Err(self.modified(
-                        "the output".into(),
-                        v.shape_obj(),
-                        v.dtype(),
-                        v.version(),
-                        st.storage_version,
-                    ));
+                match &st.value {
+                    Some(v) => (v.version() != st.storage_version)
+                        .then(|| (v.shape_obj().clone(), v.dtype(), v.version(), st.storage_version)),
+                    None => None,
                 }
+            };
+            let written = match written {
+                Some(w) => Some(w),
+                None => match crate::saved_hooks::away_version(self.node) {
+                    Some(now) if now != self.node.state().storage_version => {
+                        let v = Var::from_node_ensured(self.node.clone())?.value();
+                        Some((v.shape_obj().clone(), v.dtype(), now, self.node.state().storage_version))
+                    }
+                    _ => None,
+                },
+            };
+            if let Some((shape, dtype, now, then)) = written {
+                return Err(self.modified("the output".into(), &shape, dtype, now, then));
             }
             if self.node.has(HAS_PACKED)
                 && let Some(p) = crate::saved_hooks::packed_output(self.node)
             {
-                return crate::saved_hooks::unpack(self.node.op.name(), "the output", p, &var);
+                return crate::saved_hooks::unpack(self.node.op.name(), "the output", p, Some(self.node));
             }
         }
-        Ok(var)
+        Var::from_node_ensured(self.node.clone())
     }
 
     /// The shape of input `i` (recomputing a freed value if needed).

@@ -26,7 +26,7 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
 use crate::hooks::{run_grad_hooks, run_post_accumulate_hooks};
-use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, NodeRef, PLAN_BACKWARD, RETAINS_GRAD};
+use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, HAS_PACKED, NodeRef, PLAN_BACKWARD, RETAINS_GRAD};
 use crate::reactive::{self, Mode};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
@@ -404,6 +404,11 @@ fn readable_grad(g: &Var, create_graph: bool) -> Var {
 /// Frees the value of a node that backward no longer needs and nothing outside the graph
 /// holds (no `Var` of the user's, no other graph that was not part of this backward).
 fn release(node: &NodeRef, graph_refs: usize) {
+    if node.has(HAS_PACKED) {
+        // What saved-tensor hooks packed for this node's backward goes with it, as PyTorch
+        // frees saved tensors.
+        crate::saved_hooks::drop_packed(node);
+    }
     if node.inputs.is_empty() || !node.op.recomputable() {
         return;
     }

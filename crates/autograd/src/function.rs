@@ -111,11 +111,39 @@ enum Source {
 
 #[derive(Clone)]
 struct Saved {
-    tensor: Tensor,
+    /// The tensor itself; `None` once saved-tensor hooks packed it (the packed copy is what
+    /// backward reads, and the function's reference must not keep the original alive).
+    tensor: Option<Tensor>,
+    /// The storage, to see in-place writes made after the tensor was dropped here.
+    storage: std::sync::Weak<ember_tensor::storage::StorageCell>,
+    shape: Shape,
+    dtype: DType,
     /// The storage version when forward returned.
     version: u64,
     source: Source,
     packed: Option<PackedValue>,
+}
+
+impl Saved {
+    fn new(t: &Tensor) -> Self {
+        Saved {
+            tensor: Some(t.clone()),
+            storage: Arc::downgrade(t.storage()),
+            shape: t.shape_obj().clone(),
+            dtype: t.dtype(),
+            version: t.version(),
+            source: Source::Other,
+            packed: None,
+        }
+    }
+
+    /// The storage version now (the recorded one if nothing can write the storage any more).
+    fn current_version(&self) -> u64 {
+        match &self.tensor {
+            Some(t) => t.version(),
+            None => self.storage.upgrade().map_or(self.version, |s| s.version()),
+        }
+    }
 }
 
 /// The graph's own `Var`s for saved inputs and outputs, given to a differentiable backward.
@@ -154,10 +182,7 @@ impl FunctionCtx {
     /// Keeps `tensors` for backward (replacing what an earlier call saved). They are
     /// version-checked: writing one in place before backward makes backward fail.
     pub fn save_for_backward(&mut self, tensors: &[&Tensor]) {
-        self.saved = tensors
-            .iter()
-            .map(|t| Saved { tensor: (*t).clone(), version: t.version(), source: Source::Other, packed: None })
-            .collect();
+        self.saved = tensors.iter().map(|t| Saved::new(t)).collect();
     }
 
     /// The tensors given to [`FunctionCtx::save_for_backward`], in order, as `Var`s. In a
@@ -174,15 +199,12 @@ impl FunctionCtx {
         }
         let mut out = Vec::with_capacity(self.saved.len());
         for (k, s) in self.saved.iter().enumerate() {
-            let now = s.tensor.version();
+            let now = s.current_version();
             if now != s.version {
                 return Err(Error::autograd(format!(
                     "one of the variables needed for gradient computation has been modified by an inplace operation: \
                      saved tensor {k} of {} [{} {:?}] is at version {now}; expected version {} instead",
-                    self.name,
-                    s.tensor.dtype(),
-                    s.tensor.shape_obj(),
-                    s.version
+                    self.name, s.dtype, s.shape, s.version
                 )));
             }
             let linked = self.links.as_ref().and_then(|l| match s.source {
@@ -190,10 +212,21 @@ impl FunctionCtx {
                 Source::Output(j) => l.outputs.get(j).cloned().flatten(),
                 Source::Other => None,
             });
-            let original = linked.unwrap_or_else(|| Var::new(s.tensor.clone()));
-            out.push(match &s.packed {
-                Some(p) => saved_hooks::unpack(&self.name, &format!("saved tensor {k}"), p.clone(), &original)?,
-                None => original,
+            out.push(match (&s.packed, linked, &s.tensor) {
+                (Some(p), linked, _) => saved_hooks::unpack(
+                    &self.name,
+                    &format!("saved tensor {k}"),
+                    p.clone(),
+                    linked.as_ref().map(|v| &v.node),
+                )?,
+                (None, Some(linked), _) => linked,
+                (None, None, Some(t)) => Var::new(t.clone()),
+                (None, None, None) => {
+                    return Err(Error::autograd(format!(
+                        "custom function {}: saved tensor {k} is neither kept nor packed",
+                        self.name
+                    )));
+                }
             });
         }
         Ok(out)
@@ -227,15 +260,21 @@ impl FunctionCtx {
     fn finish_forward(&mut self, inputs: &[Tensor], outputs: &[Tensor], pack: bool) {
         let same = |a: &Tensor, b: &Tensor| a.shares_storage(b) && a.layout() == b.layout() && a.dtype() == b.dtype();
         for s in &mut self.saved {
-            s.version = s.tensor.version();
-            s.source = if let Some(i) = inputs.iter().position(|t| same(t, &s.tensor)) {
+            let Some(t) = s.tensor.clone() else { continue };
+            s.version = t.version();
+            s.source = if let Some(i) = inputs.iter().position(|x| same(x, &t)) {
                 Source::Input(i)
-            } else if let Some(j) = outputs.iter().position(|t| same(t, &s.tensor)) {
+            } else if let Some(j) = outputs.iter().position(|x| same(x, &t)) {
                 Source::Output(j)
             } else {
                 Source::Other
             };
-            s.packed = if pack { saved_hooks::pack_tensor(&s.tensor) } else { None };
+            s.packed = if pack { saved_hooks::pack_tensor(&t) } else { None };
+            if s.packed.is_some() {
+                // Backward reads the packed copy: the original is left to whoever else holds
+                // it (for a tensor only the function kept, that frees it).
+                s.tensor = None;
+            }
         }
     }
 }

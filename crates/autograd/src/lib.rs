@@ -210,7 +210,10 @@
 //!
 //! [`saved_tensors_hooks`] (or a [`SavedTensorsHooksGuard`]) decides how the values
 //! backward reads are kept: nodes created in its scope store `pack(value)` and their
-//! backward reads `unpack(&packed)`. The in-place check still applies to the original.
+//! backward reads `unpack(&packed)`. Values only the graph holds are then kept in packed
+//! form alone, so packing to a smaller dtype (or offloading) reduces what a forward keeps
+//! for backward; the [module docs](saved_hooks) say which values must stay. The in-place
+//! check still applies to the original.
 //!
 //! ```
 //! use ember_autograd::{saved_tensors_hooks, Var};

@@ -122,6 +122,10 @@ pub(crate) const DIRTY: u16 = 256;
 pub(crate) const HAS_PACKED: u16 = 512;
 /// A static graph's root (a cached loss): backward keeps its prepared plan (see `engine`).
 pub(crate) const PLAN_BACKWARD: u16 = 1024;
+/// Saved-tensor hooks dropped the value (only the graph held it, and every backward that
+/// reads it reads a packed copy): it is recomputed only when its inputs change or a value
+/// is actually asked for (see `saved_hooks` and `reactive`).
+pub(crate) const PACKED_AWAY: u16 = 2048;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -161,6 +165,9 @@ pub(crate) struct Extras {
     pub consumers: Vec<std::sync::Weak<Node<dyn Op>>>,
     /// For a static graph's root: the backward plan, reused while the structure is unchanged.
     pub backward_plan: Option<std::sync::Arc<crate::engine::Prepared>>,
+    /// For a value saved-tensor hooks dropped: its storage, to see in-place writes made
+    /// through a tensor handle that outlived the value (the version check still applies).
+    pub away_storage: Option<std::sync::Weak<ember_tensor::storage::StorageCell>>,
 }
 
 /// A graph node; see the module docs.

@@ -26,7 +26,7 @@
 //! and checks the other branches' flags without walking them. Eager code never subscribes
 //! and pays nothing for this.
 
-use crate::node::{DIRTY, NodeRef, NodeState, SUBSCRIBED};
+use crate::node::{DIRTY, NodeRef, NodeState, PACKED_AWAY, SUBSCRIBED};
 use ember_tensor::storage::{bump_mutation_epoch, inplace_epoch, mutation_epoch};
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
@@ -52,8 +52,15 @@ pub(crate) enum Mode {
     Full,
 }
 
-fn fresh(st: &NodeState, mode: Mode, ep: (u64, u64)) -> bool {
-    st.value.is_some()
+/// Whether `n` has its value, or does without it because saved-tensor hooks dropped it
+/// (backward reads packed copies): such a node is recomputed only when its inputs changed
+/// or when its value itself is asked for.
+fn present(n: &NodeRef, st: &NodeState) -> bool {
+    st.value.is_some() || n.has(PACKED_AWAY)
+}
+
+fn fresh(n: &NodeRef, st: &NodeState, mode: Mode, ep: (u64, u64)) -> bool {
+    present(n, st)
         && match mode {
             Mode::Values => st.verified_values == ep.0,
             Mode::Full => st.verified_full == ep.1,
@@ -72,7 +79,7 @@ pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
     let ep = epochs();
     {
         let st = node.state();
-        if fresh(&st, mode, ep)
+        if fresh(node, &st, mode, ep)
             && let Some(v) = &st.value
         {
             return Ok(v.clone());
@@ -90,15 +97,17 @@ pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
 /// Whether the walk can stop at `n`: its value is fresh and, for a full request, its whole
 /// ancestry is subscribed.
 fn settled(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> bool {
-    fresh(&n.state(), mode, ep) && (mode == Mode::Values || n.inputs.is_empty() || n.has(SUBSCRIBED))
+    fresh(n, &n.state(), mode, ep) && (mode == Mode::Values || n.inputs.is_empty() || n.has(SUBSCRIBED))
 }
 
 /// Checks every node that is not settled, recomputing the stale ones; a full request also
 /// subscribes them.
 fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
     let inplace = shortcut_stamp();
-    let mut stack: Vec<(NodeRef, bool)> = vec![(node.clone(), false)];
-    while let Some((n, expanded)) = stack.pop() {
+    // (node, inputs pushed, its value itself is needed): the requested node's is, and so
+    // are the inputs of a node being recomputed.
+    let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
+    while let Some((n, expanded, need)) = stack.pop() {
         if n.inputs.is_empty() {
             // Leaves (and routers, whose value is set from outside) are fresh by definition.
             let mut st = n.state();
@@ -109,18 +118,25 @@ fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
             continue;
         }
         if !expanded {
-            if settled(&n, mode, ep) {
+            if settled(&n, mode, ep) && (!need || n.state().value.is_some()) {
                 continue;
             }
-            stack.push((n.clone(), true));
+            stack.push((n.clone(), true, need));
             for i in n.inputs.iter() {
                 if !settled(i, mode, ep) {
-                    stack.push((i.clone(), false));
+                    stack.push((i.clone(), false, false));
                 }
             }
             continue;
         }
-        recompute_if_stale(&n, mode, ep)?;
+        let missing = recompute_if_stale(&n, mode, ep, need)?;
+        if !missing.is_empty() {
+            // The recomputation needs inputs that were dropped (saved-tensor hooks): bring
+            // them back first, then come back to this node.
+            stack.push((n, true, need));
+            stack.extend(missing.into_iter().map(|i| (i, false, true)));
+            continue;
+        }
         if mode == Mode::Full {
             subscribe(&n);
             n.set(DIRTY, false);
@@ -145,22 +161,30 @@ fn subscribe(n: &NodeRef) {
 /// Recomputes the dirty (or freed) part of a subscribed node's ancestry, descending only
 /// into dirty inputs.
 fn dirty_walk(node: &NodeRef, ep: (u64, u64), inplace: u64) -> Result<Tensor> {
-    let needs_work = |n: &NodeRef| !n.inputs.is_empty() && (n.has(DIRTY) || n.state().value.is_none());
-    let mut stack: Vec<(NodeRef, bool)> = vec![(node.clone(), false)];
-    while let Some((n, expanded)) = stack.pop() {
-        if !needs_work(&n) {
+    // `need`: the node's value itself is needed (see `full_walk`).
+    let needs_work = |n: &NodeRef, need: bool| {
+        !n.inputs.is_empty() && (n.has(DIRTY) || (n.state().value.is_none() && (need || !n.has(PACKED_AWAY))))
+    };
+    let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
+    while let Some((n, expanded, need)) = stack.pop() {
+        if !needs_work(&n, need) {
             continue;
         }
         if !expanded {
-            stack.push((n.clone(), true));
+            stack.push((n.clone(), true, need));
             for i in n.inputs.iter() {
-                if needs_work(i) {
-                    stack.push((i.clone(), false));
+                if needs_work(i, false) {
+                    stack.push((i.clone(), false, false));
                 }
             }
             continue;
         }
-        recompute_if_stale(&n, Mode::Values, ep)?;
+        let missing = recompute_if_stale(&n, Mode::Values, ep, need)?;
+        if !missing.is_empty() {
+            stack.push((n, true, need));
+            stack.extend(missing.into_iter().map(|i| (i, false, true)));
+            continue;
+        }
         n.set(DIRTY, false);
     }
     let mut st = node.state();
@@ -188,10 +212,12 @@ pub(crate) fn mark_dependents_dirty(leaf: &NodeRef) {
     }
 }
 
-/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed. The inputs are
-/// fresh when this is called. Versions are compared first, so an unchanged node costs no
-/// tensor clones.
-fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
+/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed (a value
+/// saved-tensor hooks dropped only if `need`: its value itself is asked for). The inputs
+/// are fresh when this is called. Versions are compared first, so an unchanged node costs
+/// no tensor clones. Returns the inputs whose values a recomputation needs but were dropped
+/// (empty when done): the caller restores them and calls again.
+fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64), need: bool) -> Result<SmallVec<[NodeRef; 2]>> {
     let current: SmallVec<[(u64, u64); 2]> = n.inputs.iter().map(|i| i.state().versions()).collect();
     {
         let mut st = n.state();
@@ -199,16 +225,21 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
             Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
             Mode::Full => st.input_versions[..] != current[..],
         };
-        if !changed && st.value.is_some() {
+        if !changed && (st.value.is_some() || (!need && n.has(PACKED_AWAY))) {
             mark(&mut st, mode, ep);
-            return Ok(());
+            return Ok(SmallVec::new());
         }
     }
     let mut values: SmallVec<[Tensor; 2]> = SmallVec::with_capacity(n.inputs.len());
+    let mut missing: SmallVec<[NodeRef; 2]> = SmallVec::new();
     for i in n.inputs.iter() {
-        let v =
-            i.state().value.clone().ok_or_else(|| Error::autograd("an input value is missing during recomputation"))?;
-        values.push(v);
+        match i.state().value.clone() {
+            Some(v) => values.push(v),
+            None => missing.push(i.clone()),
+        }
+    }
+    if !missing.is_empty() {
+        return Ok(missing);
     }
     let refs: SmallVec<[&Tensor; 2]> = values.iter().collect();
     let out = n.op.forward(&refs)?;
@@ -218,8 +249,9 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<()> {
         Mode::Full => st.input_versions[..] != current[..],
     };
     store_recomputed(&mut st, out, current, changed);
+    n.set(PACKED_AWAY, false);
     mark(&mut st, mode, ep);
-    Ok(())
+    Ok(SmallVec::new())
 }
 
 /// Stores a node's recomputed value. Its version moves only when its inputs' did: a freed

@@ -15,8 +15,29 @@
 //! `create_graph`, the unpacked value is connected to the graph like the original, so higher
 //! order gradients flow through it.
 //!
-//! Nodes own their values in ember, so a pack hook does not by itself free memory: it is for
-//! observing, transforming (lower precision, say) or copying what backward reads.
+//! # Memory
+//!
+//! A pack hook saves memory only if the original can go. In ember a node holds its value
+//! (for re-execution), so while hooks are active the scope also watches the nodes recorded
+//! in it: once the graph alone holds a node (no `Var` of the user's, no consumer recorded
+//! outside the scope) and every backward that reads its value reads a packed copy, the value
+//! itself is dropped, and a backward unpacks instead of reading or recomputing it. This is
+//! checked as operations are recorded in the scope and when the scope ends, so a forward
+//! written as `saved_tensors_hooks(pack, unpack, || model(x))` keeps only packed copies of
+//! its activations (and drops the activations no backward reads at all). If something later
+//! asks for a dropped value (re-execution, [`Var::inputs`](crate::Var::inputs)), it is
+//! recomputed from the leaves. After a backward without `retain_graph`, each node's packed
+//! values are freed with its backward, as PyTorch frees saved tensors.
+//!
+//! What cannot be dropped, so that packing it adds the packed copy to the original:
+//! - leaves: parameters, inputs and constants (a parameter's value *is* the parameter);
+//! - values a `Var` still refers to (the output you keep, an activation in a list);
+//! - values of operations that cannot be re-executed (a custom function's outputs);
+//! - values also used by operations recorded outside the scope or by custom functions;
+//! - values written in place since they were computed (recomputing would lose the write).
+//!
+//! Custom functions drop their own reference to a packed saved tensor, so a tensor only the
+//! function kept is freed once packed.
 //!
 //! ```
 //! use ember_autograd::{saved_tensors_hooks, Var};
@@ -39,15 +60,16 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::is_grad_enabled;
 use crate::instrument::{self, SAVED_HOOKS};
-use crate::node::{Grads, HAS_PACKED, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves};
+use crate::node::{Grads, HAS_PACKED, Node, NodeRef, NodeState, Op, PACKED_AWAY, REQUIRES_GRAD, Saves};
 use crate::reactive;
 use crate::var::Var;
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Shape, Tensor};
+use rustc_hash::FxHashMap;
 use smallvec::{SmallVec, smallvec};
 use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// A packed value, as a pack hook returned it.
 pub(crate) type Packed = Arc<dyn Any + Send + Sync>;
@@ -64,10 +86,28 @@ struct Hooks {
 thread_local! {
     /// The active hook pairs, innermost last.
     static STACK: RefCell<Vec<Hooks>> = const { RefCell::new(Vec::new()) };
+    /// The nodes recorded while hooks are active whose values may be dropped (see the module
+    /// docs, "Memory").
+    static SWEEP: RefCell<Sweep> = RefCell::new(Sweep::default());
+}
+
+/// A packed value with the shape and dtype of the original, which unpacking must give back
+/// (the original may be gone by then).
+#[derive(Clone)]
+struct PackedData {
+    data: Packed,
+    shape: Shape,
+    dtype: DType,
+}
+
+impl PackedData {
+    fn pack(pack: &PackFn, t: &Tensor) -> Self {
+        PackedData { data: pack(t), shape: t.shape_obj().clone(), dtype: t.dtype() }
+    }
 }
 
 /// `(input index, the input's versions at creation, packed value)`.
-type PackedInput = (usize, (u64, u64), Packed);
+type PackedInput = (usize, (u64, u64), PackedData);
 
 /// What a node's pack hook returned, kept in the node's extras.
 pub(crate) struct PackedValues {
@@ -75,14 +115,14 @@ pub(crate) struct PackedValues {
     /// `(input index, input versions at creation, packed value)`.
     inputs: SmallVec<[PackedInput; 2]>,
     /// `(the node's value version at creation, packed value)`.
-    output: Option<(u64, Packed)>,
+    output: Option<(u64, PackedData)>,
 }
 
 /// One packed value with the hook that unpacks it.
 #[derive(Clone)]
 pub(crate) struct PackedValue {
     unpack: UnpackFn,
-    data: Packed,
+    packed: PackedData,
 }
 
 impl PackedValues {
@@ -92,15 +132,13 @@ impl PackedValues {
         self.inputs
             .iter()
             .find(|(k, v, _)| *k == i && *v == versions)
-            .map(|(_, _, data)| PackedValue { unpack: self.unpack.clone(), data: data.clone() })
+            .map(|(_, _, p)| PackedValue { unpack: self.unpack.clone(), packed: p.clone() })
     }
 
     /// The packed output, if it was packed from the value of `value_version`.
     pub(crate) fn output(&self, value_version: u64) -> Option<PackedValue> {
         match &self.output {
-            Some((v, data)) if *v == value_version => {
-                Some(PackedValue { unpack: self.unpack.clone(), data: data.clone() })
-            }
+            Some((v, p)) if *v == value_version => Some(PackedValue { unpack: self.unpack.clone(), packed: p.clone() }),
             _ => None,
         }
     }
@@ -144,6 +182,12 @@ impl Drop for SavedTensorsHooksGuard {
             !s.is_empty()
         });
         instrument::set(SAVED_HOOKS, any);
+        if !any {
+            // The scope's temporaries are gone by now: drop what only the graph holds, and
+            // stop watching.
+            sweep();
+            SWEEP.with(|s| *s.borrow_mut() = Sweep::default());
+        }
     }
 }
 
@@ -187,15 +231,28 @@ pub(crate) fn pack_tensor(t: &Tensor) -> Option<PackedValue> {
     }
     let hooks = current()?;
     let _off = Suspend::new();
-    Some(PackedValue { data: (hooks.pack)(t), unpack: hooks.unpack })
+    Some(PackedValue { packed: PackedData::pack(&hooks.pack, t), unpack: hooks.unpack })
 }
 
-/// Packs the values the backward of the node `var` just created will read.
+/// Packs the values the backward of the node `var` just created will read. Every node
+/// recorded while hooks are active comes through here, so that the scope knows which nodes
+/// consume which, and may drop values only the graph holds.
 pub(crate) fn pack_node(var: &Var) {
     let node = &var.node;
-    if node.is_leaf() || !node.requires_grad() {
-        return;
+    note(node);
+    if !node.is_leaf() && node.requires_grad() {
+        pack_saved(node);
     }
+    let due = SWEEP.with(|s| {
+        let s = s.borrow();
+        s.added >= s.candidates.len().max(64)
+    });
+    if due {
+        sweep();
+    }
+}
+
+fn pack_saved(node: &NodeRef) {
     let saves = node.op.saves();
     if saves == Saves::NONE {
         return;
@@ -210,7 +267,7 @@ pub(crate) fn pack_node(var: &Var) {
         }
         let value = input.state().value.clone();
         if let (Some(v), Some(&versions)) = (value, recorded.get(i)) {
-            packed.inputs.push((i, versions, (hooks.pack)(&v)));
+            packed.inputs.push((i, versions, PackedData::pack(&hooks.pack, &v)));
         }
     }
     if saves.output {
@@ -219,7 +276,7 @@ pub(crate) fn pack_node(var: &Var) {
             (st.value.clone(), st.value_version)
         };
         if let Some(v) = value {
-            packed.output = Some((version, (hooks.pack)(&v)));
+            packed.output = Some((version, PackedData::pack(&hooks.pack, &v)));
         }
     }
     node.extras().get_or_insert_with(Default::default).packed = Some(Box::new(packed));
@@ -237,13 +294,32 @@ pub(crate) fn packed_output(node: &NodeRef) -> Option<PackedValue> {
     node.extras().as_ref()?.packed.as_ref()?.output(version)
 }
 
-/// Unpacks a saved value of `op` (`what` names it in errors) whose original is `original`.
-/// In grad mode (a backward with `create_graph`) the result is connected to `original`'s
-/// node, so gradients of the backward flow on to it.
-pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, original: &Var) -> Result<Var> {
-    let t = (packed.unpack)(&*packed.data)?;
-    let (shape, dtype) = (original.shape(), original.dtype());
-    if t.shape_obj() != &shape || t.dtype() != dtype {
+/// Frees what a node packed, once its backward has run without `retain_graph` (PyTorch
+/// frees saved tensors then). A later backward reads, or recomputes, the originals.
+pub(crate) fn drop_packed(node: &NodeRef) {
+    if let Some(e) = node.extras().as_mut() {
+        e.packed = None;
+    }
+    node.set(HAS_PACKED, false);
+}
+
+/// The current storage version of a value saved-tensor hooks dropped, if a tensor handle
+/// to its storage is still alive somewhere (a write through it is still a write to a saved
+/// value).
+pub(crate) fn away_version(node: &NodeRef) -> Option<u64> {
+    if !node.has(PACKED_AWAY) {
+        return None;
+    }
+    node.extras().as_ref()?.away_storage.as_ref()?.upgrade().map(|s| s.version())
+}
+
+/// Unpacks a saved value of `op` (`what` names it in errors). In grad mode (a backward with
+/// `create_graph`) the result is connected to the node of the original, `link`, so that
+/// gradients of the backward flow on to it.
+pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, link: Option<&NodeRef>) -> Result<Var> {
+    let t = (packed.unpack)(&*packed.packed.data)?;
+    let (shape, dtype) = (&packed.packed.shape, packed.packed.dtype);
+    if t.shape_obj() != shape || t.dtype() != dtype {
         return Err(Error::autograd(format!(
             "saved tensor hooks: unpacking {what} of {op} gave a value of [{} {:?}]; expected [{dtype} {shape:?}], the \
              saved value's",
@@ -251,13 +327,159 @@ pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, original: &Var) 
             t.shape_obj()
         )));
     }
-    if !(is_grad_enabled() && original.requires_grad()) {
+    let Some(original) = link.filter(|n| is_grad_enabled() && n.requires_grad()) else {
         return Ok(Var::new(t));
-    }
+    };
     t.storage().watch();
-    let versions = original.node.state().versions();
+    let versions = original.state().versions();
     let state = NodeState::new(t, smallvec![versions], reactive::epochs());
-    Ok(Node::new_var(Unpacked, smallvec![original.node.clone()], REQUIRES_GRAD, state))
+    Ok(Node::new_var(Unpacked, smallvec![original.clone()], REQUIRES_GRAD, state))
+}
+
+/// The nodes recorded in the current hooks scope whose values are not dropped yet, with
+/// the consumers recorded in the scope that hold an edge to each.
+#[derive(Default)]
+struct Sweep {
+    candidates: Vec<Candidate>,
+    /// Node address to position in `candidates`.
+    index: FxHashMap<usize, usize>,
+    /// Nodes noted since the last sweep: a sweep costs a pass over the candidates, so one
+    /// runs only after as many new nodes as there are candidates (amortised O(1) a node).
+    added: usize,
+}
+
+struct Candidate {
+    node: Weak<Node<dyn Op>>,
+    consumers: SmallVec<[Weak<Node<dyn Op>>; 2]>,
+}
+
+fn addr(n: &NodeRef) -> usize {
+    Arc::as_ptr(n) as *const u8 as usize
+}
+
+/// Whether a node's value could ever be dropped: a re-executable operation's result (not a
+/// leaf, not a router whose value comes from outside).
+fn droppable_kind(n: &NodeRef) -> bool {
+    !n.inputs.is_empty() && !n.is_leaf() && !n.op.is_router() && n.op.recomputable()
+}
+
+/// The position of `n` among the candidates, adding it if it may ever be dropped.
+fn slot(candidates: &mut Vec<Candidate>, index: &mut FxHashMap<usize, usize>, n: &NodeRef) -> Option<usize> {
+    if !droppable_kind(n) {
+        return None;
+    }
+    let pos = *index.entry(addr(n)).or_insert_with(|| {
+        candidates.push(Candidate { node: Arc::downgrade(n), consumers: SmallVec::new() });
+        candidates.len() - 1
+    });
+    let c = &mut candidates[pos];
+    if c.node.strong_count() == 0 {
+        // A dead node's address, reused.
+        *c = Candidate { node: Arc::downgrade(n), consumers: SmallVec::new() };
+    }
+    Some(pos)
+}
+
+/// Registers a node just recorded in the scope: as a candidate itself, and as a consumer of
+/// its inputs.
+fn note(node: &NodeRef) {
+    SWEEP.with(|s| {
+        let mut s = s.borrow_mut();
+        let Sweep { candidates, index, added } = &mut *s;
+        slot(candidates, index, node);
+        for input in node.inputs.iter() {
+            if let Some(pos) = slot(candidates, index, input) {
+                let consumers = &mut candidates[pos].consumers;
+                if consumers.last().is_none_or(|w| w.as_ptr() as *const u8 != Arc::as_ptr(node) as *const u8) {
+                    consumers.push(Arc::downgrade(node));
+                }
+            }
+        }
+        *added += 1;
+    });
+}
+
+enum Outcome {
+    Dropped,
+    /// Something outside the recorded graph still holds the node.
+    NotYet,
+    /// A backward reads the value itself, or it was written in place: it stays.
+    Never,
+}
+
+/// Drops the values of the candidates that only the graph holds.
+fn sweep() {
+    // Candidates are taken out of the thread-local while they are examined: dropping the
+    // references taken here may free nodes, and nothing of that may find the registry
+    // borrowed.
+    let candidates = SWEEP.with(|s| {
+        let mut s = s.borrow_mut();
+        s.added = 0;
+        s.index.clear();
+        std::mem::take(&mut s.candidates)
+    });
+    let mut kept = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        let Some(node) = c.node.upgrade() else { continue };
+        if node.has(PACKED_AWAY) {
+            continue;
+        }
+        if let Outcome::NotYet = try_drop(&node, &c.consumers) {
+            kept.push(c);
+        }
+    }
+    SWEEP.with(|s| {
+        let mut s = s.borrow_mut();
+        let meanwhile = std::mem::take(&mut s.candidates);
+        kept.extend(meanwhile);
+        s.index = kept.iter().enumerate().map(|(i, c)| (c.node.as_ptr() as *const u8 as usize, i)).collect();
+        s.candidates = kept;
+    });
+}
+
+fn try_drop(node: &NodeRef, consumers: &[Weak<Node<dyn Op>>]) -> Outcome {
+    if node.requires_grad() && node.op.saves().output && packed_output(node).is_none() {
+        return Outcome::Never;
+    }
+    // The consumers are held while the handle count is compared, so that the edges counted
+    // cannot go away meanwhile and make room for a handle taken elsewhere.
+    let live: SmallVec<[NodeRef; 4]> = consumers.iter().filter_map(Weak::upgrade).collect();
+    let mut edges = 0;
+    for c in &live {
+        let saves = c.op.saves();
+        let backward_runs = c.requires_grad() && !c.is_leaf();
+        for (p, input) in c.inputs.iter().enumerate() {
+            if !Arc::ptr_eq(input, node) {
+                continue;
+            }
+            edges += 1;
+            if backward_runs && saves.saves_input(p) {
+                let recorded = c.state().input_versions.get(p).copied();
+                if recorded.and_then(|r| packed_input(c, p, r)).is_none() {
+                    return Outcome::Never;
+                }
+            }
+        }
+    }
+    let taken = {
+        let mut st = node.state();
+        // This sweep's reference and the consumers' edges, nothing else: no handle can read
+        // the value any more, and one taken later recomputes it (the count is read under the
+        // lock, as in the engine's release).
+        if Arc::strong_count(node) != 1 + edges {
+            return Outcome::NotYet;
+        }
+        match &st.value {
+            Some(v) if v.version() == st.storage_version => {}
+            _ => return Outcome::Never,
+        }
+        node.set(PACKED_AWAY, true);
+        st.value.take()
+    };
+    if let Some(v) = taken {
+        node.extras().get_or_insert_with(Default::default).away_storage = Some(Arc::downgrade(v.storage()));
+    }
+    Outcome::Dropped
 }
 
 /// An unpacked value standing for its original in a graph built by backward: gradients

@@ -244,3 +244,131 @@ fn custom_functions_pack_what_they_save() -> Result<()> {
     assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![1.0, 2.0]);
     Ok(())
 }
+
+/// Identity hooks: packing keeps a second handle to the same storage, which is enough to
+/// see which values the scope drops.
+fn identity()
+-> (impl Fn(&Tensor) -> Tensor + Send + Sync + 'static, impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static) {
+    (|t: &Tensor| t.clone(), |p: &Tensor| Ok(p.clone()))
+}
+
+/// A value only the graph holds is dropped when the scope ends; asking for it again (here
+/// through `inputs()`) recomputes it from the leaves, and backward reads the packed copy.
+/// A value a `Var` holds is kept.
+#[test]
+fn values_only_the_graph_holds_are_dropped_and_recomputed_on_demand() -> Result<()> {
+    let w = param(&[0.5, -1.0], &[2]);
+    let (pack, unpack) = identity();
+    let (held, loss) = saved_tensors_hooks(pack, unpack, || -> Result<(Var, Var)> {
+        let e = w.exp(); // saves its output: packed, then dropped once only the graph holds it
+        let held = e.mul_scalar(2.0).sin(); // sin saves its input (mul_scalar's output)
+        Ok((held.clone(), held.square().sum_all()))
+    })?;
+    // `held` is the user's: kept, never recomputed.
+    assert_eq!(held.recompute_count(), 0);
+    let sin_input = held.inputs()?.remove(0); // mul_scalar's output, dropped: recomputed now
+    assert_eq!(sin_input.recompute_count(), 1);
+    let expected: Vec<f64> = [0.5f64, -1.0].iter().map(|w| 2.0 * w.exp()).collect();
+    assert_eq!(sin_input.value().to_vec::<f64>()?, expected);
+    drop(sin_input);
+    loss.backward()?;
+    // d/dw sum(sin(2 e^w)^2) = 2 sin(2e^w) cos(2e^w) 2 e^w
+    let g = w.grad().expect("a gradient").to_vec::<f64>()?;
+    for (k, w) in [0.5f64, -1.0].iter().enumerate() {
+        let u = 2.0 * w.exp();
+        assert!((g[k] - 2.0 * u.sin() * u.cos() * u).abs() < 1e-12, "{g:?}");
+    }
+    Ok(())
+}
+
+/// Dropped values do not break re-execution: replacing a leaf and asking for the output
+/// recomputes everything downstream, dropped values included.
+#[test]
+fn dropped_values_are_recomputed_when_a_leaf_changes() -> Result<()> {
+    let x = Var::new(Tensor::from_slice(&[1.0f64, 2.0], [2])?);
+    let w = param(&[3.0], &[1]);
+    let (pack, unpack) = identity();
+    let y = saved_tensors_hooks(pack, unpack, || -> Result<Var> { Ok(x.mul(&w)?.exp().mul(&w)?.sum_all()) })?;
+    x.set_value(Tensor::from_slice(&[0.0f64, 0.5], [2])?)?;
+    let fresh = y.forward()?.item()?;
+    assert!((fresh - 3.0 * (1.0 + 1.5f64.exp())).abs() < 1e-12, "{fresh}");
+    // Backward differentiates at the new value: the packs of the old one no longer apply.
+    y.backward()?;
+    let g = w.grad().expect("a gradient").to_vec::<f64>()?[0];
+    // d/dw sum(w e^(x w)) = sum(e^(x w) (1 + x w))
+    let expected = 1.0 + 1.5f64.exp() * (1.0 + 1.5);
+    assert!((g - expected).abs() < 1e-9, "{g} vs {expected}");
+    Ok(())
+}
+
+/// Writing a dropped value in place through a tensor handle that outlived its `Var` is
+/// still an error naming the operation, as without hooks.
+#[test]
+fn an_in_place_write_to_a_dropped_value_is_still_caught() -> Result<()> {
+    let w = param(&[1.0, 2.0], &[2]);
+    let (pack, unpack) = identity();
+    let (value, loss) = saved_tensors_hooks(pack, unpack, || -> Result<(Tensor, Var)> {
+        let h = w.mul_scalar(3.0);
+        let value = h.value();
+        Ok((value, h.square().sum_all())) // square saves h; h's Var is gone at the end
+    })?;
+    value.mul_scalar_(2.0)?;
+    let err = loss.backward().unwrap_err().to_string();
+    assert!(err.contains("modified by an inplace operation") && err.contains("square"), "{err}");
+    Ok(())
+}
+
+/// A backward without retain_graph frees the packed copies with each node's backward; a
+/// second backward recomputes what it needs, as it does without hooks.
+#[test]
+fn a_second_backward_after_packs_were_freed_recomputes() -> Result<()> {
+    let log: Log = Default::default();
+    let (pack, unpack) = logging(&log);
+    let w = param(&[0.5, 1.5], &[2]);
+    let loss = saved_tensors_hooks(pack, unpack, || w.exp().sin().sum_all());
+    loss.backward_with(None, true)?;
+    loss.backward()?; // the packs are still there: unpacked again, then freed
+    loss.backward()?; // nothing packed left: recomputed from the leaves
+    let unpacks = log.lock().unwrap().iter().filter(|(k, _)| *k == "unpack").count();
+    assert_eq!(unpacks, 4, "exp's output and sin's input, unpacked by the first two backward calls");
+    let g = w.grad().expect("a gradient").to_vec::<f64>()?;
+    for (k, w) in [0.5f64, 1.5].iter().enumerate() {
+        let expected = 3.0 * w.exp().cos() * w.exp();
+        assert!((g[k] - expected).abs() < 1e-12, "{g:?}");
+    }
+    Ok(())
+}
+
+/// A custom function drops its own reference to a saved tensor once it is packed: a tensor
+/// only the function kept is then freed, and backward reads the packed copy.
+struct SavesACopy {
+    storage: Arc<Mutex<Option<std::sync::Weak<ember_tensor::storage::StorageCell>>>>,
+}
+
+impl Function for SavesACopy {
+    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let doubled = inputs[0].mul_scalar(2.0);
+        *self.storage.lock().unwrap() = Some(Arc::downgrade(doubled.storage()));
+        ctx.save_for_backward(&[&doubled]);
+        Ok(vec![inputs[0].square()])
+    }
+    fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
+        Ok(vec![Some(grads[0].mul(&ctx.saved_tensors()?[0])?)])
+    }
+}
+
+#[test]
+fn custom_functions_drop_what_they_packed() -> Result<()> {
+    let x = param(&[1.0, 3.0], &[2]);
+    let storage = Arc::new(Mutex::new(None));
+    let y = saved_tensors_hooks(
+        |t: &Tensor| t.to_dtype(DType::F32),
+        |p: &Tensor| Ok(p.to_dtype(DType::F64)),
+        || SavesACopy { storage: storage.clone() }.apply(&[&x]),
+    )?;
+    let weak = storage.lock().unwrap().clone().expect("forward ran");
+    assert!(weak.upgrade().is_none(), "the original outlived its packed copy");
+    y[0].sum_all().backward()?;
+    assert_eq!(x.grad().expect("a gradient").to_vec::<f64>()?, vec![2.0, 6.0]);
+    Ok(())
+}

@@ -110,18 +110,22 @@ impl Op for ArgExtreme {
     }
 }
 
-struct Cast(DType);
+/// A conversion to `to`; backward converts back to `from`, recorded here so that it does
+/// not have to read the input (which saves nothing and may have been freed).
+struct Cast {
+    to: DType,
+    from: DType,
+}
 
 impl Op for Cast {
     fn name(&self) -> &str {
         "to_dtype"
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Ok(inputs[0].to_dtype(self.0))
+        Ok(inputs[0].to_dtype(self.to))
     }
-    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        let from = ctx.input(0)?.dtype();
-        Ok(smallvec![Some(g.to_dtype(from))])
+    fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        Ok(smallvec![Some(g.to_dtype(self.from))])
     }
     fn saves(&self) -> Saves {
         Saves::NONE
@@ -162,10 +166,11 @@ impl Var {
     /// The value converted to `dtype`. Between float dtypes the gradient is converted back;
     /// a cast to an integer dtype has no gradient.
     pub fn to_dtype(&self, dtype: DType) -> Var {
-        if dtype == self.dtype() {
+        let from = self.dtype();
+        if dtype == from {
             return self.clone();
         }
-        let v = apply_infallible(Cast(dtype), &[self]);
+        let v = apply_infallible(Cast { to: dtype, from }, &[self]);
         if dtype.is_float() { v } else { no_grad_result(v) }
     }
 

@@ -16,20 +16,32 @@
 //!        3       4       5
 //!   ```
 //!
-//! Float values share one style per tensor, like PyTorch: integral values print as `1.0`
-//! in bracket form and `1` in slice form, other values with four decimals, and very large
-//! or very small magnitudes in scientific notation. Tensors of more than 1000 elements show
-//! the first and last three entries of each dimension around a `...`.
+//! Integer tensors print their values exactly. Float values share one notation per tensor,
+//! chosen by PyTorch's rule over the non-zero finite magnitudes that are printed: scientific
+//! (`1.0000e+09`) when `max / min > 1000` or `max > 1e8`, or when some value is not
+//! integral and `min < 1e-4`; otherwise integral values print as `1.0` in bracket form and
+//! `1` in slice form, and other values with four decimals (`0.5000`). Tensors of more than
+//! 1000 elements show the first and last three entries of each dimension around a `...`;
+//! only those entries are read, so printing a huge (even a broadcast) tensor costs nothing.
 
 use crate::Tensor;
-use crate::dtype::DType;
+use crate::dtype::{DType, Element};
+use crate::layout::Layout;
+use crate::storage::CpuStorage;
 use std::fmt::{self, Write};
 
 const SUMMARIZE_ABOVE: usize = 1000;
 const EDGE: usize = 3;
 const SLICE_MIN_WIDTH: usize = 6;
 
-#[derive(Clone, Copy, PartialEq)]
+/// One printed element: integers exactly (an `i64` above 2^53 has no exact `f64`).
+#[derive(Clone, Copy)]
+enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Style {
     Int,
     Integral,
@@ -37,87 +49,175 @@ enum Style {
     Sci,
 }
 
-struct Formatter {
-    style: Style,
+/// PyTorch's choice of notation (`torch._tensor_str._Formatter`), made from the printed
+/// values only. Over the non-zero finite magnitudes: when all are integral, scientific
+/// notation if `max / min > 1000` or `max > 1e8`, integral notation otherwise; when some are
+/// not, scientific notation also if `min < 1e-4`, fixed notation with four decimals
+/// otherwise.
+fn float_style(values: impl Iterator<Item = f64>) -> Style {
+    let (mut min, mut max, mut integral) = (f64::INFINITY, 0.0f64, true);
+    for v in values.filter(|v| v.is_finite() && *v != 0.0) {
+        min = min.min(v.abs());
+        max = max.max(v.abs());
+        integral &= v.fract() == 0.0;
+    }
+    if max == 0.0 {
+        // Only zeros, infinities and NaN: PyTorch keeps integral notation.
+        return Style::Integral;
+    }
+    let wide = max / min > 1000.0 || max > 1e8;
+    match (integral, wide || (!integral && min < 1e-4)) {
+        (_, true) => Style::Sci,
+        (true, false) => Style::Integral,
+        (false, false) => Style::Fixed,
+    }
 }
 
-impl Formatter {
-    fn for_values(dtype: DType, values: &[f64]) -> Self {
-        if dtype.is_int() {
-            return Formatter { style: Style::Int };
-        }
-        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        let max = finite.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let min_nonzero = finite.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
-        let style = if finite.iter().all(|v| v.fract() == 0.0) && max < 1e8 {
-            Style::Integral
-        } else if max >= 1e8 || min_nonzero < 1e-4 {
-            Style::Sci
-        } else {
-            Style::Fixed
-        };
-        Formatter { style }
+/// One value in `style`; `slice` selects the slice form (integral floats without `.0`).
+fn format_value(style: Style, v: Value, slice: bool) -> String {
+    let v = match v {
+        Value::Int(i) => return i.to_string(),
+        Value::Float(v) => v,
+    };
+    if v.is_nan() {
+        return "nan".into();
     }
-
-    /// One value; `slice` selects the slice form (integral floats without `.0`).
-    fn format(&self, v: f64, slice: bool) -> String {
-        if v.is_nan() {
-            return "nan".into();
-        }
-        if v.is_infinite() {
-            return if v > 0.0 { "inf".into() } else { "-inf".into() };
-        }
-        match self.style {
-            Style::Int => format!("{}", v as i64),
-            Style::Integral if slice => format!("{v:.0}"),
-            Style::Integral => format!("{v:.1}"),
-            Style::Fixed => format!("{v:.4}"),
-            Style::Sci => {
-                let s = format!("{v:.4e}");
-                // Rust writes `1.2340e8`; PyTorch writes `1.2340e+08`.
-                match s.split_once('e') {
-                    Some((m, e)) => {
-                        let (sign, digits) = if let Some(d) = e.strip_prefix('-') { ('-', d) } else { ('+', e) };
-                        format!("{m}e{sign}{digits:0>2}")
-                    }
-                    None => s,
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    match style {
+        Style::Int => format!("{v}"),
+        Style::Integral if slice => format!("{v:.0}"),
+        Style::Integral => format!("{v:.1}"),
+        Style::Fixed => format!("{v:.4}"),
+        Style::Sci => {
+            let s = format!("{v:.4e}");
+            // Rust writes `1.2340e8`; PyTorch writes `1.2340e+08`.
+            match s.split_once('e') {
+                Some((m, e)) => {
+                    let (sign, digits) = if let Some(d) = e.strip_prefix('-') { ('-', d) } else { ('+', e) };
+                    format!("{m}e{sign}{digits:0>2}")
                 }
+                None => s,
             }
         }
     }
 }
 
-/// Indices of one dimension to print: all, or the first and last `EDGE` with a gap marker.
-fn shown(extent: usize, summarize: bool) -> Vec<Option<usize>> {
-    if summarize && extent > 2 * EDGE {
-        (0..EDGE).map(Some).chain([None]).chain((extent - EDGE..extent).map(Some)).collect()
-    } else {
-        (0..extent).map(Some).collect()
+/// The indices of one dimension that are printed: all of them, or the first and last
+/// `EDGE` with a gap between.
+struct Axis {
+    idx: Vec<usize>,
+    gap: bool,
+}
+
+impl Axis {
+    fn new(extent: usize, summarize: bool) -> Self {
+        if summarize && extent > 2 * EDGE {
+            Axis { idx: (0..EDGE).chain(extent - EDGE..extent).collect(), gap: true }
+        } else {
+            Axis { idx: (0..extent).collect(), gap: false }
+        }
+    }
+
+    /// Positions into `idx` in printing order, `None` where the `...` goes.
+    fn items(&self) -> Vec<Option<usize>> {
+        let n = self.idx.len();
+        if !self.gap {
+            return (0..n).map(Some).collect();
+        }
+        (0..EDGE).map(Some).chain([None]).chain((EDGE..n).map(Some)).collect()
     }
 }
 
-struct Printer<'a> {
-    shape: &'a [usize],
+/// The printed elements of a tensor, read from its storage one by one: a summarised
+/// tensor shows a few elements per dimension, and only those are read and formatted.
+struct Printer {
+    shape: Vec<usize>,
+    axes: Vec<Axis>,
+    /// The shown elements, row-major over the axes' positions.
+    values: Vec<Value>,
+    /// Strides of `values` over axis positions.
     strides: Vec<usize>,
-    values: Vec<f64>,
-    summarize: bool,
-    fmt: Formatter,
+    style: Style,
 }
 
-impl Printer<'_> {
-    fn at(&self, idx: &[usize]) -> f64 {
-        self.values[idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()]
+/// The elements at every combination of the axes' indices, row-major; `None` when even
+/// the summary does not fit in memory (a broadcast view of dozens of dimensions).
+fn gather<T: Element>(data: &[T], layout: &Layout, axes: &[Axis], wrap: impl Fn(T) -> Value) -> Option<Vec<Value>> {
+    let total = axes.iter().try_fold(1usize, |n, a| n.checked_mul(a.idx.len()))?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(total).ok()?;
+    let mut pos = vec![0usize; axes.len()];
+    for _ in 0..total {
+        let at = layout.offset()
+            + pos.iter().zip(axes).zip(layout.strides()).map(|((&p, a), &s)| a.idx[p] * s).sum::<usize>();
+        out.push(wrap(data[at]));
+        for d in (0..axes.len()).rev() {
+            pos[d] += 1;
+            if pos[d] < axes[d].idx.len() {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+    Some(out)
+}
+
+impl Printer {
+    fn new(data: &CpuStorage, layout: &Layout, dtype: DType) -> Option<Self> {
+        let shape = layout.shape().to_vec();
+        let summarize = layout.numel() > SUMMARIZE_ABOVE;
+        let axes: Vec<Axis> = shape.iter().map(|&d| Axis::new(d, summarize)).collect();
+        let values = if layout.numel() == 0 {
+            Vec::new()
+        } else {
+            match data {
+                CpuStorage::U8(b) => gather(b, layout, &axes, |v| Value::Int(v as i64))?,
+                CpuStorage::I64(b) => gather(b, layout, &axes, Value::Int)?,
+                CpuStorage::F32(b) => gather(b, layout, &axes, |v| Value::Float(v as f64))?,
+                CpuStorage::F64(b) => gather(b, layout, &axes, Value::Float)?,
+            }
+        };
+        let style = if dtype.is_int() {
+            Style::Int
+        } else {
+            float_style(values.iter().map(|v| match *v {
+                Value::Float(f) => f,
+                Value::Int(i) => i as f64,
+            }))
+        };
+        let mut strides = vec![1usize; axes.len()];
+        for i in (0..axes.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * axes[i + 1].idx.len();
+        }
+        Some(Printer { shape, axes, values, strides, style })
     }
 
-    fn row(&self, prefix: &[usize]) -> Vec<Option<f64>> {
-        let last = *self.shape.last().unwrap_or(&1);
-        shown(last, self.summarize)
+    fn at(&self, pos: &[usize]) -> Value {
+        self.values[pos.iter().zip(&self.strides).map(|(p, s)| p * s).sum::<usize>()]
+    }
+
+    fn format(&self, v: Value, slice: bool) -> String {
+        format_value(self.style, v, slice)
+    }
+
+    fn widest(&self, slice: bool) -> usize {
+        self.values.iter().map(|&v| self.format(v, slice).len()).max().unwrap_or(1)
+    }
+
+    /// The cells of the row at axis positions `prefix` (gaps as `None`).
+    fn row(&self, prefix: &[usize]) -> Vec<Option<Value>> {
+        let Some(last) = self.axes.last() else { return vec![Some(self.at(&[]))] };
+        let mut pos = prefix.to_vec();
+        pos.push(0);
+        let k = prefix.len();
+        last.items()
             .into_iter()
-            .map(|j| {
-                j.map(|j| {
-                    let mut idx = prefix.to_vec();
-                    idx.push(j);
-                    self.at(&idx)
+            .map(|p| {
+                p.map(|p| {
+                    pos[k] = p;
+                    self.at(&pos)
                 })
             })
             .collect()
@@ -129,7 +229,7 @@ impl Printer<'_> {
             .row(prefix)
             .into_iter()
             .map(|v| match v {
-                Some(v) => format!("{:>width$}", self.fmt.format(v, false)),
+                Some(v) => format!("{:>width$}", self.format(v, false)),
                 None => "...".into(),
             })
             .collect();
@@ -137,20 +237,15 @@ impl Printer<'_> {
         out.push(']');
     }
 
-    fn widest(&self, slice: bool) -> usize {
-        self.values.iter().map(|&v| self.fmt.format(v, slice).len()).max().unwrap_or(1)
-    }
-
     fn two_d(&self, out: &mut String) {
         let width = self.widest(false);
         out.push('[');
-        let rows = shown(self.shape[0], self.summarize);
-        for (n, r) in rows.iter().enumerate() {
+        for (n, r) in self.axes[0].items().into_iter().enumerate() {
             if n > 0 {
                 out.push_str(",\n ");
             }
             match r {
-                Some(r) => self.bracket_1d(out, &[*r], width),
+                Some(r) => self.bracket_1d(out, &[r], width),
                 None => out.push_str("..."),
             }
         }
@@ -159,15 +254,13 @@ impl Printer<'_> {
 
     fn slices(&self, out: &mut String) {
         let rank = self.shape.len();
-        let lead = &self.shape[..rank - 2];
         let width = self.widest(true).max(SLICE_MIN_WIDTH);
-        // Every combination of shown leading indices, in memory (row-major) order.
-        let per_dim: Vec<Vec<Option<usize>>> = lead.iter().map(|&d| shown(d, self.summarize)).collect();
+        // Every combination of shown leading positions, in memory (row-major) order.
         let mut combos: Vec<Vec<Option<usize>>> = vec![vec![]];
-        for choices in &per_dim {
+        for axis in &self.axes[..rank - 2] {
             let mut next = Vec::new();
             for c in &combos {
-                for &x in choices {
+                for &x in &axis.items() {
                     let mut v = c.clone();
                     v.push(x);
                     next.push(v);
@@ -185,23 +278,23 @@ impl Printer<'_> {
                 continue;
             }
             last_gap = false;
-            let idx: Vec<usize> = combo.into_iter().flatten().collect();
+            let pos: Vec<usize> = combo.into_iter().flatten().collect();
             out.push('(');
-            for i in &idx {
-                let _ = write!(out, "{i},");
+            for (d, &p) in pos.iter().enumerate() {
+                let _ = write!(out, "{},", self.axes[d].idx[p]);
             }
             out.push_str(".,.) = \n");
-            for r in shown(self.shape[rank - 2], self.summarize) {
+            for r in self.axes[rank - 2].items() {
                 match r {
                     None => out.push_str("...\n"),
                     Some(r) => {
-                        let mut prefix = idx.clone();
+                        let mut prefix = pos.clone();
                         prefix.push(r);
                         let cells: Vec<String> = self
                             .row(&prefix)
                             .into_iter()
                             .map(|v| match v {
-                                Some(v) => format!("{:>width$}", self.fmt.format(v, true)),
+                                Some(v) => format!("{:>width$}", self.format(v, true)),
                                 None => format!("{:>width$}", "..."),
                             })
                             .collect();
@@ -219,19 +312,19 @@ fn footer(t: &Tensor) -> String {
 }
 
 fn render(t: &Tensor) -> Result<String, fmt::Error> {
-    let values = t.to_vec_f64().map_err(|_| fmt::Error)?;
-    let shape = t.shape();
-    let mut strides = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    let summarize = t.numel() > SUMMARIZE_ABOVE;
-    let fmt = Formatter::for_values(t.dtype(), &values);
-    let p = Printer { shape, strides, values, summarize, fmt };
+    let p = t.read(|(s, l)| match s.as_cpu() {
+        Some(c) => Printer::new(c, l, t.dtype()),
+        // Another device: from a host copy of the whole view.
+        None => {
+            let host = t.backend().download((s, l)).ok()?;
+            Printer::new(&host, &Layout::contiguous(l.shape().clone()), t.dtype())
+        }
+    });
+    let p = p.ok_or(fmt::Error)?;
     let mut out = String::new();
-    match shape.len() {
+    match p.shape.len() {
         0 => {
-            let _ = write!(out, "({})", p.fmt.format(p.values[0], false));
+            let _ = write!(out, "({})", p.format(p.at(&[]), false));
         }
         1 => p.bracket_1d(&mut out, &[], 0),
         2 => p.two_d(&mut out),
@@ -296,6 +389,56 @@ Tensor(shape=[2, 3, 2, 3], dtype=f32, device=cpu)";
         assert_eq!(s.to_string(), "[1.0000e+09, 1.0000e+00]");
         let d = format!("{:?}", Tensor::zeros([2], DType::F64).unwrap());
         assert_eq!(d, "[0.0, 0.0]\nTensor(shape=[2], dtype=f64, device=cpu)");
+    }
+
+    #[test]
+    fn scientific_notation_follows_pytorch() {
+        let f = |v: Vec<f32>| Tensor::from_vec(v.clone(), [v.len()]).unwrap().to_string();
+        // Integral values spanning more than three orders of magnitude.
+        assert_eq!(f(vec![1.0, 2000.0]), "[1.0000e+00, 2.0000e+03]");
+        assert_eq!(f(vec![1.0, 999.0]), "[1.0, 999.0]");
+        assert_eq!(f(vec![0.0, 1e8]), "[0.0, 100000000.0]");
+        assert_eq!(f(vec![2e8, 3e8]), "[2.0000e+08, 3.0000e+08]");
+        // Fractions: the ratio, the largest and the smallest magnitude.
+        assert_eq!(f(vec![0.001, 0.5]), "[0.0010, 0.5000]");
+        assert_eq!(f(vec![0.5, 400.0]), "[0.5000, 400.0000]");
+        assert_eq!(f(vec![0.5, 501.0]), "[5.0000e-01, 5.0100e+02]");
+        assert_eq!(f(vec![0.00001, 0.00002]), "[1.0000e-05, 2.0000e-05]");
+        assert_eq!(f(vec![-0.5, f32::NAN, f32::INFINITY, 0.0]), "[-0.5000, nan, inf, 0.0000]");
+        assert_eq!(f(vec![0.0, f32::NEG_INFINITY]), "[0.0, -inf]");
+        // PyTorch prints torch.arange(2000.) in scientific notation: 1999 / 1 > 1000.
+        let a = Tensor::arange(0.0, 2000.0).unwrap().to_string();
+        assert_eq!(a, "[0.0000e+00, 1.0000e+00, 2.0000e+00, ..., 1.9970e+03, 1.9980e+03, 1.9990e+03]");
+    }
+
+    #[test]
+    fn integers_print_exactly() {
+        let big = Tensor::from_vec(vec![(1i64 << 53) + 1, i64::MAX, i64::MIN], [3]).unwrap();
+        assert_eq!(big.to_string(), "[9007199254740993, 9223372036854775807, -9223372036854775808]");
+        assert_eq!(Tensor::scalar(255u8).to_string(), "(255)");
+    }
+
+    #[test]
+    fn summaries_read_only_the_shown_entries() {
+        // A broadcast view of 3 * 2^58 elements: materialising it would fail.
+        let huge = Tensor::scalar(1.5f64).expand([3 << 58]).unwrap();
+        assert_eq!(huge.to_string(), "[1.5000, 1.5000, 1.5000, ..., 1.5000, 1.5000, 1.5000]");
+        let grid = Tensor::scalar(7i64).expand([1 << 29, 1 << 29]).unwrap().to_string();
+        assert!(
+            grid.starts_with(
+                "[[7, 7, 7, ..., 7, 7, 7],
+ [7,"
+            ) && grid.ends_with("7, 7]]"),
+            "{grid}"
+        );
+        // The notation comes from the shown entries only, as in PyTorch: a huge value in
+        // the hidden middle does not switch the print to scientific notation.
+        let mut v: Vec<f32> = (0..2000).map(|i| i as f32 % 7.0).collect();
+        v[1000] = 1e20;
+        let t = Tensor::from_vec(v, [2000]).unwrap();
+        assert_eq!(t.to_string(), "[0.0, 1.0, 2.0, ..., 2.0, 3.0, 4.0]");
+        let s = Tensor::scalar(2.5f32).expand([4, 300, 2, 3]).unwrap().to_string();
+        assert!(s.starts_with("(0,0,.,.) = \n2.5000  2.5000  2.5000\n2.5000  2.5000  2.5000\n(0,1,.,.) = "), "{s}");
     }
 
     #[test]

@@ -229,9 +229,25 @@ pub(crate) fn seq_remaining() -> std::ops::Range<u64> {
 impl<O: Op> Node<O> {
     /// A new node and the first handle to it.
     pub(crate) fn new_var(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u16, state: NodeState) -> Var {
+        Node::new_var_numbered(next_seq(), op, inputs, flags, state)
+    }
+
+    /// [`Node::new_var`] with a sequence number the caller took. The per-operation paths
+    /// (`ops::record`, `Var::leaf_with`) take it before they build the node's state:
+    /// numbering can call out (to reserve a block), and a call between building the state
+    /// and allocating the node makes the compiler build the state on the stack and copy it
+    /// twice more, a measurable share of a no-grad operation.
+    #[inline]
+    pub(crate) fn new_var_numbered(
+        seq: u64,
+        op: O,
+        inputs: SmallVec<[NodeRef; 2]>,
+        flags: u16,
+        state: NodeState,
+    ) -> Var {
         let node: NodeRef = Arc::new(Node {
             inputs,
-            seq: next_seq(),
+            seq,
             flags: AtomicU16::new(flags),
             state: Mutex::new(state),
             grad: Mutex::new(None),

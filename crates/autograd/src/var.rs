@@ -45,7 +45,9 @@ impl Var {
         Var { node }
     }
 
-    /// A handle to a node, recomputing its value first if it was freed.
+    /// A handle to a node, recomputing its value first if it was freed. The caller's
+    /// `NodeRef` counts as a handle while the value is checked under the lock, so a
+    /// concurrent backward cannot free it between this check and the caller's reads.
     pub(crate) fn from_node_ensured(node: NodeRef) -> Result<Var> {
         if node.state().value.is_none() {
             reactive::restore(&node)?;
@@ -54,9 +56,10 @@ impl Var {
     }
 
     fn leaf_with(value: Tensor, flags: u16) -> Var {
+        let seq = crate::node::next_seq();
         value.storage().watch();
         let state = NodeState::new(value, SmallVec::new(), reactive::epochs());
-        Node::new_var(Leaf, SmallVec::new(), IS_LEAF | flags, state)
+        Node::new_var_numbered(seq, Leaf, SmallVec::new(), IS_LEAF | flags, state)
     }
 
     /// A leaf that does not require grad: an input or a constant.
@@ -76,6 +79,10 @@ impl Var {
     pub fn value(&self) -> Tensor {
         match &self.node.state().value {
             Some(v) => v.clone(),
+            // A value is freed (by backward, or saved-tensor hooks) only under the node's
+            // lock after finding that no handle exists, and handles to a freed node are
+            // given out only after restoring it (`from_node_ensured`): every handle sees a
+            // value.
             None => unreachable!("ember internal error: a Var handle points to a node without a value"),
         }
     }

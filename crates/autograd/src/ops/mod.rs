@@ -120,6 +120,8 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
         return Var::new(out);
     }
     let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
+    // Numbered first: see `Node::new_var_numbered`.
+    let seq = crate::node::next_seq();
     out.storage().watch();
     let state = NodeState::new(out, versions, reactive::epochs());
     let mut edges: SmallVec<[NodeRef; 2]> = SmallVec::new();
@@ -127,7 +129,7 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
         edges.push(v.node.clone());
     }
     // Anomaly mode's creation site is recorded by `instrument::apply_instrumented`.
-    Node::new_var(op, edges, flags, state)
+    Node::new_var_numbered(seq, op, edges, flags, state)
 }
 
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions

@@ -37,7 +37,7 @@
 //! impl Function for Cube {
 //!     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
 //!         ctx.save_for_backward(&[&inputs[0]]);
-//!         Ok(vec![inputs[0].pow_scalar(3.0)])
+//!         Ok(vec![inputs[0].pow_scalar(3.0)?])
 //!     }
 //!     fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
 //!         let x = &ctx.saved_tensors()?[0];

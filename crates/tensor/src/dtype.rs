@@ -6,10 +6,30 @@
 //! following PyTorch: the dtypes are ordered `u8 < i64 < f32 < f64` and the result takes the
 //! larger one (`u8 + i64 -> i64`, `i64 * f32 -> f32`, `f32 - f64 -> f64`).
 //!
-//! A Rust scalar in a tensor-scalar operation never widens a tensor within its category: an
-//! `f32` tensor times `2.0` stays `f32`, an `i64` tensor plus `1` stays `i64`. A floating
-//! scalar applied to an integer tensor gives `f32` (PyTorch's default float dtype):
-//! `i64_tensor * 0.5` is `f32`.
+//! # Tensor-scalar operations
+//!
+//! A Rust number in a tensor-scalar operation is a [`Scalar`]: integer literals are
+//! [`Scalar::Int`] and float literals [`Scalar::Float`], and the category, not the value,
+//! decides the result dtype, as for PyTorch's Python scalars:
+//!
+//! - a scalar never widens a tensor within its category: an `f32` tensor times `2.0` (or
+//!   `2`) stays `f32`, a `u8` tensor plus `1` stays `u8`;
+//! - an integer tensor with a float scalar gives `f32`, PyTorch's default float dtype:
+//!   `i64_tensor * 0.5` and `u8_tensor + 2.0` are `f32`;
+//! - an integer tensor with an integer scalar computes in the tensor's dtype with the
+//!   scalar's exact value (never rounded through `f64`, so `i64` scalars beyond 2^53 are
+//!   exact) and wrapping arithmetic: the scalar converts like an `as` cast, so for `u8`
+//!   `x + (-1)` is `x - 1` and `x * (-1)` is `256 - x`, as in PyTorch;
+//! - true division (`div_scalar`, `rdiv_scalar`) and `rpow_scalar` of integers give `f32`;
+//!   `pow_scalar` of an integer tensor by an integer exponent stays integral, and a negative
+//!   exponent is an error (PyTorch: "Integers to negative integer powers are not allowed.");
+//! - `maximum_scalar`, `minimum_scalar` and `clamp` bounds beyond an integer dtype's range
+//!   saturate instead of wrapping, so that a bound keeps its side of every value;
+//! - comparisons with a scalar (`lt_scalar`, ...) on integer tensors use the scalar's exact
+//!   value, `2.5` and `2^53 + 1` included; on float tensors the scalar is rounded to the
+//!   tensor's dtype first, as PyTorch does;
+//! - in place (`add_scalar_`, `mul_scalar_`, `clamp_`), a scalar whose result would be float
+//!   is an error on an integer tensor.
 //!
 //! Comparisons return `u8` masks (`1` for true, `0` for false). Floating functions such as
 //! `exp` or `sigmoid` applied to an integer tensor compute in `f32`.
@@ -115,11 +135,47 @@ pub enum Scalar {
 }
 
 impl Scalar {
-    /// The value as `f64`.
+    /// The value as `f64` (an integer beyond 2^53 rounds).
     pub fn to_f64(self) -> f64 {
         match self {
             Scalar::Int(v) => v as f64,
             Scalar::Float(v) => v,
+        }
+    }
+
+    /// Whether this is a [`Scalar::Float`].
+    pub fn is_float(self) -> bool {
+        matches!(self, Scalar::Float(_))
+    }
+
+    /// The value as element type `T`, with Rust's `as` semantics and no detour through
+    /// `f64` for integers: an integer converts exactly into `i64` and wraps into `u8`
+    /// (`-1` becomes 255, as PyTorch converts integer scalars), and rounds into a float; a
+    /// float rounds into a float and truncates (saturating) into an integer.
+    #[inline]
+    pub fn to_element<T: Element>(self) -> T {
+        match self {
+            Scalar::Int(v) => T::from_i64(v),
+            Scalar::Float(v) => T::from_f64(v),
+        }
+    }
+
+    /// Like [`Scalar::to_element`], but an integer beyond the range of `T` saturates to
+    /// its nearest end instead of wrapping: the bound of a `max`, `min` or `clamp` keeps
+    /// its side of every value (`max(u8, 300)` is 255, not 44).
+    #[inline]
+    pub fn to_element_saturating<T: Element>(self) -> T {
+        match self {
+            Scalar::Int(v) if T::DTYPE == DType::U8 => T::from_i64(v.clamp(0, u8::MAX as i64)),
+            s => s.to_element(),
+        }
+    }
+
+    /// Whether the value is zero (`-0.0` is not: its bits are not those of zero).
+    pub fn is_zero_bits(self) -> bool {
+        match self {
+            Scalar::Int(v) => v == 0,
+            Scalar::Float(v) => v.to_bits() == 0,
         }
     }
 }

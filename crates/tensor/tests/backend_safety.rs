@@ -37,7 +37,7 @@ fn views_outside_their_storage_are_errors() {
         refused("unary", || b.unary(UnaryOp::Exp, (&g, bad)));
         refused("binary", || b.binary(BinaryOp::Add, (&g, bad), (&g, bad)));
         refused("compare", || b.compare(CmpOp::Lt, (&g, &ok), (&g, bad)));
-        refused("compare_scalar", || b.compare_scalar(CmpOp::Lt, (&g, bad), 1.0));
+        refused("compare_scalar", || b.compare_scalar(CmpOp::Lt, (&g, bad), 1.0.into()));
         refused("cast", || b.cast((&g, bad), DType::F64));
         refused("download", || b.download((&g, bad)));
         refused("reduce", || b.reduce(ReduceOp::Sum, (&g, bad), &[0]));
@@ -61,7 +61,7 @@ fn views_outside_their_storage_are_errors() {
     // In-place kernels check the destination too.
     drop(g);
     let mut w = four.storage().write();
-    refused("fill_", || b.fill_inplace(&mut w, &big, 0.0));
+    refused("fill_", || b.fill_inplace(&mut w, &big, 0.into()));
     refused("unary_inplace", || b.unary_inplace(UnaryOp::Neg, &mut w, &shifted));
     drop(w);
     // A layout that fits is still served.

@@ -795,10 +795,21 @@ fn legal_extremes() {
     assert_eq!(big.square().to_vec::<i64>().unwrap(), vec![1, 0]);
     assert_eq!(big.sum_all().to_scalar::<i64>().unwrap(), -1);
     assert_eq!(works!(big.pow(&i64s(&[3, -2], &[2]))).to_vec::<i64>().unwrap()[1], 0);
-    assert_eq!(i64s(&[3, -2], &[2]).pow_scalar(2).to_vec::<i64>().unwrap(), vec![9, 4]);
-    assert_eq!(i64s(&[4], &[1]).pow_scalar(0.5).to_vec::<f32>().unwrap(), vec![2.0]);
-    assert_eq!(big.pow_scalar(-1).to_vec::<i64>().unwrap(), vec![0, 0]);
-    assert_eq!(i64s(&[0, 1, -1], &[3]).pow_scalar(-1).to_vec::<i64>().unwrap(), vec![0, 1, -1]);
+    assert_eq!(works!(i64s(&[3, -2], &[2]).pow_scalar(2)).to_vec::<i64>().unwrap(), vec![9, 4]);
+    assert_eq!(works!(i64s(&[4], &[1]).pow_scalar(0.5)).to_vec::<f32>().unwrap(), vec![2.0]);
+    assert_eq!(works!(big.pow_scalar(i64::MAX)).to_vec::<i64>().unwrap(), vec![i64::MAX, 0]);
+    // PyTorch refuses integer tensors to negative integer powers (they are not integers).
+    fails!(big.pow_scalar(-1), "pow_scalar", "Integers to negative integer powers are not allowed");
+    fails!(i64s(&[0, 1, -1], &[3]).pow_scalar(-1), "pow_scalar");
+    // Integer scalars reach integer kernels exactly: no rounding through f64, wrapping.
+    assert_eq!(i64s(&[1], &[1]).add_scalar(i64::MAX - 1).to_vec::<i64>().unwrap(), vec![i64::MAX]);
+    assert_eq!(i64s(&[3], &[1]).mul_scalar((1i64 << 53) + 1).to_vec::<i64>().unwrap(), vec![3 * ((1 << 53) + 1)]);
+    assert_eq!(u8s(&[5, 0], &[2]).add_scalar(-1).to_vec::<u8>().unwrap(), vec![4, 255]);
+    assert_eq!(u8s(&[5, 0], &[2]).mul_scalar(-1).to_vec::<u8>().unwrap(), vec![251, 0]);
+    assert_eq!(works!(Tensor::full([1], i64::MAX - 1, DType::I64)).to_vec::<i64>().unwrap(), vec![i64::MAX - 1]);
+    let filled = i64s(&[0], &[1]);
+    works!(filled.fill_(i64::MAX - 1));
+    assert_eq!(filled.to_vec::<i64>().unwrap(), vec![i64::MAX - 1]);
     assert_eq!(u8s(&[0, 200], &[2]).neg().to_vec::<u8>().unwrap(), vec![0, 56]);
     assert_eq!(u8s(&[250], &[1]).add_scalar(10).to_vec::<u8>().unwrap(), vec![4]);
     assert_eq!(works!(big.div(&i64s(&[0, -1], &[2]))).dtype(), DType::F32);
@@ -854,16 +865,18 @@ fn infallible_ops_accept_every_dtype_and_shape() {
                 ("softplus", infallible!(x.softplus(-2.0, f64::NAN)), float),
                 ("leaky_relu", infallible!(x.leaky_relu(f64::INFINITY)), float),
                 ("elu", infallible!(x.elu(-1.0)), float),
-                ("clamp", infallible!(x.clamp(Some(f64::NAN), Some(-1e300))), dt),
+                // A NaN bound has no integer value: integer tensors clamp in f32.
+                ("clamp", infallible!(x.clamp(Some(f64::NAN), Some(-1e300))), scalar_float),
+                ("clamp", infallible!(x.clamp(Some(1e300), Some(-1e300))), dt),
                 ("add_scalar", infallible!(x.add_scalar(i64::MAX)), dt),
                 ("sub_scalar", infallible!(x.sub_scalar(i64::MIN)), dt),
                 ("rsub_scalar", infallible!(x.rsub_scalar(f64::NAN)), scalar_float),
                 ("mul_scalar", infallible!(x.mul_scalar(f64::INFINITY)), scalar_float),
                 ("div_scalar", infallible!(x.div_scalar(0)), float),
                 ("rdiv_scalar", infallible!(x.rdiv_scalar(0.0)), float),
-                ("pow_scalar", infallible!(x.pow_scalar(-3)), dt),
-                ("pow_scalar", infallible!(x.pow_scalar(u32::MAX)), dt),
-                ("pow_scalar", infallible!(x.pow_scalar(0.5)), scalar_float),
+                ("pow_scalar", works!(x.pow_scalar(-3.0)), scalar_float),
+                ("pow_scalar", works!(x.pow_scalar(u32::MAX)), dt),
+                ("pow_scalar", works!(x.pow_scalar(0.5)), scalar_float),
                 ("rpow_scalar", infallible!(x.rpow_scalar(-2)), float),
                 ("maximum_scalar", infallible!(x.maximum_scalar(f64::NAN)), scalar_float),
                 ("minimum_scalar", infallible!(x.minimum_scalar(-1)), dt),
@@ -881,6 +894,11 @@ fn infallible_ops_accept_every_dtype_and_shape() {
                 ("mul operator", infallible!(&x * 2.0), scalar_float),
                 ("sub operator", infallible!(3 - &x), dt),
             ];
+            if dt.is_float() {
+                assert_eq!(works!(x.pow_scalar(-3)).dtype(), dt);
+            } else {
+                fails!(x.pow_scalar(-3), "pow_scalar", "negative integer powers");
+            }
             for (name, out, want) in outs {
                 assert_eq!(out.shape(), x.shape(), "{name} on {dt} {:?}", x.shape());
                 assert_eq!(out.dtype(), want, "{name} on {dt} {:?}", x.shape());

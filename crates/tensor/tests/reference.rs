@@ -13,7 +13,7 @@
 //! error grows with. References sum with compensation so that they add no error of their
 //! own. Integer results, extremes, indices and copies must agree exactly.
 
-use ember_tensor::{DType, Element, Tensor, UnaryOp};
+use ember_tensor::{DType, Element, Scalar, Tensor, UnaryOp};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
 const REL: f64 = 1e-12;
@@ -277,26 +277,26 @@ fn unary_reference(op: UnaryOp, x: f64) -> f64 {
                 a * x.exp_m1()
             }
         }
+        // PyTorch's definition, min(max(x, min), max): with min > max every value is max.
+        // (`f64::max`/`min` ignore a NaN operand, so a NaN `x` is kept explicitly.)
         Clamp { min, max } => {
-            if x < min {
-                min
-            } else if x > max {
-                max
-            } else {
+            if x.is_nan() {
                 x
+            } else {
+                x.max(min).min(max)
             }
         }
-        AddScalar(s) => x + s,
-        SubScalar(s) => x - s,
-        RSubScalar(s) => s - x,
-        MulScalar(s) => x * s,
-        DivScalar(s) => x / s,
-        RDivScalar(s) => s / x,
-        PowScalar(0.5) => x.sqrt(),
-        PowScalar(e) => x.powf(e),
-        RPowScalar(b) => b.powf(x),
-        MaximumScalar(s) => max_nan(x, s),
-        MinimumScalar(s) => min_nan(x, s),
+        AddScalar(s) => x + s.to_f64(),
+        SubScalar(s) => x - s.to_f64(),
+        RSubScalar(s) => s.to_f64() - x,
+        MulScalar(s) => x * s.to_f64(),
+        DivScalar(s) => x / s.to_f64(),
+        RDivScalar(s) => s.to_f64() / x,
+        PowScalar(e) if e.to_f64() == 0.5 => x.sqrt(),
+        PowScalar(e) => x.powf(e.to_f64()),
+        RPowScalar(b) => b.to_f64().powf(x),
+        MaximumScalar(s) => max_nan(x, s.to_f64()),
+        MinimumScalar(s) => min_nan(x, s.to_f64()),
     }
 }
 
@@ -337,7 +337,7 @@ fn unary_method(t: &Tensor, op: UnaryOp) -> Tensor {
         MulScalar(s) => t.mul_scalar(s),
         DivScalar(s) => t.div_scalar(s),
         RDivScalar(s) => t.rdiv_scalar(s),
-        PowScalar(e) => t.pow_scalar(e),
+        PowScalar(e) => t.pow_scalar(e).unwrap(),
         RPowScalar(b) => t.rpow_scalar(b),
         MaximumScalar(s) => t.maximum_scalar(s),
         MinimumScalar(s) => t.minimum_scalar(s),
@@ -393,6 +393,7 @@ const UNARY_VARIANTS: usize = 37;
 /// Every `UnaryOp`, the parametrised ones with several parameters (including the special
 /// cases the kernels take shortcuts for).
 fn all_unary_ops() -> Vec<UnaryOp> {
+    use Scalar::{Float, Int};
     use UnaryOp::*;
     vec![
         Neg,
@@ -426,24 +427,30 @@ fn all_unary_ops() -> Vec<UnaryOp> {
         Elu(0.3),
         Clamp { min: -1.5, max: 2.0 },
         Clamp { min: f64::NEG_INFINITY, max: 0.0 },
-        AddScalar(2.75),
-        SubScalar(-1.25),
-        RSubScalar(0.5),
-        MulScalar(-3.5),
-        MulScalar(0.0),
-        DivScalar(7.0),
-        DivScalar(0.0),
-        RDivScalar(-2.0),
-        PowScalar(2.0),
-        PowScalar(0.5),
-        PowScalar(3.0),
-        PowScalar(-1.5),
-        PowScalar(0.0),
-        RPowScalar(2.0),
-        RPowScalar(0.5),
-        MaximumScalar(0.25),
-        MaximumScalar(f64::NAN),
-        MinimumScalar(-0.75),
+        Clamp { min: 2.0, max: -1.0 },
+        AddScalar(Float(2.75)),
+        AddScalar(Int(-3)),
+        SubScalar(Float(-1.25)),
+        RSubScalar(Float(0.5)),
+        MulScalar(Float(-3.5)),
+        MulScalar(Float(0.0)),
+        MulScalar(Int(7)),
+        DivScalar(Float(7.0)),
+        DivScalar(Float(0.0)),
+        DivScalar(Int(4)),
+        RDivScalar(Float(-2.0)),
+        PowScalar(Float(2.0)),
+        PowScalar(Float(0.5)),
+        PowScalar(Float(3.0)),
+        PowScalar(Float(-1.5)),
+        PowScalar(Float(0.0)),
+        PowScalar(Int(3)),
+        PowScalar(Int(-2)),
+        RPowScalar(Float(2.0)),
+        RPowScalar(Float(0.5)),
+        MaximumScalar(Float(0.25)),
+        MaximumScalar(Float(f64::NAN)),
+        MinimumScalar(Float(-0.75)),
     ]
 }
 
@@ -566,8 +573,22 @@ fn erf_series_is_accurate() {
     assert_eq!(erf_series(f64::INFINITY), 1.0);
 }
 
-/// Integer inputs: the wrapping, saturating semantics of integer kernels (`abs` and
-/// negation wrap at `i64::MIN`, scalars convert with `as`).
+/// The integer value of an integer scalar (the integer cases use only those).
+fn int_of(s: Scalar) -> i64 {
+    match s {
+        Scalar::Int(v) => v,
+        Scalar::Float(v) => panic!("integer case with the float scalar {v}"),
+    }
+}
+
+/// `x^e` for `e >= 0` with wrapping multiplication, computed with `i128` and reduced modulo
+/// 2^64 at each step.
+fn wrapping_pow_ref(x: i64, e: i64) -> i64 {
+    (0..e).fold(1i64, |acc, _| ((acc as i128 * x as i128) as u64) as i64)
+}
+
+/// Integer inputs: the wrapping semantics of integer kernels (`abs` and negation wrap at
+/// `i64::MIN`, integer scalars take part exactly); `clamp` bounds convert with `as`.
 fn int_reference(op: UnaryOp, x: i64) -> Option<i64> {
     use UnaryOp::*;
     Some(match op {
@@ -577,31 +598,21 @@ fn int_reference(op: UnaryOp, x: i64) -> Option<i64> {
         Square => x.wrapping_mul(x),
         Relu => x.max(0),
         Floor | Ceil | Round => x,
-        Clamp { min, max } => x.clamp(min as i64, max as i64),
-        AddScalar(s) => x.wrapping_add(s as i64),
-        SubScalar(s) => x.wrapping_sub(s as i64),
-        RSubScalar(s) => (s as i64).wrapping_sub(x),
-        MulScalar(s) => x.wrapping_mul(s as i64),
-        PowScalar(e) => {
-            let e = e as i64;
-            if e >= 0 {
-                x.wrapping_pow(e as u32)
-            } else if x == 1 {
-                1
-            } else if x == -1 {
-                if e % 2 == 0 { 1 } else { -1 }
-            } else {
-                0
-            }
-        }
-        MaximumScalar(s) => x.max(s as i64),
-        MinimumScalar(s) => x.min(s as i64),
+        Clamp { min, max } => x.max(min as i64).min(max as i64),
+        AddScalar(s) => x.wrapping_add(int_of(s)),
+        SubScalar(s) => x.wrapping_sub(int_of(s)),
+        RSubScalar(s) => int_of(s).wrapping_sub(x),
+        MulScalar(s) => x.wrapping_mul(int_of(s)),
+        PowScalar(e) => wrapping_pow_ref(x, int_of(e)),
+        MaximumScalar(s) => x.max(int_of(s)),
+        MinimumScalar(s) => x.min(int_of(s)),
         _ => return None,
     })
 }
 
 #[test]
 fn integer_unary_ops_match_the_reference() {
+    use Scalar::{Float, Int};
     use UnaryOp::*;
     let mut x = ints(3, 11 * 23, 2001).iter().map(|v| v - 1000).collect::<Vec<_>>();
     x[..6].copy_from_slice(&[i64::MIN, i64::MAX, 0, -1, 1, i64::MIN + 1]);
@@ -615,47 +626,55 @@ fn integer_unary_ops_match_the_reference() {
         Ceil,
         Round,
         Clamp { min: -300.0, max: 1e30 },
-        AddScalar(17.0),
-        SubScalar(-4.0),
-        RSubScalar(9.0),
-        MulScalar(-6.0),
-        PowScalar(3.0),
-        PowScalar(-1.0),
-        PowScalar(0.0),
-        MaximumScalar(-5.0),
-        MinimumScalar(250.0),
+        Clamp { min: 5.0, max: -7.0 },
+        AddScalar(Int(17)),
+        AddScalar(Int(i64::MAX)),
+        SubScalar(Int(-4)),
+        RSubScalar(Int(9)),
+        MulScalar(Int(-6)),
+        MulScalar(Int((1 << 53) + 1)),
+        PowScalar(Int(3)),
+        PowScalar(Int(0)),
+        PowScalar(Int(65)),
+        MaximumScalar(Int(-5)),
+        MinimumScalar(Int(250)),
+        MinimumScalar(Int(i64::MIN + 1)),
     ];
     for (layout, t) in layouts(&x, &[11, 23], 99i64) {
         for op in ops {
             let want: Vec<i64> = x.iter().map(|&v| int_reference(op, v).unwrap()).collect();
-            // Out of place through the methods, with integer scalars so that the dtype stays.
-            let got = match op {
-                AddScalar(s) => t.add_scalar(s as i64),
-                SubScalar(s) => t.sub_scalar(s as i64),
-                RSubScalar(s) => t.rsub_scalar(s as i64),
-                MulScalar(s) => t.mul_scalar(s as i64),
-                PowScalar(e) => t.pow_scalar(e as i64),
-                MaximumScalar(s) => t.maximum_scalar(s as i64),
-                MinimumScalar(s) => t.minimum_scalar(s as i64),
-                _ => unary_method(&t, op),
-            };
+            let got = unary_method(&t, op);
+            assert_eq!(got.dtype(), DType::I64, "{op:?} on {layout}");
             assert_eq!(got.to_vec::<i64>().unwrap(), want, "{op:?} on {layout}");
             let inplace = t.copy();
             inplace.apply_(op).unwrap();
             assert_eq!(inplace.to_vec::<i64>().unwrap(), want, "{op:?} in place on {layout}");
         }
+        // PyTorch refuses negative integer powers of integers, in place too.
+        assert!(t.pow_scalar(-1).is_err());
+        assert!(t.copy().apply_(PowScalar(Int(-2))).is_err());
+        // A float scalar makes the result float, which cannot be written in place.
+        assert_eq!(t.add_scalar(0.5).dtype(), DType::F32);
+        assert!(t.copy().apply_(AddScalar(Float(0.5))).is_err());
     }
     // `u8` wraps modulo 256 and has no negative values.
     let b: Vec<u8> = (0..=255).collect();
     let t = Tensor::from_vec(b.clone(), [16, 16]).unwrap().t().unwrap();
     let bt: Vec<u8> = (0..256).map(|i| b[(i % 16) * 16 + i / 16]).collect();
     type ByteRef = fn(u8) -> u8;
-    let cases: [(Tensor, ByteRef); 5] = [
+    let cases: [(Tensor, ByteRef); 11] = [
         (t.neg(), u8::wrapping_neg),
         (t.abs(), |v| v),
         (t.square(), |v| v.wrapping_mul(v)),
         (t.add_scalar(200), |v| v.wrapping_add(200)),
         (t.sign(), |v| (v > 0) as u8),
+        // Integer scalars convert to u8 with wrapping, as PyTorch converts them: -1 is 255.
+        (t.add_scalar(-1), |v| v.wrapping_sub(1)),
+        (t.mul_scalar(-1), u8::wrapping_neg),
+        (t.sub_scalar(300), |v| v.wrapping_sub(44)),
+        (t.pow_scalar(3).unwrap(), |v| v.wrapping_mul(v).wrapping_mul(v)),
+        (t.maximum_scalar(300), |_| 255),
+        (t.minimum_scalar(-1), |_| 0),
     ];
     for (i, (got, f)) in cases.into_iter().enumerate() {
         assert_eq!(got.to_vec::<u8>().unwrap(), bt.iter().map(|&v| f(v)).collect::<Vec<_>>(), "u8 case {i}");

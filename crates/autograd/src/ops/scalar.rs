@@ -81,7 +81,7 @@ scalar_op!(
     /// `x ^ e`; the gradient is `e x^(e - 1)`, and zeros for `e = 0` (PyTorch's
     /// `pow_backward`: `x^0 = 1` is constant, even at `x = 0` where `0 * 0^-1` would be NaN).
     pow_scalar, PowScalar, "pow_scalar", Saves::INPUTS,
-    |x, e| x.pow_scalar(e),
+    |x, e| x.pow_scalar(e)?,
     |ctx, g, e| Some(if e == 0.0 { zero_gradient(g) } else { g.mul(&ctx.input(0)?.pow_scalar(e - 1.0).mul_scalar(e))? })
 );
 scalar_op!(

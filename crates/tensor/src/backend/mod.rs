@@ -10,7 +10,7 @@ pub(crate) mod validate;
 
 use crate::layout::Layout;
 use crate::storage::{CpuStorage, Storage};
-use crate::{DType, Device, Result};
+use crate::{DType, Device, Result, Scalar};
 
 /// Elementwise functions of one tensor, with their parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -80,25 +80,25 @@ pub enum UnaryOp {
         max: f64,
     },
     /// `x + s`
-    AddScalar(f64),
+    AddScalar(Scalar),
     /// `x - s`
-    SubScalar(f64),
+    SubScalar(Scalar),
     /// `s - x`
-    RSubScalar(f64),
+    RSubScalar(Scalar),
     /// `x * s`
-    MulScalar(f64),
+    MulScalar(Scalar),
     /// `x / s`
-    DivScalar(f64),
+    DivScalar(Scalar),
     /// `s / x`
-    RDivScalar(f64),
-    /// `x ^ s`
-    PowScalar(f64),
+    RDivScalar(Scalar),
+    /// `x ^ s`; on integers the exponent must be a non-negative integer
+    PowScalar(Scalar),
     /// `s ^ x`
-    RPowScalar(f64),
+    RPowScalar(Scalar),
     /// `max(x, s)` propagating NaN
-    MaximumScalar(f64),
+    MaximumScalar(Scalar),
     /// `min(x, s)` propagating NaN
-    MinimumScalar(f64),
+    MinimumScalar(Scalar),
 }
 
 impl UnaryOp {
@@ -124,6 +124,16 @@ impl UnaryOp {
                 | MaximumScalar(_)
                 | MinimumScalar(_)
         )
+    }
+
+    /// The scalar operand of a tensor-scalar operation.
+    pub fn scalar(self) -> Option<Scalar> {
+        use UnaryOp::*;
+        match self {
+            AddScalar(s) | SubScalar(s) | RSubScalar(s) | MulScalar(s) | DivScalar(s) | RDivScalar(s)
+            | PowScalar(s) | RPowScalar(s) | MaximumScalar(s) | MinimumScalar(s) => Some(s),
+            _ => None,
+        }
     }
 
     /// A lowercase name for messages and profiles.
@@ -283,8 +293,8 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 pub trait Backend: Send + Sync + 'static {
     /// The device this backend computes on.
     fn device(&self) -> Device;
-    /// `numel` elements of `value` (converted to `dtype`).
-    fn full(&self, numel: usize, value: f64, dtype: DType) -> Result<Storage>;
+    /// `numel` elements of `value` (converted to `dtype` by [`Scalar::to_element`]).
+    fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage>;
     /// Moves host data onto the device.
     fn upload(&self, data: CpuStorage) -> Result<Storage>;
     /// A contiguous host copy of a view.
@@ -297,8 +307,10 @@ pub trait Backend: Send + Sync + 'static {
     fn binary(&self, op: BinaryOp, a: View<'_>, b: View<'_>) -> Result<Storage>;
     /// An elementwise comparison of two same-dtype views of one shape, as a `u8` mask.
     fn compare(&self, op: CmpOp, a: View<'_>, b: View<'_>) -> Result<Storage>;
-    /// An elementwise comparison with a scalar, as a `u8` mask.
-    fn compare_scalar(&self, op: CmpOp, a: View<'_>, scalar: f64) -> Result<Storage>;
+    /// An elementwise comparison with a scalar, as a `u8` mask. Integer elements compare
+    /// exactly with the scalar's value; float elements with the scalar rounded to their
+    /// dtype (as PyTorch converts it).
+    fn compare_scalar(&self, op: CmpOp, a: View<'_>, scalar: Scalar) -> Result<Storage>;
     /// `cond ? a : b` elementwise; `cond` is `u8`, `a` and `b` share a dtype.
     fn where_cond(&self, cond: View<'_>, a: View<'_>, b: View<'_>) -> Result<Storage>;
     /// Applies `op` in place to the elements of `dst` that `layout` addresses.
@@ -307,8 +319,8 @@ pub trait Backend: Send + Sync + 'static {
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()>;
     /// Copies `src` (broadcast to `layout`'s shape, any dtype) into `dst`.
     fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()>;
-    /// Sets the elements that `layout` addresses to `value`.
-    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: f64) -> Result<()>;
+    /// Sets the elements that `layout` addresses to `value` (see [`Backend::full`]).
+    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()>;
     /// Reduces over `dims` (sorted, unique); the result has the input's shape with those
     /// dimensions set to 1. `ArgMax`/`ArgMin` take exactly one dimension.
     fn reduce(&self, op: ReduceOp, src: View<'_>, dims: &[usize]) -> Result<Storage>;
@@ -323,8 +335,9 @@ pub trait Backend: Send + Sync + 'static {
     fn gather(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage>;
     /// A copy of `dst` with `src` added at the positions `index` names along `dim`.
     fn scatter_add(&self, dst: View<'_>, dim: usize, index: View<'_>, src: View<'_>) -> Result<Storage>;
-    /// Entries where the `u8` mask (broadcast to `src`'s shape) is non-zero set to `value`.
-    fn masked_fill(&self, src: View<'_>, mask: View<'_>, value: f64) -> Result<Storage>;
+    /// Entries where the `u8` mask (broadcast to `src`'s shape) is non-zero set to `value`
+    /// (see [`Backend::full`]).
+    fn masked_fill(&self, src: View<'_>, mask: View<'_>, value: Scalar) -> Result<Storage>;
     /// The lower (or, with `upper`, upper) triangle of the last two dimensions relative to
     /// `diagonal`; other entries are zero.
     fn triangle(&self, src: View<'_>, diagonal: i64, upper: bool) -> Result<Storage>;

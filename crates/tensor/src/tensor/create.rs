@@ -80,7 +80,7 @@ impl Tensor {
     pub fn full_on(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = shape.into();
         let n = checked_numel("full", &shape)?;
-        let s = backend_for(device)?.full(n, value.into().to_f64(), dtype)?;
+        let s = backend_for(device)?.full(n, value.into(), dtype)?;
         Ok(Tensor::from_storage(s, shape))
     }
 
@@ -118,7 +118,7 @@ impl Tensor {
 
     /// `value` everywhere, with this tensor's shape, dtype and device.
     pub fn full_like(&self, value: impl Into<Scalar>) -> Tensor {
-        let s = infallible(self.backend().full(self.numel(), value.into().to_f64(), self.dtype));
+        let s = infallible(self.backend().full(self.numel(), value.into(), self.dtype));
         Tensor::from_storage(s, self.shape_obj().clone())
     }
 

@@ -88,16 +88,27 @@ impl Tensor {
         Tensor::from_storage(s, self.shape_obj().clone())
     }
 
-    /// A scalar operation, in the dtype that the scalar promotes `self` to.
-    fn scalar_op(&self, s: Scalar, make: impl Fn(f64) -> UnaryOp) -> Tensor {
+    /// A scalar operation, in the dtype that the scalar promotes `self` to (see
+    /// [`crate::dtype`]): the scalar reaches the kernel as it is, so an integer scalar on an
+    /// integer tensor computes exactly, with wrapping.
+    fn scalar_op(&self, s: Scalar, make: fn(Scalar) -> UnaryOp) -> Tensor {
         let dtype = self.dtype.promote_scalar(s);
         if dtype == self.dtype {
-            return self.unary_op(make(s.to_f64()));
+            return self.unary_op(make(s));
         }
-        self.to_dtype(dtype).unary_op(make(s.to_f64()))
+        self.to_dtype(dtype).unary_op(make(s))
     }
 
-    /// `self + s`.
+    /// `self + s`. An integer tensor plus an integer scalar stays integral and wraps
+    /// (`u8` 3 plus -1 is 2); plus a float scalar it is `f32`.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let b = Tensor::from_vec(vec![0u8, 3, 255], [3])?;
+    /// assert_eq!(b.add_scalar(-1).to_vec::<u8>()?, vec![255, 2, 254]);
+    /// assert_eq!(b.add_scalar(0.5).dtype(), DType::F32);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn add_scalar(&self, s: impl Into<Scalar>) -> Tensor {
         self.scalar_op(s.into(), UnaryOp::AddScalar)
     }
@@ -119,33 +130,46 @@ impl Tensor {
 
     /// `self / s` (true division: integers give `f32`).
     pub fn div_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let s = s.into();
-        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::DivScalar(s.to_f64()))
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::DivScalar(s.into()))
     }
 
     /// `s / self` (true division).
     pub fn rdiv_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let s = s.into();
-        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RDivScalar(s.to_f64()))
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RDivScalar(s.into()))
     }
 
-    /// `self ^ e`.
-    pub fn pow_scalar(&self, e: impl Into<Scalar>) -> Tensor {
-        self.scalar_op(e.into(), UnaryOp::PowScalar)
+    /// `self ^ e`. On an integer tensor an integer exponent keeps the dtype (wrapping like
+    /// PyTorch) and must not be negative: PyTorch refuses that ("Integers to negative
+    /// integer powers are not allowed."), and so does this; a float exponent gives `f32`.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let i = Tensor::from_vec(vec![2i64, 3], [2])?;
+    /// assert_eq!(i.pow_scalar(3)?.to_vec::<i64>()?, vec![8, 27]);
+    /// assert!(i.pow_scalar(-1).is_err());
+    /// assert_eq!(i.pow_scalar(-1.0)?.to_vec::<f32>()?, vec![0.5, 1.0 / 3.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn pow_scalar(&self, e: impl Into<Scalar>) -> Result<Tensor> {
+        let e = e.into();
+        let dtype = self.dtype.promote_scalar(e);
+        let x = if dtype == self.dtype { self.clone() } else { self.to_dtype(dtype) };
+        let s = x.read(|v| x.backend().unary(UnaryOp::PowScalar(e), v))?;
+        Ok(Tensor::from_storage(s, x.shape_obj().clone()))
     }
 
     /// `base ^ self`.
     pub fn rpow_scalar(&self, base: impl Into<Scalar>) -> Tensor {
-        let b = base.into();
-        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RPowScalar(b.to_f64()))
+        self.to_dtype(self.dtype.float_or_default()).unary_op(UnaryOp::RPowScalar(base.into()))
     }
 
-    /// `max(self, s)` elementwise.
+    /// `max(self, s)` elementwise. On an integer tensor an integer bound beyond the dtype's
+    /// range saturates (`u8` against 300 gives 255).
     pub fn maximum_scalar(&self, s: impl Into<Scalar>) -> Tensor {
         self.scalar_op(s.into(), UnaryOp::MaximumScalar)
     }
 
-    /// `min(self, s)` elementwise.
+    /// `min(self, s)` elementwise (an integer bound saturates as in `maximum_scalar`).
     pub fn minimum_scalar(&self, s: impl Into<Scalar>) -> Tensor {
         self.scalar_op(s.into(), UnaryOp::MinimumScalar)
     }
@@ -162,7 +186,7 @@ impl Tensor {
     }
 
     fn compare_scalar_op(&self, op: CmpOp, s: Scalar) -> Tensor {
-        let st = infallible(self.read(|v| self.backend().compare_scalar(op, v, s.to_f64())));
+        let st = infallible(self.read(|v| self.backend().compare_scalar(op, v, s)));
         Tensor::from_storage(st, self.shape_obj().clone())
     }
 }
@@ -175,7 +199,7 @@ macro_rules! comparisons {
                 pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
                     self.compare_op(CmpOp::$op, other)
                 }
-                #[doc = concat!("`self ", $doc, " s` as a `u8` mask.")]
+                #[doc = concat!("`self ", $doc, " s` as a `u8` mask. Integer tensors compare with the exact value of `s` (an `i64` beyond 2^53, a fraction); float tensors with `s` rounded to their dtype.")]
                 pub fn $sname(&self, s: impl Into<Scalar>) -> Tensor {
                     self.compare_scalar_op(CmpOp::$op, s.into())
                 }

@@ -122,7 +122,7 @@ impl Tensor {
         }
         let src = self.try_to_dtype(self.dtype().promote_scalar(value))?;
         let m = mask.with_layout(mask.layout.broadcast_to("masked_fill", &shape)?);
-        let s = src.read2(&m, |v, mv| src.backend().masked_fill(v, mv, value.to_f64()))?;
+        let s = src.read2(&m, |v, mv| src.backend().masked_fill(v, mv, value))?;
         Ok(Tensor::from_storage(s, shape))
     }
 }

@@ -67,13 +67,20 @@ impl Tensor {
         self.backend().binary_inplace(op, &mut dst, &self.layout, (&g, &src.layout))
     }
 
-    /// Applies an elementwise function in place. Float-only functions need a float tensor.
+    /// Applies an elementwise function in place. Float-only functions, and scalar operations
+    /// with a float scalar, need a float tensor (their result is float).
     pub fn apply_(&self, op: UnaryOp) -> Result<()> {
         self.check_writable(op.name())?;
         if op.is_float_only() && !self.dtype.is_float() {
             return Err(Error::dtype(
                 op.name(),
                 format!("{} in place needs a float tensor, got {}", op.name(), self.dtype),
+            ));
+        }
+        if op.scalar().is_some_and(Scalar::is_float) && self.dtype.is_int() {
+            return Err(Error::dtype(
+                op.name(),
+                format!("cannot write a float result into a {} tensor in place", self.dtype),
             ));
         }
         let mut dst = self.storage.write();
@@ -124,19 +131,22 @@ impl Tensor {
         self.scalar_inplace(s.into(), UnaryOp::MulScalar)
     }
 
-    fn scalar_inplace(&self, s: Scalar, make: fn(f64) -> UnaryOp) -> Result<()> {
-        let op = make(s.to_f64());
-        if matches!(s, Scalar::Float(_)) && self.dtype.is_int() {
-            return Err(Error::dtype(
-                op.name(),
-                format!("cannot write a float result into a {} tensor in place", self.dtype),
-            ));
-        }
-        self.apply_(op)
+    fn scalar_inplace(&self, s: Scalar, make: fn(Scalar) -> UnaryOp) -> Result<()> {
+        self.apply_(make(s))
     }
 
-    /// Limits the values to `[min, max]` in place.
+    /// Limits the values to `[min, max]` in place, as [`Tensor::clamp`] does. On an integer
+    /// tensor a bound without an integer value is an error: its result would be float.
     pub fn clamp_(&self, min: Option<f64>, max: Option<f64>) -> Result<()> {
+        if self.dtype.is_int() && super::unary::clamp_needs_float(min, max) {
+            return Err(Error::dtype(
+                "clamp_",
+                format!(
+                    "bounds {min:?} and {max:?} give a float result, which cannot be written into a {} tensor",
+                    self.dtype
+                ),
+            ));
+        }
         self.apply_(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
     }
 
@@ -155,7 +165,7 @@ impl Tensor {
     pub fn fill_(&self, value: impl Into<Scalar>) -> Result<()> {
         self.check_writable("fill_")?;
         let mut dst = self.storage.write();
-        self.backend().fill_inplace(&mut dst, &self.layout, value.into().to_f64())
+        self.backend().fill_inplace(&mut dst, &self.layout, value.into())
     }
 
     /// Sets every element to zero.

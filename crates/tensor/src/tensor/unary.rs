@@ -2,6 +2,7 @@
 //! directly. Floating functions of integer tensors compute in `f32`.
 
 use super::Tensor;
+use crate::DType;
 use crate::backend::UnaryOp;
 
 macro_rules! unary_fns {
@@ -43,6 +44,12 @@ unary_fns! {
     round => Round, "Rounds half to even, like `torch.round`.";
 }
 
+/// Whether a clamp bound has no integer value (a fraction, an infinity or NaN), which makes
+/// the clamp of an integer tensor a float result.
+pub(crate) fn clamp_needs_float(min: Option<f64>, max: Option<f64>) -> bool {
+    [min, max].into_iter().flatten().any(|b| !b.is_finite() || b.fract() != 0.0)
+}
+
 impl Tensor {
     /// `ln(1 + e^(beta x)) / beta`, linear where `beta * x > threshold` (PyTorch's
     /// defaults are `beta = 1`, `threshold = 20`).
@@ -62,22 +69,36 @@ impl Tensor {
 
     /// Values limited to `[min, max]`; either bound may be `None`. NaN stays NaN.
     ///
+    /// Like PyTorch this computes `min(max(x, min), max)`, so when `min > max` every element
+    /// becomes `max`. An integer tensor keeps its dtype when the bounds are integral
+    /// (a bound beyond the dtype's range saturates); a bound with a fractional part, or an
+    /// infinite or NaN one, makes the result `f32`, as PyTorch's float bounds do (it promotes
+    /// for any float bound; an `f64` argument cannot say whether `2.0` was meant as an
+    /// integer, so integral values keep the integer dtype here).
+    ///
     /// ```
-    /// use ember_tensor::Tensor;
+    /// use ember_tensor::{DType, Tensor};
     /// let t = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], [3])?;
     /// assert_eq!(t.clamp(Some(-1.0), Some(1.0)).to_vec::<f32>()?, vec![-1.0, 0.5, 1.0]);
     /// assert_eq!(t.clamp(None, Some(0.0)).to_vec::<f32>()?, vec![-2.0, 0.0, 0.0]);
+    /// assert_eq!(t.clamp(Some(1.0), Some(0.0)).to_vec::<f32>()?, vec![0.0, 0.0, 0.0]);
+    /// let i = Tensor::from_vec(vec![-2i64, 0, 3], [3])?;
+    /// assert_eq!(i.clamp(Some(-1.0), Some(1.0)).to_vec::<i64>()?, vec![-1, 0, 1]);
+    /// assert_eq!(i.clamp(Some(0.5), None).to_vec::<f32>()?, vec![0.5, 0.5, 3.0]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Tensor {
-        self.unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
+        let op = UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) };
+        if self.dtype.is_int() && clamp_needs_float(min, max) {
+            return self.to_dtype(DType::F32).unary_op(op);
+        }
+        self.unary_op(op)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
 
     /// Every float function against the `f64` standard library on a grid that covers
     /// negative, small and large arguments.
@@ -144,5 +165,30 @@ mod tests {
         assert_eq!(i.relu().dtype(), DType::I64);
         assert_eq!(i.exp().dtype(), DType::F32);
         assert_eq!(i.clamp(Some(-1.0), Some(1.0)).to_vec::<i64>().unwrap(), vec![-1, 0, 1]);
+    }
+
+    #[test]
+    fn clamp_follows_pytorch() {
+        // min > max: every element is max, including those below min.
+        let f = Tensor::from_vec(vec![-5.0f32, 0.0, 5.0, f32::NAN], [4]).unwrap();
+        let c = f.clamp(Some(2.0), Some(-1.0)).to_vec::<f32>().unwrap();
+        assert_eq!(&c[..3], &[-1.0, -1.0, -1.0]);
+        assert!(c[3].is_nan());
+        let i = Tensor::from_vec(vec![-5i64, 0, 5], [3]).unwrap();
+        assert_eq!(i.clamp(Some(2.0), Some(-1.0)).to_vec::<i64>().unwrap(), vec![-1, -1, -1]);
+        let b = Tensor::from_vec(vec![0u8, 100, 255], [3]).unwrap();
+        assert_eq!(b.clamp(Some(300.0), None).to_vec::<u8>().unwrap(), vec![255, 255, 255]);
+        assert_eq!(b.clamp(Some(-3.0), Some(100.0)).to_vec::<u8>().unwrap(), vec![0, 100, 100]);
+        // Bounds without an integer value make an integer clamp a float one.
+        let h = i.clamp(Some(-0.5), Some(2.5));
+        assert_eq!((h.dtype(), h.to_vec::<f32>().unwrap()), (DType::F32, vec![-0.5, 0.0, 2.5]));
+        assert_eq!(i.clamp(None, Some(f64::INFINITY)).dtype(), DType::F32);
+        assert_eq!(b.clamp(Some(1.0), None).dtype(), DType::U8);
+        // ...which cannot be written back in place.
+        assert!(i.clamp_(Some(0.5), None).is_err());
+        i.clamp_(Some(2.0), Some(-1.0)).unwrap();
+        assert_eq!(i.to_vec::<i64>().unwrap(), vec![-1, -1, -1]);
+        f.clamp_(Some(2.0), Some(-1.0)).unwrap();
+        assert_eq!(f.to_vec::<f32>().unwrap()[..3], [-1.0, -1.0, -1.0]);
     }
 }

@@ -8,7 +8,7 @@ use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
-use crate::{Error, Result};
+use crate::{Error, Result, Scalar};
 use multiversion::multiversion;
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
@@ -227,23 +227,69 @@ pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb
     }
 }
 
-/// `a op scalar` as a `u8` mask. The comparison happens in `f64` for integers so that
-/// `int_tensor < 2.5` means what it says.
-pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: f64) -> Result<CpuStorage> {
+/// `x op s` for every integer `x` (widened to `i64`), as one integer comparison or a
+/// constant: integer tensors compare with the exact value of the scalar, whatever its type
+/// and magnitude (`i64` values beyond 2^53, fractions, infinities, NaN).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum IntCmp {
+    Const(bool),
+    Cmp(CmpOp, i64),
+}
+
+fn int_cmp(op: CmpOp, s: Scalar) -> IntCmp {
+    use CmpOp::*;
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    let f = match s {
+        Scalar::Int(v) => return IntCmp::Cmp(op, v),
+        Scalar::Float(f) => f,
+    };
+    if f.is_nan() {
+        return IntCmp::Const(op == Ne);
+    }
+    if f >= TWO_63 {
+        // Above every i64.
+        return IntCmp::Const(matches!(op, Lt | Le | Ne));
+    }
+    if f < -TWO_63 {
+        return IntCmp::Const(matches!(op, Gt | Ge | Ne));
+    }
+    if f.fract() == 0.0 {
+        return IntCmp::Cmp(op, f as i64);
+    }
+    // A fraction strictly between two integers: x < f exactly when x <= floor(f).
+    let floor = f.floor() as i64;
+    match op {
+        Eq => IntCmp::Const(false),
+        Ne => IntCmp::Const(true),
+        Lt | Le => IntCmp::Cmp(Le, floor),
+        Gt | Ge => IntCmp::Cmp(Gt, floor),
+    }
+}
+
+/// `a op scalar` as a `u8` mask. Float elements compare with the scalar in their own dtype
+/// (PyTorch converts the scalar); integer elements with its exact value ([`IntCmp`]).
+pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) -> Result<CpuStorage> {
     let name = op.name();
-    Ok(match a {
+    fn ints<T: Element>(name: &'static str, x: &[T], la: &Layout, cmp: IntCmp) -> Result<CpuStorage> {
+        Ok(match cmp {
+            IntCmp::Const(c) => Buffer::<u8>::full(name, la.numel(), c as u8)?.into(),
+            IntCmp::Cmp(op, v) => {
+                with_cmp_fn!(op, i64, |f| map(name, x, la, GRAIN_CHEAP, move |e: T| f(e.to_i64(), v))?.into())
+            }
+        })
+    }
+    match a {
         CpuStorage::F32(x) => {
-            let s = s as f32;
-            with_cmp_fn!(op, f32, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into())
+            let s: f32 = s.to_element();
+            Ok(with_cmp_fn!(op, f32, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
         }
-        CpuStorage::F64(x) => with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()),
-        CpuStorage::I64(x) => {
-            with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v: i64| f(v as f64, s))?.into())
+        CpuStorage::F64(x) => {
+            let s: f64 = s.to_element();
+            Ok(with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
         }
-        CpuStorage::U8(x) => {
-            with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v: u8| f(v as f64, s))?.into())
-        }
-    })
+        CpuStorage::I64(x) => ints(name, x, la, int_cmp(op, s)),
+        CpuStorage::U8(x) => ints(name, x, la, int_cmp(op, s)),
+    }
 }
 
 /// `cond ? a : b` elementwise.
@@ -342,11 +388,11 @@ pub(crate) fn copy_inplace(dst: &mut CpuStorage, ld: &Layout, src: &CpuStorage, 
 }
 
 /// Sets the elements `ld` addresses to `value`.
-pub(crate) fn fill_inplace(dst: &mut CpuStorage, ld: &Layout, value: f64) -> Result<()> {
+pub(crate) fn fill_inplace(dst: &mut CpuStorage, ld: &Layout, value: Scalar) -> Result<()> {
     fn go<T: Element>(d: &mut [T], ld: &Layout, v: T) {
         super::unary::map_inplace(d, ld, GRAIN_CHEAP, move |_| v)
     }
-    cpu_dispatch!(dst, d => go(d, ld, Element::from_f64(value)));
+    cpu_dispatch!(dst, d => go(d, ld, value.to_element()));
     Ok(())
 }
 
@@ -371,7 +417,78 @@ pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use crate::Tensor;
+    use super::{IntCmp, int_cmp};
+    use crate::backend::CmpOp;
+    use crate::{Scalar, Tensor};
+
+    /// The integer form of every comparison agrees with exact rational comparison, for
+    /// integers around the scalar and at the ends of the `i64` range.
+    #[test]
+    fn integer_comparisons_with_scalars_are_exact() {
+        let eval = |c: IntCmp, x: i64| match c {
+            IntCmp::Const(b) => b,
+            IntCmp::Cmp(op, v) => match op {
+                CmpOp::Eq => x == v,
+                CmpOp::Ne => x != v,
+                CmpOp::Lt => x < v,
+                CmpOp::Le => x <= v,
+                CmpOp::Gt => x > v,
+                CmpOp::Ge => x >= v,
+            },
+        };
+        // Exact reference: compare x with s as rationals, through i128 and halves.
+        let cmp_exact = |x: i64, s: f64| -> Option<std::cmp::Ordering> {
+            if s.is_nan() {
+                return None;
+            }
+            if s.is_infinite() {
+                return Some(if s > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
+            }
+            let twice = (x as i128) * 2;
+            let s2 = s * 2.0; // exact: doubling a finite float
+            if s2.abs() >= 1.8e19 * 2.0 {
+                return Some(if s2 > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
+            }
+            let floor2 = s2.floor() as i128;
+            Some(if twice < floor2 {
+                std::cmp::Ordering::Less
+            } else if twice > floor2 {
+                std::cmp::Ordering::Greater
+            } else if s2.fract() != 0.0 {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Equal
+            })
+        };
+        let scalars = [0.0, 2.5, -2.5, 3.0, -0.0, i64::MAX as f64, i64::MIN as f64, (1u64 << 62) as f64, 1e30, -1e30];
+        let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        for &s in scalars.iter().chain(&specials) {
+            for x in [-4, -3, -2, 0, 2, 3, 4, i64::MIN, i64::MAX, i64::MAX - 1] {
+                for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+                    let want = match cmp_exact(x, s) {
+                        None => op == CmpOp::Ne,
+                        Some(o) => match op {
+                            CmpOp::Eq => o.is_eq(),
+                            CmpOp::Ne => o.is_ne(),
+                            CmpOp::Lt => o.is_lt(),
+                            CmpOp::Le => o.is_le(),
+                            CmpOp::Gt => o.is_gt(),
+                            CmpOp::Ge => o.is_ge(),
+                        },
+                    };
+                    assert_eq!(eval(int_cmp(op, Scalar::Float(s)), x), want, "{x} {op:?} {s}");
+                }
+            }
+        }
+        // Integer scalars beyond 2^53 compare exactly (through f64 they would round).
+        let big = Tensor::from_vec(vec![(1i64 << 53) + 1, 1 << 53], [2]).unwrap();
+        assert_eq!(big.eq_scalar((1i64 << 53) + 1).to_vec::<u8>().unwrap(), vec![1, 0]);
+        assert_eq!(big.lt_scalar((1i64 << 53) + 1).to_vec::<u8>().unwrap(), vec![0, 1]);
+        let bytes = Tensor::from_vec(vec![0u8, 200, 255], [3]).unwrap();
+        assert_eq!(bytes.lt_scalar(300).to_vec::<u8>().unwrap(), vec![1, 1, 1]);
+        assert_eq!(bytes.gt_scalar(-1).to_vec::<u8>().unwrap(), vec![1, 1, 1]);
+        assert_eq!(bytes.ge_scalar(199.5).to_vec::<u8>().unwrap(), vec![0, 1, 1]);
+    }
 
     /// Large enough to be split into chunks that start mid-row, on both operand orders (sub
     /// is not symmetric), with a size-1 dim inside the repeated block.

@@ -10,7 +10,7 @@ use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
-use crate::{Error, Result};
+use crate::{Error, Result, Scalar};
 
 fn indices<'a>(op: &'static str, s: &'a CpuStorage) -> Result<&'a [i64]> {
     s.as_slice::<i64>().ok_or_else(|| Error::dtype(op, format!("indices must be i64, got {}", s.dtype())))
@@ -184,7 +184,7 @@ pub(crate) fn masked_fill(
     l: &Layout,
     mask: &CpuStorage,
     lm: &Layout,
-    value: f64,
+    value: Scalar,
 ) -> Result<CpuStorage> {
     let m = mask
         .as_slice::<u8>()
@@ -192,7 +192,7 @@ pub(crate) fn masked_fill(
     fn go<T: Element>(s: &[T], l: &Layout, m: &[u8], lm: &Layout, v: T) -> Result<Buffer<T>> {
         zip("masked_fill", (s, l), (m, lm), GRAIN_CHEAP, move |x, k| if k != 0 { v } else { x })
     }
-    cpu_dispatch!(src, s => Ok(go(s, l, m, lm, Element::from_f64(value))?.into()))
+    cpu_dispatch!(src, s => Ok(go(s, l, m, lm, value.to_element())?.into()))
 }
 
 /// The lower (or upper) triangle of the last two dimensions; other entries zero.

@@ -19,7 +19,7 @@ use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage, Storage};
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Device, Error, Result, Scalar};
 
 /// The CPU backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -62,9 +62,13 @@ impl Backend for CpuBackend {
         Device::Cpu
     }
 
-    fn full(&self, numel: usize, value: f64, dtype: DType) -> Result<Storage> {
-        fn go<T: Element>(n: usize, v: f64) -> Result<CpuStorage> {
-            let b = if v == 0.0 { Buffer::<T>::zeros("full", n)? } else { Buffer::full("full", n, T::from_f64(v))? };
+    fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage> {
+        fn go<T: Element>(n: usize, v: Scalar) -> Result<CpuStorage> {
+            let b = if v.is_zero_bits() {
+                Buffer::<T>::zeros("full", n)?
+            } else {
+                Buffer::full("full", n, v.to_element())?
+            };
             Ok(T::into_storage(b))
         }
         wrap(match dtype {
@@ -106,7 +110,7 @@ impl Backend for CpuBackend {
         wrap(binary::compare(op, cpu(a), &la, cpu(b), &lb))
     }
 
-    fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: f64) -> Result<Storage> {
+    fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: Scalar) -> Result<Storage> {
         let la = validate::view(op.name(), a, la)?;
         wrap(binary::compare_scalar(op, cpu(a), &la, scalar))
     }
@@ -136,7 +140,7 @@ impl Backend for CpuBackend {
         binary::copy_inplace(cpu_mut(dst), &ld, cpu(s), &ls)
     }
 
-    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: f64) -> Result<()> {
+    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()> {
         let l = validate::view("fill_", dst, layout)?;
         binary::fill_inplace(cpu_mut(dst), &l, value)
     }
@@ -186,7 +190,7 @@ impl Backend for CpuBackend {
         wrap(index::scatter_add(cpu(d), &ld, dim, cpu(i), &li, cpu(s), &ls))
     }
 
-    fn masked_fill(&self, (s, l): View<'_>, (m, lm): View<'_>, value: f64) -> Result<Storage> {
+    fn masked_fill(&self, (s, l): View<'_>, (m, lm): View<'_>, value: Scalar) -> Result<Storage> {
         let (l, lm) = (validate::view("masked_fill", s, l)?, validate::view("masked_fill", m, lm)?);
         validate::same_shape("masked_fill", &l, &lm)?;
         wrap(index::masked_fill(cpu(s), &l, cpu(m), &lm, value))

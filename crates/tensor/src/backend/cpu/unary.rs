@@ -5,7 +5,7 @@ use crate::backend::UnaryOp;
 use crate::dtype::{Element, FloatElement};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
-use crate::{Error, Result};
+use crate::{Error, Result, Scalar};
 use multiversion::multiversion;
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
@@ -75,6 +75,14 @@ pub(crate) fn map_inplace<T: Element>(dst: &mut [T], layout: &Layout, grain: usi
             }
         }
     });
+}
+
+/// PyTorch's clamp, `min(max(x, lo), hi)`: the upper bound applies last, so with `lo > hi`
+/// every element becomes `hi`; a NaN element stays NaN (both comparisons are false).
+#[inline(always)]
+fn clamp_elem<T: Element>(x: T, lo: T, hi: T) -> T {
+    let y = if x < lo { lo } else { x };
+    if y > hi { hi } else { y }
 }
 
 /// Binds `$f` to the closure computing `op` on a float element type `$T` and `$g` to its
@@ -238,82 +246,74 @@ macro_rules! with_float_fn {
             Clamp { min, max } => {
                 let $g = GRAIN_CHEAP;
                 let (lo, hi) = (c(min), c(max));
-                let $f = move |x: $T| {
-                    if x < lo {
-                        lo
-                    } else if x > hi {
-                        hi
-                    } else {
-                        x
-                    }
-                };
+                let $f = move |x: $T| clamp_elem(x, lo, hi);
                 $body
             }
             AddScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x + s;
                 $body
             }
             SubScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x - s;
                 $body
             }
             RSubScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| s - x;
                 $body
             }
             MulScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x * s;
                 $body
             }
             DivScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x / s;
                 $body
             }
             RDivScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| s / x;
                 $body
             }
             PowScalar(e) => {
                 let $g = GRAIN_COSTLY;
-                if e == 2.0 {
+                if e.to_f64() == 2.0 {
                     let $f = |x: $T| x * x;
                     $body
-                } else if e == 0.5 {
+                } else if e.to_f64() == 0.5 {
                     let $f = |x: $T| x.sqrt();
                     $body
                 } else {
-                    let e = c(e);
+                    let e: $T = e.to_element();
                     let $f = move |x: $T| x.powf(e);
                     $body
                 }
             }
             RPowScalar(b) => {
                 let $g = GRAIN_COSTLY;
-                let b = c(b);
+                let b: $T = b.to_element();
                 let $f = move |x: $T| b.powf(x);
                 $body
             }
             MaximumScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x.max_nan(s);
                 $body
             }
             MinimumScalar(s) => {
                 let $g = GRAIN_CHEAP;
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x.min_nan(s);
                 $body
             }
@@ -321,7 +321,9 @@ macro_rules! with_float_fn {
     }};
 }
 
-/// The integer counterpart of `with_float_fn`; `None` for functions only floats have.
+/// The integer counterpart of `with_float_fn`: `Ok(None)` for functions only floats have,
+/// an error for an exponent integers cannot take. Integer scalars reach the closures exactly
+/// (converted with wrapping, like PyTorch's), never through `f64`.
 macro_rules! with_int_fn {
     ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
         use UnaryOp::*;
@@ -330,79 +332,102 @@ macro_rules! with_int_fn {
         match $op {
             Neg => {
                 let $f = |x: $T| Element::neg(x);
-                Some($body)
+                Ok(Some($body))
             }
             Abs => {
                 let $f = |x: $T| Element::abs(x);
-                Some($body)
+                Ok(Some($body))
             }
             Sign => {
                 let $f = |x: $T| Element::signum(x);
-                Some($body)
+                Ok(Some($body))
             }
             Square => {
                 let $f = |x: $T| x.wmul(x);
-                Some($body)
+                Ok(Some($body))
             }
             Relu => {
                 let $f = move |x: $T| if x > zero { x } else { zero };
-                Some($body)
+                Ok(Some($body))
             }
             Floor | Ceil | Round => {
                 let $f = |x: $T| x;
-                Some($body)
+                Ok(Some($body))
             }
             Clamp { min, max } => {
+                // `as` saturates, so a bound beyond the dtype's range keeps its side.
                 let (lo, hi) = (c(min), c(max));
-                let $f = move |x: $T| {
-                    if x < lo {
-                        lo
-                    } else if x > hi {
-                        hi
-                    } else {
-                        x
-                    }
-                };
-                Some($body)
+                let $f = move |x: $T| clamp_elem(x, lo, hi);
+                Ok(Some($body))
             }
             AddScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x.wadd(s);
-                Some($body)
+                Ok(Some($body))
             }
             SubScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x.wsub(s);
-                Some($body)
+                Ok(Some($body))
             }
             RSubScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| s.wsub(x);
-                Some($body)
+                Ok(Some($body))
             }
             MulScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element();
                 let $f = move |x: $T| x.wmul(s);
-                Some($body)
+                Ok(Some($body))
             }
-            PowScalar(e) => {
-                let e = c(e);
-                let $f = move |x: $T| x.pow_elem(e);
-                Some($body)
-            }
+            PowScalar(e) => match int_exponent(e) {
+                Ok(e) => {
+                    let $f = move |x: $T| pow_wrapping(x, e);
+                    Ok(Some($body))
+                }
+                Err(e) => Err(e),
+            },
             MaximumScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element_saturating();
                 let $f = move |x: $T| x.max_nan(s);
-                Some($body)
+                Ok(Some($body))
             }
             MinimumScalar(s) => {
-                let s = c(s);
+                let s: $T = s.to_element_saturating();
                 let $f = move |x: $T| x.min_nan(s);
-                Some($body)
+                Ok(Some($body))
             }
-            _ => None,
+            _ => Ok(None),
         }
     }};
+}
+
+/// The exponent of an integer `pow_scalar`: a non-negative integer. A negative one is
+/// PyTorch's error (the result is not an integer), and a fraction needs a float tensor.
+fn int_exponent(e: Scalar) -> Result<u64> {
+    match e {
+        Scalar::Int(e) if e >= 0 => Ok(e as u64),
+        Scalar::Int(_) => Err(Error::invalid("pow_scalar", "Integers to negative integer powers are not allowed.")),
+        Scalar::Float(v) if v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 => Ok(v as u64),
+        Scalar::Float(v) => Err(Error::dtype(
+            "pow_scalar",
+            format!("the exponent {v} needs a float tensor; this one is an integer tensor"),
+        )),
+    }
+}
+
+/// `x^e` with wrapping multiplication (PyTorch's integer `pow`), by repeated squaring.
+#[inline(always)]
+fn pow_wrapping<T: Element>(x: T, mut e: u64) -> T {
+    let (mut base, mut acc) = (x, T::ONE);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wmul(base);
+        }
+        base = base.wmul(base);
+        e >>= 1;
+    }
+    acc
 }
 
 fn not_for_ints(op: UnaryOp, dtype: crate::DType) -> Error {
@@ -415,9 +440,9 @@ pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<Cp
     match src {
         CpuStorage::F32(b) => with_float_fn!(op, f32, |f, g| Ok(map(name, b, layout, g, f)?.into())),
         CpuStorage::F64(b) => with_float_fn!(op, f64, |f, g| Ok(map(name, b, layout, g, f)?.into())),
-        CpuStorage::I64(b) => with_int_fn!(op, i64, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))
+        CpuStorage::I64(b) => with_int_fn!(op, i64, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))?
             .unwrap_or_else(|| Err(not_for_ints(op, src.dtype()))),
-        CpuStorage::U8(b) => with_int_fn!(op, u8, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))
+        CpuStorage::U8(b) => with_int_fn!(op, u8, |f| map(name, b, layout, GRAIN_CHEAP, f).map(Into::into))?
             .unwrap_or_else(|| Err(not_for_ints(op, src.dtype()))),
     }
 }
@@ -429,10 +454,10 @@ pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) 
         CpuStorage::F32(b) => with_float_fn!(op, f32, |f, g| map_inplace(b, layout, g, f)),
         CpuStorage::F64(b) => with_float_fn!(op, f64, |f, g| map_inplace(b, layout, g, f)),
         CpuStorage::I64(b) => {
-            with_int_fn!(op, i64, |f| map_inplace(b, layout, GRAIN_CHEAP, f)).ok_or_else(|| not_for_ints(op, dtype))?
+            with_int_fn!(op, i64, |f| map_inplace(b, layout, GRAIN_CHEAP, f))?.ok_or_else(|| not_for_ints(op, dtype))?
         }
         CpuStorage::U8(b) => {
-            with_int_fn!(op, u8, |f| map_inplace(b, layout, GRAIN_CHEAP, f)).ok_or_else(|| not_for_ints(op, dtype))?
+            with_int_fn!(op, u8, |f| map_inplace(b, layout, GRAIN_CHEAP, f))?.ok_or_else(|| not_for_ints(op, dtype))?
         }
     }
     Ok(())

@@ -62,16 +62,7 @@ impl Tensor {
             ));
         }
         self.check_scatter_shapes("scatter_add", d, index, Some(src))?;
-        let g_dst = self.storage.read();
-        let g_idx = (!index.shares_storage(self)).then(|| index.storage.read());
-        let idx_s = g_idx.as_deref().unwrap_or(&g_dst);
-        let g_src = (!src.shares_storage(self) && !src.shares_storage(index)).then(|| src.storage.read());
-        let src_s = match &g_src {
-            Some(g) => g,
-            None if src.shares_storage(self) => &g_dst,
-            None => idx_s,
-        };
-        let s = self.backend().scatter_add((&g_dst, &self.layout), d, (idx_s, &index.layout), (src_s, &src.layout))?;
+        let s = self.read3(index, src, |vd, vi, vs| self.backend().scatter_add(vd, d, vi, vs))?;
         Ok(Tensor::from_storage(s, self.shape_obj().clone()))
     }
 

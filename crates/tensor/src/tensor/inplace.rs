@@ -7,7 +7,6 @@ use crate::dtype::{Element, Scalar};
 use crate::shape::Shape;
 use crate::storage::StorageCell;
 use crate::{Error, Result};
-use std::sync::Arc;
 
 /// Elements per parallel task of `update_`: a fused optimizer update is a few flops per
 /// element, so smaller tasks would cost more in scheduling than they save.
@@ -62,8 +61,7 @@ impl Tensor {
     fn binary_inplace(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
         self.check_writable(op.name())?;
         let src = self.operand_for(op.name(), other)?;
-        let g = src.storage.read();
-        let mut dst = self.storage.write();
+        let (mut dst, g) = super::locks::write_and_read_one(&self.storage, &src.storage);
         self.backend().binary_inplace(op, &mut dst, &self.layout, (&g, &src.layout))
     }
 
@@ -156,8 +154,7 @@ impl Tensor {
         self.same_device("copy_", src)?;
         let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
         let s = s.with_layout(s.layout.broadcast_to("copy_", self.shape_obj())?);
-        let g = s.storage.read();
-        let mut dst = self.storage.write();
+        let (mut dst, g) = super::locks::write_and_read_one(&self.storage, &s.storage);
         self.backend().copy_inplace(&mut dst, &self.layout, (&g, &s.layout))
     }
 
@@ -218,20 +215,15 @@ impl Tensor {
                 return Err(Error::invalid(op, format!("operand {i} shares storage with the updated tensor")));
             }
         }
-        // One read lock per distinct storage: operands may alias each other.
-        let mut guards: Vec<(&Arc<StorageCell>, _)> = Vec::new();
-        for o in others.iter() {
-            if !guards.iter().any(|(s, _)| Arc::ptr_eq(s, &o.storage)) {
-                guards.push((&o.storage, o.storage.read()));
-            }
-        }
+        // One read lock per distinct storage (operands may alias each other), all taken in
+        // the global lock order together with the write lock.
+        let cells: Vec<&StorageCell> = others.iter().map(|o| &*o.storage).collect();
+        let (mut dst, reads) = super::locks::write_and_read(&self.storage, &cells);
         let slices: [&[T]; N] = std::array::from_fn(|i| {
             let o = others[i];
-            let g = guards.iter().find(|(s, _)| Arc::ptr_eq(s, &o.storage)).map(|(_, g)| g);
             let r = o.layout.contiguous_range().unwrap_or(0..0);
-            g.and_then(|g| g.as_cpu()).and_then(|c| c.as_slice::<T>()).map(|s| &s[r]).unwrap_or(&[])
+            reads.get(&o.storage).as_cpu().and_then(|c| c.as_slice::<T>()).map(|s| &s[r]).unwrap_or(&[])
         });
-        let mut dst = self.storage.write();
         let range = self.layout.contiguous_range().unwrap_or(0..0);
         let d = dst
             .as_cpu_mut()
@@ -292,7 +284,64 @@ mod tests {
         assert!(i.exp_check().is_err());
     }
 
+    /// Two threads adding two tensors into each other (and a third reading both, and
+    /// updating one from the other) finish: each operation takes its locks in one global
+    /// order. With the read lock of the source taken before the write lock of the
+    /// destination, `a.add_(&b)` beside `b.add_(&a)` deadlocked within a few iterations. The
+    /// test fails after two minutes instead of hanging if that comes back; on a working
+    /// build it takes milliseconds.
+    #[test]
+    fn crossed_in_place_updates_do_not_deadlock() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let a = Tensor::zeros([4096], DType::F32).unwrap();
+        let b = Tensor::zeros([4096], DType::F32).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let spawn = |f: Box<dyn Fn() + Send>| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    f();
+                }
+                let _ = tx.send(());
+            })
+        };
+        let (a1, b1, a2, b2, a3, b3) = (a.clone(), b.clone(), a.clone(), b.clone(), a.clone(), b.clone());
+        let threads = [
+            spawn(Box::new(move || a1.add_(&b1).unwrap())),
+            spawn(Box::new(move || b2.add_(&a2).unwrap())),
+            spawn(Box::new(move || {
+                a3.add(&b3).unwrap();
+                b3.where_cond_check(&a3);
+                b3.update_::<f32, 1>([&a3], |x, [y]| *x += 0.0 * y).unwrap();
+                a3.copy_(&b3.mul_scalar(1.0)).unwrap();
+            })),
+        ];
+        for _ in 0..threads.len() {
+            rx.recv_timeout(Duration::from_secs(120)).expect("crossed in-place updates deadlocked");
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// Partial overlap of the source and the written view: the source is read as it was
+    /// before the write, as if it had been cloned first.
+    #[test]
+    fn overlapping_source_reads_the_old_values() {
+        let a = Tensor::arange(0.0, 5.0).unwrap();
+        a.narrow(0, 1, 4).unwrap().add_(&a.narrow(0, 0, 4).unwrap()).unwrap();
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 3.0, 5.0, 7.0]);
+        let b = Tensor::arange(0.0, 5.0).unwrap();
+        b.narrow(0, 0, 4).unwrap().copy_(&b.narrow(0, 1, 4).unwrap()).unwrap();
+        assert_eq!(b.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 4.0]);
+    }
+
     impl Tensor {
+        fn where_cond_check(&self, other: &Tensor) {
+            self.gt_scalar(0.0).where_cond(self, other).unwrap();
+        }
+
         fn exp_check(&self) -> Result<()> {
             self.apply_(UnaryOp::Exp)
         }

@@ -6,6 +6,7 @@ mod index;
 mod inplace;
 mod join;
 mod linalg;
+mod locks;
 mod ops;
 mod reduce;
 mod unary;
@@ -83,30 +84,18 @@ impl Tensor {
         f((&g, &self.layout))
     }
 
-    /// Runs `f` with the views of `self` and `other`, taking one lock when they share
-    /// storage (a second read lock on the same thread could deadlock behind a writer).
+    /// Runs `f` with the views of `self` and `other`, read-locked in the global lock order
+    /// (one lock when they share storage; see [`locks`]).
     pub(crate) fn read2<R>(&self, other: &Tensor, f: impl FnOnce(View<'_>, View<'_>) -> R) -> R {
-        let ga = self.storage.read();
-        if Arc::ptr_eq(&self.storage, &other.storage) {
-            return f((&ga, &self.layout), (&ga, &other.layout));
-        }
-        let gb = other.storage.read();
-        f((&ga, &self.layout), (&gb, &other.layout))
+        let (ga, gb) = locks::read_pair(&self.storage, &other.storage);
+        let sb: &Storage = gb.as_deref().unwrap_or(&ga);
+        f((&ga, &self.layout), (sb, &other.layout))
     }
 
     /// `read2` for three tensors.
     pub(crate) fn read3<R>(&self, b: &Tensor, c: &Tensor, f: impl FnOnce(View<'_>, View<'_>, View<'_>) -> R) -> R {
-        let ga = self.storage.read();
-        let gb = (!Arc::ptr_eq(&self.storage, &b.storage)).then(|| b.storage.read());
-        let sb: &Storage = gb.as_deref().unwrap_or(&ga);
-        let gc =
-            (!Arc::ptr_eq(&self.storage, &c.storage) && !Arc::ptr_eq(&b.storage, &c.storage)).then(|| c.storage.read());
-        let sc: &Storage = match &gc {
-            Some(g) => g,
-            None if Arc::ptr_eq(&self.storage, &c.storage) => &ga,
-            None => sb,
-        };
-        f((&ga, &self.layout), (sb, &b.layout), (sc, &c.layout))
+        let set = locks::ReadSet::new(&[&self.storage, &b.storage, &c.storage]);
+        f((set.get(&self.storage), &self.layout), (set.get(&b.storage), &b.layout), (set.get(&c.storage), &c.layout))
     }
 
     pub(crate) fn same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {

@@ -200,6 +200,12 @@ impl StorageCell {
         }
     }
 
+    /// Starts the version history over, for a tensor that was filled in place while it was
+    /// being built and that no one else has seen yet: its writes are not modifications.
+    pub(crate) fn reset_version(&self) {
+        self.version.store(0, Ordering::Release);
+    }
+
     /// The number of in-place writes so far.
     #[inline]
     pub fn version(&self) -> u64 {

@@ -186,16 +186,12 @@ impl Tensor {
         Ok(Tensor::from_storage(s, self.shape_obj().clone()))
     }
 
-    /// The same storage under a fresh handle whose version history starts at zero. Used by
-    /// constructors that fill a buffer in place before handing it out.
+    /// The tensor with its version history started over. Constructors that fill their
+    /// result in place (through views of it, which may still be alive) call it before handing
+    /// the result out: a fresh tensor is at version 0 whatever it took to build it.
     fn copy_as_new(self) -> Tensor {
-        match std::sync::Arc::try_unwrap(self.storage) {
-            Ok(cell) => {
-                let storage = cell.into_inner();
-                Tensor::from_storage(storage, self.layout.shape().clone())
-            }
-            Err(shared) => Tensor { storage: shared, ..self },
-        }
+        self.storage.reset_version();
+        self
     }
 }
 
@@ -220,5 +216,32 @@ mod tests {
         assert!(Tensor::cat(&[&a, &a.t().unwrap()], 0).is_err());
         let f = Tensor::cat(&[&a, &a.to_dtype(DType::F32)], 0).unwrap();
         assert_eq!(f.dtype(), DType::F32);
+    }
+
+    /// Every result built by writing into a fresh tensor starts at version 0: `pad` used to
+    /// return version 1, because a view of the result was still alive when its history was
+    /// to be reset.
+    #[test]
+    fn fresh_results_are_at_version_zero() {
+        let a = Tensor::arange(0.0, 6.0).unwrap().reshape([2, 3]).unwrap();
+        let t = a.t().unwrap(); // not contiguous: `cat` takes the general, in-place path
+        let results = [
+            ("pad", a.pad(&[(1, 2), (0, 1)], 0.5).unwrap()),
+            ("pad of a view", t.pad(&[(1, 1)], 0).unwrap()),
+            ("cat", Tensor::cat(&[&a, &a], 0).unwrap()),
+            ("cat of views", Tensor::cat(&[&t, &t], 1).unwrap()),
+            ("cat with promotion", Tensor::cat(&[&a, &a.to_dtype(DType::F64)], 1).unwrap()),
+            ("stack", Tensor::stack(&[&t, &t], 0).unwrap()),
+            ("repeat", t.repeat(&[2, 1]).unwrap()),
+            ("tril", t.tril(0).unwrap()),
+            ("masked_fill", a.masked_fill(&a.gt_scalar(2.0), 0.0).unwrap()),
+        ];
+        for (name, r) in results {
+            assert_eq!(r.version(), 0, "{name}");
+            // ...and its own history counts from there.
+            r.add_scalar_(1).unwrap();
+            assert_eq!(r.version(), 1, "{name}");
+        }
+        assert_eq!(a.version(), 0);
     }
 }

@@ -210,6 +210,30 @@ impl Dim for isize {
 pub trait Dims {
     /// The dimensions as sorted, deduplicated indices, or a dimension error.
     fn resolve_all(&self, rank: usize, op: &'static str) -> Result<SmallVec<[usize; 4]>>;
+
+    /// The dimensions a reduction (`sum`, `mean`, `max`, ...) covers, by PyTorch's rules:
+    /// an empty set means every dimension (`x.sum(dim=[])` is the full sum in PyTorch 2),
+    /// and a 0-d tensor accepts `0` and `-1` (there is nothing to reduce; the result is the
+    /// value itself).
+    ///
+    /// ```
+    /// use ember_tensor::Dims;
+    /// assert_eq!(&Vec::<i64>::new().resolve_reduction(3, "sum").unwrap()[..], &[0, 1, 2]);
+    /// assert_eq!(&[-1i64].resolve_reduction(3, "sum").unwrap()[..], &[2]);
+    /// assert!((-1i64).resolve_reduction(0, "sum").unwrap().is_empty());
+    /// assert!(1usize.resolve_reduction(0, "sum").is_err());
+    /// ```
+    fn resolve_reduction(&self, rank: usize, op: &'static str) -> Result<SmallVec<[usize; 4]>> {
+        if rank == 0 {
+            self.resolve_all(1, op).map_err(|e| match e {
+                Error::Dim { op, dim, .. } => Error::Dim { op, dim, rank: 0 },
+                e => e,
+            })?;
+            return Ok(SmallVec::new());
+        }
+        let dims = self.resolve_all(rank, op)?;
+        Ok(if dims.is_empty() { (0..rank).collect() } else { dims })
+    }
 }
 
 fn collect_dims<D: Dim>(ds: &[D], rank: usize, op: &'static str) -> Result<SmallVec<[usize; 4]>> {

@@ -352,8 +352,11 @@ fn reduction_errors() {
     fails!(x.log_softmax(2), "log_softmax", "dimension 2");
     fails!(Tensor::scalar(1.0f32).softmax(1), "softmax", "dimension 1");
     fails!(Tensor::scalar(1.0f32).log_softmax(-2), "log_softmax", "dimension -2");
-    fails!(Tensor::scalar(1.0f32).sum(0, false), "sum", "rank 0");
-    fails!(Tensor::scalar(1.0f32).argmax(0, false), "argmax", "rank 0");
+    // A 0-d tensor takes dimension 0 or -1, as in PyTorch, and nothing else.
+    fails!(Tensor::scalar(1.0f32).sum(1, false), "sum", "dimension 1", "rank 0");
+    fails!(Tensor::scalar(1.0f32).mean(-2, false), "mean", "dimension -2", "rank 0");
+    fails!(Tensor::scalar(1.0f32).argmax(1, false), "argmax", "rank 0");
+    fails!(Tensor::scalar(1.0f32).sum([0, -1], false), "sum", "more than once");
 
     // Extremes of an empty set do not exist.
     let e = f64s(&[2, 0]);

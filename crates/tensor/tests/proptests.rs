@@ -8,7 +8,8 @@
 //!   reference), and elementwise, binary and reduction ops on the final, usually
 //!   non-contiguous, view equal the ops on its contiguous copy;
 //! - reductions: sum, mean, prod, max, min, argmax, argmin, var, std and logsumexp over
-//!   random dimension subsets, with and without `keepdim`, against a reference loop.
+//!   random dimension subsets (the empty one meaning every dimension, as in PyTorch), with
+//!   and without `keepdim`, against a reference loop.
 //!
 //! Case counts are kept small so that the file runs in a few seconds in the `dev` profile.
 
@@ -590,9 +591,11 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let rank = shape.len();
-        let dims: Vec<usize> = (0..rank).filter(|d| mask & (1 << d) != 0).collect();
+        let given: Vec<usize> = (0..rank).filter(|d| mask & (1 << d) != 0).collect();
         // The same dimensions counted from the back, which must mean the same.
-        let arg: Vec<i64> = dims.iter().map(|&d| if negative { d as i64 - rank as i64 } else { d as i64 }).collect();
+        let arg: Vec<i64> = given.iter().map(|&d| if negative { d as i64 - rank as i64 } else { d as i64 }).collect();
+        // PyTorch's rule: no dimensions means all of them.
+        let dims: Vec<usize> = if given.is_empty() { (0..rank).collect() } else { given };
         let x = Nd { data: reals(seed, shape.iter().product(), nans), shape: shape.clone() };
         let t = if transposed && rank >= 2 {
             // A non-contiguous tensor holding the same logical values.

@@ -168,7 +168,7 @@ impl Op for StdOfVar {
 
 impl Var {
     fn resolve_dims(&self, dims: impl Dims, op: &'static str) -> Result<DimList> {
-        dims.resolve_all(self.rank(), op)
+        dims.resolve_reduction(self.rank(), op)
     }
 
     /// The sum over `dims`.

@@ -47,7 +47,9 @@ impl Tensor {
         Ok(out.with_layout(Layout::contiguous(shape)))
     }
 
-    /// The sum over `dims`.
+    /// The sum over `dims`. As in PyTorch an empty `dims` sums over every dimension, and a
+    /// 0-d tensor accepts `0` and `-1` (see [`Dims::resolve_reduction`], which all reductions
+    /// here follow).
     ///
     /// ```
     /// use ember_tensor::Tensor;
@@ -55,10 +57,12 @@ impl Tensor {
     /// assert_eq!(t.sum(1, false)?.to_vec::<f32>()?, vec![3.0, 12.0]);
     /// assert_eq!(t.sum([0, 1], true)?.shape(), &[1, 1]);
     /// assert_eq!(t.sum_all().to_scalar::<f32>()?, 15.0);
+    /// assert_eq!(t.sum(Vec::<i64>::new(), true)?.shape(), &[1, 1]);
+    /// assert_eq!(ember_tensor::Tensor::scalar(2.0f32).sum(-1, false)?.to_scalar::<f32>()?, 2.0);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "sum")?;
+        let d = dims.resolve_reduction(self.rank(), "sum")?;
         self.reduce_dims(ReduceOp::Sum, "sum", &d, keepdim)
     }
 
@@ -69,7 +73,7 @@ impl Tensor {
 
     /// The mean over `dims`.
     pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "mean")?;
+        let d = dims.resolve_reduction(self.rank(), "mean")?;
         self.mean_resolved(&d, keepdim)
     }
 
@@ -86,7 +90,7 @@ impl Tensor {
 
     /// The product over `dims`.
     pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "prod")?;
+        let d = dims.resolve_reduction(self.rank(), "prod")?;
         self.reduce_dims(ReduceOp::Prod, "prod", &d, keepdim)
     }
 
@@ -98,7 +102,7 @@ impl Tensor {
     /// The maximum over `dims` (PyTorch's `amax`); NaN propagates. Empty dimensions are an
     /// error.
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "max")?;
+        let d = dims.resolve_reduction(self.rank(), "max")?;
         self.reduce_dims(ReduceOp::Max, "max", &d, keepdim)
     }
 
@@ -109,7 +113,7 @@ impl Tensor {
 
     /// The minimum over `dims` (PyTorch's `amin`); NaN propagates.
     pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "min")?;
+        let d = dims.resolve_reduction(self.rank(), "min")?;
         self.reduce_dims(ReduceOp::Min, "min", &d, keepdim)
     }
 
@@ -118,16 +122,27 @@ impl Tensor {
         self.reduce_dims(ReduceOp::Min, "min", &self.all_dims(), false)
     }
 
-    /// The `i64` index of the first maximum along `dim`.
+    /// The `i64` index of the first maximum along `dim` (0 for a 0-d tensor, which accepts
+    /// `dim` 0 or -1 like PyTorch).
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        let d = dim.resolve(self.rank(), "argmax")?;
-        self.reduce_dims(ReduceOp::ArgMax, "argmax", &[d], keepdim)
+        self.arg_extreme(dim, keepdim, ReduceOp::ArgMax, "argmax")
     }
 
-    /// The `i64` index of the first minimum along `dim`.
+    /// The `i64` index of the first minimum along `dim` (0 for a 0-d tensor).
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        let d = dim.resolve(self.rank(), "argmin")?;
-        self.reduce_dims(ReduceOp::ArgMin, "argmin", &[d], keepdim)
+        self.arg_extreme(dim, keepdim, ReduceOp::ArgMin, "argmin")
+    }
+
+    fn arg_extreme(&self, dim: impl Dim, keepdim: bool, op: ReduceOp, name: &'static str) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // A scalar is its own only element, along dimension 0 or -1.
+            if let Err(Error::Dim { dim, .. }) = dim.resolve(1, name) {
+                return Err(Error::Dim { op: name, dim, rank: 0 });
+            }
+            return Ok(Tensor::scalar(0i64));
+        }
+        let d = dim.resolve(self.rank(), name)?;
+        self.reduce_dims(op, name, &[d], keepdim)
     }
 
     /// The flat index of the first maximum of all elements.
@@ -142,7 +157,7 @@ impl Tensor {
 
     /// The variance over `dims`, with Bessel's correction when `unbiased`.
     pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "var")?;
+        let d = dims.resolve_reduction(self.rank(), "var")?;
         self.var_resolved(&d, unbiased, keepdim)
     }
 
@@ -173,7 +188,7 @@ impl Tensor {
 
     /// `log(sum(exp(x)))` over `dims`, computed stably by shifting by the maximum.
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let d = dims.resolve_all(self.rank(), "logsumexp")?;
+        let d = dims.resolve_reduction(self.rank(), "logsumexp")?;
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         if d.iter().any(|&i| self.shape()[i] == 0) {
             // The log of an empty sum is -inf (PyTorch agrees); there is no maximum to shift by.
@@ -271,6 +286,34 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(run(), want);
         }
+    }
+
+    #[test]
+    fn empty_dims_reduce_everything_and_scalars_take_dim_zero() {
+        let t = Tensor::arange(0.0, 6.0).unwrap().reshape([2, 3]).unwrap();
+        let none: &[i64] = &[];
+        assert_eq!(t.sum(none, false).unwrap().to_scalar::<f32>().unwrap(), 15.0);
+        assert_eq!(t.sum(none, true).unwrap().shape(), &[1, 1]);
+        assert_eq!(t.mean(Vec::<usize>::new(), false).unwrap().to_scalar::<f32>().unwrap(), 2.5);
+        assert_eq!(t.prod(none, false).unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        assert_eq!(t.max(none, false).unwrap().to_scalar::<f32>().unwrap(), 5.0);
+        assert_eq!(t.min(none, true).unwrap().shape(), &[1, 1]);
+        assert_eq!(t.var(none, false, false).unwrap().to_scalar::<f32>().unwrap(), 35.0 / 12.0);
+        let lse = t.logsumexp(none, false).unwrap().to_scalar::<f32>().unwrap();
+        assert!((lse as f64 - (0..6).map(|i| (i as f64).exp()).sum::<f64>().ln()).abs() < 1e-5);
+        // A 0-d tensor reduces along 0 or -1 to itself, with or without keepdim.
+        let s = Tensor::scalar(4.0f32);
+        for r in [s.sum(0, false), s.sum(-1, true), s.mean([0], false), s.max(-1, false), s.prod(0, true)] {
+            let r = r.unwrap();
+            assert_eq!((r.rank(), r.to_scalar::<f32>().unwrap()), (0, 4.0));
+        }
+        assert_eq!(s.std(0, false, false).unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        assert_eq!(s.argmax(0, false).unwrap().to_scalar::<i64>().unwrap(), 0);
+        assert_eq!(s.argmin(-1, true).unwrap().to_scalar::<i64>().unwrap(), 0);
+        let e = s.sum(1, false).unwrap_err().to_string();
+        assert_eq!(e, "sum: dimension 1 is out of range for a tensor of rank 0");
+        assert!(s.sum([0, -1], false).is_err());
+        assert!(s.argmax(-2, false).is_err());
     }
 
     #[test]

@@ -6,6 +6,15 @@
 //! following PyTorch: the dtypes are ordered `u8 < i64 < f32 < f64` and the result takes the
 //! larger one (`u8 + i64 -> i64`, `i64 * f32 -> f32`, `f32 - f64 -> f64`).
 //!
+//! A 0-d tensor counts for less than a tensor with dimensions, as in PyTorch's
+//! `result_type` ([`result_type`]): the dtypes are split into the categories integral
+//! (`u8`, `i64`) and floating (`f32`, `f64`), and a 0-d operand only changes the result when
+//! its category is higher than that of the dimensioned operands. So `f32_tensor +
+//! Tensor::scalar(1.0f64)` stays `f32` (a 0-d `f64` is just a float), `i64_tensor +
+//! Tensor::scalar(1.5f64)` is `f64` (a float beside integers promotes, to its own dtype),
+//! `u8_tensor + Tensor::scalar(300i64)` stays `u8`, and two 0-d operands promote normally.
+//! This applies to arithmetic, comparisons and `where_cond`.
+//!
 //! # Tensor-scalar operations
 //!
 //! A Rust number in a tensor-scalar operation is a [`Scalar`]: integer literals are
@@ -112,6 +121,33 @@ impl DType {
     #[inline]
     pub fn float_or_default(self) -> DType {
         if self.is_float() { self } else { DType::F32 }
+    }
+}
+
+/// The dtype an operation on tensors of these `(dtype, rank)` pairs computes in: PyTorch's
+/// `torch.result_type` (see the module docs). Tensors with dimensions promote among
+/// themselves; 0-d tensors promote among themselves and change that result only when they
+/// bring a higher category (a float beside integers), in which case the two promote. With
+/// no operands the answer is `f32`, the default dtype.
+///
+/// ```
+/// use ember_tensor::DType;
+/// use ember_tensor::dtype::result_type;
+/// assert_eq!(result_type(&[(DType::F32, 2), (DType::F64, 0)]), DType::F32);
+/// assert_eq!(result_type(&[(DType::I64, 1), (DType::F64, 0)]), DType::F64);
+/// assert_eq!(result_type(&[(DType::U8, 1), (DType::I64, 0)]), DType::U8);
+/// assert_eq!(result_type(&[(DType::F32, 0), (DType::F64, 0)]), DType::F64);
+/// assert_eq!(result_type(&[(DType::F32, 1), (DType::F64, 3)]), DType::F64);
+/// ```
+pub fn result_type(operands: &[(DType, usize)]) -> DType {
+    let promote_all = |zero_d: bool| {
+        operands.iter().filter(|&&(_, rank)| (rank == 0) == zero_d).map(|&(d, _)| d).reduce(DType::promote)
+    };
+    match (promote_all(false), promote_all(true)) {
+        (Some(dims), Some(zero)) if zero.is_float() && !dims.is_float() => dims.promote(zero),
+        (Some(dims), _) => dims,
+        (None, Some(zero)) => zero,
+        (None, None) => DType::F32,
     }
 }
 
@@ -628,6 +664,34 @@ mod tests {
         assert_eq!(DType::I64.promote_scalar(Scalar::Int(2)), DType::I64);
         assert_eq!(DType::F64.promote_scalar(Scalar::Float(0.5)), DType::F64);
         assert_eq!(DType::U8.float_or_default(), DType::F32);
+    }
+
+    #[test]
+    fn zero_dim_operands_count_by_category() {
+        use DType::*;
+        // (dimensioned, 0-d, result), against PyTorch's torch.result_type.
+        let cases = [
+            (F32, F64, F32),
+            (F64, F32, F64),
+            (F32, I64, F32),
+            (F32, U8, F32),
+            (I64, F32, F32),
+            (I64, F64, F64),
+            (U8, F32, F32),
+            (U8, F64, F64),
+            (U8, I64, U8),
+            (I64, U8, I64),
+            (I64, I64, I64),
+        ];
+        for (dims, zero, want) in cases {
+            assert_eq!(result_type(&[(dims, 1), (zero, 0)]), want, "{dims} with a 0-d {zero}");
+            assert_eq!(result_type(&[(zero, 0), (dims, 3)]), want, "0-d {zero} with {dims}");
+            // Both dimensioned, or both 0-d: plain promotion.
+            assert_eq!(result_type(&[(dims, 2), (zero, 1)]), dims.promote(zero));
+            assert_eq!(result_type(&[(dims, 0), (zero, 0)]), dims.promote(zero));
+        }
+        assert_eq!(result_type(&[(U8, 1), (I64, 0), (F64, 0)]), F64);
+        assert_eq!(result_type(&[]), F32);
     }
 
     #[test]

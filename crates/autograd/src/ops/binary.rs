@@ -19,7 +19,7 @@ struct Shapes {
 impl Shapes {
     fn of(a: &Var, b: &Var) -> Self {
         let ((sa, da), (sb, db)) = (a.shape_and_dtype(), b.shape_and_dtype());
-        let out = da.promote(db);
+        let out = ember_tensor::dtype::result_type(&[(da, sa.rank()), (db, sb.rank())]);
         Shapes { shapes: [sa, sb], casts: [(da != out).then_some(da), (db != out).then_some(db)] }
     }
 

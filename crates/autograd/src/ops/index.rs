@@ -199,7 +199,7 @@ impl Var {
     /// branch that was taken.
     pub fn where_cond(&self, on_true: &Var, on_false: &Var) -> Result<Var> {
         let ((st, dt), (sf, df)) = (on_true.shape_and_dtype(), on_false.shape_and_dtype());
-        let out = dt.promote(df);
+        let out = ember_tensor::dtype::result_type(&[(dt, st.rank()), (df, sf.rank())]);
         let casts = [(dt != out).then_some(dt), (df != out).then_some(df)];
         apply(WhereCond { shapes: [st, sf], casts }, &[self, on_true, on_false])
     }

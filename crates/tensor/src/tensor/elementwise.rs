@@ -3,7 +3,7 @@
 
 use super::{Tensor, infallible};
 use crate::backend::{BinaryOp, CmpOp, UnaryOp};
-use crate::dtype::{DType, Scalar};
+use crate::dtype::{DType, Scalar, result_type};
 use crate::shape::{Shape, broadcast_shapes};
 use crate::{Error, Result};
 
@@ -24,8 +24,14 @@ impl Tensor {
         Ok((a, b, shape))
     }
 
+    /// The dtype `self` and `other` compute in: PyTorch's result type, where a 0-d tensor
+    /// only counts when it brings a higher category (see [`crate::dtype::result_type`]).
+    pub fn result_type(&self, other: &Tensor) -> DType {
+        result_type(&[(self.dtype, self.rank()), (other.dtype, other.rank())])
+    }
+
     pub(crate) fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
-        let mut dtype = self.dtype.promote(other.dtype);
+        let mut dtype = self.result_type(other);
         // Division of integers is true division, like PyTorch's `/`.
         if op == BinaryOp::Div && dtype.is_int() {
             dtype = DType::F32;
@@ -175,7 +181,7 @@ impl Tensor {
     }
 
     fn compare_op(&self, op: CmpOp, other: &Tensor) -> Result<Tensor> {
-        let dtype = self.dtype.promote(other.dtype);
+        let dtype = self.result_type(other);
         if self.same_shape_and_dtype(other, dtype) {
             let s = self.read2(other, |va, vb| self.backend().compare(op, va, vb))?;
             return Ok(Tensor::from_storage(s, self.shape_obj().clone()));
@@ -218,7 +224,8 @@ comparisons! {
 
 impl Tensor {
     /// `self ? on_true : on_false` elementwise, where `self` is a `u8` mask; all three
-    /// broadcast together and the values promote to a common dtype.
+    /// broadcast together and the values promote to their result type (a 0-d value only
+    /// counts by category, as in [`Tensor::result_type`]).
     ///
     /// ```
     /// use ember_tensor::Tensor;
@@ -235,7 +242,7 @@ impl Tensor {
         self.same_device("where", on_false)?;
         let shape = broadcast_shapes("where", self.shape(), on_true.shape())?;
         let shape = broadcast_shapes("where", &shape, on_false.shape())?;
-        let dtype = on_true.dtype.promote(on_false.dtype);
+        let dtype = on_true.result_type(on_false);
         let c = self.with_layout(self.layout.broadcast_to("where", &shape)?);
         let a = on_true.try_to_dtype(dtype)?;
         let a = a.with_layout(a.layout.broadcast_to("where", &shape)?);
@@ -262,6 +269,33 @@ mod tests {
         assert_eq!(i.div(&Tensor::from_vec(vec![2i64, 0], [2]).unwrap()).unwrap().dtype(), DType::F32);
         assert_eq!(i.mul_scalar(2).dtype(), DType::I64);
         assert_eq!(i.mul_scalar(0.5).to_vec::<f32>().unwrap(), vec![3.5, 4.0]);
+    }
+
+    /// A 0-d tensor does not widen a dimensioned one of its category (PyTorch's
+    /// result_type): `f32_tensor + tensor(1.0, f64)` is `f32`.
+    #[test]
+    fn zero_dim_operands_promote_by_category() {
+        let x = Tensor::from_vec(vec![0.1f32, 2.0], [2]).unwrap();
+        let one = Tensor::scalar(1.0f64);
+        for r in [x.add(&one), one.add(&x), x.mul(&one), x.div(&one), x.pow(&one), x.maximum(&one)] {
+            assert_eq!(r.unwrap().dtype(), DType::F32);
+        }
+        assert_eq!(x.add(&one).unwrap().to_vec::<f32>().unwrap(), vec![1.1, 3.0]);
+        // Comparisons happen in the result type too: 0.1 rounded to f32 equals 0.1f32.
+        assert_eq!(x.eq(&Tensor::scalar(0.1f64)).unwrap().to_vec::<u8>().unwrap(), vec![1, 0]);
+        let i = Tensor::from_vec(vec![1i64, 2], [2]).unwrap();
+        assert_eq!(i.add(&Tensor::scalar(0.5f64)).unwrap().dtype(), DType::F64);
+        assert_eq!(i.add(&Tensor::scalar(0.5f32)).unwrap().dtype(), DType::F32);
+        assert_eq!(i.div(&Tensor::scalar(2i64)).unwrap().dtype(), DType::F32);
+        let b = Tensor::from_vec(vec![250u8, 3], [2]).unwrap();
+        let w = b.add(&Tensor::scalar(10i64)).unwrap();
+        assert_eq!((w.dtype(), w.to_vec::<u8>().unwrap()), (DType::U8, vec![4, 13]));
+        // Two 0-d operands, or two dimensioned ones, promote as usual.
+        assert_eq!(Tensor::scalar(1.0f32).add(&one).unwrap().dtype(), DType::F64);
+        assert_eq!(x.add(&Tensor::from_vec(vec![1.0f64], [1]).unwrap()).unwrap().dtype(), DType::F64);
+        let m = Tensor::from_vec(vec![1u8, 0], [2]).unwrap();
+        assert_eq!(m.where_cond(&x, &Tensor::scalar(0.0f64)).unwrap().dtype(), DType::F32);
+        assert_eq!(x.result_type(&one), DType::F32);
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! Elementwise operations of two tensors (with broadcasting and dtype promotion), their
-//! tensor-scalar forms, comparisons and `where_cond`.
+//! tensor-scalar forms and comparisons.
 
 use super::{Tensor, infallible};
+use crate::Result;
 use crate::backend::{BinaryOp, CmpOp, UnaryOp};
 use crate::dtype::{DType, Scalar, result_type};
 use crate::shape::{Shape, broadcast_shapes};
-use crate::{Error, Result};
 
 impl Tensor {
     /// Both operands converted to their promoted dtype and broadcast to a common shape.
@@ -220,37 +220,6 @@ comparisons! {
     le, le_scalar, Le, "<=";
     gt, gt_scalar, Gt, ">";
     ge, ge_scalar, Ge, ">=";
-}
-
-impl Tensor {
-    /// `self ? on_true : on_false` elementwise, where `self` is a `u8` mask; all three
-    /// broadcast together and the values promote to their result type (a 0-d value only
-    /// counts by category, as in [`Tensor::result_type`]).
-    ///
-    /// ```
-    /// use ember_tensor::Tensor;
-    /// let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0], [3])?;
-    /// let y = x.gt_scalar(0.0).where_cond(&x, &x.zeros_like())?;
-    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 2.0, 0.0]);
-    /// # Ok::<(), ember_tensor::Error>(())
-    /// ```
-    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        if self.dtype != DType::U8 {
-            return Err(Error::dtype("where", format!("the condition must be a u8 mask, got {}", self.dtype)));
-        }
-        self.same_device("where", on_true)?;
-        self.same_device("where", on_false)?;
-        let shape = broadcast_shapes("where", self.shape(), on_true.shape())?;
-        let shape = broadcast_shapes("where", &shape, on_false.shape())?;
-        let dtype = on_true.result_type(on_false);
-        let c = self.with_layout(self.layout.broadcast_to("where", &shape)?);
-        let a = on_true.try_to_dtype(dtype)?;
-        let a = a.with_layout(a.layout.broadcast_to("where", &shape)?);
-        let b = on_false.try_to_dtype(dtype)?;
-        let b = b.with_layout(b.layout.broadcast_to("where", &shape)?);
-        let s = c.read3(&a, &b, |vc, va, vb| c.backend().where_cond(vc, va, vb))?;
-        Ok(Tensor::from_storage(s, shape))
-    }
 }
 
 #[cfg(test)]

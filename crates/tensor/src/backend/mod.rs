@@ -19,7 +19,7 @@ pub enum UnaryOp {
     Neg,
     /// `|x|`
     Abs,
-    /// `-1`, `0` or `1`
+    /// `-1`, `0` or `1`; NaN stays NaN (NumPy's convention; PyTorch gives 0)
     Sign,
     /// `x * x`
     Square,

@@ -21,7 +21,7 @@ macro_rules! unary_fns {
 unary_fns! {
     neg => Neg, "`-x` elementwise.";
     abs => Abs, "`|x|` elementwise.";
-    sign => Sign, "`-1`, `0` or `1` elementwise (NaN stays NaN).";
+    sign => Sign, "`-1`, `0` or `1` elementwise; zeros keep their sign (`-0.0` gives `-0.0`) and NaN stays NaN, like NumPy's `sign`. (PyTorch's CPU kernel returns 0 for NaN, which its maintainers track as a divergence from NumPy, pytorch/pytorch#41245; ember propagates the NaN.)";
     square => Square, "`x * x` elementwise.";
     relu => Relu, "`max(x, 0)` elementwise.";
     exp => Exp, "`e^x` elementwise.";
@@ -165,6 +165,15 @@ mod tests {
         assert_eq!(i.relu().dtype(), DType::I64);
         assert_eq!(i.exp().dtype(), DType::F32);
         assert_eq!(i.clamp(Some(-1.0), Some(1.0)).to_vec::<i64>().unwrap(), vec![-1, 0, 1]);
+    }
+
+    #[test]
+    fn sign_keeps_nan_and_signed_zeros() {
+        let t = Tensor::from_vec(vec![-2.5f32, -0.0, 0.0, 3.0, f32::NAN, f32::NEG_INFINITY], [6]).unwrap();
+        let s = t.sign().to_vec::<f32>().unwrap();
+        assert_eq!(s[..4].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), [-1.0f32, -0.0, 0.0, 1.0].map(f32::to_bits));
+        assert!(s[4].is_nan());
+        assert_eq!(s[5], -1.0);
     }
 
     #[test]

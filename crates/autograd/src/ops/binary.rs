@@ -136,7 +136,7 @@ binary_op!(
 /// 1 where `a` wins (`a > b` for the maximum), 0.5 on ties, 0 elsewhere.
 fn tie_mask(a: &Tensor, b: &Tensor, max: bool) -> Result<Var> {
     let wins = if max { a.gt(b)? } else { a.lt(b)? };
-    let dtype = a.dtype().promote(b.dtype()).float_or_default();
+    let dtype = a.result_type(b).float_or_default();
     let m = wins.to_dtype(dtype).add(&a.eq(b)?.to_dtype(dtype).mul_scalar(0.5))?;
     Ok(constant(m))
 }

@@ -1105,8 +1105,12 @@ fn matmul_matches_the_reference() {
     // Batches, broadcast batches, a shared right operand (folded into one tall product),
     // vectors on either side, expanded operands, and products large enough for gemm's own
     // threads or for batches in parallel.
-    let cases: [(&[usize], &[usize]); 12] = [
+    let cases: [(&[usize], &[usize]); 15] = [
         (&[3, 7, 13], &[3, 13, 5]),
+        // One row per matrix: the folded product steps over rows by the batch stride.
+        (&[4, 1, 13], &[13, 5]),
+        (&[2, 3, 1, 13], &[13, 5]),
+        (&[2, 1, 1, 13], &[13, 5]),
         (&[2, 1, 7, 13], &[4, 13, 5]),
         (&[4, 7, 13], &[13, 5]),
         (&[2, 3, 7, 13], &[13, 5]),
@@ -1129,6 +1133,12 @@ fn matmul_matches_the_reference() {
             check_matmul(&na, &nb, &format!("{sa:?} @ {sb:?}, transposed"));
         }
     }
+    // Batch dimensions out of memory order cannot be folded into one tall product.
+    let rows = Tensor::from_vec(uniform(25, 2 * 3 * 13, -1.0, 1.0), [2, 3, 1, 13]).unwrap();
+    let shared = Tensor::from_vec(uniform(26, 13 * 5, -1.0, 1.0), [13, 5]).unwrap();
+    check_matmul(&rows.permute(&[1, 0, 2, 3]).unwrap(), &shared, "permuted batch of rows");
+    let mats = Tensor::from_vec(uniform(27, 2 * 3 * 7 * 13, -1.0, 1.0), [2, 3, 7, 13]).unwrap();
+    check_matmul(&mats.permute(&[1, 0, 2, 3]).unwrap(), &shared, "permuted batch of matrices");
     // A broadcast row or column inside a matrix (stride 0) and a broadcast batch.
     let row = Tensor::from_vec(uniform(21, 13, -1.0, 1.0), [1, 13]).unwrap().expand([7, 13]).unwrap();
     let col = Tensor::from_vec(uniform(22, 13, -1.0, 1.0), [13, 1]).unwrap().expand([13, 5]).unwrap();

@@ -313,6 +313,18 @@ mod tests {
     }
 
     #[test]
+    fn full_takes_scalars_exactly() {
+        let z = Tensor::full([2], -0.0, DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(z.iter().all(|v| v.to_bits() == (-0.0f32).to_bits()));
+        let big = (1i64 << 53) + 1;
+        assert_eq!(Tensor::full([1], big, DType::I64).unwrap().to_vec::<i64>().unwrap(), vec![big]);
+        assert_eq!(Tensor::full([1], -1, DType::U8).unwrap().to_vec::<u8>().unwrap(), vec![255]);
+        assert_eq!(Tensor::full([1], 2.9, DType::I64).unwrap().to_vec::<i64>().unwrap(), vec![2]);
+        let t = Tensor::zeros([2], DType::I64).unwrap();
+        assert_eq!(t.full_like(big).to_vec::<i64>().unwrap(), vec![big, big]);
+    }
+
+    #[test]
     fn eye_is_the_identity() {
         let e = Tensor::eye(3).unwrap();
         assert_eq!((e.shape(), e.dtype()), (&[3usize, 3][..], DType::F32));

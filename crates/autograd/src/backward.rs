@@ -82,7 +82,7 @@ impl Var {
 /// use ember_autograd::{grad, Var};
 /// use ember_tensor::Tensor;
 /// let x = Var::param(Tensor::scalar(2.0f64));
-/// let y = x.pow_scalar(3.0); // y = x^3
+/// let y = x.pow_scalar(3.0)?; // y = x^3
 /// let dy = grad(&[&y], &[&x], &[], false, true)?[0].clone().unwrap(); // 3x^2 = 12
 /// let d2y = grad(&[&dy], &[&x], &[], false, false)?[0].clone().unwrap(); // 6x = 12
 /// assert_eq!((dy.item()?, d2y.item()?), (12.0, 12.0));

@@ -135,7 +135,7 @@
 //! use ember_tensor::Tensor;
 //! let x = Var::param(Tensor::scalar(2.0f64));
 //! // f(x) = x^4 + 2x^3 + x^2 (seed 004 §6.1)
-//! let f = x.pow_scalar(4.0).add(&x.pow_scalar(3.0).mul_scalar(2.0))?.add(&x.square())?;
+//! let f = x.pow_scalar(4.0)?.add(&x.pow_scalar(3.0)?.mul_scalar(2.0))?.add(&x.square())?;
 //! let d1 = grad(&[&f], &[&x], &[], false, true)?[0].clone().unwrap();
 //! let d2 = grad(&[&d1], &[&x], &[], false, true)?[0].clone().unwrap();
 //! let d3 = grad(&[&d2], &[&x], &[], false, false)?[0].clone().unwrap();

@@ -29,7 +29,7 @@ fn seed_polynomial_derivatives() -> Result<()> {
     // f(x) = x^4 + 2x^3 + x^2 at x = 2: f = 36, f' = 4x^3 + 6x^2 + 2x = 60,
     // f'' = 12x^2 + 12x + 2 = 74, f''' = 24x + 12 = 60, f'''' = 24.
     let x = scalar(2.0);
-    let f = x.pow_scalar(4.0).add(&x.pow_scalar(3.0).mul_scalar(2.0))?.add(&x.square())?;
+    let f = x.pow_scalar(4.0)?.add(&x.pow_scalar(3.0)?.mul_scalar(2.0))?.add(&x.square())?;
     let d1 = d(&f, &x, true)?;
     let d2 = d(&d1, &x, true)?;
     let d3 = d(&d2, &x, true)?;

@@ -570,7 +570,7 @@ mod build {
         c.grad("z@twice", &z);
 
         let u = c.param("u");
-        let lu = u.pow_scalar(3.0).mul(&u.exp())?.sum_all();
+        let lu = u.pow_scalar(3.0)?.mul(&u.exp())?.sum_all();
         lu.backward_full(None, false, true)?;
         let gu = u.grad_var().expect("backward_variants: u has no gradient after backward");
         c.output("gu", &gu);
@@ -699,7 +699,7 @@ mod build {
         let first = |gs: Vec<Option<Var>>, what: &str| {
             gs.into_iter().next().flatten().unwrap_or_else(|| panic!("{what} is None"))
         };
-        let y = x.pow_scalar(3.0).add(&x.sin())?;
+        let y = x.pow_scalar(3.0)?.add(&x.sin())?;
         let dy = first(grad(&[&y.sum_all()], &[&x], &[], false, true)?, "dy/dx");
         let d2y = first(grad(&[&dy.sum_all()], &[&x], &[], false, false)?, "d2y/dx2");
         let f = x.mul(&w)?.tanh().sum_all();

@@ -29,7 +29,7 @@ fn mlp_loss(theta: &Var, x: &Var, y: &Var) -> Result<Var> {
 fn main() -> Result<()> {
     // f(x) = x^4 + 2x^3 + x^2 at x = 2.
     let x = Var::param(Tensor::scalar(2.0f64));
-    let f = x.pow_scalar(4.0).add(&x.pow_scalar(3.0).mul_scalar(2.0))?.add(&x.square())?;
+    let f = x.pow_scalar(4.0)?.add(&x.pow_scalar(3.0)?.mul_scalar(2.0))?.add(&x.square())?;
     println!("f(x) = x^4 + 2x^3 + x^2 at x = 2");
     let mut d = f.clone();
     println!("  f     = {}", d.item()?);

@@ -8,8 +8,9 @@ use crate::var::Var;
 use ember_tensor::{Result, Scalar, Tensor};
 use smallvec::smallvec;
 
-macro_rules! scalar_op {
-    ($(#[$doc:meta])* $method:ident, $Op:ident, $name:literal, $saves:expr,
+/// Defines the op struct `$Op` and its `Op` impl; `scalar_op!` adds the `Var` method.
+macro_rules! scalar_op_struct {
+    ($Op:ident, $name:literal, $saves:expr,
      |$x:ident, $s:ident| $fwd:expr,
      |$ctx:ident, $g:ident, $sv:ident| $bwd:expr) => {
         struct $Op {
@@ -32,6 +33,15 @@ macro_rules! scalar_op {
                 $saves
             }
         }
+    };
+}
+
+/// A scalar op whose forward cannot fail on any value: the `Var` method returns `Var`.
+macro_rules! scalar_op {
+    ($(#[$doc:meta])* $method:ident, $Op:ident, $name:literal, $saves:expr,
+     |$x:ident, $s:ident| $fwd:expr,
+     |$ctx:ident, $g:ident, $sv:ident| $bwd:expr) => {
+        scalar_op_struct!($Op, $name, $saves, |$x, $s| $fwd, |$ctx, $g, $sv| $bwd);
         impl Var {
             $(#[$doc])*
             pub fn $method(&self, s: impl Into<Scalar>) -> Var {
@@ -77,13 +87,34 @@ scalar_op!(
     |x, s| x.rdiv_scalar(s),
     |ctx, g, s| Some(g.mul(&ctx.output()?)?.div(&ctx.input(0)?)?.neg())
 );
-scalar_op!(
+scalar_op_struct!(PowScalar, "pow_scalar", Saves::INPUTS, |x, e| x.pow_scalar(e)?, |ctx, g, e| Some(if e == 0.0 {
+    zero_gradient(g)
+} else {
+    g.mul(&ctx.input(0)?.pow_scalar(e - 1.0)?.mul_scalar(e))?
+}));
+
+impl Var {
     /// `x ^ e`; the gradient is `e x^(e - 1)`, and zeros for `e = 0` (PyTorch's
     /// `pow_backward`: `x^0 = 1` is constant, even at `x = 0` where `0 * 0^-1` would be NaN).
-    pow_scalar, PowScalar, "pow_scalar", Saves::INPUTS,
-    |x, e| x.pow_scalar(e)?,
-    |ctx, g, e| Some(if e == 0.0 { zero_gradient(g) } else { g.mul(&ctx.input(0)?.pow_scalar(e - 1.0).mul_scalar(e))? })
-);
+    ///
+    /// # Errors
+    /// Integer values raised to a negative integer power, as in PyTorch (`Tensor::pow_scalar`).
+    ///
+    /// ```
+    /// # use ember_autograd::Var;
+    /// # use ember_tensor::Tensor;
+    /// let x = Var::param(Tensor::from_slice(&[2.0f32, 3.0], &[2])?);
+    /// let y = x.pow_scalar(2.0)?; // [4, 9]
+    /// assert_eq!(y.value().to_vec::<f32>()?, vec![4.0, 9.0]);
+    ///
+    /// let ints = Var::new(Tensor::from_slice(&[2i64, 3], &[2])?);
+    /// assert!(ints.pow_scalar(-1).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn pow_scalar(&self, e: impl Into<Scalar>) -> Result<Var> {
+        super::apply(PowScalar { s: e.into() }, &[self])
+    }
+}
 scalar_op!(
     /// `b ^ x`; the gradient is `y ln b`. For `b = 0` it is 0 where `x >= 0` (PyTorch's
     /// `pow_backward_exponent`: there `0^x` is constant in `x`, and `0 * ln 0` would be NaN).

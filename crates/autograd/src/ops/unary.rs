@@ -102,7 +102,7 @@ unary_op!(
     /// `1 / sqrt(x)`.
     rsqrt, Rsqrt, "rsqrt", Saves::OUTPUT,
     |x| x.rsqrt(),
-    |ctx, g| Some(g.mul(&ctx.output()?.pow_scalar(3.0).mul_scalar(-0.5))?)
+    |ctx, g| Some(g.mul(&ctx.output()?.pow_scalar(3.0)?.mul_scalar(-0.5))?)
 );
 unary_op!(
     /// The sine.

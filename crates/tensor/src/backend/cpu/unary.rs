@@ -407,7 +407,12 @@ macro_rules! with_int_fn {
 fn int_exponent(e: Scalar) -> Result<u64> {
     match e {
         Scalar::Int(e) if e >= 0 => Ok(e as u64),
-        Scalar::Int(_) => Err(Error::invalid("pow_scalar", "Integers to negative integer powers are not allowed.")),
+        Scalar::Int(e) => Err(Error::invalid(
+            "pow_scalar",
+            format!(
+                "Integers to negative integer powers are not allowed (exponent {e}); use a float tensor or exponent"
+            ),
+        )),
         Scalar::Float(v) if v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 => Ok(v as u64),
         Scalar::Float(v) => Err(Error::dtype(
             "pow_scalar",

@@ -355,6 +355,7 @@ pub use gradcheck::gradcheck;
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
 pub use node::{Grads, Op, Saves};
 pub use profiler::{Profile, Profiler, profile, record_function};
+pub use reactive::reactive_nodes_visited;
 pub use saved_hooks::{SavedTensorsHooksGuard, saved_tensors_hooks};
 pub use static_mode::{CachedLoss, ForwardInput, Traced};
 pub use var::{IntoVar, Var};

@@ -18,9 +18,10 @@
 //! - [`Mode::Full`] also reacts to in-place writes upstream (an optimizer step, say); this
 //!   is what `Var::forward()` and the static mode use.
 //!
-//! Beyond the seed, `Full` requests push as well as pull. The first full walk from a node
-//! *subscribes* it: every node on the way registers with its inputs as a consumer. From
-//! then on, replacing a leaf's value marks exactly its subscribed dependents dirty, and as
+//! Beyond the seed, `Full` requests push as well as pull. The first full request from a
+//! node walks its graph once, even when every value is fresh, and *subscribes* it: every
+//! node on the way registers with its inputs as a consumer. From then on, replacing a
+//! leaf's value marks exactly its subscribed dependents dirty, and as
 //! long as no in-place write happened since, a request descends only into dirty inputs:
 //! changing one of a thousand independent branches recomputes that branch and the join,
 //! and checks the other branches' flags without walking them. Eager code never subscribes
@@ -33,6 +34,35 @@ use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static VALUE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static NODES_VISITED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many graph nodes the value requests ([`Var::forward`](crate::Var::forward), backward's
+/// re-forward, the static mode) made on this thread have visited so far.
+///
+/// A diagnostic for tests and benchmarks: a request answered from the cache visits none, so
+/// the difference across a request shows how much of the graph it walked.
+///
+/// ```
+/// use ember_autograd::{Var, reactive_nodes_visited};
+/// use ember_tensor::Tensor;
+/// let x = Var::new(Tensor::scalar(1.0f32));
+/// let y = x.exp().log();
+/// y.forward()?; // the first request walks the graph
+/// let before = reactive_nodes_visited();
+/// y.forward()?; // nothing changed: answered at once
+/// assert_eq!(reactive_nodes_visited(), before);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn reactive_nodes_visited() -> u64 {
+    NODES_VISITED.with(|c| c.get())
+}
+
+fn count_visit() {
+    NODES_VISITED.with(|c| c.set(c.get() + 1));
+}
 
 /// The current `(value epoch, mutation epoch)`.
 pub(crate) fn epochs() -> (u64, u64) {
@@ -78,8 +108,12 @@ fn mark(st: &mut NodeState, mode: Mode, ep: (u64, u64)) {
 pub(crate) fn refresh(node: &NodeRef, mode: Mode) -> Result<Tensor> {
     let ep = epochs();
     {
+        // A full request on a node that never subscribed walks once even when its value is
+        // fresh (a graph just built): later changes then push dirty marks to it, and it does
+        // not pay a whole-graph walk at the first change instead.
         let st = node.state();
         if fresh(node, &st, mode, ep)
+            && (mode == Mode::Values || node.has(SUBSCRIBED) || node.inputs.is_empty())
             && let Some(v) = &st.value
         {
             return Ok(v.clone());
@@ -108,6 +142,7 @@ fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
     // are the inputs of a node being recomputed.
     let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
     while let Some((n, expanded, need)) = stack.pop() {
+        count_visit();
         if n.inputs.is_empty() {
             // Leaves (and routers, whose value is set from outside) are fresh by definition.
             let mut st = n.state();
@@ -167,6 +202,7 @@ fn dirty_walk(node: &NodeRef, ep: (u64, u64), inplace: u64) -> Result<Tensor> {
     };
     let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
     while let Some((n, expanded, need)) = stack.pop() {
+        count_visit();
         if !needs_work(&n, need) {
             continue;
         }

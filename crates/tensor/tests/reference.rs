@@ -1103,9 +1103,10 @@ fn matmul_matches_the_reference() {
     }
 
     // Batches, broadcast batches, a shared right operand (folded into one tall product),
-    // vectors on either side, expanded operands, and products large enough for gemm's own
-    // threads or for batches in parallel.
-    let cases: [(&[usize], &[usize]); 15] = [
+    // vectors on either side, expanded operands, and products large enough to be split into
+    // row blocks (130 x 90), column blocks (40 x 130, and a folded 90 x 100) or to run
+    // batches in parallel.
+    let cases: [(&[usize], &[usize]); 17] = [
         (&[3, 7, 13], &[3, 13, 5]),
         // One row per matrix: the folded product steps over rows by the batch stride.
         (&[4, 1, 13], &[13, 5]),
@@ -1120,6 +1121,8 @@ fn matmul_matches_the_reference() {
         (&[13], &[3, 13, 5]),
         (&[13], &[13]),
         (&[130, 70], &[70, 90]),
+        (&[40, 70], &[70, 130]),
+        (&[3, 30, 50], &[50, 100]),
         (&[16, 20, 20], &[16, 20, 20]),
         (&[7, 0], &[0, 5]),
     ];

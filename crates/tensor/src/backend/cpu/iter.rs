@@ -161,22 +161,27 @@ impl<T> SendPtr<T> {
 unsafe impl<T: Send> Send for SendPtr<T> {}
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
+/// Calls `f(i)` for every `i` in `0..n`, in parallel on the worker threads. From a thread
+/// outside the `rayon` pool the caller works along with [`super::team`]'s helpers; inside
+/// it, `rayon` splits the work as usual.
+pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
+    if rayon::current_thread_index().is_some() {
+        (0..n).into_par_iter().for_each(&f);
+        return;
+    }
+    super::team::run(n, rayon::current_num_threads() - 1, &f);
+}
+
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last
-/// may be shorter), in parallel on the worker pool. From a thread outside the pool the
-/// caller works along ([`super::team`]); inside it, `rayon` splits the work as usual.
+/// may be shorter), in parallel on the worker threads ([`par_for`]).
 pub(crate) fn par_chunks<T: Send>(out: &mut [T], chunk_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let n = out.len();
     let chunk_len = chunk_len.max(1);
-    let chunks = n.div_ceil(chunk_len);
-    if rayon::current_thread_index().is_some() {
-        out.par_chunks_mut(chunk_len).enumerate().for_each(|(i, c)| f(i, c));
-        return;
-    }
     let base = SendPtr(out.as_mut_ptr());
-    super::team::run(chunks, rayon::current_num_threads() - 1, &|i| {
+    par_for(n.div_ceil(chunk_len), |i| {
         let start = i * chunk_len;
         let len = chunk_len.min(n - start);
-        // SAFETY: `team::run` calls each index once, so the chunks are disjoint parts of
+        // SAFETY: `par_for` calls each index once, so the chunks are disjoint parts of
         // `out`, which stays mutably borrowed until it returns.
         let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), len) };
         f(i, chunk);

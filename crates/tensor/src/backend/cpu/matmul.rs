@@ -4,22 +4,42 @@
 //! copy. With the workspace's `x86-v4` feature it dispatches to AVX-512 kernels at run time
 //! on machines that have them and to AVX2/FMA elsewhere.
 
+use super::iter::par_for;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use gemm::Parallelism;
-use rayon::prelude::*;
 
 /// Products with fewer multiply-adds than this run batches in parallel instead of
 /// parallelising inside each product.
 const SMALL_PRODUCT: usize = 64 * 64 * 64;
+
+/// Products with fewer multiply-adds than this (a few microseconds of work) run on one
+/// thread: splitting them costs more than it saves.
+const SERIAL_PRODUCT: usize = 48 * 48 * 48;
+
+/// Products with at least this many multiply-adds, on more than two threads, are
+/// parallelised by `gemm` itself, whose threads share packed panels (a block of a split
+/// product packs its whole other operand). Everything else is split into row or column
+/// blocks run by [`par_for`], which starts in well under a microsecond, where `gemm`'s
+/// `rayon` entry puts the caller to sleep and pays two thread wake-ups (tens of microseconds
+/// on a virtual machine, as long as a whole 256x256 product). On two threads the split was
+/// faster at every size measured, 2048x2048 included.
+const GEMM_PARALLEL: usize = 1024 * 1024 * 1024;
+
+/// Rows and columns of a split product start at multiples of this, so that each block
+/// fills whole SIMD registers.
+const SPLIT_ALIGN: usize = 16;
 
 struct Mat<T> {
     ptr: *const T,
     rs: isize,
     cs: isize,
 }
+// SAFETY: a `Mat` only reads the matrix it addresses, which outlives the product.
+unsafe impl<T> Send for Mat<T> {}
+unsafe impl<T> Sync for Mat<T> {}
 
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
@@ -27,12 +47,23 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// One product `dst[m, n] = a[m, k] @ b[k, n]`.
+/// One product `dst[m, n] = a[m, k] @ b[k, n]`, `dst` with rows `dst_rs` apart.
 ///
 /// # Safety
-/// The pointers and strides must address valid `m x k`, `k x n` and contiguous `m x n`
-/// matrices, and `dst` must not overlap the inputs.
-unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Mat<T>, b: &Mat<T>, par: Parallelism) {
+/// The pointers and strides must address valid `m x k`, `k x n` and row-major `m x n`
+/// (row stride `dst_rs`, unit column stride) matrices, and `dst` must not overlap the
+/// inputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_one<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    a: &Mat<T>,
+    b: &Mat<T>,
+    par: Parallelism,
+) {
     // SAFETY: guaranteed by the caller.
     unsafe {
         gemm::gemm(
@@ -41,7 +72,7 @@ unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Ma
             k,
             dst,
             1,
-            n as isize,
+            dst_rs as isize,
             false,
             a.ptr,
             a.cs,
@@ -57,6 +88,44 @@ unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Ma
             par,
         )
     }
+}
+
+/// `dst[m, n] = a[m, k] @ b[k, n]` (`dst` contiguous) on up to `threads` threads.
+///
+/// # Safety
+/// As for [`gemm_one`] with `dst_rs = n`.
+unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Mat<T>, b: &Mat<T>, threads: usize) {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    // The larger output dimension is split: each block then reads a distinct part of one
+    // operand and all of the other.
+    let split_rows = m >= n;
+    let dim = if split_rows { m } else { n };
+    let block = dim.div_ceil(threads.max(1)).next_multiple_of(SPLIT_ALIGN);
+    if threads <= 1 || work < SERIAL_PRODUCT || block >= dim {
+        // SAFETY: guaranteed by the caller.
+        return unsafe { gemm_one(m, n, k, dst, n, a, b, Parallelism::None) };
+    }
+    if (threads > 2 && work >= GEMM_PARALLEL) || rayon::current_thread_index().is_some() {
+        // SAFETY: guaranteed by the caller.
+        return unsafe { gemm_one(m, n, k, dst, n, a, b, Parallelism::Rayon(threads)) };
+    }
+    let dst = SendPtr(dst);
+    par_for(dim.div_ceil(block), |p| {
+        let start = p * block;
+        let len = block.min(dim - start);
+        let d = dst;
+        // SAFETY: block `p` is rows (or columns) `start..start + len` of the product: it reads
+        // the matching rows of `a` (columns of `b`) and writes only its own part of `dst`.
+        unsafe {
+            if split_rows {
+                let am = Mat { ptr: a.ptr.offset(start as isize * a.rs), rs: a.rs, cs: a.cs };
+                gemm_one(len, n, k, d.0.add(start * n), n, &am, b, Parallelism::None);
+            } else {
+                let bm = Mat { ptr: b.ptr.offset(start as isize * b.cs), rs: b.rs, cs: b.cs };
+                gemm_one(m, len, k, d.0.add(start), n, a, &bm, Parallelism::None);
+            }
+        }
+    });
 }
 
 /// The row stride of `[batch.., m, k]` seen as one `[batch * m, k]` matrix, when its rows
@@ -102,7 +171,6 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
     let (ars, acs) = (stride(m, la.strides()[rank - 2]), stride(k, la.strides()[rank - 1]));
     let (brs, bcs) = (stride(k, lb.strides()[rank - 2]), stride(n, lb.strides()[rank - 1]));
     let threads = rayon::current_num_threads();
-    let par_inner = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
 
     // A batch of matrices times one shared matrix (`[B, m, k] @ [k, n]`, a linear layer on
     // a 3-d input) is one tall product when the batch rows are evenly spaced.
@@ -115,7 +183,7 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
         let bm = Mat { ptr: b[lb.offset()..].as_ptr(), rs: brs, cs: bcs };
         // SAFETY: the backend validated both layouts against their storages, and the folded
         // rows are exactly the rows of the batch; `out` is fresh.
-        unsafe { gemm_one(batch * m, n, k, out.as_mut_ptr(), &am, &bm, par_inner) };
+        unsafe { gemm_parallel(batch * m, n, k, out.as_mut_ptr(), &am, &bm, threads) };
         return Ok(out);
     }
 
@@ -131,19 +199,19 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
         (oa, ob)
     };
     let dst = SendPtr(out.as_mut_ptr());
-    let run = |i: usize, par: Parallelism| {
+    let run = |i: usize, threads: usize| {
         let (oa, ob) = batch_offsets(i);
         let am = Mat { ptr: a[oa..].as_ptr(), rs: ars, cs: acs };
         let bm = Mat { ptr: b[ob..].as_ptr(), rs: brs, cs: bcs };
         let d = dst;
         // SAFETY: batch `i` writes only `out[i*m*n..(i+1)*m*n]`.
-        unsafe { gemm_one(m, n, k, d.0.add(i * m * n), &am, &bm, par) };
+        unsafe { gemm_parallel(m, n, k, d.0.add(i * m * n), &am, &bm, threads) };
     };
     if batch > 1 && m * n * k < SMALL_PRODUCT && threads > 1 {
-        (0..batch).into_par_iter().for_each(|i| run(i, Parallelism::None));
+        par_for(batch, |i| run(i, 1));
     } else {
         for i in 0..batch {
-            run(i, par_inner);
+            run(i, threads);
         }
     }
     Ok(out)

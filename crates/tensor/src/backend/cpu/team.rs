@@ -3,17 +3,25 @@
 //!
 //! `rayon` enters its pool from outside by queueing the whole loop as one job and putting the
 //! caller to sleep until a worker has finished it: the caller's core idles, and the
-//! operation pays two cross-thread wake-ups (several microseconds each in a virtual
-//! machine), which doubled the time of a 100k-element add. Here the caller works through the
-//! loop itself, claiming indices from an atomic counter, and `threads - 1` helper jobs on the
-//! pool claim indices too from the moment they start. A helper that starts late finds less
-//! (or nothing) left; the caller never sleeps, and at the end waits only for the indices
-//! helpers have already claimed.
+//! operation pays two cross-thread wake-ups, which doubled the time of a 100k-element add.
+//! Here the caller works through the loop itself, claiming indices from an atomic counter,
+//! and helper threads claim indices too from the moment they join. A helper that joins late
+//! finds less (or nothing) left; the caller never sleeps, and at the end waits only for the
+//! indices helpers have already claimed.
+//!
+//! The helpers are this module's own threads, not `rayon`'s: after a loop they keep
+//! watching for the next one for [`SPIN`] before they sleep. A training step is a string of
+//! parallel kernels separated by microseconds of serial work, and waking a sleeping thread
+//! costs 15–25 µs on the virtual machines we measured (a park/unpark round trip took
+//! 32–45 µs), more than a whole small kernel; a watching helper joins within a fraction of
+//! a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 
 /// Set in `Shared::helpers` once the caller has finished: no helper may start after it.
 const CLOSED: usize = 1 << (usize::BITS - 1);
@@ -26,6 +34,8 @@ struct Shared {
     next: AtomicUsize,
     /// Helpers currently running the loop body, plus `CLOSED`.
     helpers: AtomicUsize,
+    /// How many helpers may join.
+    max_helpers: usize,
     /// The first panic of a helper, re-raised on the caller.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
@@ -46,7 +56,7 @@ impl Shared {
     fn enter(&self) -> bool {
         let mut cur = self.helpers.load(Ordering::Acquire);
         loop {
-            if cur & CLOSED != 0 {
+            if cur & CLOSED != 0 || cur >= self.max_helpers {
                 return false;
             }
             match self.helpers.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
@@ -93,6 +103,8 @@ struct ErasedBody(*const Body<'static>);
 // SAFETY: the body is `Sync`, so calling it from another thread is fine; the lifetime is
 // upheld by the enter/finish protocol (see `run`).
 unsafe impl Send for ErasedBody {}
+// SAFETY: as above; the body is `Sync`, so several helpers may call it at once.
+unsafe impl Sync for ErasedBody {}
 
 impl ErasedBody {
     /// The pointer; a method so that the job's closure captures the whole `Send` wrapper.
@@ -101,26 +113,142 @@ impl ErasedBody {
     }
 }
 
+/// How long a helper keeps watching for the next loop before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// A loop published to the helpers: they run it if they join before it closes.
+type Job = Arc<dyn Fn() + Send + Sync>;
+
+/// The helper threads and the loop they are offered.
+struct Helpers {
+    /// Bumped each time a loop is published.
+    generation: AtomicU64,
+    /// The newest published loop.
+    job: Mutex<Option<Job>>,
+    /// Per helper: whether it sleeps (and must be woken to see a new loop).
+    sleeping: Box<[AtomicBool]>,
+    /// Per helper: its thread, `None` where the system refused to start it.
+    threads: OnceLock<Vec<Option<Thread>>>,
+}
+
+/// The helpers, started at the first parallel loop: one fewer than the worker threads
+/// ([`crate::threading::num_threads`]), since the caller works too.
+fn helpers() -> &'static Helpers {
+    static HELPERS: OnceLock<&'static Helpers> = OnceLock::new();
+    HELPERS.get_or_init(|| {
+        let count = rayon::current_num_threads().saturating_sub(1);
+        // Leaked: the helpers serve for the life of the process, like `rayon`'s workers.
+        let h: &'static Helpers = Box::leak(Box::new(Helpers {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            sleeping: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            threads: OnceLock::new(),
+        }));
+        let threads = (0..count)
+            .map(|i| {
+                let spawn = std::thread::Builder::new().name(format!("ember-helper-{i}")).spawn(move || h.serve(i));
+                // A helper that cannot be started leaves the loops fewer hands, nothing worse.
+                spawn.ok().map(|j| j.thread().clone())
+            })
+            .collect();
+        let _ = h.threads.set(threads);
+        h
+    })
+}
+
+impl Helpers {
+    /// A helper's life: wait for a new loop, join it, repeat.
+    fn serve(&self, me: usize) {
+        let mut seen = 0;
+        loop {
+            seen = self.wait(me, seen);
+            let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(job) = job {
+                job();
+            }
+        }
+    }
+
+    /// Returns the first generation after `seen`: watching for [`SPIN`], then asleep.
+    fn wait(&self, me: usize, seen: u64) -> u64 {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let g = self.generation.load(Ordering::Acquire);
+            if g != seen {
+                return g;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Announce the sleep, then look once more: a publisher either sees the flag
+            // and wakes us, or published before the flag and we see its generation.
+            let sleeping = &self.sleeping[me];
+            sleeping.store(true, Ordering::SeqCst);
+            let g = self.generation.load(Ordering::SeqCst);
+            if g != seen {
+                sleeping.store(false, Ordering::Relaxed);
+                return g;
+            }
+            while sleeping.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            return self.generation.load(Ordering::Acquire);
+        }
+    }
+
+    /// Offers `job` to every helper and wakes the sleeping ones.
+    fn publish(&self, job: Job) {
+        *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let threads = self.threads.get().map(Vec::as_slice).unwrap_or_default();
+        for (sleeping, thread) in self.sleeping.iter().zip(threads) {
+            if sleeping.swap(false, Ordering::SeqCst)
+                && let Some(t) = thread
+            {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Drops the published job if it is still `job`, so that a finished loop's state is
+    /// not kept alive until the next one.
+    fn withdraw(&self, job: &Job) {
+        let mut slot = self.job.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|j| Arc::ptr_eq(j, job)) {
+            *slot = None;
+        }
+    }
+}
+
 /// Calls `f(i)` once for every `i` in `0..n`, on the calling thread and on up to
-/// `helpers` pool threads. Must be called from outside the pool (inside it, a helper job
-/// could wait behind the caller's own task). A panic in `f` is re-raised here after every
-/// thread has left the loop.
+/// `helpers` helper threads. A panic in `f` is re-raised here after every thread has left
+/// the loop. Safe to call from several threads at once and from inside a loop body: a
+/// caller never waits for a helper that has not joined its loop, and at worst runs the loop
+/// alone.
 pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
     let helpers = helpers.min(n.saturating_sub(1));
     if helpers == 0 {
         (0..n).for_each(f);
         return;
     }
-    let shared = Arc::new(Shared { next: AtomicUsize::new(0), helpers: AtomicUsize::new(0), panic: Mutex::new(None) });
+    let shared = Arc::new(Shared {
+        next: AtomicUsize::new(0),
+        helpers: AtomicUsize::new(0),
+        max_helpers: helpers,
+        panic: Mutex::new(None),
+    });
     // SAFETY: only the lifetime changes. A helper dereferences the pointer only between a
     // successful `enter` and its `Leave`, and `Finish` (dropped before `run` returns or
     // unwinds) closes `enter` and then waits for every entered helper to leave, so no use of
     // `f` outlives this call.
     let erased = unsafe { std::mem::transmute::<*const Body<'_>, *const Body<'static>>(f) };
-    for _ in 0..helpers {
+    let body = ErasedBody(erased);
+    let job: Job = {
         let shared = Arc::clone(&shared);
-        let body = ErasedBody(erased);
-        rayon::spawn(move || {
+        Arc::new(move || {
             if !shared.enter() {
                 return;
             }
@@ -132,12 +260,15 @@ pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
                 shared.next.store(n, Ordering::Relaxed);
                 shared.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
             }
-        });
-    }
+        })
+    };
+    let team = self::helpers();
+    team.publish(Arc::clone(&job));
     {
         let _finish = Finish(&shared);
         shared.work(n, f);
     }
+    team.withdraw(&job);
     if let Some(p) = shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
         resume_unwind(p);
     }
@@ -157,6 +288,57 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
         }
+    }
+
+    #[test]
+    fn concurrent_and_nested_loops_each_run_every_index_once() {
+        // Several callers publish at once (each may find the helpers on another's loop) and
+        // bodies start loops of their own: every index still runs exactly once.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    for round in 0..50 {
+                        let n = 8 + (t * 7 + round) % 40;
+                        let hits: Vec<AtomicU32> = (0..n * 3).map(|_| AtomicU32::new(0)).collect();
+                        run(n, 3, &|i| {
+                            run(3, 3, &|j| {
+                                hits[i * 3 + j].fetch_add(1, Ordering::Relaxed);
+                            });
+                        });
+                        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "thread {t} round {round}");
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn sleeping_helpers_wake_for_the_next_loop() {
+        if rayon::current_num_threads() < 2 {
+            return; // no helpers to wake
+        }
+        let hits = AtomicU32::new(0);
+        run(4, 1, &|_| {
+            hits.fetch_add(1, Ordering::Relaxed);
+        });
+        // Long enough for the helpers to stop watching and sleep.
+        std::thread::sleep(SPIN * 20);
+        let helper_ran = AtomicU32::new(0);
+        let caller = std::thread::current().id();
+        run(2, 1, &|_| {
+            if std::thread::current().id() != caller {
+                helper_ran.fetch_add(1, Ordering::Relaxed);
+            }
+            // Hold the caller on its first index until a helper takes the other one.
+            let start = std::time::Instant::now();
+            while std::thread::current().id() == caller
+                && helper_ran.load(Ordering::Relaxed) == 0
+                && start.elapsed() < std::time::Duration::from_secs(5)
+            {
+                std::hint::spin_loop();
+            }
+        });
+        assert_eq!(helper_ran.load(Ordering::Relaxed), 1, "no sleeping helper woke");
     }
 
     #[test]

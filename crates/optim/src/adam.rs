@@ -162,20 +162,14 @@ impl AdamCore {
             amsgrad: r.flag("amsgrad")?,
         };
         config.validate("load_state_dict")?;
-        let mut state = Vec::with_capacity(self.params.len());
-        for (i, p) in self.params.iter().enumerate() {
-            if !r.has_state(i) {
-                state.push(None);
-                continue;
-            }
-            let v = p.value();
-            state.push(Some(AdamState {
+        let state = r.per_param(&self.params, |r, i, v| {
+            Ok(AdamState {
                 step: r.step(i)?,
-                exp_avg: r.tensor(i, "exp_avg", &v)?,
-                exp_avg_sq: r.tensor(i, "exp_avg_sq", &v)?,
-                max_exp_avg_sq: if config.amsgrad { Some(r.tensor(i, "max_exp_avg_sq", &v)?) } else { None },
-            }));
-        }
+                exp_avg: r.tensor(i, "exp_avg", v)?,
+                exp_avg_sq: r.tensor(i, "exp_avg_sq", v)?,
+                max_exp_avg_sq: r.tensor_if(config.amsgrad, i, "max_exp_avg_sq", v)?,
+            })
+        })?;
         r.finish()?;
         self.config = config;
         self.state = state;

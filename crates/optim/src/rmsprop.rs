@@ -250,20 +250,14 @@ impl Optimizer for RmsProp {
             centered: r.flag("centered")?,
         };
         config.validate("load_state_dict")?;
-        let mut state = Vec::with_capacity(self.params.len());
-        for (i, p) in self.params.iter().enumerate() {
-            if !r.has_state(i) {
-                state.push(None);
-                continue;
-            }
-            let v = p.value();
-            state.push(Some(RmsPropState {
+        let state = r.per_param(&self.params, |r, i, v| {
+            Ok(RmsPropState {
                 step: r.step(i)?,
-                square_avg: r.tensor(i, "square_avg", &v)?,
-                grad_avg: if config.centered { Some(r.tensor(i, "grad_avg", &v)?) } else { None },
-                momentum_buffer: if config.momentum > 0.0 { Some(r.tensor(i, "momentum_buffer", &v)?) } else { None },
-            }));
-        }
+                square_avg: r.tensor(i, "square_avg", v)?,
+                grad_avg: r.tensor_if(config.centered, i, "grad_avg", v)?,
+                momentum_buffer: r.tensor_if(config.momentum > 0.0, i, "momentum_buffer", v)?,
+            })
+        })?;
         r.finish()?;
         self.config = config;
         self.state = state;

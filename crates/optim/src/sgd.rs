@@ -207,11 +207,7 @@ impl Optimizer for Sgd {
             weight_decay: r.scalar("weight_decay")?,
         };
         config.validate("load_state_dict")?;
-        let mut buffers = Vec::with_capacity(self.params.len());
-        for (i, p) in self.params.iter().enumerate() {
-            let b = if r.has_state(i) { Some(r.tensor(i, "momentum_buffer", &p.value())?) } else { None };
-            buffers.push(b);
-        }
+        let buffers = r.per_param(&self.params, |r, i, v| r.tensor(i, "momentum_buffer", v))?;
         r.finish()?;
         self.config = config;
         self.buffers = buffers;

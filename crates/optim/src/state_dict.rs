@@ -1,6 +1,7 @@
 //! [`StateDict`]: an optimizer's hyperparameters and per-parameter state as plain maps, and
 //! the checked reading that `load_state_dict` does.
 
+use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -204,6 +205,26 @@ impl<'a> Reader<'a> {
         let prefix = format!("state.{i}.");
         let starts = |k: &String| k.starts_with(&prefix);
         self.dict.scalars.keys().any(starts) || self.dict.tensors.keys().any(starts)
+    }
+
+    /// The state of every parameter that has one in the dict, read by `read(reader, i,
+    /// value)`; `None` for parameters the dict holds nothing of (never stepped).
+    pub fn per_param<S>(
+        &mut self,
+        params: &[Var],
+        mut read: impl FnMut(&mut Self, usize, &Tensor) -> Result<S>,
+    ) -> Result<Vec<Option<S>>> {
+        let mut states = Vec::with_capacity(params.len());
+        for (i, p) in params.iter().enumerate() {
+            let state = if self.has_state(i) { Some(read(self, i, &p.value())?) } else { None };
+            states.push(state);
+        }
+        Ok(states)
+    }
+
+    /// [`Reader::tensor`] where the configuration keeps that buffer (`present`), else `None`.
+    pub fn tensor_if(&mut self, present: bool, i: usize, name: &str, like: &Tensor) -> Result<Option<Tensor>> {
+        if present { self.tensor(i, name, like).map(Some) } else { Ok(None) }
     }
 
     /// A required state tensor of parameter `i`, checked against the parameter's value and

@@ -312,48 +312,56 @@ pub trait Element:
     }
 }
 
+/// The [`Element`] items every dtype spells the same way: where its buffer lives in
+/// [`CpuStorage`](crate::storage::CpuStorage) and the `as` casts to and from f64/i64.
+macro_rules! element_storage_and_casts {
+    ($t:ty, $dt:ident) => {
+        #[inline(always)]
+        fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
+            match s {
+                crate::storage::CpuStorage::$dt(b) => Some(b),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
+            match s {
+                crate::storage::CpuStorage::$dt(b) => Some(b),
+                _ => None,
+            }
+        }
+        #[inline(always)]
+        fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
+            crate::storage::CpuStorage::$dt(b)
+        }
+        const DTYPE: DType = DType::$dt;
+        #[inline(always)]
+        fn from_f64(v: f64) -> Self {
+            v as $t
+        }
+        #[inline(always)]
+        fn to_f64(self) -> f64 {
+            self as f64
+        }
+        #[inline(always)]
+        fn from_i64(v: i64) -> Self {
+            v as $t
+        }
+        #[inline(always)]
+        fn to_i64(self) -> i64 {
+            self as i64
+        }
+    };
+}
+
 macro_rules! int_element {
     ($t:ty, $dt:ident, $abs:expr, $neg:expr, $sign:expr) => {
         impl Element for $t {
-            #[inline(always)]
-            fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
-                match s {
-                    crate::storage::CpuStorage::$dt(b) => Some(b),
-                    _ => None,
-                }
-            }
-            #[inline(always)]
-            fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
-                match s {
-                    crate::storage::CpuStorage::$dt(b) => Some(b),
-                    _ => None,
-                }
-            }
-            #[inline(always)]
-            fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
-                crate::storage::CpuStorage::$dt(b)
-            }
-            const DTYPE: DType = DType::$dt;
+            element_storage_and_casts!($t, $dt);
             const ZERO: Self = 0;
             const ONE: Self = 1;
             const LOWEST: Self = <$t>::MIN;
             const HIGHEST: Self = <$t>::MAX;
-            #[inline(always)]
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
             #[inline(always)]
             fn is_nan(self) -> bool {
                 false
@@ -408,45 +416,11 @@ int_element!(i64, I64, |v: i64| v.wrapping_abs(), |v: i64| v.wrapping_neg(), |v:
 macro_rules! float_element {
     ($t:ty, $dt:ident) => {
         impl Element for $t {
-            #[inline(always)]
-            fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
-                match s {
-                    crate::storage::CpuStorage::$dt(b) => Some(b),
-                    _ => None,
-                }
-            }
-            #[inline(always)]
-            fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
-                match s {
-                    crate::storage::CpuStorage::$dt(b) => Some(b),
-                    _ => None,
-                }
-            }
-            #[inline(always)]
-            fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
-                crate::storage::CpuStorage::$dt(b)
-            }
-            const DTYPE: DType = DType::$dt;
+            element_storage_and_casts!($t, $dt);
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
-            #[inline(always)]
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
             #[inline(always)]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)

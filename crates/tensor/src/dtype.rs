@@ -480,6 +480,15 @@ pub trait FloatElement:
 {
     /// `e^x`; vectorisable for `f32`.
     fn exp(self) -> Self;
+    /// `e^self` for `self` in `[EXP_NORMAL_MIN, 0]`, where the result is a normal number:
+    /// for `f32` a cheaper scaling than [`FloatElement::exp`]'s (same polynomial, same
+    /// result); other inputs give garbage. Softmax uses it on blocks that stay in range.
+    #[inline(always)]
+    fn exp_normal(self) -> Self {
+        self.exp()
+    }
+    /// The lower end of [`FloatElement::exp_normal`]'s range.
+    const EXP_NORMAL_MIN: Self;
     /// Natural logarithm; vectorisable for `f32`.
     fn ln(self) -> Self;
     /// Square root.
@@ -513,6 +522,11 @@ impl FloatElement for f32 {
     fn exp(self) -> Self {
         crate::backend::cpu::fastmath::exp_f32(self)
     }
+    #[inline(always)]
+    fn exp_normal(self) -> Self {
+        crate::backend::cpu::fastmath::exp_normal_f32(self)
+    }
+    const EXP_NORMAL_MIN: Self = crate::backend::cpu::fastmath::EXP_NORMAL_MIN_F32;
     #[inline(always)]
     fn ln(self) -> Self {
         crate::backend::cpu::fastmath::ln_f32(self)
@@ -572,6 +586,7 @@ impl FloatElement for f64 {
     fn exp(self) -> Self {
         f64::exp(self)
     }
+    const EXP_NORMAL_MIN: Self = f64::NEG_INFINITY;
     #[inline(always)]
     fn ln(self) -> Self {
         f64::ln(self)

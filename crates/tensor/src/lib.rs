@@ -5,8 +5,10 @@
 //! validate their arguments and return [`Result`] where shapes, dimensions or dtypes can be
 //! wrong; elementwise functions and tensor-scalar operations, which cannot fail, return
 //! tensors directly. Computation happens in a [`backend::Backend`]; the CPU backend uses
-//! SIMD loops dispatched at run time (AVX-512 or AVX2), `rayon` for large work and the
-//! `gemm` crate for matrix products. Storage comes from a buffer pool that reuses large
+//! SIMD loops dispatched at run time (AVX-512 or AVX2), parallel loops for large work (the
+//! calling thread plus helper threads that stay awake between kernels, so that a training
+//! step's many short parallel kernels do not each pay thread wake-ups) and the `gemm` crate
+//! for matrix products. Storage comes from a buffer pool that reuses large
 //! blocks ([`storage::memory_stats`]).
 //!
 //! ```

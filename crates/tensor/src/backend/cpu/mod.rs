@@ -1,6 +1,7 @@
-//! The CPU backend: contiguous fast paths, strided fallbacks, `rayon` above a size
-//! threshold, SIMD through runtime-dispatched multiversioned loops, and `gemm` for matrix
-//! products.
+//! The CPU backend: contiguous fast paths, strided fallbacks, parallel loops above a size
+//! threshold (the caller plus helper threads that stay awake between kernels, see `team`;
+//! `rayon` inside its own pool), SIMD through runtime-dispatched multiversioned loops, and
+//! `gemm` for matrix products (split into blocks over the same threads).
 
 mod binary;
 pub(crate) mod fastmath;

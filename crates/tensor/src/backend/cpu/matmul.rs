@@ -96,9 +96,10 @@ unsafe fn gemm_one<T: Element>(
 /// As for [`gemm_one`] with `dst_rs = n`.
 unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a: &Mat<T>, b: &Mat<T>, threads: usize) {
     let work = m.saturating_mul(n).saturating_mul(k);
-    // The larger output dimension is split: each block then reads a distinct part of one
-    // operand and all of the other.
-    let split_rows = m >= n;
+    // The larger output dimension is split, columns on a tie: each row block packs all of
+    // `b`, each column block only its own columns (measured on 2048x2048: 0.92 -> 0.96 of
+    // PyTorch's speed with columns).
+    let split_rows = m > n;
     let dim = if split_rows { m } else { n };
     let block = dim.div_ceil(threads.max(1)).next_multiple_of(SPLIT_ALIGN);
     if threads <= 1 || work < SERIAL_PRODUCT || block >= dim {

@@ -7,26 +7,31 @@
 //! `ln` within 0.84 ulp (subnormal arguments included) and `tanh` within 5.3 ulp; the tests
 //! below sweep the ranges and their edges.
 
+/// `e^x = p * 2^n` with `p` near 1: the reduction and polynomial both exponentials share.
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, i32) {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let t = x * std::f32::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    // Cody-Waite: ln 2 split in a high part exact in f32 and a low correction.
+    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let p =
+        1.0 + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_41 + r * (0.008_333_452 + r * 0.001_394_0)))));
+    (p, t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32)
+}
+
 /// `e^x` for `f32`, over the whole range: `+inf` above `ln(f32::MAX)`, subnormal results
 /// down to `2^-149` (gradual underflow, like libm's `expf`), and 0 below about `-103.97`.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     // Beyond these bounds the result is +inf or 0 whatever the reduction does; clamping keeps
     // `n` in -150..=129, where both halves of the scaling below are normal powers of two.
-    let xc = x.clamp(-104.0, 89.0);
-    let t = xc * std::f32::consts::LOG2_E + MAGIC;
-    let n = t - MAGIC;
-    // Cody-Waite: ln 2 split in a high part exact in f32 and a low correction.
-    let r = xc - n * 0.693_145_75 - n * 1.428_606_8e-6;
-    let p =
-        1.0 + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_41 + r * (0.008_333_452 + r * 0.001_394_0)))));
+    let (p, ni) = exp_parts(x.clamp(-104.0, 89.0));
     // 2^n in two factors: 2^n itself is not a normal f32 at n = 128 (the result may still be
     // finite, since p < 1 there) nor below -126 (subnormal results). Each factor is, and the
     // second multiplication rounds once, to the nearest representable result.
     // Overflow past f32::MAX gives +inf by itself. (A NaN input has a NaN `p`, so whatever
     // the scaling bits hold, the product is NaN.)
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32;
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
     let s1 = f32::from_bits((n1.wrapping_add(127) as u32) << 23);
@@ -44,13 +49,7 @@ pub const EXP_NORMAL_MIN_F32: f32 = -86.0;
 /// as [`exp_f32`]'s there; outside the range it is meaningless.
 #[inline(always)]
 pub fn exp_normal_f32(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    let t = x * std::f32::consts::LOG2_E + MAGIC;
-    let n = t - MAGIC;
-    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
-    let p =
-        1.0 + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_41 + r * (0.008_333_452 + r * 0.001_394_0)))));
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32;
+    let (p, ni) = exp_parts(x);
     f32::from_bits(p.to_bits().wrapping_add((ni as u32) << 23))
 }
 

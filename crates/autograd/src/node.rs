@@ -9,9 +9,10 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::var::Var;
 use ember_tensor::{Result, Tensor};
+use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared reference to a node, as held by the graph (not counted as a user handle).
 pub(crate) type NodeRef = Arc<Node<dyn Op>>;
@@ -272,15 +273,15 @@ impl<O: ?Sized + Op> Node<O> {
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, NodeState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     pub(crate) fn grad_slot(&self) -> MutexGuard<'_, Option<Var>> {
-        self.grad.lock().unwrap_or_else(|e| e.into_inner())
+        self.grad.lock()
     }
 
     pub(crate) fn extras(&self) -> MutexGuard<'_, Option<Box<Extras>>> {
-        self.extras.lock().unwrap_or_else(|e| e.into_inner())
+        self.extras.lock()
     }
 
     pub(crate) fn is_leaf(&self) -> bool {

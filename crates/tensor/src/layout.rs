@@ -27,7 +27,7 @@ impl Clone for Layout {
 
 impl Layout {
     /// A row-major layout starting at offset 0.
-    #[inline]
+    #[inline(always)]
     pub fn contiguous(shape: Shape) -> Self {
         let strides = match shape.rank() {
             // The common ranks without the general loop.

@@ -20,8 +20,9 @@ use crate::node::{Node, NodeRef, NodeState, Op, REQUIRES_GRAD};
 use crate::reactive;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
+use parking_lot::MutexGuard;
 use smallvec::SmallVec;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 /// Runs `op` on the values of `inputs` and, in grad mode, records it in the graph.
 ///
@@ -39,6 +40,7 @@ pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
 }
 
 /// `apply` without the optional instrumentation.
+#[inline]
 pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     match inputs {
         [x] => {
@@ -134,6 +136,7 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
 
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions
 /// of one tensor, tensor-scalar operations).
+#[inline]
 pub(crate) fn apply_infallible<O: Op>(op: O, inputs: &[&Var]) -> Var {
     match apply(op, inputs) {
         Ok(v) => v,

@@ -34,6 +34,9 @@ impl<T: Element> Buffer<T> {
             .ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })
     }
 
+    // Inlined: a tiny buffer is returned by value through every kernel layer, and built
+    // in place it is not stored in one width and reloaded in another.
+    #[inline]
     fn alloc(op: &'static str, len: usize, zeroed: bool) -> Result<Self> {
         let inline = [0u64; INLINE_BYTES / 8];
         if len <= INLINE_BYTES / std::mem::size_of::<T>() {
@@ -53,12 +56,14 @@ impl<T: Element> Buffer<T> {
     }
 
     /// `len` zeros.
+    #[inline]
     pub fn zeros(op: &'static str, len: usize) -> Result<Self> {
         Self::alloc(op, len, true)
     }
 
     /// `len` elements of unspecified (but initialised) value, for outputs a kernel overwrites
     /// completely.
+    #[inline]
     pub fn uninit(op: &'static str, len: usize) -> Result<Self> {
         Self::alloc(op, len, false)
     }

@@ -12,8 +12,9 @@ pub use pool::{MemoryStats, clear_pool, memory_stats, pool_limit, reset_peak, se
 
 use crate::Device;
 use crate::dtype::{DType, Element};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Host memory of one dtype.
 #[derive(Debug)]
@@ -173,21 +174,35 @@ pub struct StorageCell {
 
 impl StorageCell {
     /// A new cell at version 0.
+    #[inline(always)]
     pub fn new(storage: Storage) -> Self {
         StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0), watched: AtomicBool::new(false) }
+    }
+
+    /// A new cell at version 0, in its own `Arc`.
+    #[inline]
+    pub fn shared(storage: Storage) -> Arc<Self> {
+        let slot = Arc::<Self>::new_uninit();
+        let p = Arc::as_ptr(&slot) as *mut std::mem::MaybeUninit<Self>;
+        // SAFETY: `slot` was just allocated and is the only handle to it, so writing through
+        // its pointer races with nothing; after the write the value is initialised.
+        unsafe {
+            (*p).write(StorageCell::new(storage));
+            slot.assume_init()
+        }
     }
 
     /// Shared access to the data.
     #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, Storage> {
-        self.data.read().unwrap_or_else(|e| e.into_inner())
+        self.data.read()
     }
 
     /// Exclusive access for an in-place write; bumps the version counter (and the global
     /// mutation epoch when the cell is watched).
     pub fn write(&self) -> RwLockWriteGuard<'_, Storage> {
         self.bump();
-        self.data.write().unwrap_or_else(|e| e.into_inner())
+        self.data.write()
     }
 
     /// Bumps the version as an in-place write does.
@@ -225,6 +240,6 @@ impl StorageCell {
 impl StorageCell {
     /// The data, when this is the last handle to the cell.
     pub fn into_inner(self) -> Storage {
-        self.data.into_inner().unwrap_or_else(|e| e.into_inner())
+        self.data.into_inner()
     }
 }

@@ -97,7 +97,7 @@ impl Tensor {
     /// A scalar operation, in the dtype that the scalar promotes `self` to (see
     /// [`crate::dtype`]): the scalar reaches the kernel as it is, so an integer scalar on an
     /// integer tensor computes exactly, with wrapping.
-    fn scalar_op(&self, s: Scalar, make: fn(Scalar) -> UnaryOp) -> Tensor {
+    fn scalar_op(&self, s: Scalar, make: impl FnOnce(Scalar) -> UnaryOp) -> Tensor {
         let dtype = self.dtype.promote_scalar(s);
         if dtype == self.dtype {
             return self.unary_op(make(s));

@@ -10,8 +10,8 @@
 //! waits for the first).
 
 use crate::storage::{Storage, StorageCell};
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
-use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 fn addr(c: &StorageCell) -> usize {
     c as *const StorageCell as usize

@@ -63,10 +63,11 @@ pub(crate) fn infallible<T>(r: Result<T>) -> T {
 
 impl Tensor {
     /// A contiguous tensor over fresh storage.
+    #[inline]
     pub(crate) fn from_storage(storage: Storage, shape: Shape) -> Tensor {
         let dtype = storage.dtype();
         let device = storage.device();
-        Tensor { storage: Arc::new(StorageCell::new(storage)), layout: Layout::contiguous(shape), dtype, device }
+        Tensor { storage: StorageCell::shared(storage), layout: Layout::contiguous(shape), dtype, device }
     }
 
     /// The same storage through another layout.

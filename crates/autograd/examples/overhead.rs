@@ -1,5 +1,6 @@
 //! Prints the per-op overhead of recorded forward, backward and no-grad forward on chains
-//! of `y = y * 1.0001 + 0.0001` (medians of repeated runs, in µs per op), in the format
+//! of `y = y * 1.0001 + 0.0001`, and of freeing the graph after backward (teardown: dropping
+//! the last handle), as medians of repeated runs in µs per op, in the format
 //! `tools/bench/autograd_compare.sh` reads.
 //!
 //! `cargo run --release -p ember-autograd --example overhead`
@@ -30,7 +31,7 @@ fn main() -> ember_tensor::Result<()> {
     let reps = 41;
     for n in [1usize, 64] {
         let x = Var::param(Tensor::ones([n], DType::F32)?);
-        let (mut fwd, mut bwd, mut ng) = (vec![], vec![], vec![]);
+        let (mut fwd, mut bwd, mut ng, mut down) = (vec![], vec![], vec![], vec![]);
         for _ in 0..reps {
             let t = Instant::now();
             let y = chain(&x).sum_all();
@@ -39,7 +40,9 @@ fn main() -> ember_tensor::Result<()> {
             y.backward()?;
             bwd.push(t.elapsed().as_secs_f64());
             x.zero_grad();
+            let t = Instant::now();
             drop(y);
+            down.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
             let z = no_grad(|| chain(&x));
             ng.push(t.elapsed().as_secs_f64());
@@ -47,10 +50,11 @@ fn main() -> ember_tensor::Result<()> {
         }
         let us = |v: Vec<f64>| median(v) / OPS * 1e6;
         println!(
-            "numel={n} forward_recorded_us={:.4} backward_us={:.4} forward_no_grad_us={:.4}",
+            "numel={n} forward_recorded_us={:.4} backward_us={:.4} forward_no_grad_us={:.4} teardown_us={:.4}",
             us(fwd),
             us(bwd),
-            us(ng)
+            us(ng),
+            us(down)
         );
     }
     Ok(())

@@ -7,8 +7,34 @@
 //! uses `rayon`. Both have `n` threads: one per core by default (or `RAYON_NUM_THREADS`);
 //! [`set_num_threads`] fixes `n` once, before any parallel work, e.g. to compare with
 //! PyTorch at a given thread count.
+//!
+//! Watching keeps a core busy between kernels. Where that core is wanted for other work
+//! (more processes than cores, a program that does long stretches of serial work between
+//! kernels), shorten the watch with [`set_spin_wait`] or the `EMBER_SPIN_US` environment
+//! variable, as `OMP_WAIT_POLICY=PASSIVE` does for PyTorch's OpenMP threads; 0 makes helpers
+//! sleep at once after each kernel.
 
+use crate::backend::cpu::team;
 use crate::{Error, Result};
+use std::time::Duration;
+
+/// Sets how long helper threads keep watching for the next kernel before they sleep (by
+/// default 200 µs, or `EMBER_SPIN_US` microseconds when that variable is set). Takes effect
+/// from each helper's next wait; it can be changed at any time.
+///
+/// ```
+/// use std::time::Duration;
+/// ember_tensor::threading::set_spin_wait(Duration::from_micros(50));
+/// assert_eq!(ember_tensor::threading::spin_wait(), Duration::from_micros(50));
+/// ```
+pub fn set_spin_wait(spin: Duration) {
+    team::set_spin_wait(spin);
+}
+
+/// How long helper threads keep watching for the next kernel before they sleep.
+pub fn spin_wait() -> Duration {
+    team::spin_wait()
+}
 
 /// Sizes the worker pool. Fails if the pool has already been started (by an earlier call or
 /// by a parallel kernel) with a different size.

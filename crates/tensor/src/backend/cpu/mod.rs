@@ -10,7 +10,7 @@ pub(crate) mod iter;
 mod matmul;
 mod reduce;
 mod softmax;
-mod team;
+pub(crate) mod team;
 pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;

@@ -10,7 +10,7 @@
 //! indices helpers have already claimed.
 //!
 //! The helpers are this module's own threads, not `rayon`'s: after a loop they keep
-//! watching for the next one for [`SPIN`] before they sleep. A training step is a string of
+//! watching for the next one for a while ([`spin_wait`], 200 µs by default) before they sleep. A training step is a string of
 //! parallel kernels separated by microseconds of serial work, and waking a sleeping thread
 //! costs 15–25 µs on the virtual machines we measured (a park/unpark round trip took
 //! 32–45 µs), more than a whole small kernel; a watching helper joins within a fraction of
@@ -113,8 +113,38 @@ impl ErasedBody {
     }
 }
 
-/// How long a helper keeps watching for the next loop before it sleeps.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long a helper keeps watching for the next loop before it sleeps, by default.
+const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// The watch time in nanoseconds; `u64::MAX` until first read (then from `EMBER_SPIN_US`).
+static SPIN_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// How long helpers keep watching for the next loop before they sleep: set by
+/// [`set_spin_wait`], else by the `EMBER_SPIN_US` environment variable (microseconds), else
+/// 200 µs.
+pub(crate) fn spin_wait() -> Duration {
+    let ns = SPIN_NS.load(Ordering::Relaxed);
+    if ns != u64::MAX {
+        return Duration::from_nanos(ns);
+    }
+    let spin = std::env::var("EMBER_SPIN_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_SPIN, Duration::from_micros);
+    // A concurrent `set_spin_wait` wins over the environment.
+    let _ = SPIN_NS.compare_exchange(u64::MAX, nanos(spin), Ordering::Relaxed, Ordering::Relaxed);
+    Duration::from_nanos(SPIN_NS.load(Ordering::Relaxed))
+}
+
+/// Sets how long helpers watch for the next loop before they sleep.
+pub(crate) fn set_spin_wait(spin: Duration) {
+    SPIN_NS.store(nanos(spin), Ordering::Relaxed);
+}
+
+/// `d` in nanoseconds, below the "unset" marker.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1).min(u64::MAX - 1)
+}
 
 /// A loop published to the helpers: they run it if they join before it closes.
 type Job = Arc<dyn Fn() + Send + Sync>;
@@ -169,9 +199,10 @@ impl Helpers {
         }
     }
 
-    /// Returns the first generation after `seen`: watching for [`SPIN`], then asleep.
+    /// Returns the first generation after `seen`: watching for [`spin_wait`], then asleep.
     fn wait(&self, me: usize, seen: u64) -> u64 {
         let start = Instant::now();
+        let spin = spin_wait();
         let mut spins = 0u32;
         loop {
             let g = self.generation.load(Ordering::Acquire);
@@ -179,7 +210,7 @@ impl Helpers {
                 return g;
             }
             spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
+            if !spins.is_multiple_of(64) || start.elapsed() < spin {
                 std::hint::spin_loop();
                 continue;
             }
@@ -322,7 +353,7 @@ mod tests {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         // Long enough for the helpers to stop watching and sleep.
-        std::thread::sleep(SPIN * 20);
+        std::thread::sleep(spin_wait() * 20);
         let helper_ran = AtomicU32::new(0);
         let caller = std::thread::current().id();
         run(2, 1, &|_| {
@@ -339,6 +370,22 @@ mod tests {
             }
         });
         assert_eq!(helper_ran.load(Ordering::Relaxed), 1, "no sleeping helper woke");
+    }
+
+    #[test]
+    fn helpers_that_sleep_at_once_still_run_every_index() {
+        let before = spin_wait();
+        set_spin_wait(Duration::ZERO);
+        assert_eq!(spin_wait(), Duration::ZERO);
+        for n in [1, 7, 64, 500] {
+            let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            run(n, 3, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
+        }
+        set_spin_wait(before);
+        assert_eq!(spin_wait(), before);
     }
 
     #[test]

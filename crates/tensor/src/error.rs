@@ -131,4 +131,22 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }
+
+    /// For code whose only possible failure is the system refusing memory (an operation
+    /// that returns `Tensor`, not `Result`, say): aborts the process the way `Vec` does when
+    /// this is [`Error::Alloc`], and gives any other error back to be reported as a bug.
+    ///
+    /// ```
+    /// use ember_tensor::Error;
+    /// let e = Error::invalid("op", "bad").abort_if_alloc();
+    /// assert!(matches!(e, Error::InvalidArgument { op: "op", .. }));
+    /// ```
+    pub fn abort_if_alloc(self) -> Self {
+        if let Error::Alloc { elements, .. } = self {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<u8>(elements).unwrap_or(std::alloc::Layout::new::<u8>()),
+            );
+        }
+        self
+    }
 }

@@ -138,9 +138,16 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
 /// of one tensor, tensor-scalar operations).
 #[inline]
 pub(crate) fn apply_infallible<O: Op>(op: O, inputs: &[&Var]) -> Var {
-    match apply(op, inputs) {
+    infallible(apply(op, inputs), "an infallible operation")
+}
+
+/// Unwraps the result of an operation that cannot fail on valid input (`what` names it for
+/// the internal-error message). The only failure left is the system refusing memory for a
+/// result, which aborts like `Vec` does (and like the tensor operations themselves).
+pub(crate) fn infallible<T>(r: Result<T>, what: &str) -> T {
+    match r {
         Ok(v) => v,
-        Err(e) => unreachable!("ember internal error: an infallible operation failed: {e}"),
+        Err(e) => unreachable!("ember internal error: {what} failed: {}", e.abort_if_alloc()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! any order) follow; `std` is the square root of `var` through an operation whose gradient
 //! is 0 where the deviation is (PyTorch's rule).
 
-use super::{apply, apply_infallible, constant};
+use super::{apply, apply_infallible, constant, infallible};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
 use crate::var::Var;
@@ -243,10 +243,7 @@ impl Var {
     /// The variance of all elements.
     pub fn var_all(&self, unbiased: bool) -> Var {
         let d: DimList = (0..self.rank()).collect();
-        match self.var(&d[..], unbiased, false) {
-            Ok(v) => v,
-            Err(e) => unreachable!("ember internal error: variance over all dimensions failed: {e}"),
-        }
+        infallible(self.var(&d[..], unbiased, false), "variance over all dimensions")
     }
 
     /// The standard deviation over `dims`. Where it is 0 (constant data) its gradient is 0,

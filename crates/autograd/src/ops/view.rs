@@ -1,7 +1,7 @@
 //! Views and reshapes. Forward calls the `Tensor` view (no copy where the layout allows);
 //! backward maps the gradient back to the input's layout.
 
-use super::{apply, apply_infallible};
+use super::{apply, apply_infallible, infallible};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::{Grads, Op, Saves};
 use crate::var::Var;
@@ -280,10 +280,7 @@ impl Var {
     /// Every dimension of extent 1 removed.
     pub fn squeeze_all(&self) -> Var {
         let s: Vec<usize> = self.shape().iter().copied().filter(|&d| d != 1).collect();
-        match self.reshape(s) {
-            Ok(v) => v,
-            Err(e) => unreachable!("ember internal error: squeezing kept the element count yet failed: {e}"),
-        }
+        infallible(self.reshape(s), "squeezing (which keeps the element count)")
     }
 
     /// A dimension of extent 1 inserted at `dim`.
@@ -303,10 +300,9 @@ impl Var {
     /// All dimensions merged into one.
     pub fn flatten_all(&self) -> Var {
         let n = self.numel();
-        match self.reshape([n]) {
-            Ok(v) => v,
-            Err(e) => unreachable!("ember internal error: flattening failed: {e}"),
-        }
+        // A non-viewable layout (an expanded view, say) is copied, which can only fail for
+        // want of memory.
+        infallible(self.reshape([n]), "flattening")
     }
 
     /// The value made contiguous (identity for the gradient).

@@ -54,10 +54,7 @@ pub struct Tensor {
 pub(crate) fn infallible<T>(r: Result<T>) -> T {
     match r {
         Ok(v) => v,
-        Err(Error::Alloc { elements, .. }) => std::alloc::handle_alloc_error(
-            std::alloc::Layout::array::<u8>(elements).unwrap_or(std::alloc::Layout::new::<u8>()),
-        ),
-        Err(e) => unreachable!("ember internal error: a kernel rejected validated input: {e}"),
+        Err(e) => unreachable!("ember internal error: a kernel rejected validated input: {}", e.abort_if_alloc()),
     }
 }
 

@@ -12,7 +12,8 @@
 //! (more processes than cores, a program that does long stretches of serial work between
 //! kernels), shorten the watch with [`set_spin_wait`] or the `EMBER_SPIN_US` environment
 //! variable, as `OMP_WAIT_POLICY=PASSIVE` does for PyTorch's OpenMP threads; 0 makes helpers
-//! sleep at once after each kernel.
+//! sleep at once after each kernel (MNIST MLP training on 2 threads then ran 11–14% slower
+//! on our 2-core machine; see BENCHMARKS.md).
 
 use crate::backend::cpu::team;
 use crate::{Error, Result};

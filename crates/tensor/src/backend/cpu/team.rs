@@ -10,11 +10,11 @@
 //! indices helpers have already claimed.
 //!
 //! The helpers are this module's own threads, not `rayon`'s: after a loop they keep
-//! watching for the next one for a while ([`spin_wait`], 200 µs by default) before they sleep. A training step is a string of
-//! parallel kernels separated by microseconds of serial work, and waking a sleeping thread
-//! costs 15–25 µs on the virtual machines we measured (a park/unpark round trip took
-//! 32–45 µs), more than a whole small kernel; a watching helper joins within a fraction of
-//! a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
+//! watching for the next one for a while ([`spin_wait`], 200 µs by default) before they
+//! sleep. A training step is a string of parallel kernels separated by microseconds of
+//! serial work, and waking a sleeping thread costs 15–25 µs on the virtual machines we
+//! measured (a park/unpark round trip took 32–45 µs), more than a whole small kernel; a
+//! watching helper joins within a fraction of a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

@@ -369,7 +369,9 @@ mod tests {
                 std::hint::spin_loop();
             }
         });
-        assert_eq!(helper_ran.load(Ordering::Relaxed), 1, "no sleeping helper woke");
+        // A woken helper may take both indices before the caller claims one (the caller can
+        // be descheduled right after publishing), so any count above zero shows it woke.
+        assert!(helper_ran.load(Ordering::Relaxed) >= 1, "no sleeping helper woke");
     }
 
     #[test]

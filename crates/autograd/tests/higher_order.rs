@@ -9,8 +9,8 @@
 
 use ember_autograd::{Var, grad};
 use ember_tensor::{DType, Result, Tensor};
-use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet};
+use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
+use std::sync::OnceLock;
 
 const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/higher_order.json");
 
@@ -90,104 +90,17 @@ fn hessian_vector_product_matches_the_explicit_hessian() -> Result<()> {
 
 // ---- PyTorch parity ---------------------------------------------------------------------
 
-#[derive(Deserialize)]
-struct Fixture {
-    scenarios: Vec<ScenarioData>,
+const FIXTURE_PATH: &str = "tools/parity/fixtures/higher_order.json";
+const TOL: Tolerance = Tolerance::new(1e-5, 1e-5);
+
+fn fixture() -> &'static ScenarioFixture {
+    static F: OnceLock<ScenarioFixture> = OnceLock::new();
+    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
 }
 
-#[derive(Deserialize)]
-struct ScenarioData {
-    name: String,
-    inputs: BTreeMap<String, TensorData>,
-    outputs: BTreeMap<String, TensorData>,
-    grads: BTreeMap<String, Option<TensorData>>,
-}
-
-#[derive(Deserialize)]
-struct TensorData {
-    dtype: String,
-    shape: Vec<usize>,
-    data: Vec<f64>,
-}
-
-/// One scenario being replayed: hands out its inputs and checks its outputs and gradients,
-/// remembering which fixture tensors were used.
-struct Case<'a> {
-    data: &'a ScenarioData,
-    used: BTreeSet<String>,
-    errors: Vec<String>,
-}
-
-impl<'a> Case<'a> {
-    fn new(name: &str, fixture: &'a Fixture) -> Self {
-        let data = fixture.scenarios.iter().find(|s| s.name == name).expect("the scenario is in the fixture");
-        Case { data, used: BTreeSet::new(), errors: Vec::new() }
-    }
-
-    fn tensor(&mut self, key: &str) -> Tensor {
-        let t = &self.data.inputs[key];
-        assert_eq!(t.dtype, "f64", "{}: input {key}", self.data.name);
-        self.used.insert(format!("inputs.{key}"));
-        Tensor::from_vec(t.data.clone(), t.shape.clone()).expect("a valid fixture tensor")
-    }
-
-    fn param(&mut self, key: &str) -> Var {
-        Var::param(self.tensor(key))
-    }
-
-    fn constant(&mut self, key: &str) -> Var {
-        Var::new(self.tensor(key))
-    }
-
-    fn compare(&mut self, what: String, expected: &TensorData, actual: &Tensor) {
-        if actual.shape() != expected.shape.as_slice() {
-            self.errors.push(format!("{what}: shape {:?}, expected {:?}", actual.shape(), expected.shape));
-            return;
-        }
-        let values = actual.to_vec_f64().expect("readable");
-        for (k, (a, e)) in values.iter().zip(&expected.data).enumerate() {
-            if (a - e).abs() > 1e-5 + 1e-5 * e.abs() || a.is_nan() {
-                self.errors.push(format!("{what}[{k}]: {a}, PyTorch {e}"));
-                return;
-            }
-        }
-    }
-
-    fn output(&mut self, key: &str, v: &Var) {
-        let expected = &self.data.outputs[key];
-        self.used.insert(format!("outputs.{key}"));
-        self.compare(format!("output {key}"), expected, &v.value());
-    }
-
-    fn grad(&mut self, key: &str, v: &Var) {
-        self.used.insert(format!("grads.{key}"));
-        match (&self.data.grads[key], v.grad()) {
-            (Some(e), Some(g)) => self.compare(format!("grad {key}"), e, &g),
-            (None, None) => {}
-            (e, g) => self.errors.push(format!("grad {key}: present {}, PyTorch {}", g.is_some(), e.is_some())),
-        }
-    }
-
-    fn finish(self) {
-        let mut errors = self.errors;
-        let all = self
-            .data
-            .inputs
-            .keys()
-            .map(|k| format!("inputs.{k}"))
-            .chain(self.data.outputs.keys().map(|k| format!("outputs.{k}")))
-            .chain(self.data.grads.keys().map(|k| format!("grads.{k}")));
-        for k in all {
-            if !self.used.contains(&k) {
-                errors.push(format!("fixture tensor {k} was not used"));
-            }
-        }
-        assert!(errors.is_empty(), "scenario {}:\n{}", self.data.name, errors.join("\n"));
-    }
-}
-
-fn fixture() -> Fixture {
-    serde_json::from_str(FIXTURE).expect("the fixture parses")
+/// Replays scenario `name` with `build`, panicking with every problem found.
+fn replay(name: &str, build: impl FnOnce(&mut Case<'_>) -> Result<()>) {
+    run_scenario(fixture(), FIXTURE_PATH, name, TOL, build);
 }
 
 /// `x @ w^T + b` (nn.Linear).
@@ -207,9 +120,7 @@ fn critic(p: &[Var], x: &Var, act: fn(&Var) -> Var) -> Result<Var> {
 
 const CRITIC: [&str; 6] = ["W1", "b1", "W2", "b2", "W3", "b3"];
 
-fn wgan_gp(name: &str, act: fn(&Var) -> Var) -> Result<()> {
-    let fx = fixture();
-    let mut c = Case::new(name, &fx);
+fn wgan_gp(c: &mut Case<'_>, act: fn(&Var) -> Var) -> Result<()> {
     let params: Vec<Var> = CRITIC.iter().map(|k| c.param(k)).collect();
     let real = c.constant("real");
     let fake = c.constant("fake");
@@ -231,24 +142,25 @@ fn wgan_gp(name: &str, act: fn(&Var) -> Var) -> Result<()> {
     for (k, p) in CRITIC.iter().zip(&params) {
         c.grad(k, p);
     }
-    c.finish();
     Ok(())
 }
 
 #[test]
-fn wgan_gp_tanh() -> Result<()> {
-    wgan_gp("wgan_gp_tanh", |v| v.tanh())
+fn wgan_gp_tanh() {
+    replay("wgan_gp_tanh", |c| wgan_gp(c, |v| v.tanh()));
 }
 
 #[test]
-fn wgan_gp_leaky_relu() -> Result<()> {
-    wgan_gp("wgan_gp_leaky_relu", |v| v.leaky_relu(0.2))
+fn wgan_gp_leaky_relu() {
+    replay("wgan_gp_leaky_relu", |c| wgan_gp(c, |v| v.leaky_relu(0.2)));
 }
 
 #[test]
-fn hvp_mlp() -> Result<()> {
-    let fx = fixture();
-    let mut c = Case::new("hvp_mlp", &fx);
+fn hvp_mlp() {
+    replay("hvp_mlp", hvp_mlp_case);
+}
+
+fn hvp_mlp_case(c: &mut Case<'_>) -> Result<()> {
     let (w1, b1, w2) = (c.param("W1"), c.param("b1"), c.param("W2"));
     let (x, y) = (c.constant("x"), c.constant("y"));
     let vs = [c.constant("v1"), c.constant("vb"), c.constant("v2")];
@@ -279,14 +191,15 @@ fn hvp_mlp() -> Result<()> {
     for (k, p) in [("W1", &w1), ("b1", &b1), ("W2", &w2)] {
         c.grad(k, p);
     }
-    c.finish();
     Ok(())
 }
 
 #[test]
-fn input_gradient_penalty() -> Result<()> {
-    let fx = fixture();
-    let mut c = Case::new("input_gradient_penalty", &fx);
+fn input_gradient_penalty() {
+    replay("input_gradient_penalty", input_gradient_penalty_case);
+}
+
+fn input_gradient_penalty_case(c: &mut Case<'_>) -> Result<()> {
     let (w1, w2, x) = (c.param("W1"), c.param("W2"), c.param("x"));
     let onehot = c.constant("onehot");
     let logits = linear(&linear(&x, &w1, None)?.tanh(), &w2, None)?;
@@ -300,16 +213,11 @@ fn input_gradient_penalty() -> Result<()> {
     for (k, p) in [("W1", &w1), ("W2", &w2), ("x", &x)] {
         c.grad(k, p);
     }
-    c.finish();
     Ok(())
 }
 
 #[test]
 fn every_fixture_scenario_has_a_test() {
-    let names: BTreeSet<String> = fixture().scenarios.into_iter().map(|s| s.name).collect();
-    let tested: BTreeSet<String> = ["wgan_gp_tanh", "wgan_gp_leaky_relu", "hvp_mlp", "input_gradient_penalty"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(names, tested);
+    let names = fixture().names();
+    assert_eq!(names, ["wgan_gp_tanh", "wgan_gp_leaky_relu", "hvp_mlp", "input_gradient_penalty"]);
 }

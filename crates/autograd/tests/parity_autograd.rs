@@ -16,186 +16,22 @@
 
 use ember_autograd::{Var, grad};
 use ember_tensor::{DType, Result, Tensor};
-use serde::Deserialize;
+use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 const FIXTURE_PATH: &str = "tools/parity/fixtures/autograd.json";
 const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/autograd.json");
-const ATOL: f64 = 1e-5;
-const RTOL: f64 = 1e-5;
+const TOL: Tolerance = Tolerance::new(1e-5, 1e-5);
 
-#[derive(Deserialize)]
-struct Fixture {
-    scenarios: Vec<ScenarioData>,
-}
-
-#[derive(Deserialize)]
-struct ScenarioData {
-    name: String,
-    about: String,
-    inputs: BTreeMap<String, TensorData>,
-    outputs: BTreeMap<String, TensorData>,
-    grads: BTreeMap<String, Option<TensorData>>,
-}
-
-#[derive(Deserialize)]
-struct TensorData {
-    dtype: String,
-    shape: Vec<usize>,
-    data: Vec<f64>,
-}
-
-impl TensorData {
-    fn to_tensor(&self) -> Result<Tensor> {
-        let shape = self.shape.clone();
-        match self.dtype.as_str() {
-            "f64" => Tensor::from_vec(self.data.clone(), shape),
-            "f32" => Tensor::from_vec(self.data.iter().map(|&v| v as f32).collect::<Vec<_>>(), shape),
-            "i64" => Tensor::from_vec(self.data.iter().map(|&v| v as i64).collect::<Vec<_>>(), shape),
-            "u8" => Tensor::from_vec(self.data.iter().map(|&v| v as u8).collect::<Vec<_>>(), shape),
-            other => panic!("fixture tensor of unknown dtype {other:?}"),
-        }
-    }
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        serde_json::from_str(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE_PATH} is not a valid fixture: {e}"))
-    })
-}
-
-/// One scenario being rebuilt: hands out the fixture's inputs, compares what the scenario
-/// reports, and remembers what was used so that nothing in the fixture goes unchecked.
-struct Case<'a> {
-    data: &'a ScenarioData,
-    used: BTreeSet<String>,
-    failures: Vec<String>,
-}
-
-impl<'a> Case<'a> {
-    fn tensor(&mut self, key: &str) -> Tensor {
-        let name = &self.data.name;
-        let t =
-            self.data.inputs.get(key).unwrap_or_else(|| panic!("scenario {name}: the fixture has no input {key:?}"));
-        self.used.insert(format!("inputs/{key}"));
-        t.to_tensor().unwrap_or_else(|e| panic!("scenario {name}: input {key:?} does not make a tensor: {e}"))
-    }
-
-    /// A leaf that requires grad (PyTorch: `requires_grad=True`).
-    fn param(&mut self, key: &str) -> Var {
-        Var::param(self.tensor(key))
-    }
-
-    /// A leaf without grad: an input, a target, a weighting, an index or a mask.
-    fn constant(&mut self, key: &str) -> Var {
-        Var::new(self.tensor(key))
-    }
-
-    fn mark(&mut self, section: &str, key: &str) {
-        if !self.used.insert(format!("{section}/{key}")) {
-            self.failures.push(format!("{section} {key:?} compared twice (a mistake in this test)"));
-        }
-    }
-
-    /// Compares a forward value.
-    fn output(&mut self, key: &str, v: &Var) {
-        self.mark("outputs", key);
-        match self.data.outputs.get(key) {
-            Some(expected) => compare(&mut self.failures, &format!("output {key:?}"), Some(&v.value()), Some(expected)),
-            None => self.failures.push(format!("the fixture has no output {key:?}")),
-        }
-    }
-
-    /// Compares `v.grad()` as it is now (absent where the fixture says `null`).
-    fn grad(&mut self, key: &str, v: &Var) {
-        self.mark("grads", key);
-        match self.data.grads.get(key) {
-            Some(expected) => {
-                compare(&mut self.failures, &format!("grad {key:?}"), v.grad().as_ref(), expected.as_ref())
-            }
-            None => self.failures.push(format!("the fixture has no grad {key:?}")),
-        }
-    }
-}
-
-fn compare(failures: &mut Vec<String>, what: &str, actual: Option<&Tensor>, expected: Option<&TensorData>) {
-    let (a, e) = match (actual, expected) {
-        (None, None) => return,
-        (Some(a), None) => {
-            failures.push(format!("{what}: PyTorch has none, ember has one of shape {:?}", a.shape()));
-            return;
-        }
-        (None, Some(e)) => {
-            failures.push(format!("{what}: ember has none, PyTorch has one of shape {:?}", e.shape));
-            return;
-        }
-        (Some(a), Some(e)) => (a, e),
-    };
-    if a.dtype().name() != e.dtype {
-        failures.push(format!("{what}: dtype {} in ember, {} in PyTorch", a.dtype(), e.dtype));
-        return;
-    }
-    if a.shape() != e.shape.as_slice() {
-        failures.push(format!("{what}: shape {:?} in ember, {:?} in PyTorch", a.shape(), e.shape));
-        return;
-    }
-    let values = match a.to_vec_f64() {
-        Ok(v) => v,
-        Err(err) => {
-            failures.push(format!("{what}: cannot read ember's value: {err}"));
-            return;
-        }
-    };
-    // The worst element by how far it is past its tolerance; NaN anywhere is a mismatch.
-    let mut bad = 0;
-    let mut worst: Option<(usize, f64)> = None;
-    for (i, (&x, &y)) in values.iter().zip(&e.data).enumerate() {
-        let excess = (x - y).abs() - (ATOL + RTOL * y.abs());
-        if excess > 0.0 || x.is_nan() != y.is_nan() {
-            bad += 1;
-            if worst.is_none_or(|(_, w)| excess > w || excess.is_nan()) {
-                worst = Some((i, excess));
-            }
-        }
-    }
-    if let Some((i, _)) = worst {
-        failures.push(format!(
-            "{what}: {bad} of {} elements differ beyond {ATOL:e} + {RTOL:e}|expected|; worst at flat index {i}: \
-             ember {}, PyTorch {} (|diff| {:e})",
-            values.len(),
-            values[i],
-            e.data[i],
-            (values[i] - e.data[i]).abs()
-        ));
-    }
+fn fixture() -> &'static ScenarioFixture {
+    static F: OnceLock<ScenarioFixture> = OnceLock::new();
+    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
 }
 
 /// Runs one scenario against its fixture entry and panics with every problem found.
 fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let data = fixture().scenarios.iter().find(|s| s.name == name).unwrap_or_else(|| {
-        panic!("scenario {name}: missing from {FIXTURE_PATH}; regenerate it with tools/parity/autograd.py")
-    });
-    let mut case = Case { data, used: BTreeSet::new(), failures: Vec::new() };
-    if let Err(e) = build(&mut case) {
-        case.failures.push(format!("ember returned an error: {e}"));
-    } else {
-        let expected = data
-            .inputs
-            .keys()
-            .map(|k| format!("inputs/{k}"))
-            .chain(data.outputs.keys().map(|k| format!("outputs/{k}")))
-            .chain(data.grads.keys().map(|k| format!("grads/{k}")));
-        for k in expected {
-            if !case.used.contains(&k) {
-                case.failures.push(format!("fixture tensor {k} was never used or compared"));
-            }
-        }
-    }
-    if !case.failures.is_empty() {
-        panic!("PyTorch parity failed for scenario {name} ({}):\n  - {}", data.about, case.failures.join("\n  - "));
-    }
+    run_scenario(fixture(), FIXTURE_PATH, name, TOL, build);
 }
 
 macro_rules! scenarios {
@@ -237,7 +73,7 @@ scenarios!(
 
 #[test]
 fn fixture_and_tests_list_the_same_scenarios() {
-    let in_fixture: Vec<&str> = fixture().scenarios.iter().map(|s| s.name.as_str()).collect();
+    let in_fixture = fixture().names();
     let unique: BTreeSet<&str> = in_fixture.iter().copied().collect();
     assert_eq!(unique.len(), in_fixture.len(), "{FIXTURE_PATH} lists a scenario twice: {in_fixture:?}");
     let implemented: BTreeSet<&str> = IMPLEMENTED.iter().copied().collect();
@@ -245,24 +81,6 @@ fn fixture_and_tests_list_the_same_scenarios() {
     let missing: Vec<_> = implemented.difference(&unique).collect();
     assert!(untested.is_empty(), "fixture scenarios with no Rust counterpart here: {untested:?}");
     assert!(missing.is_empty(), "scenarios here that {FIXTURE_PATH} lacks (regenerate it): {missing:?}");
-}
-
-#[test]
-fn mismatches_are_reported() {
-    // The comparison itself must catch a wrong value, a wrong shape and a missing gradient.
-    let e = TensorData { dtype: "f64".into(), shape: vec![2], data: vec![1.0, 2.0] };
-    let mut failures = Vec::new();
-    compare(&mut failures, "ok", Some(&Tensor::from_vec(vec![1.0, 2.0 + 1e-9], [2]).unwrap()), Some(&e));
-    assert!(failures.is_empty(), "{failures:?}");
-    compare(&mut failures, "value", Some(&Tensor::from_vec(vec![1.0, 2.001], [2]).unwrap()), Some(&e));
-    compare(&mut failures, "nan", Some(&Tensor::from_vec(vec![f64::NAN, 2.0], [2]).unwrap()), Some(&e));
-    compare(&mut failures, "shape", Some(&Tensor::from_vec(vec![1.0, 2.0], [1, 2]).unwrap()), Some(&e));
-    compare(&mut failures, "dtype", Some(&Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap()), Some(&e));
-    compare(&mut failures, "absent", None, Some(&e));
-    compare(&mut failures, "present", Some(&Tensor::from_vec(vec![1.0, 2.0], [2]).unwrap()), None);
-    let names: Vec<&str> = failures.iter().map(|f| f.split(':').next().unwrap()).collect();
-    assert_eq!(names, ["value", "nan", "shape", "dtype", "absent", "present"]);
-    assert!(failures[0].contains("flat index 1"), "{}", failures[0]);
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.
@@ -284,7 +102,7 @@ mod build {
 
     fn mlp2_cross_entropy_impl(c: &mut Case<'_>, dtype: DType) -> Result<()> {
         let x = c.constant("x");
-        assert_eq!(x.dtype(), dtype, "scenario {}: the fixture's input dtype", c.data.name);
+        assert_eq!(x.dtype(), dtype, "scenario {}: the fixture's input dtype", c.name());
         let labels = c.tensor("labels");
         let labels = labels.reshape([labels.numel(), 1])?;
         let (w1, b1, w2, b2) = (c.param("W1"), c.param("b1"), c.param("W2"), c.param("b2"));

@@ -10,7 +10,6 @@
 
 mod common;
 
-use common::values;
 use ember_autograd::Var;
 use ember_nn::{
     CrossEntropyOptions, Dropout, Flatten, GELU, HuberOptions, Identity, LeakyReLU, Linear, LinearOptions, LogSoftmax,
@@ -18,12 +17,13 @@ use ember_nn::{
     binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 use ember_tensor::{Result, Tensor};
+use ember_testing::{FixtureTensor, Tolerance, parse_fixture, tensor_mismatch};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/nn.json");
-const TOL: f64 = 1e-5;
+const TOL: Tolerance = Tolerance::new(1e-5, 1e-5);
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -36,10 +36,10 @@ struct ModelCase {
     name: String,
     file: String,
     state_dict_keys: Vec<String>,
-    input: TensorData,
-    output: TensorData,
+    input: FixtureTensor,
+    output: FixtureTensor,
     loss: ModelLoss,
-    grads: BTreeMap<String, TensorData>,
+    grads: BTreeMap<String, FixtureTensor>,
 }
 
 #[derive(Deserialize)]
@@ -47,8 +47,8 @@ struct ModelLoss {
     #[serde(rename = "fn")]
     function: String,
     options: Options,
-    target: TensorData,
-    value: TensorData,
+    target: FixtureTensor,
+    value: FixtureTensor,
 }
 
 #[derive(Deserialize)]
@@ -57,10 +57,10 @@ struct LossCase {
     #[serde(rename = "fn")]
     function: String,
     options: Options,
-    input: TensorData,
-    target: TensorData,
-    value: TensorData,
-    input_grad: Option<TensorData>,
+    input: FixtureTensor,
+    target: FixtureTensor,
+    value: FixtureTensor,
+    input_grad: Option<FixtureTensor>,
 }
 
 #[derive(Deserialize)]
@@ -71,49 +71,24 @@ struct Options {
     delta: Option<f64>,
 }
 
-#[derive(Deserialize)]
-struct TensorData {
-    dtype: String,
-    shape: Vec<usize>,
-    data: Vec<f64>,
-}
-
-impl TensorData {
-    fn tensor(&self) -> Tensor {
-        let shape = self.shape.clone();
-        match self.dtype.as_str() {
-            "f64" => Tensor::from_vec(self.data.clone(), shape),
-            "f32" => Tensor::from_vec(self.data.iter().map(|&v| v as f32).collect::<Vec<_>>(), shape),
-            "i64" => Tensor::from_vec(self.data.iter().map(|&v| v as i64).collect::<Vec<_>>(), shape),
-            other => panic!("fixture tensor of unknown dtype {other:?}"),
-        }
-        .unwrap()
-    }
-}
-
 fn fixture() -> Fixture {
-    serde_json::from_str(FIXTURE).expect("tools/parity/fixtures/nn.json is not a valid fixture")
+    parse_fixture("tools/parity/fixtures/nn.json", FIXTURE)
 }
 
 fn fixture_path(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/parity/fixtures").join(file)
 }
 
-/// Records a mismatch between `actual` and `expected` (shape and values) under `what`.
-fn compare(failures: &mut Vec<String>, what: &str, actual: &Var, expected: &TensorData) {
-    if actual.shape().dims() != expected.shape.as_slice() {
-        failures.push(format!("{what}: shape {:?}, expected {:?}", actual.shape(), expected.shape));
-        return;
+/// Records a mismatch between `actual` and `expected` (dtype, shape and values) under `what`.
+fn compare(failures: &mut Vec<String>, what: &str, actual: &Var, expected: &FixtureTensor) {
+    if let Some(mismatch) = tensor_mismatch(&actual.value(), expected, TOL) {
+        failures.push(format!("{what}: {mismatch}"));
     }
-    let got = values(actual);
-    let worst = got
-        .iter()
-        .zip(&expected.data)
-        .map(|(a, e)| ((a - e).abs() - TOL * e.abs(), *a, *e))
-        .fold((f64::NEG_INFINITY, 0.0, 0.0), |w, c| if c.0 > w.0 || c.0.is_nan() { c } else { w });
-    if worst.0 > TOL || worst.0.is_nan() {
-        failures.push(format!("{what}: {} vs expected {} (worst element)", worst.1, worst.2));
-    }
+}
+
+/// A fixture tensor the test cannot go on without.
+fn tensor(t: &FixtureTensor) -> Tensor {
+    t.to_tensor().unwrap_or_else(|e| panic!("a fixture tensor does not make a tensor: {e}"))
 }
 
 fn reduction(name: &str) -> Reduction {
@@ -187,9 +162,9 @@ fn pytorch_models_load_and_match() {
         model.load(fixture_path(&case.file)).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         model.eval();
 
-        let out = model.forward(&Var::new(case.input.tensor())).unwrap();
+        let out = model.forward(&Var::new(tensor(&case.input))).unwrap();
         compare(&mut failures, &format!("{}: output", case.name), &out, &case.output);
-        let value = loss(&case.loss.function, &case.loss.options, &out, &case.loss.target.tensor()).unwrap();
+        let value = loss(&case.loss.function, &case.loss.options, &out, &tensor(&case.loss.target)).unwrap();
         compare(&mut failures, &format!("{}: loss", case.name), &value, &case.loss.value);
 
         model.zero_grad();
@@ -213,8 +188,8 @@ fn losses_match_pytorch() {
     let mut failures = Vec::new();
     let mut with_grads = 0;
     for case in &fixture.losses {
-        let input = Var::param(case.input.tensor());
-        let value = match loss(&case.function, &case.options, &input, &case.target.tensor()) {
+        let input = Var::param(tensor(&case.input));
+        let value = match loss(&case.function, &case.options, &input, &tensor(&case.target)) {
             Ok(v) => v,
             Err(e) => {
                 failures.push(format!("{}: {e}", case.name));

@@ -24,6 +24,8 @@ use ember_optim::{
     Sgd, SgdConfig, StateDict, StepLR, clip_grad_norm_,
 };
 use ember_tensor::{Error, Result, Tensor};
+use ember_testing::compare::values_like;
+use ember_testing::{FixtureTensor, parse_fixture};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -39,7 +41,7 @@ const PARAM_NAMES: [&str; 4] = ["W", "b", "late", "unused"];
 struct Fixture {
     steps: usize,
     late_from: usize,
-    problem: BTreeMap<String, TensorData>,
+    problem: BTreeMap<String, FixtureTensor>,
     optimizers: Vec<OptimizerCase>,
     schedulers: Vec<SchedulerCase>,
     clip: Vec<ClipCase>,
@@ -53,7 +55,7 @@ struct OptimizerCase {
     dtype: String,
     scheduler: Option<Value>,
     lrs: Vec<f64>,
-    trajectory: BTreeMap<String, Vec<TensorData>>,
+    trajectory: BTreeMap<String, Vec<FixtureTensor>>,
     state: BTreeMap<String, Value>,
 }
 
@@ -71,34 +73,14 @@ struct ClipCase {
     dtype: String,
     max_norm: f64,
     norm_type: Value,
-    grads: BTreeMap<String, Option<TensorData>>,
+    grads: BTreeMap<String, Option<FixtureTensor>>,
     total_norm: f64,
-    clipped: BTreeMap<String, Option<TensorData>>,
-}
-
-#[derive(Deserialize)]
-struct TensorData {
-    dtype: String,
-    shape: Vec<usize>,
-    data: Vec<f64>,
-}
-
-impl TensorData {
-    /// The tensor in `dtype` ("f64" or "f32"), whatever the fixture stored.
-    fn to_tensor(&self, dtype: &str) -> Result<Tensor> {
-        match dtype {
-            "f64" => Tensor::from_vec(self.data.clone(), self.shape.clone()),
-            "f32" => Tensor::from_vec(self.data.iter().map(|&v| v as f32).collect::<Vec<_>>(), self.shape.clone()),
-            other => Err(Error::invalid("fixture", format!("unknown dtype {other:?}"))),
-        }
-    }
+    clipped: BTreeMap<String, Option<FixtureTensor>>,
 }
 
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        serde_json::from_str(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE_PATH} is not a valid fixture: {e}"))
-    })
+    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
 }
 
 /// The named functions of `LAMBDAS` in `tools/parity/optim.py`.
@@ -238,16 +220,8 @@ impl Check {
         }
     }
 
-    fn tensor(&mut self, what: &str, got: &Tensor, want: &TensorData) {
-        if got.dtype().name() != want.dtype {
-            self.failures.push(format!("{what}: ember dtype {}, torch {}", got.dtype(), want.dtype));
-            return;
-        }
-        if got.shape() != want.shape.as_slice() {
-            self.failures.push(format!("{what}: ember shape {:?}, torch {:?}", got.shape(), want.shape));
-            return;
-        }
-        let got = match got.to_vec_f64() {
+    fn tensor(&mut self, what: &str, got: &Tensor, want: &FixtureTensor) {
+        let got = match values_like(got, want) {
             Ok(v) => v,
             Err(e) => return self.failures.push(format!("{what}: {e}")),
         };
@@ -280,11 +254,11 @@ fn run_optimizer_case(f: &Fixture, case: &OptimizerCase) -> Result<Check> {
     let mut check = Check::new(if dtype == "f32" { TOL_F32 } else { TOL_F64 });
     let mut params = BTreeMap::new();
     for name in PARAM_NAMES {
-        params.insert(name, Var::param(f.problem[name].to_tensor(dtype)?));
+        params.insert(name, Var::param(f.problem[name].to_tensor_as(dtype)?));
     }
     let mut consts = BTreeMap::new();
     for name in ["x", "y", "late_target"] {
-        consts.insert(name, Var::new(f.problem[name].to_tensor(dtype)?));
+        consts.insert(name, Var::new(f.problem[name].to_tensor_as(dtype)?));
     }
     let list: Vec<Var> = PARAM_NAMES.iter().map(|n| params[n].clone()).collect();
     let mut opt = build_optimizer(&case.optimizer, &case.config, list)?;
@@ -322,7 +296,7 @@ fn compare_state(check: &mut Check, got: &StateDict, want: &BTreeMap<String, Val
     for (key, value) in want {
         match (value.as_f64(), got.scalars.get(key), got.tensors.get(key)) {
             (Some(w), Some(&g), _) => check.scalar(key, g, w),
-            (None, _, Some(t)) => match serde_json::from_value::<TensorData>(value.clone()) {
+            (None, _, Some(t)) => match serde_json::from_value::<FixtureTensor>(value.clone()) {
                 Ok(w) => check.tensor(key, t, &w),
                 Err(e) => check.failures.push(format!("{key}: bad fixture tensor: {e}")),
             },
@@ -410,7 +384,7 @@ fn clip_grad_norm_matches_pytorch() {
             let mut check = Check::new(if case.dtype == "f32" { TOL_F32 } else { 1e-12 });
             let mut params = Vec::new();
             for name in PARAM_NAMES {
-                let g = case.grads[name].as_ref().map(|g| g.to_tensor(&case.dtype)).transpose()?;
+                let g = case.grads[name].as_ref().map(|g| g.to_tensor_as(&case.dtype)).transpose()?;
                 let shape = case.clipped[name].as_ref().map(|t| t.shape.clone()).unwrap_or(vec![3]);
                 let p = Var::param(Tensor::zeros(
                     shape,

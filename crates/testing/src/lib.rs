@@ -1,0 +1,18 @@
+//! Test support shared by ember's own test suites (not published).
+//!
+//! ember's PyTorch parity tests replay computations whose expected numbers a script under
+//! `tools/parity/` wrote into committed JSON fixtures. Every fixture stores tensors the same
+//! way and every test compares them the same way, so both live here once:
+//!
+//! - [`fixture`]: a fixture tensor ([`FixtureTensor`]) and parsing a fixture file;
+//! - [`compare`]: how close a value must be ([`Tolerance`]) and what a mismatch reports;
+//! - [`scenario`]: the `scenarios` fixture format (inputs, outputs and gradients by name)
+//!   and [`run_scenario`], which replays one and checks that every fixture tensor was used.
+
+pub mod compare;
+pub mod fixture;
+pub mod scenario;
+
+pub use compare::{Tolerance, tensor_mismatch};
+pub use fixture::{FixtureTensor, parse_fixture};
+pub use scenario::{Case, Scenario, ScenarioFixture, run_scenario};

@@ -13,6 +13,9 @@
 //!
 //! Case counts are kept small so that the file runs in a few seconds in the `dev` profile.
 
+mod common;
+
+use common::{arg_extreme, indices, max_nan, min_nan, mix, same};
 use ember_tensor::{DType, Tensor};
 use proptest::prelude::*;
 
@@ -21,24 +24,6 @@ use proptest::prelude::*;
 struct Nd<T> {
     shape: Vec<usize>,
     data: Vec<T>,
-}
-
-/// Every multi-index of `shape` in row-major order.
-fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
-    let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0; shape.len()];
-    for _ in 0..n {
-        out.push(idx.clone());
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    out
 }
 
 impl<T: Copy> Nd<T> {
@@ -81,14 +66,6 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// A deterministic pseudo-random stream (SplitMix64), so that data follows from one seed.
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Multiples of 1/4 in [-4, 4]: sums of them are exact in any order, so results that only
 /// differ in summation order must agree exactly.
 fn quarters(seed: u64, n: usize) -> Vec<f64> {
@@ -109,11 +86,6 @@ fn tensor(nd: &Nd<f64>) -> Tensor {
     Tensor::from_vec(nd.data.clone(), nd.shape.as_slice()).unwrap()
 }
 
-/// Equal as values, with NaN equal to NaN (and +0 equal to -0).
-fn same(a: f64, b: f64) -> bool {
-    a == b || (a.is_nan() && b.is_nan())
-}
-
 #[track_caller]
 fn assert_same(got: &[f64], want: &[f64], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
@@ -132,21 +104,6 @@ fn assert_close(got: &[f64], want: &[f64], scale: &[f64], rel: f64, what: &str) 
         let ok = same(g, w) || (w.is_finite() && (g - w).abs() <= rel * scale[i].max(1.0));
         assert!(ok, "{what}: element {i} is {g}, want {w}");
     }
-}
-
-/// The NaN-propagating maximum of `torch.maximum` (the first operand wins ties).
-fn max_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || a > b {
-        a
-    } else if b.is_nan() || b > a {
-        b
-    } else {
-        a
-    }
-}
-
-fn min_nan(a: f64, b: f64) -> f64 {
-    -max_nan(-a, -b)
 }
 
 /// A shape that broadcasts to `out`: a suffix of it, with some extents replaced by 1.
@@ -563,20 +520,6 @@ fn ref_logsumexp(v: &[f64]) -> f64 {
     m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
 }
 
-/// The index of the first extreme value, where a NaN counts as the extreme.
-fn ref_arg(v: &[f64], max: bool) -> f64 {
-    let mut best = 0;
-    for i in 1..v.len() {
-        if v[best].is_nan() {
-            break;
-        }
-        if v[i].is_nan() || (max && v[i] > v[best]) || (!max && v[i] < v[best]) {
-            best = i;
-        }
-    }
-    best as f64
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -648,7 +591,7 @@ proptest! {
             for (name, max) in [("argmax", true), ("argmin", false)] {
                 let got = if max { t.argmax(da, keepdim) } else { t.argmin(da, keepdim) }.unwrap();
                 prop_assert_eq!(got.dtype(), DType::I64);
-                let want = reduce_ref(&x, &[d], keepdim, |v| ref_arg(v, max));
+                let want = reduce_ref(&x, &[d], keepdim, |v| arg_extreme(v, max));
                 prop_assert_eq!(got.shape(), want.shape.as_slice());
                 assert_same(&f64s(&got), &want.data, name);
             }

@@ -13,6 +13,9 @@
 //! error grows with. References sum with compensation so that they add no error of their
 //! own. Integer results, extremes, indices and copies must agree exactly.
 
+mod common;
+
+use common::{arg_extreme, indices, max_nan, min_nan, mix, numel, same};
 use ember_tensor::{DType, Element, Scalar, Tensor, UnaryOp};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
@@ -20,14 +23,6 @@ const REL: f64 = 1e-12;
 
 /// A shape of more than 64K elements, which reaches the parallel paths of every kernel.
 const BIG: [usize; 2] = [256, 261];
-
-/// SplitMix64: deterministic pseudo-random bits from a seed and a position.
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// `n` values uniform in `[lo, hi)`.
 fn uniform(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
@@ -37,27 +32,6 @@ fn uniform(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
 /// `n` integers in `0..bound`.
 fn ints(seed: u64, n: usize, bound: u64) -> Vec<i64> {
     (0..n).map(|i| (mix(seed, i as u64) % bound) as i64).collect()
-}
-
-fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
-}
-
-/// Every multi-index of `shape` in row-major order.
-fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
-    let mut out = Vec::with_capacity(numel(shape));
-    let mut idx = vec![0; shape.len()];
-    for _ in 0..numel(shape) {
-        out.push(idx.clone());
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    out
 }
 
 /// The row-major position of `idx` in `shape`.
@@ -135,10 +109,6 @@ fn values(t: &Tensor) -> Vec<f64> {
     t.to_vec::<f64>().unwrap_or_else(|e| panic!("expected an f64 result: {e}"))
 }
 
-fn same(a: f64, b: f64) -> bool {
-    a == b || (a.is_nan() && b.is_nan())
-}
-
 /// `got` equals `want` to `REL` of `scale[i]` (NaN matching NaN, infinities exactly).
 #[track_caller]
 fn check_scaled(what: &str, got: &[f64], want: &[f64], scale: &[f64]) {
@@ -166,27 +136,6 @@ fn exact_sum(vals: impl IntoIterator<Item = f64>) -> f64 {
         s = t;
     }
     s + c
-}
-
-/// The NaN-propagating maximum of `torch.maximum` (the first operand wins ties).
-fn max_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || a > b {
-        a
-    } else if b.is_nan() || b > a {
-        b
-    } else {
-        a
-    }
-}
-
-fn min_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || a < b {
-        a
-    } else if b.is_nan() || b < a {
-        b
-    } else {
-        a
-    }
 }
 
 /// The error function from its everywhere-convergent series of positive terms,
@@ -892,19 +841,6 @@ fn groups(vals: &[f64], shape: &[usize], dims: &[usize]) -> Vec<Vec<f64>> {
     out
 }
 
-fn arg_ref(v: &[f64], max: bool) -> f64 {
-    let mut best = 0;
-    for i in 1..v.len() {
-        if v[best].is_nan() {
-            break;
-        }
-        if v[i].is_nan() || (max && v[i] > v[best]) || (!max && v[i] < v[best]) {
-            best = i;
-        }
-    }
-    best as f64
-}
-
 /// Every reduction of `x` (of `shape`) over `dims`, computed once and compared with the
 /// tensors of each layout.
 struct Reductions {
@@ -951,8 +887,8 @@ impl Reductions {
             // log-sum-exp adds the maximum to a logarithm: relative to both terms.
             lse_scale: lse.iter().map(|v| v.abs().max(1.0)).collect(),
             lse,
-            argmax: map(&|v| arg_ref(v, true)),
-            argmin: map(&|v| arg_ref(v, false)),
+            argmax: map(&|v| arg_extreme(v, true)),
+            argmin: map(&|v| arg_extreme(v, false)),
         }
     }
 

@@ -86,11 +86,40 @@ def mlp_act():
     )
 
 
-def model_case(name, about, build, input_shape, loss_fn, seed):
+def embed_ln():
+    # A token model: Embedding with a padding row, LayerNorm over one and two trailing
+    # dimensions, and one without the affine part.
+    model = nn.Sequential(
+        nn.Embedding(10, 8, padding_idx=0),  # 0: [N, 3] token ids -> [N, 3, 8]
+        nn.LayerNorm(8),  # 1
+        nn.LayerNorm([3, 8], eps=1e-3),  # 2
+        nn.Flatten(),  # 3: -> [N, 24]
+        nn.Linear(24, 6),  # 4
+        nn.Tanh(),  # 5
+        nn.LayerNorm(6, elementwise_affine=False),  # 6
+        nn.Linear(6, 4),  # 7
+    )
+    with torch.no_grad():
+        # Scales and shifts other than PyTorch's ones and zeros, so that their use shows.
+        for norm in (model[1], model[2]):
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+    return model
+
+
+def tokens(shape):
+    """Token ids in 0..10 with the padding id 0 at two places."""
+    ids = torch.randint(1, 10, shape)
+    ids[0, 0] = 0
+    ids[2, 1] = 0
+    return ids
+
+
+def model_case(name, about, build, input_shape, loss_fn, seed, make_input=torch.randn):
     torch.manual_seed(seed)
     model = build()
     model.eval()
-    x = torch.randn(*input_shape)
+    x = make_input(input_shape)
     out = model(x)
     if loss_fn == "cross_entropy":
         target = torch.randint(0, out.shape[1], (out.shape[0],))
@@ -246,6 +275,8 @@ def main():
                    "cross_entropy", 7),
         model_case("mlp_act", "every layer kind, eval mode, on [5, 2, 4]; mean squared error", mlp_act, (5, 2, 4),
                    "mse_loss", 11),
+        model_case("embed_ln", "Embedding (padding 0) and LayerNorms on [5, 3] token ids; cross-entropy", embed_ln,
+                   (5, 3), "cross_entropy", 13, make_input=tokens),
     ]
     loss_cases()
     doc = {"generator": "tools/parity/nn.py", "torch": torch.__version__, "models": models, "losses": CASES}

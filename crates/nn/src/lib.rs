@@ -8,9 +8,9 @@
 //! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
 //!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
 //!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
-//! - Layers (`layers/`): [`Linear`], [`Sequential`], [`Flatten`], [`Identity`], [`Dropout`],
-//!   and the activations [`ReLU`], [`LeakyReLU`], [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`],
-//!   [`Softmax`], [`LogSoftmax`].
+//! - Layers (`layers/`): [`Linear`], [`Embedding`], [`LayerNorm`], [`Sequential`],
+//!   [`Flatten`], [`Identity`], [`Dropout`], and the activations [`ReLU`], [`LeakyReLU`],
+//!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
 //!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
 //!   a [`Reduction`] and, where there are more options, an options struct with `Default`;
@@ -68,8 +68,9 @@ mod serialize;
 mod state_dict;
 
 pub use layers::{
-    Children, Dropout, Flatten, GELU, GeluApproximation, Identity, LeakyReLU, Linear, LinearOptions, LogSoftmax, ReLU,
-    Sequential, SiLU, Sigmoid, Softmax, Tanh, dropout,
+    Children, Dropout, Embedding, EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm,
+    LayerNormOptions, LeakyReLU, Linear, LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh,
+    dropout, embedding, layer_norm,
 };
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
@@ -85,7 +86,7 @@ pub use state_dict::StateDict;
 /// The functional forms of the layers and losses, for `use ember_nn::functional as F`.
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`).
 pub mod functional {
-    pub use crate::layers::dropout;
+    pub use crate::layers::{dropout, embedding, layer_norm};
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };

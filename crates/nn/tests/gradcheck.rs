@@ -1,4 +1,4 @@
-//! Gradients of every loss and of Linear against central differences (f64), with each
+//! Gradients of every loss and of Linear, LayerNorm and Embedding against central differences (f64), with each
 //! reduction and option that changes the backward path.
 
 mod common;
@@ -7,7 +7,7 @@ use common::{idx, t64};
 use ember_autograd::{Var, gradcheck};
 use ember_nn::{
     CrossEntropyOptions, HuberOptions, Linear, Module, NllOptions, Reduction, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
+    binary_cross_entropy_with_logits, cross_entropy, embedding, huber_loss, l1_loss, layer_norm, mse_loss, nll_loss,
 };
 use ember_tensor::{DType, Result, Tensor};
 
@@ -87,4 +87,30 @@ fn linear_gradients() {
     check(f, &[randn(&[2, 3, 4]), randn(&[5, 4]), randn(&[5])]);
     let no_bias = |v: &[Var]| Linear::from_params(v[1].clone(), None)?.forward(&v[0]);
     check(no_bias, &[randn(&[4]), randn(&[3, 4])]);
+}
+
+#[test]
+fn layer_norm_gradients() {
+    // Input, weight and bias over one and two trailing dimensions; without the affine part;
+    // and on a transposed (non-contiguous) input.
+    let f = |v: &[Var]| layer_norm(&v[0], &[4], Some(&v[1]), Some(&v[2]), 1e-5);
+    check(f, &[randn(&[3, 4]), randn(&[4]), randn(&[4])]);
+    let two = |v: &[Var]| layer_norm(&v[0], &[2, 3], Some(&v[1]), Some(&v[2]), 1e-3);
+    check(two, &[randn(&[2, 2, 3]), randn(&[2, 3]), randn(&[2, 3])]);
+    check(|v| layer_norm(&v[0], &[5], None, None, 0.0), &[randn(&[2, 5])]);
+    let transposed = randn(&[4, 3]).t().unwrap();
+    check(|v| layer_norm(&v[0], &[4], None, None, 1e-5), &[transposed]);
+}
+
+#[test]
+fn embedding_gradients() {
+    // Into the weight (rows looked up twice accumulate), with and without a padding row.
+    let ids = idx(&[2, 0, 3, 2, 1, 0], &[2, 3]);
+    check(|v| embedding(&Var::new(ids.clone()), &v[0], None), &[randn(&[4, 3])]);
+    // The padding row's value is used but passes no gradient, which differences cannot
+    // see: it is a constant here, and the checked rows are the others
+    // (norm_embedding.rs checks that the padding row gets none).
+    let pad_row = Var::new(randn(&[1, 3]));
+    let padded = |v: &[Var]| embedding(&Var::new(ids.clone()), &Var::cat(&[&pad_row, &v[0]], 0)?, Some(0));
+    check(padded, &[randn(&[3, 3])]);
 }

@@ -12,9 +12,10 @@ mod common;
 
 use ember_autograd::Var;
 use ember_nn::{
-    CrossEntropyOptions, Dropout, Flatten, GELU, HuberOptions, Identity, LeakyReLU, Linear, LinearOptions, LogSoftmax,
-    Module, ModuleExt, NllOptions, ReLU, Reduction, Sequential, SiLU, Sigmoid, Softmax, Tanh, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
+    CrossEntropyOptions, Dropout, Embedding, EmbeddingOptions, Flatten, GELU, HuberOptions, Identity, LayerNorm,
+    LayerNormOptions, LeakyReLU, Linear, LinearOptions, LogSoftmax, Module, ModuleExt, NllOptions, ReLU, Reduction,
+    Sequential, SiLU, Sigmoid, Softmax, Tanh, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+    huber_loss, l1_loss, mse_loss, nll_loss,
 };
 use ember_tensor::{Result, Tensor};
 use ember_testing::{FixtureTensor, Tolerance, parse_fixture, tensor_mismatch};
@@ -146,6 +147,20 @@ fn build(name: &str) -> Sequential {
             .add(linear(6, 4))
             .add(LogSoftmax::new(1))
             .add(Softmax::new(-1)),
+        "embed_ln" => {
+            let padded = EmbeddingOptions { padding_idx: Some(0), ..Default::default() };
+            let wide = LayerNormOptions { eps: 1e-3, ..Default::default() };
+            let plain = LayerNormOptions { elementwise_affine: false, ..Default::default() };
+            Sequential::new()
+                .add(Embedding::with_options(10, 8, padded).unwrap())
+                .add(LayerNorm::new(&[8]).unwrap())
+                .add(LayerNorm::with_options(&[3, 8], wide).unwrap())
+                .add(Flatten::new())
+                .add(linear(24, 6))
+                .add(Tanh)
+                .add(LayerNorm::with_options(&[6], plain).unwrap())
+                .add(linear(6, 4))
+        }
         other => panic!("the fixture has a model ember's parity test does not know: {other}"),
     }
 }
@@ -153,7 +168,7 @@ fn build(name: &str) -> Sequential {
 #[test]
 fn pytorch_models_load_and_match() {
     let fixture = fixture();
-    assert_eq!(fixture.models.len(), 2);
+    assert_eq!(fixture.models.len(), 3);
     let mut failures = Vec::new();
     for case in &fixture.models {
         let model = build(&case.name);

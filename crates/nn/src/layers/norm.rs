@@ -1,0 +1,196 @@
+//! [`LayerNorm`] and its functional form [`layer_norm`].
+
+use crate::module::{Module, TrainingFlag};
+use ember_autograd::Var;
+use ember_tensor::{DType, Error, Result, Tensor};
+use std::fmt;
+
+/// How to build a [`LayerNorm`] beyond its normalized shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNormOptions {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f64,
+    /// Whether the layer learns a per-element scale (initialised to ones) and, with `bias`,
+    /// a shift (initialised to zeros) (default `true`).
+    pub elementwise_affine: bool,
+    /// Whether the affine part has a shift (default `true`; ignored without
+    /// `elementwise_affine`).
+    pub bias: bool,
+    /// The parameters' dtype (default `f32`); inputs must have it too.
+    pub dtype: DType,
+}
+
+impl Default for LayerNormOptions {
+    fn default() -> Self {
+        LayerNormOptions { eps: 1e-5, elementwise_affine: true, bias: true, dtype: DType::F32 }
+    }
+}
+
+/// Normalises over the trailing dimensions given by `normalized_shape` to zero mean and unit
+/// (biased) variance, then scales and shifts elementwise; PyTorch's `nn.LayerNorm`:
+/// `y = (x - E[x]) / sqrt(Var[x] + eps) * weight + bias`.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{LayerNorm, Module};
+/// use ember_tensor::Tensor;
+/// let norm = LayerNorm::new(&[4])?;
+/// let x = Var::new(Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, -2.0, 0.0, 2.0, 4.0], [2, 4])?);
+/// let y = norm.forward(&x)?.value().to_vec::<f32>()?;
+/// // Each row now has mean 0 and variance 1 (up to eps).
+/// assert!(y[..4].iter().sum::<f32>().abs() < 1e-6);
+/// assert!((y[..4].iter().map(|v| v * v).sum::<f32>() / 4.0 - 1.0).abs() < 1e-4);
+/// assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias"]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub struct LayerNorm {
+    normalized_shape: Vec<usize>,
+    eps: f64,
+    weight: Option<Var>,
+    bias: Option<Var>,
+    training: TrainingFlag,
+}
+
+impl LayerNorm {
+    /// A layer over trailing dimensions `normalized_shape`, with a learned scale and shift,
+    /// in `f32`.
+    pub fn new(normalized_shape: &[usize]) -> Result<LayerNorm> {
+        Self::with_options(normalized_shape, LayerNormOptions::default())
+    }
+
+    /// A layer with the given options.
+    pub fn with_options(normalized_shape: &[usize], options: LayerNormOptions) -> Result<LayerNorm> {
+        let LayerNormOptions { eps, elementwise_affine, bias, dtype } = options;
+        check_config(normalized_shape, eps)?;
+        if !dtype.is_float() {
+            return Err(Error::dtype("LayerNorm", format!("parameters must be float, got {dtype}")));
+        }
+        let (weight, bias) = if elementwise_affine {
+            let w = Var::param(Tensor::ones(normalized_shape, dtype)?);
+            let b = if bias { Some(Var::param(Tensor::zeros(normalized_shape, dtype)?)) } else { None };
+            (Some(w), b)
+        } else {
+            (None, None)
+        };
+        Ok(LayerNorm { normalized_shape: normalized_shape.to_vec(), eps, weight, bias, training: TrainingFlag::new() })
+    }
+
+    /// The trailing shape normalised over.
+    pub fn normalized_shape(&self) -> &[usize] {
+        &self.normalized_shape
+    }
+
+    /// The epsilon added to the variance.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
+    /// The learned scale, of the normalized shape, if the layer has one.
+    pub fn weight(&self) -> Option<&Var> {
+        self.weight.as_ref()
+    }
+
+    /// The learned shift, of the normalized shape, if the layer has one.
+    pub fn bias(&self) -> Option<&Var> {
+        self.bias.as_ref()
+    }
+}
+
+fn check_config(normalized_shape: &[usize], eps: f64) -> Result<()> {
+    if normalized_shape.is_empty() || normalized_shape.contains(&0) {
+        return Err(Error::shape(
+            "LayerNorm",
+            format!("the normalized shape must be non-empty with no zero extent, got {normalized_shape:?}"),
+        ));
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid("LayerNorm", format!("eps must be finite and >= 0, got {eps}")));
+    }
+    Ok(())
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        layer_norm(x, &self.normalized_shape, self.weight.as_ref(), self.bias.as_ref(), self.eps)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let named = [("weight", &self.weight), ("bias", &self.bias)];
+        named.into_iter().filter_map(|(n, p)| p.as_ref().map(|p| (n.to_string(), p.clone()))).collect()
+    }
+
+    fn set_training(&self, on: bool) {
+        self.training.set(on);
+    }
+
+    fn is_training(&self) -> bool {
+        self.training.get()
+    }
+}
+
+impl fmt::Debug for LayerNorm {
+    /// PyTorch's repr in Rust's spelling: `LayerNorm((8,), eps=1e-5, elementwise_affine=true)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.normalized_shape.iter().map(usize::to_string).collect();
+        let trailing = if dims.len() == 1 { "," } else { "" };
+        write!(
+            f,
+            "LayerNorm(({}{trailing}), eps={:e}, elementwise_affine={})",
+            dims.join(", "),
+            self.eps,
+            self.weight.is_some()
+        )
+    }
+}
+
+/// Functional layer normalisation over the trailing `normalized_shape` of `x`, with an
+/// optional `weight` and `bias` of that shape; PyTorch's `F.layer_norm`. Built from
+/// differentiable ops, so it has gradients of every order.
+pub fn layer_norm(
+    x: &Var,
+    normalized_shape: &[usize],
+    weight: Option<&Var>,
+    bias: Option<&Var>,
+    eps: f64,
+) -> Result<Var> {
+    check_config(normalized_shape, eps)?;
+    let k = normalized_shape.len();
+    let dims = x.shape().dims().to_vec();
+    if dims.len() < k || dims[dims.len() - k..] != *normalized_shape {
+        return Err(Error::shape(
+            "LayerNorm",
+            format!("inputs must end in the normalized shape {normalized_shape:?}, got shape {dims:?}"),
+        ));
+    }
+    if !x.dtype().is_float() {
+        return Err(Error::dtype("LayerNorm", format!("the input must be float, got {}", x.dtype())));
+    }
+    for (what, p) in [("weight", weight), ("bias", bias)] {
+        let Some(p) = p else { continue };
+        if p.shape().dims() != normalized_shape {
+            return Err(Error::shape(
+                "LayerNorm",
+                format!("the {what} must have the normalized shape {normalized_shape:?}, got {:?}", p.shape()),
+            ));
+        }
+        if p.dtype() != x.dtype() {
+            return Err(Error::dtype(
+                "LayerNorm",
+                format!("the input is {} but the {what} is {}", x.dtype(), p.dtype()),
+            ));
+        }
+    }
+    let reduce: Vec<usize> = (dims.len() - k..dims.len()).collect();
+    // Two passes (mean, then the mean of squared deviations) keep f32 accurate where
+    // E[x^2] - E[x]^2 would cancel.
+    let centred = x.sub(&x.mean(&reduce, true)?)?;
+    let var = centred.square().mean(&reduce, true)?;
+    let mut y = centred.mul(&var.add_scalar(eps).rsqrt())?;
+    if let Some(w) = weight {
+        y = y.mul(w)?;
+    }
+    if let Some(b) = bias {
+        y = y.add(b)?;
+    }
+    Ok(y)
+}

@@ -174,9 +174,9 @@ pub fn embedding(indices: &Var, weight: &Var, padding_idx: Option<usize>) -> Res
             let pad =
                 i64::try_from(p).map_err(|_| Error::index("Embedding", format!("padding_idx {p} is too large")))?;
             let at_padding = Var::new(flat.eq_scalar(pad).reshape([flat.numel(), 1])?);
-            // The same values either way; only the looked-up padding rows come from a
-            // detached weight, so no gradient reaches that row.
-            at_padding.where_cond(&weight.detach().index_select(0, &flat)?, &rows)?
+            // Where the padding row was looked up, its detached value (one row, broadcast)
+            // replaces it: the same values, but no gradient reaches that row.
+            at_padding.where_cond(&weight.detach().narrow(0, p, 1)?, &rows)?
         }
     };
     rows.reshape(out_shape)

@@ -442,11 +442,11 @@ def backward_variants(s):
     s.output("y", y)
 
 
-# ---- seed 001 scenarios ----------------------------------------------------------------
+# ---- usage patterns (docs/design.md, "Accumulation rules") ---------------------------
 
 
-@scenario("seed 001 rule 4: u(param) -> w (retain_grad) -> L1, L2; backward(L1, retain_graph) then backward(L2)")
-def seed_two_losses(s):
+@scenario("accumulation rule 2: u(param) -> w (retain_grad) -> L1, L2; backward(L1, retain_graph) then backward(L2)")
+def usage_two_losses(s):
     u = s.param("u", s.randn(3))
     a = s.const("a", s.randn(3))
     w = torch.tanh(u) * 2.0
@@ -465,15 +465,15 @@ def seed_two_losses(s):
     s.output("l2", l2)
 
 
-@scenario("seed 001 multi-task: x -> w_shared -> features -> two heads, two losses, backward twice")
-def seed_multi_task(s):
+@scenario("multi-task: x -> w_shared -> features -> two heads, two losses, backward twice")
+def usage_multi_task(s):
     x = s.const("x", s.randn(3, 4))
     w_shared = s.param("w_shared", s.randn(4, 2))
     w1 = s.param("w1", s.randn(2, 1))
     w2 = s.param("w2", s.randn(2, 3))
     features = x @ w_shared
-    # features is not retained: its .grad in ember is this backward's own signal (seed 001
-    # §7.2), which PyTorch exposes through a hook, not through .grad.
+    # features is not retained: its .grad in ember is this backward's own signal (see
+    # docs/design.md, "Accumulation rules"), which PyTorch exposes through a hook, not .grad.
     signals = []
     features.register_hook(lambda g: signals.append(g.clone()))
     out1 = torch.tanh(features @ w1).sum()
@@ -493,8 +493,8 @@ def seed_multi_task(s):
     s.output("out2", out2)
 
 
-@scenario("seed 001 detach (GAN): D trained on G's output detached leaves G without grads; then the G loss")
-def seed_gan_detach(s):
+@scenario("detach (GAN): D trained on G's output detached leaves G without grads; then the G loss")
+def usage_gan_detach(s):
     noise = s.const("noise", s.randn(4, 3))
     real = s.const("real", s.randn(4, 2))
     wg = s.param("Wg", s.randn(3, 2))
@@ -525,8 +525,8 @@ def seed_gan_detach(s):
     s.output("g_loss", g_loss)
 
 
-@scenario("seed 001 frozen middle layer: encoder -> frozen adapter (requires_grad=False) -> head")
-def seed_frozen_adapter(s):
+@scenario("frozen middle layer: encoder -> frozen adapter (requires_grad=False) -> head")
+def usage_frozen_adapter(s):
     x = s.const("x", s.randn(5, 3))
     target = s.const("target", s.randn(5, 2))
     we = s.param("We", s.randn(3, 4))
@@ -546,8 +546,8 @@ def seed_frozen_adapter(s):
     s.grad("Wa", wa.grad)  # None: frozen, yet the encoder gets gradients through it
 
 
-@scenario("seed 001 gradient accumulation: two batches, two backward calls, then zero_grad and a third")
-def seed_grad_accumulation(s):
+@scenario("gradient accumulation: two batches, two backward calls, then zero_grad and a third")
+def usage_grad_accumulation(s):
     w = s.param("W", s.randn(3, 2))
     b = s.param("b", s.randn(2))
     x1, y1 = s.const("x1", s.randn(4, 3)), s.const("y1", s.randn(4, 2))
@@ -573,8 +573,8 @@ def seed_grad_accumulation(s):
     s.output("l2", l2)
 
 
-@scenario("seed 001 higher order: torch.autograd.grad with create_graph for d2/dx2 (x^3 + sin x) and a mixed partial")
-def seed_second_derivative(s):
+@scenario("higher order: torch.autograd.grad with create_graph for d2/dx2 (x^3 + sin x) and a mixed partial")
+def usage_second_derivative(s):
     x = s.param("x", s.randn(5))
     w = s.param("w", s.randn(5))
     y = x**3 + torch.sin(x)

@@ -1,4 +1,5 @@
-//! Reactive re-execution costs (issue 5), printed as medians:
+//! Reactive re-execution costs (docs/design.md, 'Value versions and re-execution'), printed
+//! as medians:
 //!
 //! - a graph of 1,000 independent branches (`tanh(x_i @ w_i)` summed, then all branches
 //!   stacked and summed): the full forward, and the re-forward after changing one branch's

@@ -1,4 +1,4 @@
-//! The accumulation rules of seed 001 §7.2, each with the seed's own example numbers.
+//! The rules of docs/design.md, 'Accumulation rules', each with a small worked example.
 
 use ember_autograd::Var;
 use ember_tensor::{DType, Result, Tensor};
@@ -32,7 +32,7 @@ fn leaf_grads_accumulate_until_zero_grad() -> Result<()> {
 fn each_backward_propagates_only_its_own_signal() -> Result<()> {
     let u = Var::param(t(&[1.0], &[1]));
     let w = u.mul_scalar(2.0); // dw/du = 2
-    w.retain_grad()?; // w keeps an accumulator, like a parameter node in the seed's graph
+    w.retain_grad()?; // w keeps an accumulator, like a parameter
     let l1 = w.mul_scalar(3.0).sum_all(); // dL1/dw = 3
     let l2 = w.mul_scalar(5.0).sum_all(); // dL2/dw = 5
     l1.backward_with(None, true)?;

@@ -1,5 +1,5 @@
 //! Backward inside `no_grad` on a graph recorded outside it works and logs one warning
-//! (seed 001 §1.7). Alone in its file: the logger is process-wide.
+//! (docs/design.md, 'Accumulation rules'). Alone in its file: the logger is process-wide.
 
 use ember_autograd::{Var, no_grad};
 use ember_tensor::{Result, Tensor};

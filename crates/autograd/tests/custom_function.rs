@@ -1,4 +1,4 @@
-//! Custom functions: seed 004 §4.3's `LinearFunction` against the built-in operations,
+//! Custom functions: a `LinearFunction` against the built-in operations,
 //! gradchecks, several outputs, non-tensor state, the in-place check on saved tensors,
 //! gradient validation and the create_graph rules.
 
@@ -7,7 +7,7 @@ use ember_tensor::{DType, Error, Result, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// `out = input @ weight^T + bias` (seed 004 §4.3), computing only the gradients asked for.
+/// `out = input @ weight^T + bias`, computing only the gradients asked for.
 struct LinearFunction;
 
 impl Function for LinearFunction {

@@ -1,5 +1,6 @@
-//! Gradient-flow control, one test per line of seed 001's table: no_grad, detach,
-//! retain_graph and freezing, plus the frozen-adapter example of appendix B.3.
+//! Gradient-flow control, one test per tool (docs/design.md, 'Accumulation rules'):
+//! no_grad, detach, retain_graph and freezing, plus a frozen adapter between an encoder
+//! and a head.
 
 use ember_autograd::{EnableGradGuard, NoGradGuard, Var, enable_grad, is_grad_enabled, no_grad};
 use ember_tensor::{DType, Result, Tensor};

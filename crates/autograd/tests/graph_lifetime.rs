@@ -1,5 +1,5 @@
-//! What backward frees, what it keeps, and recomputation of freed values (seed 001 §3,
-//! §10; DESIGN "retain_graph").
+//! What backward frees, what it keeps, and recomputation of freed values (docs/design.md,
+//! 'Value versions and re-execution').
 
 use ember_autograd::Var;
 use ember_tensor::{DType, Result, Tensor};
@@ -111,7 +111,7 @@ fn create_graph_leaves_no_cycle_through_intermediate_gradients() -> Result<()> {
     let h = x.mul_scalar(2.0);
     let y = h.square().sum_all();
     y.backward_full(None, false, true)?;
-    // Readable until the next backward (seed 001 §7.2), as a value.
+    // Readable until the next backward (docs/design.md, 'Accumulation rules'), as a value.
     assert_eq!(h.grad().expect("readable").to_vec::<f64>()?, vec![4.0, 8.0]);
     // The leaf's gradient carries the graph of its computation, for higher orders.
     assert!(x.grad_var().expect("a gradient").requires_grad());

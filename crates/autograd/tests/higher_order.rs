@@ -1,4 +1,4 @@
-//! Higher-order gradients (create_graph): seed 004 §6.1's polynomial, a Hessian-vector
+//! Higher-order gradients (create_graph): a polynomial's derivatives, a Hessian-vector
 //! product checked against the explicit Hessian, and PyTorch parity for gradient penalties
 //! (WGAN-GP), a Hessian-vector product of an MLP and an input-gradient penalty.
 //!
@@ -25,7 +25,7 @@ fn d(y: &Var, x: &Var, create_graph: bool) -> Result<Var> {
 }
 
 #[test]
-fn seed_polynomial_derivatives() -> Result<()> {
+fn polynomial_derivatives() -> Result<()> {
     // f(x) = x^4 + 2x^3 + x^2 at x = 2: f = 36, f' = 4x^3 + 6x^2 + 2x = 60,
     // f'' = 12x^2 + 12x + 2 = 74, f''' = 24x + 12 = 60, f'''' = 24.
     let x = scalar(2.0);

@@ -63,12 +63,12 @@ scenarios!(
     reductions_chain,
     kinks_and_ties,
     backward_variants,
-    seed_two_losses,
-    seed_multi_task,
-    seed_gan_detach,
-    seed_frozen_adapter,
-    seed_grad_accumulation,
-    seed_second_derivative,
+    usage_two_losses,
+    usage_multi_task,
+    usage_gan_detach,
+    usage_frozen_adapter,
+    usage_grad_accumulation,
+    usage_second_derivative,
 );
 
 #[test]
@@ -398,9 +398,10 @@ mod build {
         Ok(())
     }
 
-    /// Seed 001 rule 4: `w` accumulates across the two backward calls, while the signal it
-    /// passes to `u` in the second is only L2's, so `u.grad = d(L1 + L2)/du`.
-    pub fn seed_two_losses(c: &mut Case<'_>) -> Result<()> {
+    /// docs/design.md, 'Accumulation rules', rule 2: `w` accumulates across the two backward
+    /// calls, while the signal it passes to `u` in the second is only L2's, so
+    /// `u.grad = d(L1 + L2)/du`.
+    pub fn usage_two_losses(c: &mut Case<'_>) -> Result<()> {
         let (u, a) = (c.param("u"), c.constant("a"));
         let w = u.tanh().mul_scalar(2.0);
         w.retain_grad()?;
@@ -418,10 +419,10 @@ mod build {
         Ok(())
     }
 
-    /// Seed 001's multi-task example. `features` is not retained: after a backward with
-    /// `retain_graph` its `.grad` is that backward's own signal (seed 001 §7.2), which the
-    /// fixture took from a PyTorch hook.
-    pub fn seed_multi_task(c: &mut Case<'_>) -> Result<()> {
+    /// Multi-task learning. `features` is not retained: after a backward with
+    /// `retain_graph` its `.grad` is that backward's own signal (docs/design.md,
+    /// 'Accumulation rules', rule 3), which the fixture took from a PyTorch hook.
+    pub fn usage_multi_task(c: &mut Case<'_>) -> Result<()> {
         let (x, w_shared, w1, w2) = (c.constant("x"), c.param("w_shared"), c.param("w1"), c.param("w2"));
         let features = x.matmul(&w_shared)?;
         let out1 = features.matmul(&w1)?.tanh().sum_all();
@@ -442,9 +443,9 @@ mod build {
         Ok(())
     }
 
-    /// Seed 001's GAN pattern: the discriminator's loss on `fake.detach()` gives the
+    /// The GAN pattern: the discriminator's loss on `fake.detach()` gives the
     /// generator no gradient; the generator's own loss then does.
-    pub fn seed_gan_detach(c: &mut Case<'_>) -> Result<()> {
+    pub fn usage_gan_detach(c: &mut Case<'_>) -> Result<()> {
         let (noise, real) = (c.constant("noise"), c.constant("real"));
         let (wg, bg, wd, bd) = (c.param("Wg"), c.param("bg"), c.param("Wd"), c.param("bd"));
         let d = |v: &Var| -> Result<Var> { Ok(v.matmul(&wd)?.add(&bd)?.sigmoid()) };
@@ -467,9 +468,9 @@ mod build {
         Ok(())
     }
 
-    /// Seed 001 appendix B.3: the frozen adapter passes gradients through to the encoder
+    /// A frozen adapter between encoder and head passes gradients through to the encoder
     /// and keeps none itself.
-    pub fn seed_frozen_adapter(c: &mut Case<'_>) -> Result<()> {
+    pub fn usage_frozen_adapter(c: &mut Case<'_>) -> Result<()> {
         let (x, target) = (c.constant("x"), c.constant("target"));
         let (we, be, wa, wh) = (c.param("We"), c.param("be"), c.param("Wa"), c.param("Wh"));
         wa.freeze()?;
@@ -487,7 +488,7 @@ mod build {
     }
 
     /// Gradient accumulation: two batches sum into `.grad`; `zero_grad` starts over.
-    pub fn seed_grad_accumulation(c: &mut Case<'_>) -> Result<()> {
+    pub fn usage_grad_accumulation(c: &mut Case<'_>) -> Result<()> {
         let (w, b) = (c.param("W"), c.param("b"));
         let (x1, y1, x2, y2) = (c.constant("x1"), c.constant("y1"), c.constant("x2"), c.constant("y2"));
         let loss_of =
@@ -512,7 +513,7 @@ mod build {
 
     /// Higher order through `ember_autograd::grad` with `create_graph`, like
     /// `torch.autograd.grad`; neither writes any `.grad`.
-    pub fn seed_second_derivative(c: &mut Case<'_>) -> Result<()> {
+    pub fn usage_second_derivative(c: &mut Case<'_>) -> Result<()> {
         let (x, w) = (c.param("x"), c.param("w"));
         let first = |gs: Vec<Option<Var>>, what: &str| {
             gs.into_iter().next().flatten().unwrap_or_else(|| panic!("{what} is None"))

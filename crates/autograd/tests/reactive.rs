@@ -1,5 +1,6 @@
-//! Reactive re-execution by value versions (seed 000): only dirty paths are recomputed, a
-//! request with nothing changed answers at once, backward on a stale graph re-forwards.
+//! Reactive re-execution by value versions (docs/design.md, 'Value versions and
+//! re-execution'): only dirty paths are recomputed, a request with nothing changed answers
+//! at once, backward on a stale graph re-forwards.
 
 use ember_autograd::{Var, reactive_nodes_visited};
 use ember_tensor::{Result, Tensor};
@@ -8,7 +9,7 @@ fn t(v: &[f32]) -> Tensor {
     Tensor::from_slice(v, [v.len()]).unwrap()
 }
 
-/// Seed 000 §3.1.3: `y = w * x + b`, only `x` changes. Mul and Add recompute; `w` and `b`
+/// `y = w * x + b`, only `x` changes. Mul and Add recompute; `w` and `b`
 /// are not touched.
 #[test]
 fn only_the_dirty_path_recomputes() -> Result<()> {
@@ -81,7 +82,7 @@ fn in_place_writes_to_leaves_make_dependents_dirty() -> Result<()> {
     Ok(())
 }
 
-/// Seed 000 §3.2.2: backward on a stale graph re-forwards first.
+/// Backward on a stale graph re-forwards first.
 #[test]
 fn backward_on_a_stale_graph_re_forwards() -> Result<()> {
     let w = Var::param(t(&[2.0]));
@@ -94,7 +95,7 @@ fn backward_on_a_stale_graph_re_forwards() -> Result<()> {
     Ok(())
 }
 
-/// Seed 000 §4: a detached branch stops the backward walk; nothing upstream of it runs.
+/// A detached branch stops the backward walk; nothing upstream of it runs.
 #[test]
 fn a_detached_branch_stops_backward() -> Result<()> {
     let a = Var::param(t(&[1.0]));

@@ -1,5 +1,5 @@
-//! Static mode: traced graphs re-run by setting values, gradient routing (seed 001 §2.3,
-//! §2.6), and cached criteria (§2.7).
+//! Static mode: traced graphs re-run by setting values, gradient routing, and cached
+//! criteria (docs/design.md, 'Static mode').
 
 use ember_autograd::{CachedLoss, Traced, Var};
 use ember_tensor::{DType, Result, Tensor};

@@ -1,4 +1,4 @@
-//! Custom functions: seed 004 §4.3's `LinearFunction` (`out = input @ weight^T + bias`,
+//! Custom functions: a `LinearFunction` (`out = input @ weight^T + bias`,
 //! backward computing only the gradients asked for) compared with the built-in operations
 //! and gradchecked, then a function with two outputs and a differentiable backward used
 //! for a second derivative.

@@ -1,6 +1,7 @@
-//! Trains the small MNIST GAN of `ember::gan` in static mode (seed 001 §2.5): both networks
-//! traced once, the discriminator fed real images, `fake.detach()` and `&fake`, one cached
-//! criterion. Prints the losses and how far the generated images' mean is from the data's.
+//! Trains the small MNIST GAN of `ember::gan` in static mode (docs/static_mode.md): both
+//! networks traced once, the discriminator fed real images, `fake.detach()` and `&fake`,
+//! one cached criterion. Prints the losses and how far the generated images' mean is from
+//! the data's.
 //!
 //! ```text
 //! cargo run --release --example gan -- [--steps 3000] [--images 10000] [--lr 1e-3]

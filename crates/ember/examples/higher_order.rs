@@ -1,4 +1,4 @@
-//! Higher-order gradients: the derivatives of seed 004 §6.1's polynomial up to the fourth,
+//! Higher-order gradients: the derivatives of `x^4 + 2x^3 + x^2` up to the fourth,
 //! then the Hessian of a small MLP's loss with respect to its parameters, built one row per
 //! gradient component, and a Hessian-vector product that needs no Hessian.
 //!

@@ -1,5 +1,5 @@
-//! Prints tensors in ember's format (seed 002 §4): a 4-d tensor as 2-d slices in memory
-//! order, then a 0-d, a 1-d and a 2-d tensor.
+//! Prints tensors in ember's format (docs/design.md, 'Print format'): a 4-d tensor as 2-d
+//! slices in memory order, then a 0-d, a 1-d and a 2-d tensor.
 //!
 //! ```text
 //! cargo run --example print_tensor

@@ -1,4 +1,4 @@
-//! A small GAN on MNIST trained in static mode: seed 001 §2.5's loop, shared by
+//! A small GAN on MNIST trained in static mode (the loop of docs/static_mode.md), shared by
 //! `examples/gan.rs`, the test `tests/gan_static.rs` and the figures of
 //! `docs/static_mode.md`.
 //!

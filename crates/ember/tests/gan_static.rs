@@ -1,5 +1,5 @@
-//! Seed 001 §2.5's GAN loop in static mode, on real MNIST images (`ember::gan`): both
-//! networks traced once, the one traced discriminator fed real images (a tensor),
+//! The static-mode GAN loop of docs/static_mode.md, on real MNIST images (`ember::gan`):
+//! both networks traced once, the one traced discriminator fed real images (a tensor),
 //! `fake.detach()` and `&fake`, one cached criterion, two Adam optimizers over disjoint
 //! parameters.
 //!

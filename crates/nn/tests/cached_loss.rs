@@ -1,5 +1,6 @@
 //! `Loss::cached()`: every loss object as a criterion that builds its subgraph once per
-//! output node (seed 001 §2.7) and gives the eager loss's values and gradients.
+//! output node (docs/design.md, 'Static mode') and gives the eager loss's values and
+//! gradients.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Printing tensors in the format of seed 002 §4.
+//! Printing tensors in ember's format (docs/design.md, 'Print format').
 //!
 //! - 0-d: `(1.0)`
 //! - 1-d: `[1.0, 2.0, 3.0]`
@@ -351,7 +351,7 @@ mod tests {
     use crate::{DType, Tensor};
 
     #[test]
-    fn seed_format_for_4d() {
+    fn slices_for_4d() {
         let t = Tensor::arange(0.0, 36.0).unwrap().reshape([2, 3, 2, 3]).unwrap();
         let want = "\
 (0,0,.,.) = 

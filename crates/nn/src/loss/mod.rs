@@ -50,11 +50,11 @@ pub trait Loss: Send + Sync {
     /// The loss of `input` against `target`.
     fn forward(&self, input: &Var, target: &Var) -> Result<Var>;
 
-    /// This loss as a [`CachedLoss`] (seed 001 §2.7's `Criterion`): its subgraph is built
-    /// once per output node and re-run with each new target, which is what the output of a
-    /// [`Traced`](ember_autograd::Traced) model wants. On a fresh output every call (eager
-    /// mode) it builds a new subgraph each time, like [`forward`](Loss::forward), and keeps
-    /// none of them once the output is dropped.
+    /// This loss as a [`CachedLoss`] (see docs/design.md, 'Static mode'): its subgraph is
+    /// built once per output node and re-run with each new target, which is what the output
+    /// of a [`Traced`](ember_autograd::Traced) model wants. On a fresh output every call
+    /// (eager mode) it builds a new subgraph each time, like [`forward`](Loss::forward), and
+    /// keeps none of them once the output is dropped.
     ///
     /// The checks that read values run when a subgraph is built, not when it is re-run:
     /// [`BCELoss`] checks that its input lies in `[0, 1]` on the first call only, and a

@@ -3,7 +3,7 @@
 //! While anomaly mode is on (a thread-local switch, like grad mode), every node created
 //! records where its forward was called (a captured backtrace), and every backward output
 //! is checked for NaN and Inf. The first non-finite gradient fails the backward with the
-//! operation's name and that forward backtrace (seed 004 §8.1).
+//! operation's name and that forward backtrace.
 //!
 //! ```
 //! use ember_autograd::{detect_anomaly, Var};

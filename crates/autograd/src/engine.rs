@@ -1,4 +1,4 @@
-//! The backward engine (seeds 003 and 004).
+//! The backward engine (see docs/design.md, 'Engine and extensions').
 //!
 //! 1. *Ensure-forward*: each root is refreshed by value ([`crate::reactive`]), so a graph
 //!    whose leaves were replaced is recomputed before it is differentiated.
@@ -16,7 +16,8 @@
 //!
 //! Each backward propagates only its own gradients: buffers live in this call, never in the
 //! nodes, so a node used by two backward calls never sees the first call's signal in the
-//! second (seed 001 §7.2, rule 4). Leaves accumulate across calls until `zero_grad`.
+//! second (see docs/design.md, 'Accumulation rules'). Leaves accumulate across calls until
+//! `zero_grad`.
 //!
 //! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
 //! a user handle still holds the node or the value was written in place since it was
@@ -261,7 +262,8 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     let n = graph.nodes.len();
     if accumulate {
         for node in &graph.nodes {
-            // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
+            // A node on the way stops holding the previous backward's gradient (see docs/design.md,
+            // 'Accumulation rules').
             if node.has(HAS_GRAD) && !node.is_leaf() && !node.has(RETAINS_GRAD) {
                 *node.grad_slot() = None;
                 node.set(HAS_GRAD, false);
@@ -392,9 +394,9 @@ fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Resul
     Ok(())
 }
 
-/// The gradient an intermediate node keeps readable until the next backward (seed 001
-/// §7.2). Under `create_graph` it is the value only: the gradient's graph usually reaches
-/// back to the node itself (the gradient of `h.square()` is `2 h g`), and a node holding it
+/// The gradient an intermediate node keeps readable until the next backward (see
+/// docs/design.md, 'Accumulation rules'). Under `create_graph` it is the value only: the
+/// gradient's graph usually reaches back to the node itself (the gradient of `h.square()` is `2 h g`), and a node holding it
 /// would hold itself, so the graph would never be freed. PyTorch keeps graph-carrying
 /// gradients only on leaves and on `retain_grad` nodes, and so does ember.
 fn readable_grad(g: &Var, create_graph: bool) -> Var {
@@ -481,7 +483,7 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
 mod tests {
     use super::*;
     use ember_tensor::Tensor;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use std::sync::mpsc::{Sender, channel};
 
     /// A node whose release tells a channel and then waits, so that a test can run another
@@ -489,7 +491,7 @@ mod tests {
     static PAUSE: Mutex<Option<(usize, Sender<()>)>> = Mutex::new(None);
 
     pub(super) fn at_release(node: &NodeRef) {
-        let hit = PAUSE.lock().unwrap_or_else(|e| e.into_inner()).take_if(|(k, _)| *k == key(node));
+        let hit = PAUSE.lock().take_if(|(k, _)| *k == key(node));
         if let Some((_, tell)) = hit {
             let _ = tell.send(());
             // Give the other thread time to take a handle and read the value.
@@ -507,7 +509,7 @@ mod tests {
         let loss = w.exp().sum_all();
         let h_id = loss.inputs()?[0].id();
         let (tell, told) = channel();
-        *PAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some((h_id, tell));
+        *PAUSE.lock() = Some((h_id, tell));
         let (done, finished) = channel::<()>();
         let reader = {
             let loss = loss.clone();

@@ -67,7 +67,8 @@ use smallvec::{SmallVec, smallvec};
 use std::any::{Any, TypeId};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
 
 /// A differentiable operation defined by its forward on tensors and its backward; see the
 /// [module docs](self).
@@ -279,10 +280,6 @@ impl FunctionCtx {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// What the nodes of one application share: the function and its latest context.
 struct Shared<F> {
     f: F,
@@ -304,14 +301,14 @@ impl<F: Function> Shared<F> {
             return Err(Error::autograd(format!("custom function {}: forward returned no outputs", self.name)));
         }
         ctx.finish_forward(values, &outputs, pack);
-        *lock(&self.ctx) = Arc::new(ctx);
-        *lock(&self.outputs) = outputs.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect();
+        *self.ctx.lock() = Arc::new(ctx);
+        *self.outputs.lock() = outputs.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect();
         Ok(outputs)
     }
 
     /// Forward again on new input values (the reactive engine recomputing a stale node).
     fn rerun(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let needs = lock(&self.ctx).needs.clone();
+        let needs = self.ctx.lock().needs.clone();
         let values: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
         self.run_forward(&values, needs, false)
     }
@@ -327,12 +324,12 @@ impl<F: Function> Shared<F> {
             )));
         }
         let n = bctx.num_inputs();
-        let mut ctx = FunctionCtx::clone(&lock(&self.ctx));
+        let mut ctx = FunctionCtx::clone(&self.ctx.lock());
         ctx.needs = (0..n).map(|i| bctx.needs_input_grad(i)).collect();
         ctx.output_has_grad = grads.iter().map(Option::is_some).collect();
         if create_graph {
             let inputs = (0..n).map(|i| bctx.input(i)).collect::<Result<Vec<_>>>()?;
-            let nodes = lock(&self.output_nodes).clone();
+            let nodes = self.output_nodes.lock().clone();
             let outputs = if nodes.is_empty() {
                 vec![Some(bctx.output()?)]
             } else {
@@ -340,7 +337,7 @@ impl<F: Function> Shared<F> {
             };
             ctx.links = Some(Arc::new(Links { inputs, outputs }));
         }
-        let metas = lock(&self.outputs).clone();
+        let metas = self.outputs.lock().clone();
         let mut grad_outputs = Vec::with_capacity(grads.len());
         for (j, g) in grads.into_iter().enumerate() {
             grad_outputs.push(match g {
@@ -384,7 +381,7 @@ impl<F: Function> Shared<F> {
             // Like PyTorch, a backward that does not retain the graph frees what the function
             // saved (a user's forward is not re-run to get it back: a second backward is then
             // an error naming the function).
-            let mut shared = lock(&self.ctx);
+            let mut shared = self.ctx.lock();
             if !shared.saved.is_empty() {
                 let ctx = Arc::make_mut(&mut shared);
                 ctx.freed = ctx.saved.len();
@@ -455,14 +452,14 @@ impl<F: Function> Op for Apply<F> {
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let outs = self.shared.rerun(inputs)?;
-        *lock(&self.multi.pending) = outs.into_iter().map(Some).collect();
+        *self.multi.pending.lock() = outs.into_iter().map(Some).collect();
         Ok(self.multi.token.clone())
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
         let run = current_run();
-        let n_out = lock(&self.shared.outputs).len();
+        let n_out = self.shared.outputs.lock().len();
         let grads = {
-            let mut slots = lock(&self.multi.slots);
+            let mut slots = self.multi.slots.lock();
             match slots.iter().position(|(r, _)| *r == run) {
                 Some(k) => slots.swap_remove(k).1,
                 None => SmallVec::new(),
@@ -495,13 +492,13 @@ impl Op for Output {
         &self.name
     }
     fn forward(&self, _: &[&Tensor]) -> Result<Tensor> {
-        lock(&self.multi.pending).get_mut(self.index).and_then(Option::take).ok_or_else(|| {
+        self.multi.pending.lock().get_mut(self.index).and_then(Option::take).ok_or_else(|| {
             Error::autograd(format!("{}: the function's forward did not produce this output again", self.name))
         })
     }
     fn backward(&self, _: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
         let run = current_run();
-        let mut slots = lock(&self.multi.slots);
+        let mut slots = self.multi.slots.lock();
         let k = match slots.iter().position(|(r, _)| *r == run) {
             Some(k) => k,
             None => {
@@ -645,6 +642,6 @@ fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
         let op = Output { multi: multi.clone(), index, name: format!("{name}[{index}]") };
         vars.push(new_node(op, smallvec![apply.node.clone()], grad, out, smallvec![apply_versions]));
     }
-    *lock(&shared.output_nodes) = vars.iter().map(|v| Arc::downgrade(&v.node)).collect();
+    *shared.output_nodes.lock() = vars.iter().map(|v| Arc::downgrade(&v.node)).collect();
     Ok(vars)
 }

@@ -1,4 +1,5 @@
-//! Value freshness: which node values are stale, and recomputing exactly those (seed 000).
+//! Value freshness: which node values are stale, and recomputing exactly those (see docs/design.md,
+//! 'Value versions and re-execution').
 //!
 //! Every node records the `(value_version, storage_version)` of each input when it computed
 //! its value. A request walks up from the requested node (with an explicit stack, never
@@ -18,7 +19,7 @@
 //! - [`Mode::Full`] also reacts to in-place writes upstream (an optimizer step, say); this
 //!   is what `Var::forward()` and the static mode use.
 //!
-//! Beyond the seed, `Full` requests push as well as pull. The first full request from a
+//! `Full` requests push as well as pull. The first full request from a
 //! node walks its graph once, even when every value is fresh, and *subscribes* it: every
 //! node on the way registers with its inputs as a consumer. From then on, replacing a
 //! leaf's value marks exactly its subscribed dependents dirty, and as

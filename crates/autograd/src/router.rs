@@ -1,4 +1,5 @@
-//! The gradient router: the input node of a traced (static) graph (seed 001 §2.3, §10.2).
+//! The gradient router: the input node of a traced (static) graph (see docs/design.md,
+//! 'Static mode').
 //!
 //! A router holds a value set from outside and, optionally, a *route*: the `Var` that the
 //! value came from. Backward sends the gradient arriving at the router on to its route, so
@@ -11,7 +12,7 @@ use crate::reactive;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 pub(crate) struct Router {
     target: Mutex<Option<Var>>,
@@ -34,13 +35,13 @@ impl Op for Router {
         false
     }
     fn route(&self) -> Option<Var> {
-        self.target.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.target.lock().clone()
     }
     fn is_router(&self) -> bool {
         true
     }
     fn set_route(&self, target: Option<Var>) {
-        let mut current = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.target.lock();
         let same = match (&*current, &target) {
             (Some(a), Some(b)) => a.same_node(b),
             (None, None) => true,

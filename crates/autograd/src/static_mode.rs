@@ -1,4 +1,4 @@
-//! Static mode: graphs built once and re-run with new values (seed 001 §2.6, §2.7, §10).
+//! Static mode: graphs built once and re-run with new values (see docs/design.md, 'Static mode').
 //!
 //! In eager mode every call builds new nodes. A [`Traced`] model instead builds its graph
 //! once per input shape, from a [gradient router](Var::router) as input, and afterwards
@@ -39,10 +39,11 @@ use crate::reactive::Plan;
 use crate::var::Var;
 use ember_tensor::{DType, Result, Tensor};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::{Arc, Weak};
 
 /// What a traced model (or a cached criterion) accepts as input: a value, and optionally a
-/// `Var` to route gradients back to (seed 001 §2.6).
+/// `Var` to route gradients back to (see docs/design.md, 'Static mode').
 pub trait ForwardInput {
     /// The value to compute with.
     fn forward_value(&self) -> Tensor;
@@ -128,7 +129,7 @@ impl Traced {
     }
 
     fn graphs(&self) -> MutexGuard<'_, HashMap<GraphKey, Arc<TracedGraph>>> {
-        self.graphs.lock().unwrap_or_else(|e| e.into_inner())
+        self.graphs.lock()
     }
 
     /// The output for `input`: the cached graph for its shape re-run with the new value, or
@@ -144,7 +145,7 @@ impl Traced {
         let key = (value.shape().to_vec(), value.dtype());
         let cached = self.graphs().get(&key).cloned();
         if let Some(g) = cached {
-            let _running = g.running.lock().unwrap_or_else(|e| e.into_inner());
+            let _running = g.running.lock();
             g.router.set_route(route);
             g.router.set_value_quietly(value)?;
             g.plan.run()?;
@@ -215,8 +216,8 @@ impl LossEntry {
 }
 
 /// A loss function whose subgraph is built once per output node and re-run with new targets
-/// (seed 001 §2.7's `Criterion`): for the output of a [`Traced`] model, every call after the
-/// first only sets the target and recomputes the loss part of the graph. A target of another
+/// (a cached criterion; see docs/design.md, 'Static mode'): for the output of a [`Traced`]
+/// model, every call after the first only sets the target and recomputes the loss part of the graph. A target of another
 /// shape or dtype than before gets a subgraph of its own.
 ///
 /// An entry is dropped once nothing but the loss graph holds its output, so calling it on
@@ -237,7 +238,7 @@ impl CachedLoss {
     /// date first (a [`Traced`] model's `forward` does).
     pub fn forward(&self, output: &Var, target: impl ForwardInput) -> Result<Var> {
         let value = target.forward_value();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         entries.retain(LossEntry::output_in_use);
         let ptr = Arc::as_ptr(&output.node) as *const u8;
         let target_key = (value.shape().to_vec(), value.dtype());
@@ -271,7 +272,7 @@ impl CachedLoss {
 
     /// The number of loss subgraphs currently cached.
     pub fn cached(&self) -> usize {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         entries.retain(LossEntry::output_in_use);
         entries.len()
     }

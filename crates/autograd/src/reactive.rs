@@ -1,5 +1,13 @@
-//! Value freshness: which node values are stale, and recomputing exactly those (see docs/design.md,
-//! 'Value versions and re-execution').
+//! Value freshness: which node values are stale, and recomputing exactly those (see
+//! docs/design.md, 'Value versions and re-execution').
+//!
+//! This is part of the core, not an extension: value versions are what the in-place check
+//! compares, the engine frees values after backward *because* they can be recomputed here
+//! (and refreshes its roots before differentiating them), and a handle to a freed value is
+//! only given out after restoring it (`Var::from_node_ensured`). The push half below
+//! (consumer registrations and dirty marks) serves `Var::forward` and the static mode, and
+//! costs eager code nothing: a node registers with its inputs only at its first full
+//! request.
 //!
 //! Every node records the `(value_version, storage_version)` of each input when it computed
 //! its value. A request walks up from the requested node (with an explicit stack, never
@@ -28,7 +36,7 @@
 //! and checks the other branches' flags without walking them. Eager code never subscribes
 //! and pays nothing for this.
 
-use crate::node::{DIRTY, NodeRef, NodeState, PACKED_AWAY, SUBSCRIBED};
+use crate::node::{DIRTY, NodeRef, NodeState, VALUE_AWAY, SUBSCRIBED};
 use ember_tensor::storage::{bump_mutation_epoch, inplace_epoch, mutation_epoch};
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
@@ -87,7 +95,7 @@ pub(crate) enum Mode {
 /// (backward reads packed copies): such a node is recomputed only when its inputs changed
 /// or when its value itself is asked for.
 fn present(n: &NodeRef, st: &NodeState) -> bool {
-    st.value.is_some() || n.has(PACKED_AWAY)
+    st.value.is_some() || n.has(VALUE_AWAY)
 }
 
 fn fresh(n: &NodeRef, st: &NodeState, mode: Mode, ep: (u64, u64)) -> bool {
@@ -199,7 +207,7 @@ fn subscribe(n: &NodeRef) {
 fn dirty_walk(node: &NodeRef, ep: (u64, u64), inplace: u64) -> Result<Tensor> {
     // `need`: the node's value itself is needed (see `full_walk`).
     let needs_work = |n: &NodeRef, need: bool| {
-        !n.inputs.is_empty() && (n.has(DIRTY) || (n.state().value.is_none() && (need || !n.has(PACKED_AWAY))))
+        !n.inputs.is_empty() && (n.has(DIRTY) || (n.state().value.is_none() && (need || !n.has(VALUE_AWAY))))
     };
     let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
     while let Some((n, expanded, need)) = stack.pop() {
@@ -262,7 +270,7 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64), need: bool) -> Re
             Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
             Mode::Full => st.input_versions[..] != current[..],
         };
-        if !changed && (st.value.is_some() || (!need && n.has(PACKED_AWAY))) {
+        if !changed && (st.value.is_some() || (!need && n.has(VALUE_AWAY))) {
             mark(&mut st, mode, ep);
             return Ok(SmallVec::new());
         }
@@ -286,7 +294,7 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64), need: bool) -> Re
         Mode::Full => st.input_versions[..] != current[..],
     };
     store_recomputed(&mut st, out, current, changed);
-    n.set(PACKED_AWAY, false);
+    n.set(VALUE_AWAY, false);
     mark(&mut st, mode, ep);
     Ok(SmallVec::new())
 }

@@ -34,10 +34,13 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::node::{Node, Op};
+use crate::extension::{Extension, Feature, ids};
+use crate::node::{Node, NodeRef};
+use crate::op::Op;
 use crate::reactive::Plan;
 use crate::var::Var;
 use ember_tensor::{DType, Result, Tensor};
+use std::any::Any;
 use std::collections::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::{Arc, Weak};
@@ -85,6 +88,26 @@ impl ForwardInput for &Var {
     }
     fn forward_route(&self) -> Option<Var> {
         self.requires_grad().then(|| (*self).clone())
+    }
+}
+
+/// Kept backward plans as an engine extension, flagged on the root of a cached loss:
+/// backward from it runs through the same graph every time, so it keeps its prepared plan
+/// (the engine checks that nothing structural changed since).
+struct KeptPlans;
+
+static FEATURE: Feature = Feature::new(ids::BACKWARD_PLAN, &KeptPlans);
+
+/// The backward plan kept on a root, in its extension slot.
+#[derive(Default)]
+struct KeptPlan(Option<Arc<dyn Any + Send + Sync>>);
+
+impl Extension for KeptPlans {
+    fn cached_plan(&self, root: &NodeRef) -> Option<Arc<dyn Any + Send + Sync>> {
+        root.extras().as_ref()?.slot::<KeptPlan>()?.0.clone()
+    }
+    fn keep_plan(&self, root: &NodeRef, plan: &Arc<dyn Any + Send + Sync>) {
+        root.extras().get_or_insert_with(Default::default).slot_or_default::<KeptPlan>().0 = Some(plan.clone());
     }
 }
 
@@ -209,8 +232,9 @@ struct LossEntry {
 impl LossEntry {
     /// Whether anything besides this entry's own loss graph still holds the output.
     fn output_in_use(&self) -> bool {
+        let plan = KeptPlans.cached_plan(&self.loss.node);
         let held_by_backward_plan =
-            crate::engine::cached_plan_holds(&self.loss.node, self.output.as_ptr() as *const u8);
+            plan.is_some_and(|p| crate::engine::plan_holds(&*p, self.output.as_ptr() as *const u8));
         self.output.strong_count() > self.own_refs + held_by_backward_plan as usize
     }
 }
@@ -258,7 +282,7 @@ impl CachedLoss {
         let plan = Plan::of(&loss.node, Some(&output.node));
         // Backward from this loss will run through the same graph every time: let it keep
         // its prepared plan.
-        loss.node.set(crate::node::PLAN_BACKWARD, true);
+        FEATURE.flag(&loss.node, true);
         entries.push(LossEntry {
             output: Arc::downgrade(&output.node),
             own_refs,

@@ -1,9 +1,9 @@
 //! What an operation's backward sees: its inputs and output as `Var`s (version-checked when
 //! saved), which inputs need gradients, and the input shapes.
 //!
-//! An extension may keep what backward reads in place of the values themselves (saved-tensor
-//! hooks keep packed copies): the engine hands each context a [`SavedSource`] to ask, and
-//! the context asks only about nodes that carry an extension flag.
+//! An extension may keep what backward reads in place of the values themselves (a packed
+//! copy, say): the engine hands each context a [`SavedSource`] to ask, and the context asks
+//! only about nodes that carry an extension flag.
 
 use crate::node::{NodeRef, VALUE_AWAY};
 use crate::var::Var;
@@ -54,8 +54,8 @@ impl BackwardCtx<'_> {
             Error::autograd(format!("{}: backward asked for input {i} of {}", self.node.op.name(), self.num_inputs()))
         })?;
         if self.node.op.saves().saves_input(i) {
-            // Versions are compared without the value itself, which saved-tensor hooks may
-            // have dropped in favour of a packed copy.
+            // Versions are compared without the value itself, which an extension may have
+            // dropped in favour of a copy of its own (`VALUE_AWAY`).
             let recorded = self.node.state().input_versions.get(i).copied();
             let (vv, mut sv) = node.state().versions();
             if node.has(VALUE_AWAY)
@@ -70,9 +70,8 @@ impl BackwardCtx<'_> {
                 let (now, then) = if rv == vv { (sv, rs) } else { (vv, rv) };
                 return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
             }
-            // An extension's substitute (saved-tensor hooks: the unpacked value) is read
-            // instead, and the original is never needed (it is then not recomputed if it
-            // was dropped).
+            // An extension's substitute is read instead, and the original is never needed
+            // (it is then not recomputed if it was dropped).
             if self.node.extensions() != 0
                 && let Some(r) = recorded
                 && let Some(v) = self.saved.saved_input(self.node, i, r, node)

@@ -36,8 +36,8 @@
 
 use crate::backward::grad_with;
 use crate::backward_ctx::BackwardCtx;
-use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
 use crate::extension::{Applying, Extension, Feature, ids};
+use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
 use crate::node::{NodeRef, REQUIRES_GRAD, SeqLog, new_node};
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;

@@ -5,14 +5,15 @@
 //! 2. *Discovery*: an explicit-stack DFS from the roots over edges into nodes that require
 //!    grad gives every reachable node a local index and a post-order.
 //! 3. *Pruning*: in post-order, a node is *needed* if it is itself a destination (a leaf
-//!    that requires grad, a node that retains its grad or has hooks; for [`grad`], one of
-//!    the requested inputs) or if any of its inputs is needed. Nothing else runs.
+//!    that requires grad, a node that retains its grad or that an extension wants a
+//!    gradient for; for [`grad`], one of the requested inputs) or if any of its inputs is needed. Nothing else runs.
 //! 4. *Dependencies*: each needed node counts the needed consumers that will send it a
 //!    gradient.
 //! 5. *Execution*: a max-heap on sequence numbers holds the ready nodes (all gradients
-//!    arrived). A node takes its input buffer (the sum of what its consumers sent), runs its
-//!    hooks, accumulates into `.grad` if it is a leaf, otherwise calls its operation's
-//!    backward and adds each input's gradient into that input's buffer.
+//!    arrived). A node takes its input buffer (the sum of what its consumers sent), hands it
+//!    to the extensions flagged on it, accumulates into `.grad` if it is a leaf, otherwise
+//!    calls its operation's backward and adds each input's gradient into that input's
+//!    buffer.
 //!
 //! Each backward propagates only its own gradients: buffers live in this call, never in the
 //! nodes, so a node used by two backward calls never sees the first call's signal in the
@@ -206,7 +207,7 @@ fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Prepared {
 }
 
 /// The prepared graph for a backward from `roots`: reused when an extension flagged on the
-/// single root keeps one (a static graph's root, a cached loss) and nothing structural
+/// single root keeps one and nothing structural
 /// changed since, computed otherwise and offered to those extensions.
 fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Arc<dyn Any + Send + Sync> {
     let flags = if targets.is_none() && roots.len() == 1 { roots[0].extensions() } else { 0 };
@@ -237,8 +238,8 @@ thread_local! {
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 
-/// The backward call running on this thread (0: none): a backward nested in another (a
-/// checkpoint recomputing its segment) has its own, so that what operations hand over
+/// The backward call running on this thread (0: none): a backward nested in another (run
+/// by an operation's backward) has its own, so that what operations hand over
 /// between their nodes stays within one call.
 pub(crate) fn current_run() -> u64 {
     RUN.with(|r| r.get().0)
@@ -278,10 +279,10 @@ pub(crate) struct Run<'a> {
     pub targets: Option<&'a [NodeRef]>,
     pub retain_graph: bool,
     pub create_graph: bool,
-    /// Whether the grad hooks of `targets` run. A backward nested in another one (a
-    /// checkpoint recomputing its segment) hands its targets' gradients to the outer
-    /// backward, which runs their hooks when it delivers them: running them here too would
-    /// apply them twice.
+    /// Whether the extensions flagged on `targets` see their gradients. A backward nested in
+    /// another one (run by an operation's backward) hands its targets' gradients to the
+    /// outer backward, which shows them to the extensions when it delivers them: doing it
+    /// here too would apply their hooks twice.
     pub target_hooks: bool,
 }
 
@@ -418,7 +419,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             if deps[j] == 0 {
                 // A leaf runs as soon as its gradient is complete (PyTorch gives
                 // AccumulateGrad the top priority too): its gradient is not kept buffered
-                // until the rest of backward is done, and post-accumulate hooks see it early.
+                // until the rest of backward is done, and extensions watching the leaf see it early.
                 let n = &graph.nodes[j];
                 heap.push((if n.is_leaf() { u64::MAX } else { n.seq }, j));
             }
@@ -439,14 +440,13 @@ fn not_differentiable(node: &NodeRef) -> Error {
     Error::autograd(format!(
         "{}: its backward is not differentiable (it computes with non-differentiable kernels), so it cannot run \
          under create_graph: higher-order gradients through it would be wrong; differentiate it without \
-         create_graph, or give it a backward written with Var operations (Op::backward_differentiable, \
-         Function::differentiable_backward)",
+         create_graph, or give it a backward written with Var operations and declare it differentiable",
         node.op.name()
     ))
 }
 
 /// `g` in the dtype of `node`'s value. Operations already return gradients in their
-/// inputs' dtypes; this covers what reaches a node from outside them (a hook's result).
+/// inputs' dtypes; this covers what reaches a node from outside them (an extension's replacement).
 fn in_dtype_of(node: &NodeRef, g: &Var) -> Var {
     let dtype = node.state().value.as_ref().map(|v| v.dtype());
     match dtype {

@@ -61,10 +61,10 @@ use crate::op::{Grads, Op, Saves};
 use crate::saved_hooks::{self, PackedValue};
 use crate::var::Var;
 use ember_tensor::{DType, Error, Result, Shape, Tensor};
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use smallvec::{SmallVec, smallvec};
 use std::any::{Any, TypeId};
-use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 
 /// A differentiable operation defined by its forward on tensors and its backward; see the

@@ -36,7 +36,7 @@
 //! and checks the other branches' flags without walking them. Eager code never subscribes
 //! and pays nothing for this.
 
-use crate::node::{DIRTY, NodeRef, NodeState, VALUE_AWAY, SUBSCRIBED};
+use crate::node::{DIRTY, NodeRef, NodeState, SUBSCRIBED, VALUE_AWAY};
 use ember_tensor::storage::{bump_mutation_epoch, inplace_epoch, mutation_epoch};
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;

@@ -40,9 +40,9 @@ use crate::op::Op;
 use crate::reactive::Plan;
 use crate::var::Var;
 use ember_tensor::{DType, Result, Tensor};
+use parking_lot::{Mutex, MutexGuard};
 use std::any::Any;
 use std::collections::HashMap;
-use parking_lot::{Mutex, MutexGuard};
 use std::sync::{Arc, Weak};
 
 /// What a traced model (or a cached criterion) accepts as input: a value, and optionally a

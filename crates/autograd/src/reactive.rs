@@ -91,8 +91,8 @@ pub(crate) enum Mode {
     Full,
 }
 
-/// Whether `n` has its value, or does without it because saved-tensor hooks dropped it
-/// (backward reads packed copies): such a node is recomputed only when its inputs changed
+/// Whether `n` has its value, or does without it because an extension dropped it
+/// (`VALUE_AWAY`: backward reads the extension's copies): such a node is recomputed only when its inputs changed
 /// or when its value itself is asked for.
 fn present(n: &NodeRef, st: &NodeState) -> bool {
     st.value.is_some() || n.has(VALUE_AWAY)
@@ -175,7 +175,7 @@ fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
         }
         let missing = recompute_if_stale(&n, mode, ep, need)?;
         if !missing.is_empty() {
-            // The recomputation needs inputs that were dropped (saved-tensor hooks): bring
+            // The recomputation needs inputs that were dropped (`VALUE_AWAY`): bring
             // them back first, then come back to this node.
             stack.push((n, true, need));
             stack.extend(missing.into_iter().map(|i| (i, false, true)));
@@ -257,8 +257,8 @@ pub(crate) fn mark_dependents_dirty(leaf: &NodeRef) {
     }
 }
 
-/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed (a value
-/// saved-tensor hooks dropped only if `need`: its value itself is asked for). The inputs
+/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed (a value an
+/// extension dropped only if `need`: its value itself is asked for). The inputs
 /// are fresh when this is called. Versions are compared first, so an unchanged node costs
 /// no tensor clones. Returns the inputs whose values a recomputation needs but were dropped
 /// (empty when done): the caller restores them and calls again.

@@ -3,7 +3,7 @@
 //! While anomaly mode is on (a thread-local switch, like grad mode), every node created
 //! records where its forward was called (a captured backtrace), and every backward output
 //! is checked for NaN and Inf. The first non-finite gradient fails the backward with the
-//! operation's name and that forward backtrace (seed 004 §8.1).
+//! operation's name and that forward backtrace.
 //!
 //! ```
 //! use ember_autograd::{detect_anomaly, Var};
@@ -14,21 +14,42 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::backward_ctx::BackwardCtx;
-use crate::instrument;
-use crate::node::{Grads, NodeRef};
+use crate::extension::{Extension, Feature, ids};
+use crate::node::NodeRef;
+use crate::op::Grads;
 use crate::var::Var;
 use ember_tensor::{Error, Result};
-use std::cell::Cell;
 use std::marker::PhantomData;
 
-thread_local! {
-    static ANOMALY: Cell<bool> = const { Cell::new(false) };
+/// Anomaly mode as an engine extension, active on the threads where it is on: it records
+/// where nodes are created and checks every backward result.
+struct Anomaly;
+
+static FEATURE: Feature = Feature::new(ids::ANOMALY, &Anomaly);
+
+/// Where a node's forward was created, kept in its extension slot.
+#[derive(Default)]
+struct CreatedAt(String);
+
+impl Extension for Anomaly {
+    fn on_record(&self, var: &Var) {
+        if !var.is_leaf() {
+            let site = std::backtrace::Backtrace::force_capture().to_string();
+            *var.node.extras().get_or_insert_with(Default::default).slot_or_default::<CreatedAt>() = CreatedAt(site);
+        }
+    }
+    fn after_backward(&self, _: u64, node: &NodeRef, grads: &mut Result<Grads>) {
+        if let Ok(g) = grads
+            && let Err(e) = check(node, g)
+        {
+            *grads = Err(e);
+        }
+    }
 }
 
 /// Whether anomaly mode is on for this thread.
 pub fn is_anomaly_enabled() -> bool {
-    ANOMALY.with(|a| a.get())
+    FEATURE.is_active()
 }
 
 /// Turns anomaly mode on until dropped, then restores the previous setting.
@@ -48,10 +69,9 @@ pub struct AnomalyGuard {
 impl AnomalyGuard {
     /// Turns anomaly mode on for this thread.
     pub fn new() -> Self {
-        // `ops::apply` learns through the instrumentation switch that nodes must record
-        // their creation site.
-        instrument::set(instrument::ANOMALY, true);
-        AnomalyGuard { prev: ANOMALY.with(|a| a.replace(true)), _not_send: PhantomData }
+        let prev = is_anomaly_enabled();
+        FEATURE.set_active(true);
+        AnomalyGuard { prev, _not_send: PhantomData }
     }
 }
 
@@ -63,8 +83,7 @@ impl Default for AnomalyGuard {
 
 impl Drop for AnomalyGuard {
     fn drop(&mut self) {
-        ANOMALY.with(|a| a.set(self.prev));
-        instrument::set(instrument::ANOMALY, self.prev);
+        FEATURE.set_active(self.prev);
     }
 }
 
@@ -93,17 +112,8 @@ pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Where a node's forward is being created, captured only in anomaly mode.
-pub(crate) fn creation_site() -> Option<String> {
-    is_anomaly_enabled().then(|| std::backtrace::Backtrace::force_capture().to_string())
-}
-
-/// Runs a node's backward; in anomaly mode, fails on NaN or Inf in its result.
-pub(crate) fn checked_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
-    let grads = node.op.backward(ctx, grad)?;
-    if !is_anomaly_enabled() {
-        return Ok(grads);
-    }
+/// Fails on NaN or Inf in the gradients a node's backward returned.
+fn check(node: &NodeRef, grads: &Grads) -> Result<()> {
     for (k, g) in grads.iter().enumerate() {
         let Some(g) = g else { continue };
         let values = g.value().to_vec_f64()?;
@@ -119,7 +129,8 @@ pub(crate) fn checked_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var
             let site = node
                 .extras()
                 .as_ref()
-                .and_then(|e| e.created_at.clone())
+                .and_then(|e| e.slot::<CreatedAt>())
+                .map(|c| c.0.clone())
                 .unwrap_or_else(|| "not recorded: the forward ran outside anomaly mode".into());
             return Err(Error::autograd(format!(
                 "function '{}'{name} returned {kind} values in its gradient for input {k}.\nForward created at:\n{site}",
@@ -127,5 +138,5 @@ pub(crate) fn checked_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var
             )));
         }
     }
-    Ok(grads)
+    Ok(())
 }

@@ -1,15 +1,31 @@
 //! What an operation's backward sees: its inputs and output as `Var`s (version-checked when
 //! saved), which inputs need gradients, and the input shapes.
+//!
+//! An extension may keep what backward reads in place of the values themselves (a packed
+//! copy, say): the engine hands each context a [`SavedSource`] to ask, and the context asks
+//! only about nodes that carry an extension flag.
 
-use crate::node::{HAS_PACKED, NodeRef};
+use crate::node::{NodeRef, VALUE_AWAY};
 use crate::var::Var;
 use ember_tensor::{Error, Result, Shape};
 use smallvec::SmallVec;
+
+/// What backward reads in place of saved values, for nodes an extension flagged.
+pub(crate) trait SavedSource: Sync {
+    /// The storage version of a value that was dropped (`VALUE_AWAY`), if a tensor handle
+    /// to its storage is still alive (a write through it is still a write to a saved value).
+    fn away_version(&self, node: &NodeRef) -> Option<u64>;
+    /// What backward reads instead of input `i` of `node` (recorded at `versions`).
+    fn saved_input(&self, node: &NodeRef, i: usize, versions: (u64, u64), input: &NodeRef) -> Option<Result<Var>>;
+    /// What backward reads instead of `node`'s output.
+    fn saved_output(&self, node: &NodeRef) -> Option<Result<Var>>;
+}
 
 /// The context of one backward call of one node.
 pub struct BackwardCtx<'a> {
     pub(crate) node: &'a NodeRef,
     pub(crate) needs: SmallVec<[bool; 2]>,
+    pub(crate) saved: &'a dyn SavedSource,
 }
 
 impl BackwardCtx<'_> {
@@ -38,11 +54,13 @@ impl BackwardCtx<'_> {
             Error::autograd(format!("{}: backward asked for input {i} of {}", self.node.op.name(), self.num_inputs()))
         })?;
         if self.node.op.saves().saves_input(i) {
-            // Versions are compared without the value itself, which saved-tensor hooks may
-            // have dropped in favour of a packed copy.
+            // Versions are compared without the value itself, which an extension may have
+            // dropped in favour of a copy of its own (`VALUE_AWAY`).
             let recorded = self.node.state().input_versions.get(i).copied();
             let (vv, mut sv) = node.state().versions();
-            if let Some(now) = crate::saved_hooks::away_version(node) {
+            if node.has(VALUE_AWAY)
+                && let Some(now) = self.saved.away_version(node)
+            {
                 sv = now;
             }
             if let Some((rv, rs)) = recorded
@@ -52,12 +70,13 @@ impl BackwardCtx<'_> {
                 let (now, then) = if rv == vv { (sv, rs) } else { (vv, rv) };
                 return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
             }
-            // Saved-tensor hooks: backward reads the unpacked value, and never needs the
-            // original (which is then not recomputed if it was dropped).
-            if self.node.has(HAS_PACKED)
-                && let Some(p) = recorded.and_then(|r| crate::saved_hooks::packed_input(self.node, i, r))
+            // An extension's substitute is read instead, and the original is never needed
+            // (it is then not recomputed if it was dropped).
+            if self.node.extensions() != 0
+                && let Some(r) = recorded
+                && let Some(v) = self.saved.saved_input(self.node, i, r, node)
             {
-                return crate::saved_hooks::unpack(self.node.op.name(), &format!("input {i}"), p, Some(node));
+                return v;
             }
         }
         Var::from_node_ensured(node.clone())
@@ -76,7 +95,7 @@ impl BackwardCtx<'_> {
             };
             let written = match written {
                 Some(w) => Some(w),
-                None => match crate::saved_hooks::away_version(self.node) {
+                None => match self.node.has(VALUE_AWAY).then(|| self.saved.away_version(self.node)).flatten() {
                     Some(now) if now != self.node.state().storage_version => {
                         let v = Var::from_node_ensured(self.node.clone())?.value();
                         Some((v.shape_obj().clone(), v.dtype(), now, self.node.state().storage_version))
@@ -87,10 +106,10 @@ impl BackwardCtx<'_> {
             if let Some((shape, dtype, now, then)) = written {
                 return Err(self.modified("the output".into(), &shape, dtype, now, then));
             }
-            if self.node.has(HAS_PACKED)
-                && let Some(p) = crate::saved_hooks::packed_output(self.node)
+            if self.node.extensions() != 0
+                && let Some(v) = self.saved.saved_output(self.node)
             {
-                return crate::saved_hooks::unpack(self.node.op.name(), "the output", p, Some(self.node));
+                return v;
             }
         }
         Var::from_node_ensured(self.node.clone())

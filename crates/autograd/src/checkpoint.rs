@@ -36,16 +36,15 @@
 
 use crate::backward::grad_with;
 use crate::backward_ctx::BackwardCtx;
+use crate::extension::{Applying, Extension, Feature, ids};
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
-use crate::instrument::{self, CAPTURE, PROFILING, SAVED_HOOKS};
-use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves, seq_remaining};
-use crate::profiler::{self, Phase};
-use crate::reactive;
+use crate::node::{NodeRef, REQUIRES_GRAD, SeqLog, new_node};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::random::with_rng;
 use ember_tensor::{Error, Result, Tensor};
 use rustc_hash::FxHashSet;
-use smallvec::{SmallVec, smallvec};
+use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -78,18 +77,24 @@ fn replaying<R>(rng: &RngReplay, f: impl FnOnce() -> R) -> R {
 }
 
 struct Capture {
-    /// The sequence numbers this thread has handed out, or may hand out, since the segment
-    /// began: a node numbered in them was created inside the segment and is never captured.
-    /// Numbers are unique across threads but not ordered in time, so "numbered after the
-    /// start" would say nothing about a parameter made on another thread.
-    inside: SmallVec<[std::ops::Range<u64>; 2]>,
+    /// The sequence numbers this thread has handed out since the segment began: a node
+    /// numbered in them was created inside the segment and is never captured, whichever
+    /// thread made the others.
+    inside: SeqLog,
     seen: FxHashSet<usize>,
     vars: Vec<Var>,
 }
 
-impl Capture {
-    fn created_inside(&self, seq: u64) -> bool {
-        self.inside.iter().any(|r| r.contains(&seq))
+/// Checkpoint's capture as an engine extension, active while a segment runs its first
+/// forward: it sees the inputs of every operation applied there.
+struct Capturing;
+
+static FEATURE: Feature = Feature::new(ids::CHECKPOINT, &Capturing);
+
+impl Extension for Capturing {
+    fn before_apply(&self, _: &str, inputs: &[&Var]) -> u64 {
+        capture(inputs);
+        0
     }
 }
 
@@ -102,24 +107,14 @@ thread_local! {
 /// were not created inside the segment: the parameters (and outer `Var`s) it reads,
 /// whichever thread made them. (The segment runs in `no_grad`, so what it computes requires
 /// grad only if it turns grad mode back on.)
-pub(crate) fn capture(inputs: &[&Var]) {
+fn capture(inputs: &[&Var]) {
     CAPTURES.with(|c| {
         if let Some(top) = c.borrow_mut().last_mut() {
             for v in inputs {
-                if v.requires_grad() && !top.created_inside(v.node.seq) && top.seen.insert(v.id()) {
+                if v.requires_grad() && !top.inside.contains(v.node.seq) && top.seen.insert(v.id()) {
                     top.vars.push((*v).clone());
                 }
             }
-        }
-    });
-}
-
-/// This thread took a new block of sequence numbers while segments are capturing: the nodes
-/// numbered from it are created inside all of them.
-pub(crate) fn note_seq_block(block: std::ops::Range<u64>) {
-    CAPTURES.with(|c| {
-        for capture in c.borrow_mut().iter_mut() {
-            capture.inside.push(block.clone());
         }
     });
 }
@@ -133,10 +128,10 @@ impl CaptureGuard {
     fn new() -> Self {
         let depth = CAPTURES.with(|c| {
             let mut c = c.borrow_mut();
-            c.push(Capture { inside: smallvec![seq_remaining()], seen: FxHashSet::default(), vars: Vec::new() });
+            c.push(Capture { inside: SeqLog::open(), seen: FxHashSet::default(), vars: Vec::new() });
             c.len() - 1
         });
-        instrument::set(CAPTURE, true);
+        FEATURE.set_active(true);
         CaptureGuard { depth }
     }
 
@@ -148,12 +143,16 @@ impl CaptureGuard {
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
-        let any = CAPTURES.with(|c| {
+        // The captures are taken out before they drop: closing their logs uses the
+        // thread-local of numbering, not this one, but nothing of that may find it borrowed.
+        let (gone, any) = CAPTURES.with(|c| {
             let mut c = c.borrow_mut();
-            c.truncate(self.depth);
-            !c.is_empty()
+            let keep = self.depth.min(c.len());
+            let gone = c.split_off(keep);
+            (gone, !c.is_empty())
         });
-        instrument::set(CAPTURE, any);
+        drop(gone);
+        FEATURE.set_active(any);
     }
 }
 
@@ -166,11 +165,7 @@ pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inp
         let vars: Vec<Var> = inputs.iter().map(|v| (*v).clone()).collect();
         return f(&vars);
     }
-    let flags = instrument::active();
-    if flags & CAPTURE != 0 {
-        capture(inputs);
-    }
-    let _timer = (flags & PROFILING != 0).then(|| profiler::begin("checkpoint", Phase::Forward));
+    let applying = Applying::begin("checkpoint", inputs);
     let f: Segment = Arc::new(f);
     let mut values = Vec::with_capacity(inputs.len());
     let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
@@ -196,16 +191,9 @@ pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inp
         edges.push(v.node.clone());
         versions.push(v.node.state().versions());
     }
-    out.storage().watch();
     let op = Checkpoint { f, n_inputs: inputs.len(), rng };
-    let state = NodeState::new(out, versions, reactive::epochs());
-    let var = Node::new_var(op, edges, if requires { REQUIRES_GRAD } else { 0 }, state);
-    if let Some(site) = crate::anomaly::creation_site() {
-        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
-    }
-    if flags & SAVED_HOOKS != 0 {
-        crate::saved_hooks::pack_node(&var);
-    }
+    let var = new_node(op, edges, if requires { REQUIRES_GRAD } else { 0 }, out, versions);
+    applying.recorded(&var);
     Ok(var)
 }
 
@@ -252,12 +240,6 @@ impl Op for Checkpoint {
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        if is_grad_enabled() {
-            return Err(Error::autograd(
-                "checkpoint: differentiating a checkpointed segment with create_graph (higher-order gradients) is \
-                 not supported; run the segment without checkpoint",
-            ));
-        }
         let n_all = ctx.num_inputs();
         let mut fresh = Vec::with_capacity(self.n_inputs);
         for i in 0..self.n_inputs {
@@ -297,5 +279,11 @@ impl Op for Checkpoint {
 
     fn saves(&self) -> Saves {
         Saves::INPUTS
+    }
+
+    /// Backward runs a nested backward through the recomputed segment, which is not
+    /// recorded: differentiating a checkpoint with `create_graph` is refused.
+    fn backward_differentiable(&self) -> bool {
+        false
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! Styles: parameters are blue boxes, frozen parameters steel-blue dashed boxes, inputs and
 //! constants white boxes, detached leaves dotted grey boxes; operations are ellipses,
-//! yellow when gradients flow through them and pale grey otherwise, gradient routers dashed light-grey ellipses
-//! (seed 001 §10.2), and `detach_node` a red octagon. Edges along which a gradient flows
-//! are solid; edges without one are grey and dashed; edges into a detaching node are red
+//! yellow when gradients flow through them and pale grey otherwise, gradient routers dashed
+//! light-grey ellipses (see docs/design.md, 'Static mode'), and `detach_node` a red octagon.
+//! Edges along which a gradient flows are solid; edges without one are grey and dashed; edges into a detaching node are red
 //! and dashed; a router's route is a dashed blue edge. Labels show the name (or operation)
 //! and the shape.
 //!

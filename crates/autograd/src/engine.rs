@@ -1,37 +1,49 @@
-//! The backward engine (seeds 003 and 004).
+//! The backward engine (see docs/design.md, 'Engine and extensions').
 //!
 //! 1. *Ensure-forward*: each root is refreshed by value ([`crate::reactive`]), so a graph
 //!    whose leaves were replaced is recomputed before it is differentiated.
 //! 2. *Discovery*: an explicit-stack DFS from the roots over edges into nodes that require
 //!    grad gives every reachable node a local index and a post-order.
 //! 3. *Pruning*: in post-order, a node is *needed* if it is itself a destination (a leaf
-//!    that requires grad, a node that retains its grad or has hooks; for [`grad`], one of
-//!    the requested inputs) or if any of its inputs is needed. Nothing else runs.
+//!    that requires grad, a node that retains its grad or that an extension wants a
+//!    gradient for; for [`grad`], one of the requested inputs) or if any of its inputs is needed. Nothing else runs.
 //! 4. *Dependencies*: each needed node counts the needed consumers that will send it a
 //!    gradient.
 //! 5. *Execution*: a max-heap on sequence numbers holds the ready nodes (all gradients
-//!    arrived). A node takes its input buffer (the sum of what its consumers sent), runs its
-//!    hooks, accumulates into `.grad` if it is a leaf, otherwise calls its operation's
-//!    backward and adds each input's gradient into that input's buffer.
+//!    arrived). A node takes its input buffer (the sum of what its consumers sent), hands it
+//!    to the extensions flagged on it, accumulates into `.grad` if it is a leaf, otherwise
+//!    calls its operation's backward and adds each input's gradient into that input's
+//!    buffer.
 //!
 //! Each backward propagates only its own gradients: buffers live in this call, never in the
 //! nodes, so a node used by two backward calls never sees the first call's signal in the
-//! second (seed 001 §7.2, rule 4). Leaves accumulate across calls until `zero_grad`.
+//! second (see docs/design.md, 'Accumulation rules'). Leaves accumulate across calls until
+//! `zero_grad`.
 //!
 //! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
 //! a user handle still holds the node or the value was written in place since it was
 //! computed; a later backward through freed nodes recomputes them from the leaves. Nothing
 //! here recurses, so chains of millions of nodes are fine.
+//!
+//! Optional features take part through the hook points of [`crate::extension`]: around the
+//! whole call and each node's backward when one is active on the thread, and, for nodes
+//! that carry an extension flag, on the gradient arriving at the node, after a leaf's
+//! accumulation, on release, to redirect a node's gradient and to keep the prepared plan of
+//! a root. The thread's mask is read once per call and a node's flags once per node, so a
+//! backward without features pays for none of them.
 
 use crate::backward_ctx::BackwardCtx;
+use crate::extension::{self, Dispatch, Running};
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
-use crate::hooks::{run_grad_hooks, run_post_accumulate_hooks};
-use crate::node::{Grads, HAS_GRAD, HAS_HOOKS, HAS_PACKED, NodeRef, PLAN_BACKWARD, RETAINS_GRAD};
+use crate::node::{HAS_GRAD, NodeRef, RETAINS_GRAD, structure_epoch};
+use crate::op::Grads;
 use crate::reactive::{self, Mode};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
+use std::any::Any;
+use std::cell::Cell;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +62,9 @@ struct Graph {
     /// other is a handle held outside this backward, whose value must be kept.
     graph_refs: Vec<usize>,
     index: FxHashMap<usize, usize>,
+    /// The nodes whose gradient an extension redirects, with their target for this
+    /// backward (read once, so that it cannot change mid-pass).
+    redirects: FxHashMap<usize, Option<NodeRef>>,
 }
 
 impl Graph {
@@ -67,29 +82,28 @@ impl Graph {
     }
 }
 
-/// The inputs a gradient flows to: the recorded inputs, or a router's current target.
-fn grad_input(n: &NodeRef, routes: &FxHashMap<usize, NodeRef>, pos: usize) -> Option<NodeRef> {
-    if n.op.is_router() {
-        return if pos == 0 { routes.get(&key(n)).cloned() } else { None };
+/// The inputs a gradient flows to: the recorded inputs, or a redirected node's target.
+fn grad_input(n: &NodeRef, redirects: &FxHashMap<usize, Option<NodeRef>>, pos: usize) -> Option<NodeRef> {
+    if let Some(target) = redirects.get(&key(n)) {
+        return if pos == 0 { target.clone() } else { None };
     }
     n.inputs.get(pos).cloned()
 }
 
-fn grad_input_count(n: &NodeRef, routes: &mut FxHashMap<usize, NodeRef>) -> usize {
+fn grad_input_count(n: &NodeRef, redirects: &mut FxHashMap<usize, Option<NodeRef>>) -> usize {
     if n.is_leaf() {
         // A leaf may keep inputs (a result of constants made to require grad), but backward
         // ends at it.
         return 0;
     }
-    if n.op.is_router() {
-        // A router's target is read once per backward, so that it cannot change mid-pass.
-        return match n.op.route() {
-            Some(v) => {
-                routes.insert(key(n), v.node.clone());
-                1
-            }
-            None => 0,
-        };
+    let flags = n.extensions();
+    if flags != 0
+        && let Some(target) = extension::redirect(flags, n)
+    {
+        let target = target.map(|v| v.node.clone());
+        let count = target.is_some() as usize;
+        redirects.insert(key(n), target);
+        return count;
     }
     n.inputs.len()
 }
@@ -97,22 +111,27 @@ fn grad_input_count(n: &NodeRef, routes: &mut FxHashMap<usize, NodeRef>) -> usiz
 /// Discovers the nodes reachable from `roots` through grad-requiring edges; returns the
 /// graph and a post-order (inputs before consumers).
 fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
-    let mut g = Graph { nodes: Vec::new(), edges: Vec::new(), graph_refs: Vec::new(), index: FxHashMap::default() };
-    let mut routes: FxHashMap<usize, NodeRef> = FxHashMap::default();
+    let mut g = Graph {
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        graph_refs: Vec::new(),
+        index: FxHashMap::default(),
+        redirects: FxHashMap::default(),
+    };
     let mut post = Vec::new();
     // (node, number of inputs, next input to visit)
     let mut stack: Vec<(usize, usize, usize)> = Vec::new();
     for r in roots {
         let (i, new) = g.add(r);
         if new {
-            let n = grad_input_count(r, &mut routes);
+            let n = grad_input_count(r, &mut g.redirects);
             stack.push((i, n, 0));
         }
         while let Some(&mut (i, count, ref mut pos)) = stack.last_mut() {
             if *pos < count {
                 let p = *pos;
                 *pos += 1;
-                let Some(input) = grad_input(&g.nodes[i], &routes, p) else {
+                let Some(input) = grad_input(&g.nodes[i], &g.redirects, p) else {
                     g.edges[i].push(None);
                     continue;
                 };
@@ -122,11 +141,12 @@ fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
                 }
                 let (j, new) = g.add(&input);
                 g.edges[i].push(Some(j));
-                if !g.nodes[i].op.is_router() {
+                // A redirect's target is no recorded input: it holds no reference to it.
+                if !g.redirects.contains_key(&key(&g.nodes[i])) {
                     g.graph_refs[j] += 1;
                 }
                 if new {
-                    let n = grad_input_count(&input, &mut routes);
+                    let n = grad_input_count(&input, &mut g.redirects);
                     stack.push((j, n, 0));
                 }
             } else {
@@ -136,15 +156,6 @@ fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
         }
     }
     (g, post)
-}
-
-static STRUCTURE_EPOCH: AtomicU64 = AtomicU64::new(1);
-
-/// Records a change that can alter what a backward visits or needs (a leaf's
-/// `requires_grad`, a retained gradient, a hook, a router's target): cached backward plans
-/// made before it are no longer used.
-pub(crate) fn bump_structure_epoch() {
-    STRUCTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The part of a backward call that depends only on the graph: the discovered nodes and
@@ -173,7 +184,10 @@ fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Prepared {
     for &i in &post {
         let node = &graph.nodes[i];
         let own = if accumulate {
-            (node.is_leaf() && node.requires_grad()) || node.has(RETAINS_GRAD) || node.has(HAS_HOOKS)
+            let flags = node.extensions();
+            (node.is_leaf() && node.requires_grad())
+                || node.has(RETAINS_GRAD)
+                || (flags != 0 && extension::wants_grad(flags, node))
         } else {
             target_slot[i].is_some()
         };
@@ -189,36 +203,73 @@ fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Prepared {
             }
         }
     }
-    Prepared { graph, needed, deps, target_slot, stamp: STRUCTURE_EPOCH.load(Ordering::Acquire) }
+    Prepared { graph, needed, deps, target_slot, stamp: structure_epoch() }
 }
 
-/// The prepared graph for a backward from `roots`: reused from the root when it is a static
-/// graph's root (a cached loss) and nothing structural changed since, computed otherwise.
-fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Result<Arc<Prepared>> {
-    let cacheable = targets.is_none() && roots.len() == 1 && roots[0].has(PLAN_BACKWARD);
-    if cacheable {
-        let stamp = STRUCTURE_EPOCH.load(Ordering::Acquire);
-        let cached = roots[0].extras().as_ref().and_then(|e| e.backward_plan.clone());
-        if let Some(p) = cached
-            && p.stamp == stamp
-        {
-            return Ok(p);
-        }
+/// The prepared graph for a backward from `roots`: reused when an extension flagged on the
+/// single root keeps one and nothing structural
+/// changed since, computed otherwise and offered to those extensions.
+fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Arc<dyn Any + Send + Sync> {
+    let flags = if targets.is_none() && roots.len() == 1 { roots[0].extensions() } else { 0 };
+    if flags != 0
+        && let Some(p) = extension::cached_plan(flags, &roots[0])
+        && p.downcast_ref::<Prepared>().is_some_and(|p| p.stamp == structure_epoch())
+    {
+        return p;
     }
-    let p = Arc::new(prepare(roots, targets));
-    if cacheable {
-        roots[0].extras().get_or_insert_with(Default::default).backward_plan = Some(p.clone());
+    let p: Arc<dyn Any + Send + Sync> = Arc::new(prepare(roots, targets));
+    if flags != 0 {
+        extension::keep_plan(flags, &roots[0], &p);
     }
-    Ok(p)
+    p
 }
 
-/// Whether the backward plan cached on `root` holds a reference to `node` (owners that
-/// count references to decide whether anyone else still uses a node must discount it).
-pub(crate) fn cached_plan_holds(root: &NodeRef, node: *const u8) -> bool {
-    root.extras()
-        .as_ref()
-        .and_then(|e| e.backward_plan.as_ref())
-        .is_some_and(|p| p.graph.index.contains_key(&(node as usize)))
+/// Whether a backward plan (as kept by an extension) holds a reference to `node` (owners
+/// that count references to decide whether anyone else still uses a node must discount it).
+pub(crate) fn plan_holds(plan: &(dyn Any + Send + Sync), node: *const u8) -> bool {
+    plan.downcast_ref::<Prepared>().is_some_and(|p| p.graph.index.contains_key(&(node as usize)))
+}
+
+thread_local! {
+    /// The backward call running on this thread (0: none), and whether it retains the
+    /// graph.
+    static RUN: Cell<(u64, bool)> = const { Cell::new((0, false)) };
+}
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+
+/// The backward call running on this thread (0: none): a backward nested in another (run
+/// by an operation's backward) has its own, so that what operations hand over
+/// between their nodes stays within one call.
+pub(crate) fn current_run() -> u64 {
+    RUN.with(|r| r.get().0)
+}
+
+/// Whether the backward call running on this thread keeps what backward needs
+/// (`retain_graph` or `create_graph`). Outside any backward call, nothing is freed.
+pub(crate) fn current_run_retains() -> bool {
+    RUN.with(|r| {
+        let (id, retain) = r.get();
+        id == 0 || retain
+    })
+}
+
+/// Identifies one backward call on this thread while it runs (see [`current_run`]).
+struct RunScope {
+    prev: (u64, bool),
+}
+
+impl RunScope {
+    fn enter(retain_graph: bool) -> RunScope {
+        let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
+        RunScope { prev: RUN.with(|r| r.replace((id, retain_graph))) }
+    }
+}
+
+impl Drop for RunScope {
+    fn drop(&mut self) {
+        RUN.with(|r| r.set(self.prev));
+    }
 }
 
 /// Options of one backward call.
@@ -228,10 +279,10 @@ pub(crate) struct Run<'a> {
     pub targets: Option<&'a [NodeRef]>,
     pub retain_graph: bool,
     pub create_graph: bool,
-    /// Whether the grad hooks of `targets` run. A backward nested in another one (a
-    /// checkpoint recomputing its segment) hands its targets' gradients to the outer
-    /// backward, which runs their hooks when it delivers them: running them here too would
-    /// apply them twice.
+    /// Whether the extensions flagged on `targets` see their gradients. A backward nested in
+    /// another one (run by an operation's backward) hands its targets' gradients to the
+    /// outer backward, which shows them to the extensions when it delivers them: doing it
+    /// here too would apply their hooks twice.
     pub target_hooks: bool,
 }
 
@@ -250,18 +301,22 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
         reactive::refresh(r, Mode::Values)?;
     }
     let _mode = GradModeGuard::new(create_graph);
-    // Custom functions with several outputs hand gradients over within this call only.
-    let _run = crate::function::RunScope::enter(retain_graph);
-    let profiling = crate::profiler::is_profiling();
-    let _whole = profiling.then(|| crate::profiler::begin("backward", crate::profiler::Phase::Range));
+    let _run = RunScope::enter(retain_graph);
+    // The features active on this thread, read once for the whole call.
+    let features = extension::active();
+    let _running = (features != 0).then(|| Running::begin(features));
 
     let root_nodes: Vec<NodeRef> = run.roots.iter().map(|(n, _)| n.clone()).collect();
-    let prepared = prepared_for(&root_nodes, run.targets)?;
+    let plan = prepared_for(&root_nodes, run.targets);
+    let Some(prepared) = plan.downcast_ref::<Prepared>() else {
+        return Err(Error::autograd("ember internal error: a kept backward plan has another type"));
+    };
     let (graph, needed, target_slot) = (&prepared.graph, &prepared.needed, &prepared.target_slot);
     let n = graph.nodes.len();
     if accumulate {
         for node in &graph.nodes {
-            // A node on the way stops holding the previous backward's gradient (seed 001 §7.2).
+            // A node on the way stops holding the previous backward's gradient (see docs/design.md,
+            // 'Accumulation rules').
             if node.has(HAS_GRAD) && !node.is_leaf() && !node.has(RETAINS_GRAD) {
                 *node.grad_slot() = None;
                 node.set(HAS_GRAD, false);
@@ -291,12 +346,13 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     let mut captured: Vec<Option<Var>> = vec![None; run.targets.map_or(0, |t| t.len())];
     while let Some((_, i)) = heap.pop() {
         let node = &graph.nodes[i];
+        let flags = node.extensions();
         let mut grad = buffers[i].take();
-        if node.has(HAS_HOOKS)
+        if flags != 0
             && (run.target_hooks || target_slot[i].is_none())
             && let Some(g) = grad.take()
         {
-            grad = Some(run_grad_hooks(node, g)?);
+            grad = Some(extension::on_grad(flags, node, g)?);
         }
         if let Some(t) = target_slot[i] {
             captured[t] = grad.as_ref().map(|g| in_dtype_of(node, g));
@@ -307,7 +363,9 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 && let Some(g) = grad
             {
                 accumulate_grad(node, g, create_graph)?;
-                run_post_accumulate_hooks(node)?;
+                if flags != 0 {
+                    extension::after_accumulate(flags, node)?;
+                }
             }
             continue;
         }
@@ -324,12 +382,19 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
         let needs: SmallVec<[bool; 2]> = graph.edges[i].iter().map(|e| e.is_some_and(|j| needed[j])).collect();
         let grads: Grads = match &grad {
             Some(g) if needs.iter().any(|&b| b) => {
-                if node.op.is_router() {
+                if flags != 0 && graph.redirects.contains_key(&key(node)) {
+                    // A redirect passes its gradient on unchanged.
                     smallvec::smallvec![Some(g.clone())]
-                } else if profiling {
-                    crate::profiler::timed_backward(node, &BackwardCtx { node, needs }, g)?
                 } else {
-                    crate::anomaly::checked_backward(node, &BackwardCtx { node, needs }, g)?
+                    if create_graph && !node.op.backward_differentiable() {
+                        return Err(not_differentiable(node));
+                    }
+                    let ctx = BackwardCtx { node, needs, saved: &Dispatch };
+                    if features != 0 {
+                        extension::backward_node(features, node, &ctx, g)?
+                    } else {
+                        node.op.backward(&ctx, g)?
+                    }
                 }
             }
             _ => Grads::new(),
@@ -354,20 +419,34 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             if deps[j] == 0 {
                 // A leaf runs as soon as its gradient is complete (PyTorch gives
                 // AccumulateGrad the top priority too): its gradient is not kept buffered
-                // until the rest of backward is done, and post-accumulate hooks see it early.
+                // until the rest of backward is done, and extensions watching the leaf see it early.
                 let n = &graph.nodes[j];
                 heap.push((if n.is_leaf() { u64::MAX } else { n.seq }, j));
             }
         }
         if !retain_graph {
+            if flags != 0 {
+                extension::on_release(flags, node);
+            }
             release(node, graph.graph_refs[i]);
         }
     }
     Ok(captured)
 }
 
+/// The error for `create_graph` through a node whose backward is not differentiable.
+#[cold]
+fn not_differentiable(node: &NodeRef) -> Error {
+    Error::autograd(format!(
+        "{}: its backward is not differentiable (it computes with non-differentiable kernels), so it cannot run \
+         under create_graph: higher-order gradients through it would be wrong; differentiate it without \
+         create_graph, or give it a backward written with Var operations and declare it differentiable",
+        node.op.name()
+    ))
+}
+
 /// `g` in the dtype of `node`'s value. Operations already return gradients in their
-/// inputs' dtypes; this covers what reaches a node from outside them (a hook's result).
+/// inputs' dtypes; this covers what reaches a node from outside them (an extension's replacement).
 fn in_dtype_of(node: &NodeRef, g: &Var) -> Var {
     let dtype = node.state().value.as_ref().map(|v| v.dtype());
     match dtype {
@@ -392,9 +471,9 @@ fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Resul
     Ok(())
 }
 
-/// The gradient an intermediate node keeps readable until the next backward (seed 001
-/// §7.2). Under `create_graph` it is the value only: the gradient's graph usually reaches
-/// back to the node itself (the gradient of `h.square()` is `2 h g`), and a node holding it
+/// The gradient an intermediate node keeps readable until the next backward (see
+/// docs/design.md, 'Accumulation rules'). Under `create_graph` it is the value only: the
+/// gradient's graph usually reaches back to the node itself (the gradient of `h.square()` is `2 h g`), and a node holding it
 /// would hold itself, so the graph would never be freed. PyTorch keeps graph-carrying
 /// gradients only on leaves and on `retain_grad` nodes, and so does ember.
 fn readable_grad(g: &Var, create_graph: bool) -> Var {
@@ -404,11 +483,6 @@ fn readable_grad(g: &Var, create_graph: bool) -> Var {
 /// Frees the value of a node that backward no longer needs and nothing outside the graph
 /// holds (no `Var` of the user's, no other graph that was not part of this backward).
 fn release(node: &NodeRef, graph_refs: usize) {
-    if node.has(HAS_PACKED) {
-        // What saved-tensor hooks packed for this node's backward goes with it, as PyTorch
-        // frees saved tensors.
-        crate::saved_hooks::drop_packed(node);
-    }
     if node.inputs.is_empty() || !node.op.recomputable() {
         return;
     }
@@ -481,7 +555,7 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
 mod tests {
     use super::*;
     use ember_tensor::Tensor;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use std::sync::mpsc::{Sender, channel};
 
     /// A node whose release tells a channel and then waits, so that a test can run another
@@ -489,7 +563,7 @@ mod tests {
     static PAUSE: Mutex<Option<(usize, Sender<()>)>> = Mutex::new(None);
 
     pub(super) fn at_release(node: &NodeRef) {
-        let hit = PAUSE.lock().unwrap_or_else(|e| e.into_inner()).take_if(|(k, _)| *k == key(node));
+        let hit = PAUSE.lock().take_if(|(k, _)| *k == key(node));
         if let Some((_, tell)) = hit {
             let _ = tell.send(());
             // Give the other thread time to take a handle and read the value.
@@ -507,7 +581,7 @@ mod tests {
         let loss = w.exp().sum_all();
         let h_id = loss.inputs()?[0].id();
         let (tell, told) = channel();
-        *PAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some((h_id, tell));
+        *PAUSE.lock() = Some((h_id, tell));
         let (done, finished) = channel::<()>();
         let reader = {
             let loss = loss.clone();

@@ -52,22 +52,20 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::anomaly;
 use crate::backward_ctx::BackwardCtx;
+use crate::engine::{current_run, current_run_retains};
+use crate::extension::Applying;
 use crate::grad_mode::{is_grad_enabled, no_grad};
-use crate::instrument::{self, CAPTURE, PROFILING};
-use crate::node::{Grads, Node, NodeRef, NodeState, Op, REQUIRES_GRAD, Saves};
-use crate::profiler::{self, Phase};
-use crate::reactive;
+use crate::node::{Node, NodeRef, REQUIRES_GRAD, new_node};
+use crate::op::{Grads, Op, Saves};
 use crate::saved_hooks::{self, PackedValue};
 use crate::var::Var;
 use ember_tensor::{DType, Error, Result, Shape, Tensor};
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use smallvec::{SmallVec, smallvec};
 use std::any::{Any, TypeId};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 /// A differentiable operation defined by its forward on tensors and its backward; see the
 /// [module docs](self).
@@ -279,10 +277,6 @@ impl FunctionCtx {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// What the nodes of one application share: the function and its latest context.
 struct Shared<F> {
     f: F,
@@ -304,35 +298,30 @@ impl<F: Function> Shared<F> {
             return Err(Error::autograd(format!("custom function {}: forward returned no outputs", self.name)));
         }
         ctx.finish_forward(values, &outputs, pack);
-        *lock(&self.ctx) = Arc::new(ctx);
-        *lock(&self.outputs) = outputs.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect();
+        *self.ctx.lock() = Arc::new(ctx);
+        *self.outputs.lock() = outputs.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect();
         Ok(outputs)
     }
 
     /// Forward again on new input values (the reactive engine recomputing a stale node).
     fn rerun(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let needs = lock(&self.ctx).needs.clone();
+        let needs = self.ctx.lock().needs.clone();
         let values: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
         self.run_forward(&values, needs, false)
     }
 
     /// Calls the user's backward with one gradient (or none) per output.
     fn backward(&self, bctx: &BackwardCtx<'_>, grads: OutputGrads) -> Result<Grads> {
+        // The engine refuses create_graph through a backward not declared differentiable
+        // (`Op::backward_differentiable`).
         let create_graph = is_grad_enabled();
-        if create_graph && !self.f.differentiable_backward() {
-            return Err(Error::autograd(format!(
-                "custom function {}: its backward is not differentiable, so it cannot run under create_graph; \
-                 return true from Function::differentiable_backward and compute the backward with Var operations",
-                self.name
-            )));
-        }
         let n = bctx.num_inputs();
-        let mut ctx = FunctionCtx::clone(&lock(&self.ctx));
+        let mut ctx = FunctionCtx::clone(&self.ctx.lock());
         ctx.needs = (0..n).map(|i| bctx.needs_input_grad(i)).collect();
         ctx.output_has_grad = grads.iter().map(Option::is_some).collect();
         if create_graph {
             let inputs = (0..n).map(|i| bctx.input(i)).collect::<Result<Vec<_>>>()?;
-            let nodes = lock(&self.output_nodes).clone();
+            let nodes = self.output_nodes.lock().clone();
             let outputs = if nodes.is_empty() {
                 vec![Some(bctx.output()?)]
             } else {
@@ -340,7 +329,7 @@ impl<F: Function> Shared<F> {
             };
             ctx.links = Some(Arc::new(Links { inputs, outputs }));
         }
-        let metas = lock(&self.outputs).clone();
+        let metas = self.outputs.lock().clone();
         let mut grad_outputs = Vec::with_capacity(grads.len());
         for (j, g) in grads.into_iter().enumerate() {
             grad_outputs.push(match g {
@@ -384,7 +373,7 @@ impl<F: Function> Shared<F> {
             // Like PyTorch, a backward that does not retain the graph frees what the function
             // saved (a user's forward is not re-run to get it back: a second backward is then
             // an error naming the function).
-            let mut shared = lock(&self.ctx);
+            let mut shared = self.ctx.lock();
             if !shared.saved.is_empty() {
                 let ctx = Arc::make_mut(&mut shared);
                 ctx.freed = ctx.saved.len();
@@ -427,6 +416,9 @@ impl<F: Function> Op for Single<F> {
     fn validates_grads(&self) -> bool {
         true
     }
+    fn backward_differentiable(&self) -> bool {
+        self.0.f.differentiable_backward()
+    }
 }
 
 /// The gradients of a function's outputs, `None` where one received none.
@@ -455,14 +447,14 @@ impl<F: Function> Op for Apply<F> {
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let outs = self.shared.rerun(inputs)?;
-        *lock(&self.multi.pending) = outs.into_iter().map(Some).collect();
+        *self.multi.pending.lock() = outs.into_iter().map(Some).collect();
         Ok(self.multi.token.clone())
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
         let run = current_run();
-        let n_out = lock(&self.shared.outputs).len();
+        let n_out = self.shared.outputs.lock().len();
         let grads = {
-            let mut slots = lock(&self.multi.slots);
+            let mut slots = self.multi.slots.lock();
             match slots.iter().position(|(r, _)| *r == run) {
                 Some(k) => slots.swap_remove(k).1,
                 None => SmallVec::new(),
@@ -481,6 +473,9 @@ impl<F: Function> Op for Apply<F> {
     fn validates_grads(&self) -> bool {
         true
     }
+    fn backward_differentiable(&self) -> bool {
+        self.shared.f.differentiable_backward()
+    }
 }
 
 /// Output `index` of a function with several outputs.
@@ -495,13 +490,13 @@ impl Op for Output {
         &self.name
     }
     fn forward(&self, _: &[&Tensor]) -> Result<Tensor> {
-        lock(&self.multi.pending).get_mut(self.index).and_then(Option::take).ok_or_else(|| {
+        self.multi.pending.lock().get_mut(self.index).and_then(Option::take).ok_or_else(|| {
             Error::autograd(format!("{}: the function's forward did not produce this output again", self.name))
         })
     }
     fn backward(&self, _: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
         let run = current_run();
-        let mut slots = lock(&self.multi.slots);
+        let mut slots = self.multi.slots.lock();
         let k = match slots.iter().position(|(r, _)| *r == run) {
             Some(k) => k,
             None => {
@@ -527,72 +522,21 @@ impl Op for Output {
     }
 }
 
-thread_local! {
-    /// The backward call running on this thread (0: none), and whether it retains the
-    /// graph.
-    static RUN: Cell<(u64, bool)> = const { Cell::new((0, false)) };
-}
-
-static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
-
-fn current_run() -> u64 {
-    RUN.with(|r| r.get().0)
-}
-
-/// Whether the backward call running on this thread keeps what backward needs (retain_graph
-/// or create_graph). Outside any backward call, nothing is freed.
-fn current_run_retains() -> bool {
-    RUN.with(|r| {
-        let (id, retain) = r.get();
-        id == 0 || retain
-    })
-}
-
-/// Identifies one backward call while it runs, so that output nodes and the function node
-/// of a custom function exchange gradients within that call only (a backward nested in
-/// another, as checkpoint runs, has its own), and tells functions whether to free their
-/// saved tensors after their backward.
-pub(crate) struct RunScope {
-    prev: (u64, bool),
-}
-
-impl RunScope {
-    pub(crate) fn enter(retain_graph: bool) -> RunScope {
-        let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
-        RunScope { prev: RUN.with(|r| r.replace((id, retain_graph))) }
-    }
-}
-
-impl Drop for RunScope {
-    fn drop(&mut self) {
-        RUN.with(|r| r.set(self.prev));
-    }
-}
-
-fn new_node<O: Op>(
+/// A node of the function: the one constructor for every node a function records.
+fn function_node<O: Op>(
     op: O,
     edges: SmallVec<[NodeRef; 2]>,
     requires_grad: bool,
     value: Tensor,
     versions: SmallVec<[(u64, u64); 2]>,
 ) -> Var {
-    value.storage().watch();
-    let flags = if requires_grad { REQUIRES_GRAD } else { 0 };
-    let var = Node::new_var(op, edges, flags, NodeState::new(value, versions, reactive::epochs()));
-    if let Some(site) = anomaly::creation_site() {
-        var.node.extras().get_or_insert_with(Default::default).created_at = Some(site);
-    }
-    var
+    new_node(op, edges, if requires_grad { REQUIRES_GRAD } else { 0 }, value, versions)
 }
 
 /// [`Function::apply`].
 fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
-    let flags = instrument::active();
-    if flags & CAPTURE != 0 {
-        crate::checkpoint::capture(inputs);
-    }
     let name: Arc<str> = f.name().into();
-    let _timer = (flags & PROFILING != 0).then(|| profiler::begin(&name, Phase::Forward));
+    let applying = Applying::begin(&name, inputs);
     let mut values = Vec::with_capacity(inputs.len());
     let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
     for (i, v) in inputs.iter().enumerate() {
@@ -624,14 +568,16 @@ fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
     if outputs.len() == 1 {
         let out = outputs.remove(0);
         let grad = differentiable(&out);
-        return Ok(vec![new_node(Single(shared), edges, grad, out, versions)]);
+        let var = function_node(Single(shared), edges, grad, out, versions);
+        applying.recorded(&var);
+        return Ok(vec![var]);
     }
     let multi = Arc::new(Multi {
         pending: Mutex::new(Vec::new()),
         slots: Mutex::new(Vec::new()),
         token: Tensor::scalar(0.0f32),
     });
-    let apply = new_node(
+    let apply = function_node(
         Apply { shared: shared.clone(), multi: multi.clone() },
         edges,
         requires,
@@ -643,8 +589,12 @@ fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
     for (index, out) in outputs.into_iter().enumerate() {
         let grad = differentiable(&out);
         let op = Output { multi: multi.clone(), index, name: format!("{name}[{index}]") };
-        vars.push(new_node(op, smallvec![apply.node.clone()], grad, out, smallvec![apply_versions]));
+        vars.push(function_node(op, smallvec![apply.node.clone()], grad, out, smallvec![apply_versions]));
     }
-    *lock(&shared.output_nodes) = vars.iter().map(|v| Arc::downgrade(&v.node)).collect();
+    applying.recorded(&apply);
+    for v in &vars {
+        applying.recorded(v);
+    }
+    *shared.output_nodes.lock() = vars.iter().map(|v| Arc::downgrade(&v.node)).collect();
     Ok(vars)
 }

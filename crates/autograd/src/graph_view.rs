@@ -57,7 +57,7 @@ fn key(n: &NodeRef) -> usize {
 }
 
 fn describe(n: &NodeRef) -> ViewNode {
-    let kind = if n.op.is_router() {
+    let kind = if crate::router::route_of(n).is_some() {
         NodeKind::Router
     } else if n.is_leaf() {
         if n.has(DETACHED) {
@@ -123,7 +123,7 @@ pub(crate) fn view(roots: &[&Var]) -> View {
             };
             edges.push((from, to, kind));
         }
-        if let Some(target) = n.op.route() {
+        if let Some(Some(target)) = crate::router::route_of(&n) {
             let from = add(&target.node, &mut refs, &mut stack);
             edges.push((from, to, EdgeKind::Route));
         }

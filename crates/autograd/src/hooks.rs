@@ -6,7 +6,8 @@
 //! on a leaf after its `.grad` was updated — the point where data-parallel training starts
 //! reducing a gradient. Both return a [`HookHandle`] that removes the hook.
 
-use crate::node::{HAS_HOOKS, NodeRef};
+use crate::extension::{Extension, Feature, ids};
+use crate::node::{NodeRef, bump_structure_epoch};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,10 +20,44 @@ pub type PostAccumulateHook = Arc<dyn Fn(&Var) -> Result<()> + Send + Sync>;
 
 static NEXT_HOOK: AtomicU64 = AtomicU64::new(1);
 
+/// The hooks of one node, kept in its extension slot.
+#[derive(Default)]
+struct NodeHooks {
+    grad: Vec<(u64, GradHook)>,
+    post_accumulate: Vec<(u64, PostAccumulateHook)>,
+}
+
+/// Grad hooks as an engine extension: flagged on the nodes that have hooks.
+struct GradHooks;
+
+static FEATURE: Feature = Feature::new(ids::GRAD_HOOKS, &GradHooks);
+
+impl Extension for GradHooks {
+    /// A node with hooks receives its gradient even if nothing beyond it needs one.
+    fn wants_grad(&self, _: &NodeRef) -> bool {
+        true
+    }
+    fn on_grad(&self, node: &NodeRef, grad: Var) -> Result<Var> {
+        run_grad_hooks(node, grad)
+    }
+    fn after_accumulate(&self, node: &NodeRef) -> Result<()> {
+        run_post_accumulate_hooks(node)
+    }
+}
+
+/// Adds a hook to `node`'s slot and flags the node.
+fn add(node: &NodeRef, f: impl FnOnce(&mut NodeHooks, u64)) -> u64 {
+    let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
+    f(node.extras().get_or_insert_with(Default::default).slot_or_default::<NodeHooks>(), id);
+    FEATURE.flag(node, true);
+    bump_structure_epoch();
+    id
+}
+
 /// Removes a hook when [`HookHandle::remove`] is called (dropping the handle keeps the hook,
 /// as in PyTorch).
 pub struct HookHandle {
-    node: Weak<crate::node::Node<dyn crate::node::Op>>,
+    node: Weak<crate::node::Node<dyn crate::op::Op>>,
     id: u64,
 }
 
@@ -37,12 +72,12 @@ impl HookHandle {
     pub fn remove(self) {
         if let Some(node) = self.node.upgrade() {
             let mut ex = node.extras();
-            if let Some(e) = ex.as_mut() {
-                e.hooks.retain(|(id, _)| *id != self.id);
-                e.post_accumulate_hooks.retain(|(id, _)| *id != self.id);
-                let any = !e.hooks.is_empty() || !e.post_accumulate_hooks.is_empty();
-                node.set(HAS_HOOKS, any);
-                crate::engine::bump_structure_epoch();
+            if let Some(h) = ex.as_mut().and_then(|e| e.slot_mut::<NodeHooks>()) {
+                h.grad.retain(|(id, _)| *id != self.id);
+                h.post_accumulate.retain(|(id, _)| *id != self.id);
+                let any = !h.grad.is_empty() || !h.post_accumulate.is_empty();
+                FEATURE.flag(&node, any);
+                bump_structure_epoch();
             }
         }
     }
@@ -72,10 +107,7 @@ impl Var {
         hook: impl Fn(&Var) -> Result<Option<Var>> + Send + Sync + 'static,
     ) -> Result<HookHandle> {
         self.check_hookable("register_hook")?;
-        let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
-        self.node.extras().get_or_insert_with(Default::default).hooks.push((id, Arc::new(hook)));
-        self.node.set(HAS_HOOKS, true);
-        crate::engine::bump_structure_epoch();
+        let id = add(&self.node, |h, id| h.grad.push((id, Arc::new(hook))));
         Ok(HookHandle { node: Arc::downgrade(&self.node), id })
     }
 
@@ -118,10 +150,7 @@ impl Var {
                 self.op_name()
             )));
         }
-        let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
-        self.node.extras().get_or_insert_with(Default::default).post_accumulate_hooks.push((id, Arc::new(hook)));
-        self.node.set(HAS_HOOKS, true);
-        crate::engine::bump_structure_epoch();
+        let id = add(&self.node, |h, id| h.post_accumulate.push((id, Arc::new(hook))));
         Ok(HookHandle { node: Arc::downgrade(&self.node), id })
     }
 
@@ -139,9 +168,13 @@ impl Var {
 
 /// Runs the grad hooks of `node` on `grad`, in registration order. The hooks are cloned
 /// out of the node first, so a hook may register or remove hooks.
-pub(crate) fn run_grad_hooks(node: &NodeRef, mut grad: Var) -> Result<Var> {
-    let hooks: Vec<GradHook> =
-        node.extras().as_ref().map(|e| e.hooks.iter().map(|(_, f)| f.clone()).collect()).unwrap_or_default();
+fn run_grad_hooks(node: &NodeRef, mut grad: Var) -> Result<Var> {
+    let hooks: Vec<GradHook> = node
+        .extras()
+        .as_ref()
+        .and_then(|e| e.slot::<NodeHooks>())
+        .map(|h| h.grad.iter().map(|(_, f)| f.clone()).collect())
+        .unwrap_or_default();
     for f in hooks {
         if let Some(g) = f(&grad)? {
             grad = g;
@@ -151,11 +184,12 @@ pub(crate) fn run_grad_hooks(node: &NodeRef, mut grad: Var) -> Result<Var> {
 }
 
 /// Runs the post-accumulate hooks of a leaf.
-pub(crate) fn run_post_accumulate_hooks(node: &NodeRef) -> Result<()> {
+fn run_post_accumulate_hooks(node: &NodeRef) -> Result<()> {
     let hooks: Vec<PostAccumulateHook> = node
         .extras()
         .as_ref()
-        .map(|e| e.post_accumulate_hooks.iter().map(|(_, f)| f.clone()).collect())
+        .and_then(|e| e.slot::<NodeHooks>())
+        .map(|h| h.post_accumulate.iter().map(|(_, f)| f.clone()).collect())
         .unwrap_or_default();
     if hooks.is_empty() {
         return Ok(());

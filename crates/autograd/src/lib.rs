@@ -1,5 +1,5 @@
 //! `ember-autograd`: `Var`, the graph, and the backward engine, with PyTorch's semantics
-//! and the stricter rules of seed 001 §7.2.
+//! and the stricter rules of docs/design.md, 'Accumulation rules'.
 //!
 //! # Vars and the graph
 //!
@@ -35,8 +35,8 @@
 //! recurses (a chain of a million nodes is fine).
 //!
 //! - **Leaf gradients accumulate** across backward calls until [`Var::zero_grad`].
-//! - **Each backward propagates only its own signal** (seed 001 rule 4): a node that keeps
-//!   an accumulator passes on this call's gradient, never the accumulated one, so nothing
+//! - **Each backward propagates only its own signal** (docs/design.md, 'Accumulation
+//!   rules'): a node that keeps an accumulator passes on this call's gradient, never the accumulated one, so nothing
 //!   is counted twice.
 //! - **Intermediate gradients** are readable after a backward with `retain_graph = true`
 //!   until the next backward through them, and freed otherwise (under `create_graph` they
@@ -97,7 +97,7 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 //!
-//! # Controlling gradient flow (seed 001)
+//! # Controlling gradient flow
 //!
 //! | tool | effect |
 //! |---|---|
@@ -134,7 +134,7 @@
 //! use ember_autograd::{grad, Var};
 //! use ember_tensor::Tensor;
 //! let x = Var::param(Tensor::scalar(2.0f64));
-//! // f(x) = x^4 + 2x^3 + x^2 (seed 004 §6.1)
+//! // f(x) = x^4 + 2x^3 + x^2
 //! let f = x.pow_scalar(4.0)?.add(&x.pow_scalar(3.0)?.mul_scalar(2.0))?.add(&x.square())?;
 //! let d1 = grad(&[&f], &[&x], &[], false, true)?[0].clone().unwrap();
 //! let d2 = grad(&[&d1], &[&x], &[], false, true)?[0].clone().unwrap();
@@ -179,7 +179,7 @@
 //! ```
 //! use ember_autograd::{Function, FunctionCtx, Var};
 //! use ember_tensor::{Result, Tensor};
-//! /// `out = input @ weight^T + bias` (seed 004 §4.3).
+//! /// `out = input @ weight^T + bias`.
 //! struct LinearFunction;
 //! impl Function for LinearFunction {
 //!     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -328,13 +328,14 @@ mod backward_ctx;
 pub mod checkpoint;
 mod dot;
 mod engine;
+mod extension;
 pub mod function;
 mod grad_mode;
 mod gradcheck;
 mod graph_view;
 mod hooks;
-mod instrument;
 mod node;
+mod op;
 mod ops;
 pub mod profiler;
 mod reactive;
@@ -353,7 +354,7 @@ pub use function::{Function, FunctionCtx};
 pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, no_grad};
 pub use gradcheck::gradcheck;
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
-pub use node::{Grads, Op, Saves};
+pub use op::{Grads, Op, Saves};
 pub use profiler::{Profile, Profiler, profile, record_function};
 pub use reactive::reactive_nodes_visited;
 pub use saved_hooks::{SavedTensorsHooksGuard, saved_tensors_hooks};

@@ -3,130 +3,50 @@
 //! A node holds its operation (none for a leaf), strong references to its input nodes (never
 //! to its consumers, so graphs are acyclic and freed when their last handle drops), its
 //! cached value with the versions it was computed from, its gradient slot, flags, a sequence
-//! number and optional extras (name, hooks). Node and operation live in one allocation:
-//! `Node<O>` is created for a concrete operation and used as `Node<dyn Op>`.
+//! number and optional extras (name, consumer registrations, extension slots). Node and
+//! operation live in one allocation: `Node<O>` is created for a concrete operation and used
+//! as `Node<dyn Op>`.
+//!
+//! Optional features keep their per-node data here without this module knowing them: each
+//! owns one flag bit in [`EXTENSION_FLAGS`] (which makes the engine call it for the node,
+//! see `extension`) and stores what it needs in a typed slot of the extras
+//! ([`Extras::slot`]). See docs/design.md, 'Engine and extensions'.
 
-use crate::backward_ctx::BackwardCtx;
+use crate::op::Op;
+use crate::reactive;
 use crate::var::Var;
-use ember_tensor::{Result, Tensor};
+use ember_tensor::Tensor;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A shared reference to a node, as held by the graph (not counted as a user handle).
 pub(crate) type NodeRef = Arc<Node<dyn Op>>;
 
-/// The gradients an operation's backward returns, one per input (`None`: no gradient).
-pub type Grads = SmallVec<[Option<Var>; 2]>;
-
-/// Which values an operation's backward reads: a bit per input, plus the output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Saves {
-    /// Bit `i` set: backward reads the value of input `i`.
-    pub inputs: u32,
-    /// Backward reads the operation's own output.
-    pub output: bool,
-}
-
-impl Saves {
-    /// Backward reads nothing (addition, views, ...).
-    pub const NONE: Saves = Saves { inputs: 0, output: false };
-    /// Backward reads every input.
-    pub const INPUTS: Saves = Saves { inputs: u32::MAX, output: false };
-    /// Backward reads the output only (exp, sigmoid, softmax, ...).
-    pub const OUTPUT: Saves = Saves { inputs: 0, output: true };
-
-    /// Backward reads input `i`.
-    pub const fn input(i: usize) -> Saves {
-        Saves { inputs: 1 << i, output: false }
-    }
-
-    pub(crate) fn saves_input(self, i: usize) -> bool {
-        i < 32 && self.inputs & (1 << i) != 0
-    }
-}
-
-/// A differentiable (or at least re-executable) operation: its forward computation on
-/// tensors and its backward formula, written with `Var` operations so that it can itself be
-/// differentiated when `create_graph` is set.
-pub trait Op: Send + Sync + 'static {
-    /// A short lowercase name (`mul`, `matmul`, ...), used in errors, graphs and profiles.
-    fn name(&self) -> &str;
-    /// Computes the output from the input values. Called when the node is created and
-    /// whenever its value must be recomputed (after it was freed, or its inputs changed).
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor>;
-    /// Gradients with respect to each input, given the gradient of the output.
-    fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads>;
-    /// Which values backward reads; those are version-checked, the others may be freed or
-    /// modified freely.
-    fn saves(&self) -> Saves {
-        Saves::INPUTS
-    }
-    /// Whether the forward can be run again to recompute a freed value. Operations that are
-    /// not (they draw random numbers, say) keep their values after backward.
-    fn recomputable(&self) -> bool {
-        true
-    }
-    /// Whether the engine checks, in release builds too, that backward's gradients have the
-    /// inputs' shapes (debug builds always check). Built-in operations are verified by
-    /// gradcheck tests and skip the check; custom functions opt in.
-    fn validates_grads(&self) -> bool {
-        false
-    }
-    /// For a gradient router: the node its gradient continues to (`None`: it stops).
-    #[doc(hidden)]
-    fn route(&self) -> Option<Var> {
-        None
-    }
-    /// Whether this node routes gradients instead of computing them.
-    #[doc(hidden)]
-    fn is_router(&self) -> bool {
-        false
-    }
-    /// For a gradient router: sets the node its gradient continues to.
-    #[doc(hidden)]
-    fn set_route(&self, _target: Option<Var>) {}
-}
-
-/// The operation of a leaf: it has no inputs and is never recomputed.
-pub(crate) struct Leaf;
-
-impl Op for Leaf {
-    fn name(&self) -> &str {
-        "leaf"
-    }
-    fn forward(&self, _: &[&Tensor]) -> Result<Tensor> {
-        Err(ember_tensor::Error::autograd("a leaf has no forward computation"))
-    }
-    fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
-        Ok(Grads::new())
-    }
-    fn saves(&self) -> Saves {
-        Saves::NONE
-    }
-}
-
-pub(crate) const REQUIRES_GRAD: u16 = 1;
-pub(crate) const RETAINS_GRAD: u16 = 2;
-pub(crate) const FROZEN: u16 = 4;
-pub(crate) const IS_LEAF: u16 = 8;
-pub(crate) const HAS_HOOKS: u16 = 16;
-pub(crate) const DETACHED: u16 = 32;
+pub(crate) const REQUIRES_GRAD: u32 = 1;
+pub(crate) const RETAINS_GRAD: u32 = 2;
+pub(crate) const FROZEN: u32 = 4;
+pub(crate) const IS_LEAF: u32 = 8;
+pub(crate) const DETACHED: u32 = 16;
 /// A non-leaf holds the gradient of an earlier backward (kept by `retain_graph`).
-pub(crate) const HAS_GRAD: u16 = 64;
+pub(crate) const HAS_GRAD: u32 = 32;
 /// The node is registered as a consumer of its inputs (see `reactive`).
-pub(crate) const SUBSCRIBED: u16 = 128;
+pub(crate) const SUBSCRIBED: u32 = 64;
 /// An ancestor's value was replaced since this node's value was computed.
-pub(crate) const DIRTY: u16 = 256;
-/// Saved-tensor hooks packed what this node's backward reads (kept in its extras).
-pub(crate) const HAS_PACKED: u16 = 512;
-/// A static graph's root (a cached loss): backward keeps its prepared plan (see `engine`).
-pub(crate) const PLAN_BACKWARD: u16 = 1024;
-/// Saved-tensor hooks dropped the value (only the graph held it, and every backward that
-/// reads it reads a packed copy): it is recomputed only when its inputs change or a value
-/// is actually asked for (see `saved_hooks` and `reactive`).
-pub(crate) const PACKED_AWAY: u16 = 2048;
+pub(crate) const DIRTY: u32 = 128;
+/// The value was dropped on purpose by an extension that keeps what every backward reading
+/// it needs: it is recomputed only when its inputs change or the value itself is asked for
+/// (see `reactive`), and its storage version is read through the extension (see
+/// `BackwardCtx`).
+pub(crate) const VALUE_AWAY: u32 = 256;
+/// Bits 16 to 23 belong to extensions, one per feature (see `extension::Feature`); node.rs
+/// stores them and never reads them.
+pub(crate) const EXTENSION_FLAGS: u32 = 0xff << 16;
+/// The position of the first extension flag.
+pub(crate) const EXTENSION_SHIFT: u32 = 16;
 
 /// The mutable state of a node's value.
 pub(crate) struct NodeState {
@@ -155,27 +75,45 @@ pub(crate) struct NodeState {
 #[derive(Default)]
 pub(crate) struct Extras {
     pub name: Option<String>,
-    pub hooks: Vec<(u64, crate::hooks::GradHook)>,
-    pub post_accumulate_hooks: Vec<(u64, crate::hooks::PostAccumulateHook)>,
-    pub created_at: Option<String>,
-    /// What saved-tensor hooks packed of the values backward reads, if they were active
-    /// when the node was created.
-    pub packed: Option<Box<crate::saved_hooks::PackedValues>>,
     /// The nodes that use this one as an input, registered by a reactive request so that
     /// replacing a value can mark exactly its dependents dirty.
     pub consumers: Vec<std::sync::Weak<Node<dyn Op>>>,
-    /// For a static graph's root: the backward plan, reused while the structure is unchanged.
-    pub backward_plan: Option<std::sync::Arc<crate::engine::Prepared>>,
-    /// For a value saved-tensor hooks dropped: its storage, to see in-place writes made
-    /// through a tensor handle that outlived the value (the version check still applies).
-    pub away_storage: Option<std::sync::Weak<ember_tensor::storage::StorageCell>>,
+    /// One slot per extension that keeps data on this node, found by type.
+    slots: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl Extras {
+    /// The slot of type `T`, if an extension filled it.
+    pub(crate) fn slot<T: Any>(&self) -> Option<&T> {
+        self.slots.iter().find_map(|s| s.downcast_ref::<T>())
+    }
+
+    /// The slot of type `T`, mutably.
+    pub(crate) fn slot_mut<T: Any>(&mut self) -> Option<&mut T> {
+        self.slots.iter_mut().find_map(|s| s.downcast_mut::<T>())
+    }
+
+    /// The slot of type `T`, created empty if missing.
+    pub(crate) fn slot_or_default<T: Any + Send + Sync + Default>(&mut self) -> &mut T {
+        let pos = match self.slots.iter().position(|s| s.is::<T>()) {
+            Some(p) => p,
+            None => {
+                self.slots.push(Box::new(T::default()));
+                self.slots.len() - 1
+            }
+        };
+        match self.slots[pos].downcast_mut::<T>() {
+            Some(t) => t,
+            None => unreachable!("ember internal error: an extension slot changed type"),
+        }
+    }
 }
 
 /// A graph node; see the module docs.
 pub struct Node<O: ?Sized> {
     pub(crate) inputs: SmallVec<[NodeRef; 2]>,
     pub(crate) seq: u64,
-    pub(crate) flags: AtomicU16,
+    pub(crate) flags: AtomicU32,
     pub(crate) state: Mutex<NodeState>,
     pub(crate) grad: Mutex<Option<Var>>,
     pub(crate) extras: Mutex<Option<Box<Extras>>>,
@@ -187,7 +125,9 @@ const SEQ_BLOCK: u64 = 1 << 16;
 
 thread_local! {
     /// The next sequence number of this thread and the end of its reserved block.
-    static SEQ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    static SEQ: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// How many [`SeqLog`]s are open on this thread, and the blocks it reserved meanwhile.
+    static SEQ_LOG: RefCell<(usize, Vec<std::ops::Range<u64>>)> = const { RefCell::new((0, Vec::new())) };
 }
 
 /// A fresh sequence number. Threads reserve blocks from a global counter, so that numbering
@@ -207,69 +147,124 @@ pub(crate) fn next_seq() -> u64 {
     })
 }
 
-/// Takes the next block of sequence numbers for this thread, and tells segments that are
-/// collecting the nodes this thread creates (checkpoint's capture) about it.
+/// Takes the next block of sequence numbers for this thread, and logs it while a
+/// [`SeqLog`] is open.
 #[cold]
 fn reserve_seq_block() -> u64 {
     let start = NEXT_SEQ_BLOCK.fetch_add(SEQ_BLOCK, Ordering::Relaxed);
-    if crate::instrument::active() & crate::instrument::CAPTURE != 0 {
-        crate::checkpoint::note_seq_block(start..start + SEQ_BLOCK);
-    }
+    SEQ_LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.0 > 0 {
+            l.1.push(start..start + SEQ_BLOCK);
+        }
+    });
     start
 }
 
-/// The numbers this thread will still hand out from its current block (empty when it holds
-/// none yet).
-pub(crate) fn seq_remaining() -> std::ops::Range<u64> {
-    SEQ.with(|c| {
-        let (next, end) = c.get();
-        next..end
-    })
+/// Which sequence numbers this thread hands out while it is open: the nodes numbered from
+/// them were created on this thread since then (numbers are no clock across threads, so
+/// "numbered after the start" would say nothing).
+pub(crate) struct SeqLog {
+    /// The rest of the thread's block when the log was opened.
+    first: std::ops::Range<u64>,
+    /// Where this log's blocks begin in the thread's list.
+    from: usize,
 }
 
-impl<O: Op> Node<O> {
-    /// A new node and the first handle to it.
-    pub(crate) fn new_var(op: O, inputs: SmallVec<[NodeRef; 2]>, flags: u16, state: NodeState) -> Var {
-        Node::new_var_numbered(next_seq(), op, inputs, flags, state)
+impl SeqLog {
+    /// Starts logging this thread's numbers.
+    pub(crate) fn open() -> SeqLog {
+        let first = SEQ.with(|c| {
+            let (next, end) = c.get();
+            next..end
+        });
+        let from = SEQ_LOG.with(|l| {
+            let mut l = l.borrow_mut();
+            l.0 += 1;
+            l.1.len()
+        });
+        SeqLog { first, from }
     }
 
-    /// [`Node::new_var`] with a sequence number the caller took. The per-operation paths
-    /// (`ops::record`, `Var::leaf_with`) take it before they build the node's state:
-    /// numbering can call out (to reserve a block), and a call between building the state
-    /// and allocating the node makes the compiler build the state on the stack and copy it
-    /// twice more, a measurable share of a no-grad operation.
-    #[inline]
-    pub(crate) fn new_var_numbered(
-        seq: u64,
-        op: O,
-        inputs: SmallVec<[NodeRef; 2]>,
-        flags: u16,
-        state: NodeState,
-    ) -> Var {
-        let node: NodeRef = Arc::new(Node {
-            inputs,
-            seq,
-            flags: AtomicU16::new(flags),
-            state: Mutex::new(state),
-            grad: Mutex::new(None),
-            extras: Mutex::new(None),
-            op,
-        });
-        Var { node }
+    /// Whether `seq` was handed out on this thread since the log was opened.
+    pub(crate) fn contains(&self, seq: u64) -> bool {
+        self.first.contains(&seq) || SEQ_LOG.with(|l| l.borrow().1[self.from..].iter().any(|r| r.contains(&seq)))
     }
+}
+
+impl Drop for SeqLog {
+    fn drop(&mut self) {
+        SEQ_LOG.with(|l| {
+            let mut l = l.borrow_mut();
+            l.0 -= 1;
+            if l.0 == 0 {
+                l.1.clear();
+            }
+        });
+    }
+}
+
+static STRUCTURE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Records a change that can alter what a backward visits or needs (a leaf's
+/// `requires_grad`, a retained gradient, an extension's flag on a node): plans of backward
+/// prepared before it are no longer used.
+pub(crate) fn bump_structure_epoch() {
+    STRUCTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The current structure epoch (see [`bump_structure_epoch`]).
+pub(crate) fn structure_epoch() -> u64 {
+    STRUCTURE_EPOCH.load(Ordering::Acquire)
+}
+
+/// The one constructor of nodes: a new node of `op` over `inputs` holding `value`,
+/// computed from inputs at `input_versions`, and the first handle to it.
+///
+/// The number is taken before the state is built: numbering can call out (to reserve a
+/// block), and a call between building the state and allocating the node makes the
+/// compiler build the state on the stack and copy it twice more, a measurable share of a
+/// no-grad operation.
+#[inline]
+pub(crate) fn new_node<O: Op>(
+    op: O,
+    inputs: SmallVec<[NodeRef; 2]>,
+    flags: u32,
+    value: Tensor,
+    input_versions: SmallVec<[(u64, u64); 2]>,
+) -> Var {
+    let seq = next_seq();
+    value.storage().watch();
+    let state = NodeState::new(value, input_versions, reactive::epochs());
+    let node: NodeRef = Arc::new(Node {
+        inputs,
+        seq,
+        flags: AtomicU32::new(flags),
+        state: Mutex::new(state),
+        grad: Mutex::new(None),
+        extras: Mutex::new(None),
+        op,
+    });
+    Var { node }
 }
 
 impl<O: ?Sized + Op> Node<O> {
-    pub(crate) fn has(&self, flag: u16) -> bool {
+    pub(crate) fn has(&self, flag: u32) -> bool {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    pub(crate) fn set(&self, flag: u16, on: bool) {
+    pub(crate) fn set(&self, flag: u32, on: bool) {
         if on {
             self.flags.fetch_or(flag, Ordering::Relaxed);
         } else {
             self.flags.fetch_and(!flag, Ordering::Relaxed);
         }
+    }
+
+    /// The extension flags set on this node, one bit per feature (see `extension`).
+    #[inline]
+    pub(crate) fn extensions(&self) -> u8 {
+        ((self.flags.load(Ordering::Relaxed) & EXTENSION_FLAGS) >> EXTENSION_SHIFT) as u8
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, NodeState> {

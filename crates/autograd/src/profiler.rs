@@ -27,9 +27,9 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::backward_ctx::BackwardCtx;
-use crate::instrument::{self, PROFILING};
-use crate::node::{Grads, NodeRef};
+use crate::extension::{Extension, Feature, ids};
+use crate::node::NodeRef;
+use crate::op::Grads;
 use crate::var::Var;
 use ember_tensor::{Error, Result};
 use rustc_hash::FxHashMap;
@@ -151,7 +151,35 @@ fn thread_number() -> u64 {
 
 /// Whether a profiler is recording on this thread.
 pub fn is_profiling() -> bool {
-    instrument::active() & PROFILING != 0
+    FEATURE.is_active()
+}
+
+/// The profiler as an engine extension, active on the threads where a profiler records:
+/// it times operations, backward calls and each node's backward. A token is the session
+/// the event began in (see [`Timer`]).
+struct Profiling;
+
+static FEATURE: Feature = Feature::new(ids::PROFILER, &Profiling);
+
+impl Extension for Profiling {
+    fn before_apply(&self, op: &str, _: &[&Var]) -> u64 {
+        begin(op, Phase::Forward).into_token()
+    }
+    fn after_apply(&self, token: u64) {
+        drop(Timer::from_token(token));
+    }
+    fn enter_run(&self) -> u64 {
+        begin("backward", Phase::Range).into_token()
+    }
+    fn exit_run(&self, token: u64) {
+        drop(Timer::from_token(token));
+    }
+    fn before_backward(&self, node: &NodeRef) -> u64 {
+        begin(node.op.name(), Phase::Backward).into_token()
+    }
+    fn after_backward(&self, token: u64, _: &NodeRef, _: &mut Result<Grads>) {
+        drop(Timer::from_token(token));
+    }
 }
 
 /// An event being timed; ends when dropped (also while unwinding, so that events stay
@@ -173,9 +201,17 @@ pub(crate) fn begin(name: &str, phase: Phase) -> Timer {
     })
 }
 
-/// Ends the event `timer` started.
-pub(crate) fn end(timer: Timer) {
-    drop(timer);
+impl Timer {
+    /// The timer as a token for extension hooks, which end it with [`Timer::from_token`].
+    fn into_token(self) -> u64 {
+        let token = self.session as u64;
+        std::mem::forget(self);
+        token
+    }
+
+    fn from_token(token: u64) -> Timer {
+        Timer { session: token as usize }
+    }
 }
 
 impl Drop for Timer {
@@ -229,7 +265,7 @@ impl Profiler {
             });
             s.len()
         });
-        instrument::set(PROFILING, true);
+        FEATURE.set_active(true);
         Profiler { session, stopped: false, _not_send: PhantomData }
     }
 
@@ -262,7 +298,7 @@ impl Profiler {
         SESSIONS.with(|s| {
             let mut s = s.borrow_mut();
             let rec = if s.len() >= self.session { s.drain(self.session - 1..).next() } else { None };
-            instrument::set(PROFILING, !s.is_empty());
+            FEATURE.set_active(!s.is_empty());
             rec
         })
     }
@@ -274,12 +310,6 @@ impl Drop for Profiler {
             self.pop();
         }
     }
-}
-
-/// Runs a node's backward (checked in anomaly mode), timed.
-pub(crate) fn timed_backward(node: &NodeRef, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
-    let _timer = begin(node.op.name(), Phase::Backward);
-    crate::anomaly::checked_backward(node, ctx, grad)
 }
 
 /// Runs `f` under a profiler and returns its result with what was recorded.

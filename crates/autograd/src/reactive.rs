@@ -1,4 +1,13 @@
-//! Value freshness: which node values are stale, and recomputing exactly those (seed 000).
+//! Value freshness: which node values are stale, and recomputing exactly those (see
+//! docs/design.md, 'Value versions and re-execution').
+//!
+//! This is part of the core, not an extension: value versions are what the in-place check
+//! compares, the engine frees values after backward *because* they can be recomputed here
+//! (and refreshes its roots before differentiating them), and a handle to a freed value is
+//! only given out after restoring it (`Var::from_node_ensured`). The push half below
+//! (consumer registrations and dirty marks) serves `Var::forward` and the static mode, and
+//! costs eager code nothing: a node registers with its inputs only at its first full
+//! request.
 //!
 //! Every node records the `(value_version, storage_version)` of each input when it computed
 //! its value. A request walks up from the requested node (with an explicit stack, never
@@ -18,7 +27,7 @@
 //! - [`Mode::Full`] also reacts to in-place writes upstream (an optimizer step, say); this
 //!   is what `Var::forward()` and the static mode use.
 //!
-//! Beyond the seed, `Full` requests push as well as pull. The first full request from a
+//! `Full` requests push as well as pull. The first full request from a
 //! node walks its graph once, even when every value is fresh, and *subscribes* it: every
 //! node on the way registers with its inputs as a consumer. From then on, replacing a
 //! leaf's value marks exactly its subscribed dependents dirty, and as
@@ -27,7 +36,7 @@
 //! and checks the other branches' flags without walking them. Eager code never subscribes
 //! and pays nothing for this.
 
-use crate::node::{DIRTY, NodeRef, NodeState, PACKED_AWAY, SUBSCRIBED};
+use crate::node::{DIRTY, NodeRef, NodeState, SUBSCRIBED, VALUE_AWAY};
 use ember_tensor::storage::{bump_mutation_epoch, inplace_epoch, mutation_epoch};
 use ember_tensor::{Error, Result, Tensor};
 use smallvec::SmallVec;
@@ -82,11 +91,11 @@ pub(crate) enum Mode {
     Full,
 }
 
-/// Whether `n` has its value, or does without it because saved-tensor hooks dropped it
-/// (backward reads packed copies): such a node is recomputed only when its inputs changed
+/// Whether `n` has its value, or does without it because an extension dropped it
+/// (`VALUE_AWAY`: backward reads the extension's copies): such a node is recomputed only when its inputs changed
 /// or when its value itself is asked for.
 fn present(n: &NodeRef, st: &NodeState) -> bool {
-    st.value.is_some() || n.has(PACKED_AWAY)
+    st.value.is_some() || n.has(VALUE_AWAY)
 }
 
 fn fresh(n: &NodeRef, st: &NodeState, mode: Mode, ep: (u64, u64)) -> bool {
@@ -166,7 +175,7 @@ fn full_walk(node: &NodeRef, mode: Mode, ep: (u64, u64)) -> Result<Tensor> {
         }
         let missing = recompute_if_stale(&n, mode, ep, need)?;
         if !missing.is_empty() {
-            // The recomputation needs inputs that were dropped (saved-tensor hooks): bring
+            // The recomputation needs inputs that were dropped (`VALUE_AWAY`): bring
             // them back first, then come back to this node.
             stack.push((n, true, need));
             stack.extend(missing.into_iter().map(|i| (i, false, true)));
@@ -198,7 +207,7 @@ fn subscribe(n: &NodeRef) {
 fn dirty_walk(node: &NodeRef, ep: (u64, u64), inplace: u64) -> Result<Tensor> {
     // `need`: the node's value itself is needed (see `full_walk`).
     let needs_work = |n: &NodeRef, need: bool| {
-        !n.inputs.is_empty() && (n.has(DIRTY) || (n.state().value.is_none() && (need || !n.has(PACKED_AWAY))))
+        !n.inputs.is_empty() && (n.has(DIRTY) || (n.state().value.is_none() && (need || !n.has(VALUE_AWAY))))
     };
     let mut stack: Vec<(NodeRef, bool, bool)> = vec![(node.clone(), false, true)];
     while let Some((n, expanded, need)) = stack.pop() {
@@ -248,8 +257,8 @@ pub(crate) fn mark_dependents_dirty(leaf: &NodeRef) {
     }
 }
 
-/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed (a value
-/// saved-tensor hooks dropped only if `need`: its value itself is asked for). The inputs
+/// Recomputes `n` if its inputs changed (per `mode`) or its value was freed (a value an
+/// extension dropped only if `need`: its value itself is asked for). The inputs
 /// are fresh when this is called. Versions are compared first, so an unchanged node costs
 /// no tensor clones. Returns the inputs whose values a recomputation needs but were dropped
 /// (empty when done): the caller restores them and calls again.
@@ -261,7 +270,7 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64), need: bool) -> Re
             Mode::Values => st.input_versions.iter().zip(&current).any(|(a, b)| a.0 != b.0),
             Mode::Full => st.input_versions[..] != current[..],
         };
-        if !changed && (st.value.is_some() || (!need && n.has(PACKED_AWAY))) {
+        if !changed && (st.value.is_some() || (!need && n.has(VALUE_AWAY))) {
             mark(&mut st, mode, ep);
             return Ok(SmallVec::new());
         }
@@ -285,7 +294,7 @@ fn recompute_if_stale(n: &NodeRef, mode: Mode, ep: (u64, u64), need: bool) -> Re
         Mode::Full => st.input_versions[..] != current[..],
     };
     store_recomputed(&mut st, out, current, changed);
-    n.set(PACKED_AWAY, false);
+    n.set(VALUE_AWAY, false);
     mark(&mut st, mode, ep);
     Ok(SmallVec::new())
 }

@@ -58,10 +58,10 @@
 //! ```
 
 use crate::backward_ctx::BackwardCtx;
+use crate::extension::{Extension, Feature, ids};
 use crate::grad_mode::is_grad_enabled;
-use crate::instrument::{self, SAVED_HOOKS};
-use crate::node::{Grads, HAS_PACKED, Node, NodeRef, NodeState, Op, PACKED_AWAY, REQUIRES_GRAD, Saves};
-use crate::reactive;
+use crate::node::{Node, NodeRef, REQUIRES_GRAD, VALUE_AWAY, new_node};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{DType, Error, Result, Shape, Tensor};
 use rustc_hash::FxHashMap;
@@ -70,6 +70,54 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
+
+/// Saved-tensor hooks as an engine extension: active on a thread while hooks are, they see
+/// every node recorded there; flagged on a node while they keep something for it, they
+/// give backward the unpacked values and free the packed ones with the node's backward.
+struct SavedHooks;
+
+static FEATURE: Feature = Feature::new(ids::SAVED_HOOKS, &SavedHooks);
+
+/// What the hooks keep for one node, in its extension slot.
+#[derive(Default)]
+struct NodeSaved {
+    /// What the pack hook returned for the values the node's backward reads.
+    packed: Option<Box<PackedValues>>,
+    /// For a value the hooks dropped: its storage, to see in-place writes made through a
+    /// tensor handle that outlived the value (the version check still applies).
+    away_storage: Option<Weak<ember_tensor::storage::StorageCell>>,
+}
+
+impl Extension for SavedHooks {
+    fn on_record(&self, var: &Var) {
+        pack_node(var);
+    }
+    /// What the hooks packed for this node's backward goes with it, as PyTorch frees saved
+    /// tensors. A later backward reads, or recomputes, the originals.
+    fn on_release(&self, node: &NodeRef) {
+        let mut ex = node.extras();
+        if let Some(s) = ex.as_mut().and_then(|e| e.slot_mut::<NodeSaved>()) {
+            s.packed = None;
+            if s.away_storage.is_none() {
+                FEATURE.flag(node, false);
+            }
+        }
+    }
+    fn away_version(&self, node: &NodeRef) -> Option<u64> {
+        if !node.has(VALUE_AWAY) {
+            return None;
+        }
+        node.extras().as_ref()?.slot::<NodeSaved>()?.away_storage.as_ref()?.upgrade().map(|s| s.version())
+    }
+    fn saved_input(&self, node: &NodeRef, i: usize, versions: (u64, u64), input: &NodeRef) -> Option<Result<Var>> {
+        let p = packed_input(node, i, versions)?;
+        Some(unpack(node.op.name(), &format!("input {i}"), p, Some(input)))
+    }
+    fn saved_output(&self, node: &NodeRef) -> Option<Result<Var>> {
+        let p = packed_output(node)?;
+        Some(unpack(node.op.name(), "the output", p, Some(node)))
+    }
+}
 
 /// A packed value, as a pack hook returned it.
 pub(crate) type Packed = Arc<dyn Any + Send + Sync>;
@@ -169,7 +217,7 @@ impl SavedTensorsHooksGuard {
             s.push(Hooks { pack, unpack });
             s.len() - 1
         });
-        instrument::set(SAVED_HOOKS, true);
+        FEATURE.set_active(true);
         SavedTensorsHooksGuard { depth, _not_send: PhantomData }
     }
 }
@@ -181,7 +229,7 @@ impl Drop for SavedTensorsHooksGuard {
             s.truncate(self.depth);
             !s.is_empty()
         });
-        instrument::set(SAVED_HOOKS, any);
+        FEATURE.set_active(any);
         if !any {
             // The scope's temporaries are gone by now: drop what only the graph holds, and
             // stop watching.
@@ -213,20 +261,20 @@ struct Suspend;
 
 impl Suspend {
     fn new() -> Self {
-        instrument::set(SAVED_HOOKS, false);
+        FEATURE.set_active(false);
         Suspend
     }
 }
 
 impl Drop for Suspend {
     fn drop(&mut self) {
-        instrument::set(SAVED_HOOKS, STACK.with(|s| !s.borrow().is_empty()));
+        FEATURE.set_active(STACK.with(|s| !s.borrow().is_empty()));
     }
 }
 
 /// Packs `t` with the active hooks (for a custom function's `save_for_backward`).
 pub(crate) fn pack_tensor(t: &Tensor) -> Option<PackedValue> {
-    if instrument::active() & SAVED_HOOKS == 0 {
+    if !FEATURE.is_active() {
         return None;
     }
     let hooks = current()?;
@@ -237,8 +285,13 @@ pub(crate) fn pack_tensor(t: &Tensor) -> Option<PackedValue> {
 /// Packs the values the backward of the node `var` just created will read. Every node
 /// recorded while hooks are active comes through here, so that the scope knows which nodes
 /// consume which, and may drop values only the graph holds.
-pub(crate) fn pack_node(var: &Var) {
+fn pack_node(var: &Var) {
     let node = &var.node;
+    if !node.op.recomputable() {
+        // A node that cannot be re-executed (a custom function's) keeps its own saved
+        // values, and is not watched: what it uses is never dropped.
+        return;
+    }
     note(node);
     if !node.is_leaf() && node.requires_grad() {
         pack_saved(node);
@@ -279,38 +332,19 @@ fn pack_saved(node: &NodeRef) {
             packed.output = Some((version, PackedData::pack(&hooks.pack, &v)));
         }
     }
-    node.extras().get_or_insert_with(Default::default).packed = Some(Box::new(packed));
-    node.set(HAS_PACKED, true);
+    node.extras().get_or_insert_with(Default::default).slot_or_default::<NodeSaved>().packed = Some(Box::new(packed));
+    FEATURE.flag(node, true);
 }
 
 /// The packed input `i` of `node`, if it was packed from the value with `versions`.
-pub(crate) fn packed_input(node: &NodeRef, i: usize, versions: (u64, u64)) -> Option<PackedValue> {
-    node.extras().as_ref()?.packed.as_ref()?.input(i, versions)
+fn packed_input(node: &NodeRef, i: usize, versions: (u64, u64)) -> Option<PackedValue> {
+    node.extras().as_ref()?.slot::<NodeSaved>()?.packed.as_ref()?.input(i, versions)
 }
 
 /// The packed output of `node`, if it was packed from its current value.
-pub(crate) fn packed_output(node: &NodeRef) -> Option<PackedValue> {
+fn packed_output(node: &NodeRef) -> Option<PackedValue> {
     let version = node.state().value_version;
-    node.extras().as_ref()?.packed.as_ref()?.output(version)
-}
-
-/// Frees what a node packed, once its backward has run without `retain_graph` (PyTorch
-/// frees saved tensors then). A later backward reads, or recomputes, the originals.
-pub(crate) fn drop_packed(node: &NodeRef) {
-    if let Some(e) = node.extras().as_mut() {
-        e.packed = None;
-    }
-    node.set(HAS_PACKED, false);
-}
-
-/// The current storage version of a value saved-tensor hooks dropped, if a tensor handle
-/// to its storage is still alive somewhere (a write through it is still a write to a saved
-/// value).
-pub(crate) fn away_version(node: &NodeRef) -> Option<u64> {
-    if !node.has(PACKED_AWAY) {
-        return None;
-    }
-    node.extras().as_ref()?.away_storage.as_ref()?.upgrade().map(|s| s.version())
+    node.extras().as_ref()?.slot::<NodeSaved>()?.packed.as_ref()?.output(version)
 }
 
 /// Unpacks a saved value of `op` (`what` names it in errors). In grad mode (a backward with
@@ -330,10 +364,8 @@ pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, link: Option<&No
     let Some(original) = link.filter(|n| is_grad_enabled() && n.requires_grad()) else {
         return Ok(Var::new(t));
     };
-    t.storage().watch();
     let versions = original.state().versions();
-    let state = NodeState::new(t, smallvec![versions], reactive::epochs());
-    Ok(Node::new_var(Unpacked, smallvec![original.clone()], REQUIRES_GRAD, state))
+    Ok(new_node(Unpacked, smallvec![original.clone()], REQUIRES_GRAD, t, smallvec![versions]))
 }
 
 /// The nodes recorded in the current hooks scope whose values are not dropped yet, with
@@ -360,7 +392,7 @@ fn addr(n: &NodeRef) -> usize {
 /// Whether a node's value could ever be dropped: a re-executable operation's result (not a
 /// leaf, not a router whose value comes from outside).
 fn droppable_kind(n: &NodeRef) -> bool {
-    !n.inputs.is_empty() && !n.is_leaf() && !n.op.is_router() && n.op.recomputable()
+    !n.inputs.is_empty() && !n.is_leaf() && n.op.recomputable()
 }
 
 /// The position of `n` among the candidates, adding it if it may ever be dropped.
@@ -421,7 +453,7 @@ fn sweep() {
     let mut kept = Vec::with_capacity(candidates.len());
     for c in candidates {
         let Some(node) = c.node.upgrade() else { continue };
-        if node.has(PACKED_AWAY) {
+        if node.has(VALUE_AWAY) {
             continue;
         }
         if let Outcome::NotYet = try_drop(&node, &c.consumers) {
@@ -473,11 +505,13 @@ fn try_drop(node: &NodeRef, consumers: &[Weak<Node<dyn Op>>]) -> Outcome {
             Some(v) if v.version() == st.storage_version => {}
             _ => return Outcome::Never,
         }
-        node.set(PACKED_AWAY, true);
+        node.set(VALUE_AWAY, true);
         st.value.take()
     };
     if let Some(v) = taken {
-        node.extras().get_or_insert_with(Default::default).away_storage = Some(Arc::downgrade(v.storage()));
+        node.extras().get_or_insert_with(Default::default).slot_or_default::<NodeSaved>().away_storage =
+            Some(Arc::downgrade(v.storage()));
+        FEATURE.flag(node, true);
     }
     Outcome::Dropped
 }

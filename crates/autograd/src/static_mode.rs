@@ -1,4 +1,4 @@
-//! Static mode: graphs built once and re-run with new values (seed 001 §2.6, §2.7, §10).
+//! Static mode: graphs built once and re-run with new values (see docs/design.md, 'Static mode').
 //!
 //! In eager mode every call builds new nodes. A [`Traced`] model instead builds its graph
 //! once per input shape, from a [gradient router](Var::router) as input, and afterwards
@@ -34,15 +34,19 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::node::{Node, Op};
+use crate::extension::{Extension, Feature, ids};
+use crate::node::{Node, NodeRef};
+use crate::op::Op;
 use crate::reactive::Plan;
 use crate::var::Var;
 use ember_tensor::{DType, Result, Tensor};
+use parking_lot::{Mutex, MutexGuard};
+use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 /// What a traced model (or a cached criterion) accepts as input: a value, and optionally a
-/// `Var` to route gradients back to (seed 001 §2.6).
+/// `Var` to route gradients back to (see docs/design.md, 'Static mode').
 pub trait ForwardInput {
     /// The value to compute with.
     fn forward_value(&self) -> Tensor;
@@ -87,6 +91,26 @@ impl ForwardInput for &Var {
     }
 }
 
+/// Kept backward plans as an engine extension, flagged on the root of a cached loss:
+/// backward from it runs through the same graph every time, so it keeps its prepared plan
+/// (the engine checks that nothing structural changed since).
+struct KeptPlans;
+
+static FEATURE: Feature = Feature::new(ids::BACKWARD_PLAN, &KeptPlans);
+
+/// The backward plan kept on a root, in its extension slot.
+#[derive(Default)]
+struct KeptPlan(Option<Arc<dyn Any + Send + Sync>>);
+
+impl Extension for KeptPlans {
+    fn cached_plan(&self, root: &NodeRef) -> Option<Arc<dyn Any + Send + Sync>> {
+        root.extras().as_ref()?.slot::<KeptPlan>()?.0.clone()
+    }
+    fn keep_plan(&self, root: &NodeRef, plan: &Arc<dyn Any + Send + Sync>) {
+        root.extras().get_or_insert_with(Default::default).slot_or_default::<KeptPlan>().0 = Some(plan.clone());
+    }
+}
+
 type Build = Box<dyn Fn(&Var) -> Result<Var> + Send + Sync>;
 type LossFn = Box<dyn Fn(&Var, &Var) -> Result<Var> + Send + Sync>;
 /// Traced graphs are cached per input shape and dtype.
@@ -128,7 +152,7 @@ impl Traced {
     }
 
     fn graphs(&self) -> MutexGuard<'_, HashMap<GraphKey, Arc<TracedGraph>>> {
-        self.graphs.lock().unwrap_or_else(|e| e.into_inner())
+        self.graphs.lock()
     }
 
     /// The output for `input`: the cached graph for its shape re-run with the new value, or
@@ -144,7 +168,7 @@ impl Traced {
         let key = (value.shape().to_vec(), value.dtype());
         let cached = self.graphs().get(&key).cloned();
         if let Some(g) = cached {
-            let _running = g.running.lock().unwrap_or_else(|e| e.into_inner());
+            let _running = g.running.lock();
             g.router.set_route(route);
             g.router.set_value_quietly(value)?;
             g.plan.run()?;
@@ -208,15 +232,16 @@ struct LossEntry {
 impl LossEntry {
     /// Whether anything besides this entry's own loss graph still holds the output.
     fn output_in_use(&self) -> bool {
+        let plan = KeptPlans.cached_plan(&self.loss.node);
         let held_by_backward_plan =
-            crate::engine::cached_plan_holds(&self.loss.node, self.output.as_ptr() as *const u8);
+            plan.is_some_and(|p| crate::engine::plan_holds(&*p, self.output.as_ptr() as *const u8));
         self.output.strong_count() > self.own_refs + held_by_backward_plan as usize
     }
 }
 
 /// A loss function whose subgraph is built once per output node and re-run with new targets
-/// (seed 001 §2.7's `Criterion`): for the output of a [`Traced`] model, every call after the
-/// first only sets the target and recomputes the loss part of the graph. A target of another
+/// (a cached criterion; see docs/design.md, 'Static mode'): for the output of a [`Traced`]
+/// model, every call after the first only sets the target and recomputes the loss part of the graph. A target of another
 /// shape or dtype than before gets a subgraph of its own.
 ///
 /// An entry is dropped once nothing but the loss graph holds its output, so calling it on
@@ -237,7 +262,7 @@ impl CachedLoss {
     /// date first (a [`Traced`] model's `forward` does).
     pub fn forward(&self, output: &Var, target: impl ForwardInput) -> Result<Var> {
         let value = target.forward_value();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         entries.retain(LossEntry::output_in_use);
         let ptr = Arc::as_ptr(&output.node) as *const u8;
         let target_key = (value.shape().to_vec(), value.dtype());
@@ -257,7 +282,7 @@ impl CachedLoss {
         let plan = Plan::of(&loss.node, Some(&output.node));
         // Backward from this loss will run through the same graph every time: let it keep
         // its prepared plan.
-        loss.node.set(crate::node::PLAN_BACKWARD, true);
+        FEATURE.flag(&loss.node, true);
         entries.push(LossEntry {
             output: Arc::downgrade(&output.node),
             own_refs,
@@ -271,7 +296,7 @@ impl CachedLoss {
 
     /// The number of loss subgraphs currently cached.
     pub fn cached(&self) -> usize {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         entries.retain(LossEntry::output_in_use);
         entries.len()
     }

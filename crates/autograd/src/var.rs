@@ -1,6 +1,7 @@
 //! `Var`: the user's handle to a graph node.
 
-use crate::node::{DETACHED, FROZEN, IS_LEAF, Leaf, Node, NodeRef, NodeState, REQUIRES_GRAD, RETAINS_GRAD};
+use crate::node::{DETACHED, FROZEN, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, bump_structure_epoch, new_node};
+use crate::op::Leaf;
 use crate::reactive::{self, Mode};
 use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
 use smallvec::SmallVec;
@@ -55,11 +56,8 @@ impl Var {
         Ok(Var::from_node(node))
     }
 
-    fn leaf_with(value: Tensor, flags: u16) -> Var {
-        let seq = crate::node::next_seq();
-        value.storage().watch();
-        let state = NodeState::new(value, SmallVec::new(), reactive::epochs());
-        Node::new_var_numbered(seq, Leaf, SmallVec::new(), IS_LEAF | flags, state)
+    fn leaf_with(value: Tensor, flags: u32) -> Var {
+        new_node(Leaf, SmallVec::new(), IS_LEAF | flags, value, SmallVec::new())
     }
 
     /// A leaf that does not require grad: an input or a constant.
@@ -217,7 +215,7 @@ impl Var {
             )));
         }
         if self.node.has(REQUIRES_GRAD) != on {
-            crate::engine::bump_structure_epoch();
+            bump_structure_epoch();
         }
         if on && !self.node.is_leaf() {
             // A result of constants becomes a leaf for backward, which accumulates into it
@@ -265,7 +263,7 @@ impl Var {
             )));
         }
         if !self.node.is_leaf() && !self.node.has(RETAINS_GRAD) {
-            crate::engine::bump_structure_epoch();
+            bump_structure_epoch();
             self.node.set(RETAINS_GRAD, true);
         }
         Ok(self)

@@ -3,7 +3,7 @@
 
 use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{DType, Result, Shape, Tensor};
 use smallvec::smallvec;

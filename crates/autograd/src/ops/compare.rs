@@ -3,7 +3,8 @@
 
 use super::{apply, apply_infallible};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, REQUIRES_GRAD, Saves};
+use crate::node::REQUIRES_GRAD;
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{CmpOp, DType, Dim, Result, Scalar, Tensor};
 use smallvec::smallvec;

@@ -5,7 +5,7 @@
 
 use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::{IntoVar, Var};
 use ember_tensor::{DType, Dim, Result, Scalar, Shape, Tensor};
 use smallvec::smallvec;

@@ -2,7 +2,7 @@
 
 use super::apply;
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{DType, Dim, Error, Result, Scalar, Shape, Tensor};
 use smallvec::smallvec;

@@ -2,7 +2,7 @@
 
 use super::apply;
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op};
+use crate::op::{Grads, Op};
 use crate::var::Var;
 use ember_tensor::{Error, Result, Shape, Tensor};
 use smallvec::smallvec;
@@ -71,8 +71,8 @@ impl Op for Linear {
         }
         Ok(grads)
     }
-    fn saves(&self) -> crate::node::Saves {
-        crate::node::Saves { inputs: 0b011, output: false }
+    fn saves(&self) -> crate::op::Saves {
+        crate::op::Saves { inputs: 0b011, output: false }
     }
 }
 

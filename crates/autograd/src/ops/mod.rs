@@ -15,9 +15,10 @@ mod softmax;
 mod unary;
 mod view;
 
+use crate::extension::{self, Applying};
 use crate::grad_mode::is_grad_enabled;
-use crate::node::{Node, NodeRef, NodeState, Op, REQUIRES_GRAD};
-use crate::reactive;
+use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node};
+use crate::op::Op;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
 use parking_lot::MutexGuard;
@@ -31,12 +32,25 @@ use std::sync::Arc;
 /// no input tensor is cloned.
 #[inline]
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
-    // The profiler, saved-tensor hooks and checkpoint watch operations through this one
-    // thread-local check.
-    if crate::instrument::active() != 0 {
-        return crate::instrument::apply_instrumented(op, inputs);
+    // Extensions active on this thread (the profiler, saved-tensor hooks, checkpoint,
+    // anomaly mode) watch operations through this one thread-local check.
+    if extension::active() != 0 {
+        return apply_instrumented(op, inputs);
     }
     apply_plain(op, inputs)
+}
+
+/// `apply` while an extension is active on this thread: its recording hooks run around the
+/// operation (see `extension::Applying`).
+#[cold]
+#[inline(never)]
+fn apply_instrumented<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+    let applying = Applying::begin(op.name(), inputs);
+    let result = apply_plain(op, inputs);
+    if let Ok(var) = &result {
+        applying.recorded(var);
+    }
+    result
 }
 
 /// `apply` without the optional instrumentation.
@@ -122,16 +136,44 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
         return Var::new(out);
     }
     let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
-    // Numbered first: see `Node::new_var_numbered`.
-    let seq = crate::node::next_seq();
-    out.storage().watch();
-    let state = NodeState::new(out, versions, reactive::epochs());
     let mut edges: SmallVec<[NodeRef; 2]> = SmallVec::new();
     for v in inputs {
         edges.push(v.node.clone());
     }
-    // Anomaly mode's creation site is recorded by `instrument::apply_instrumented`.
-    Node::new_var_numbered(seq, op, edges, flags, state)
+    // Extensions see the node in `apply_instrumented`.
+    new_node(op, edges, flags, out, versions)
+}
+
+impl Var {
+    /// Applies an operation of your own, implementing [`Op`], to `inputs`: its forward
+    /// runs now and, in grad mode, it is recorded like a built-in operation. (For a forward
+    /// on tensors with a hand-written backward that need not be re-executable, a
+    /// [`Function`](crate::Function) is usually simpler.)
+    ///
+    /// ```
+    /// use ember_autograd::{BackwardCtx, Grads, Op, Var};
+    /// use ember_tensor::{Result, Tensor};
+    /// /// `y = 3x`.
+    /// struct Triple;
+    /// impl Op for Triple {
+    ///     fn name(&self) -> &str {
+    ///         "triple"
+    ///     }
+    ///     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+    ///         Ok(inputs[0].mul_scalar(3.0))
+    ///     }
+    ///     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+    ///         Ok([Some(g.mul_scalar(3.0))].into_iter().collect())
+    ///     }
+    /// }
+    /// let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    /// Var::apply_op(Triple, &[&x])?.sum_all().backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![3.0, 3.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn apply_op<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+        apply(op, inputs)
+    }
 }
 
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions

@@ -5,7 +5,7 @@
 
 use super::{apply, apply_infallible, constant, infallible};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{Dims, Result, Shape, Tensor};
 use smallvec::{SmallVec, smallvec};

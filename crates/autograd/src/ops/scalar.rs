@@ -3,7 +3,7 @@
 use super::unary::zero_gradient;
 use super::{apply_infallible, constant};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{Result, Scalar, Tensor};
 use smallvec::smallvec;

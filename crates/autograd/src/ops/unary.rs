@@ -4,7 +4,7 @@
 
 use super::{apply_infallible, constant};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{Result, Tensor};
 use smallvec::smallvec;

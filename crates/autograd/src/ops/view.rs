@@ -3,7 +3,7 @@
 
 use super::{apply, apply_infallible, infallible};
 use crate::backward_ctx::BackwardCtx;
-use crate::node::{Grads, Op, Saves};
+use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{Dim, Error, Result, Shape, ShapeSpec, Tensor};
 use smallvec::smallvec;

@@ -8,7 +8,7 @@
 
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 /// The seed the generator starts from when [`manual_seed`] is never called.
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
@@ -31,7 +31,7 @@ pub fn manual_seed(seed: u64) {
 }
 
 fn lock() -> MutexGuard<'static, Option<Pcg64>> {
-    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+    GENERATOR.lock()
 }
 
 /// Runs `f` with exclusive use of the global generator.

@@ -57,7 +57,6 @@
 mod adam;
 mod builder;
 mod clip;
-mod kernel;
 mod optimizer;
 mod params;
 mod rmsprop;

@@ -46,3 +46,25 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Pcg64) -> R) -> R {
 pub fn fork_rng() -> Pcg64 {
     with_rng(Pcg64::from_rng)
 }
+
+/// A distribution of random tensor elements, as [`crate::backend::Backend::random`] takes it.
+/// The bounds and moments are validated by the tensor constructors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    /// Uniform on `[low, high)` with PyTorch's `uniform_` rounding: the bounds are taken in
+    /// the element type, and no sample equals `high` (a draw that rounds up to it becomes
+    /// the largest value below it); `low == high` gives `low`.
+    Uniform {
+        /// Lower bound, included.
+        low: f64,
+        /// Upper bound, excluded (unless equal to `low`).
+        high: f64,
+    },
+    /// Normal with mean `mean` and standard deviation `std`.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+}

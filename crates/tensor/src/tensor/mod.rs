@@ -7,6 +7,7 @@ mod index;
 mod inplace;
 mod join;
 mod linalg;
+mod optim;
 mod locks;
 mod ops;
 mod reduce;

@@ -4,8 +4,8 @@
 
 use crate::builder::builder;
 use crate::optimizer::{Optimizer, non_negative, unit_interval};
+use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict};
 use ember_autograd::{NoGradGuard, Var};
 use ember_tensor::backend::AdamStep;
 use ember_tensor::{Result, Tensor};
@@ -127,9 +127,9 @@ impl AdamCore {
         Ok(())
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(self.kind, self.params.len());
+        let mut d = OptimizerState::new(self.kind, self.params.len());
         d.set("lr", c.lr);
         d.set("beta1", c.betas.0);
         d.set("beta2", c.betas.1);
@@ -138,7 +138,7 @@ impl AdamCore {
         d.set_flag("amsgrad", c.amsgrad);
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
-            d.set(crate::state_dict::state_key(i, "step"), st.step as f64);
+            d.set(crate::optimizer_state::state_key(i, "step"), st.step as f64);
             d.set_state(i, "exp_avg", &st.exp_avg);
             d.set_state(i, "exp_avg_sq", &st.exp_avg_sq);
             if let Some(m) = &st.max_exp_avg_sq {
@@ -148,7 +148,7 @@ impl AdamCore {
         d
     }
 
-    fn load_state_dict(&mut self, dict: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, dict: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(dict, self.kind, self.params.len())?;
         let config = AdamConfig {
             lr: r.scalar("lr")?,
@@ -332,11 +332,11 @@ macro_rules! delegate_optimizer {
                 &self.core.params
             }
 
-            fn state_dict(&self) -> StateDict {
+            fn state_dict(&self) -> OptimizerState {
                 self.core.state_dict()
             }
 
-            fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+            fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
                 self.core.load_state_dict(state)
             }
         }

@@ -2,8 +2,8 @@
 
 use crate::builder::builder;
 use crate::optimizer::{Optimizer, non_negative};
+use crate::optimizer_state::{OptimizerState, Reader, state_key};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict, state_key};
 use ember_autograd::{NoGradGuard, Var};
 use ember_tensor::backend::RmsPropStep;
 use ember_tensor::{Error, Result, Tensor};
@@ -182,9 +182,9 @@ impl Optimizer for RmsProp {
         &self.params
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(KIND, self.params.len());
+        let mut d = OptimizerState::new(KIND, self.params.len());
         d.set("lr", c.lr);
         d.set("alpha", c.alpha);
         d.set("eps", c.eps);
@@ -205,7 +205,7 @@ impl Optimizer for RmsProp {
         d
     }
 
-    fn load_state_dict(&mut self, dict: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, dict: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(dict, KIND, self.params.len())?;
         let config = RmsPropConfig {
             lr: r.scalar("lr")?,

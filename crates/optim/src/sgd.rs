@@ -3,8 +3,8 @@
 
 use crate::builder::builder;
 use crate::optimizer::{Optimizer, non_negative};
+use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict};
 use ember_autograd::{NoGradGuard, Var};
 use ember_tensor::backend::SgdStep;
 use ember_tensor::{Error, Result, Tensor};
@@ -164,9 +164,9 @@ impl Optimizer for Sgd {
         &self.params
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(KIND, self.params.len());
+        let mut d = OptimizerState::new(KIND, self.params.len());
         d.set("lr", c.lr);
         d.set("momentum", c.momentum);
         d.set("dampening", c.dampening);
@@ -180,7 +180,7 @@ impl Optimizer for Sgd {
         d
     }
 
-    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(state, KIND, self.params.len())?;
         let config = SgdConfig {
             lr: r.scalar("lr")?,

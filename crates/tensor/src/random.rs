@@ -6,9 +6,9 @@
 //! Without a call to `manual_seed` the generator starts from a fixed default seed, so runs
 //! are reproducible by default, as in PyTorch.
 
+use parking_lot::{Mutex, MutexGuard};
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
-use parking_lot::{Mutex, MutexGuard};
 
 /// The seed the generator starts from when [`manual_seed`] is never called.
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;

@@ -356,7 +356,13 @@ pub trait Backend: Send + Sync + 'static {
     /// One SGD step ([`SgdStep`]) on a float parameter, in place, in one pass. The gradient
     /// and the momentum buffer (given exactly when `momentum != 0`) are contiguous, of the
     /// parameter's shape and dtype.
-    fn sgd_step(&self, param: Target<'_>, grad: View<'_>, momentum_buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()>;
+    fn sgd_step(
+        &self,
+        param: Target<'_>,
+        grad: View<'_>,
+        momentum_buffer: Option<Target<'_>>,
+        hp: &SgdStep,
+    ) -> Result<()>;
     /// One Adam or AdamW step ([`AdamStep`]) on a float parameter and its state, in place, in
     /// one pass. Every operand is contiguous, of the parameter's shape and dtype.
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()>;

@@ -12,7 +12,6 @@ use crate::storage::Storage;
 use crate::{Error, Result};
 use std::borrow::Cow;
 
-
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
 /// elements and its element count is representable. An empty layout reads nothing, so any
 /// offset passes.

@@ -9,10 +9,10 @@
 //!
 //! The pool holds at most [`pool_limit`] bytes; blocks beyond that go back to the system.
 
+use parking_lot::Mutex;
 use std::alloc::{self, Layout as AllocLayout};
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Blocks smaller than this go to the system allocator, whose small-size bins are fast and

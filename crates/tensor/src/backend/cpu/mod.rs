@@ -6,8 +6,8 @@
 mod binary;
 pub(crate) mod fastmath;
 mod index;
-mod join;
 pub(crate) mod iter;
+mod join;
 mod matmul;
 mod norm;
 mod optim;
@@ -23,11 +23,11 @@ use super::{
     AdamState, AdamStep, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target, UnaryOp, View,
     validate,
 };
-use crate::random::Distribution;
-use crate::shape::{Shape, checked_numel};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
+use crate::random::Distribution;
+use crate::shape::{Shape, checked_numel};
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
 
@@ -234,7 +234,10 @@ impl Backend for CpuBackend {
         let mut total = 0usize;
         for ((s, _), l) in srcs.iter().zip(&layouts) {
             if s.dtype() != first.dtype() {
-                return Err(Error::dtype(op, format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype())));
+                return Err(Error::dtype(
+                    op,
+                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
+                ));
             }
             let rank = first_layout.rank();
             let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);

@@ -8,8 +8,8 @@
 //! value an element's update reads comes from the same element.
 
 use super::iter::par_for;
-use crate::backend::{View, validate};
 use crate::backend::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+use crate::backend::{View, validate};
 use crate::dtype::{DType, Element, FloatElement};
 use crate::layout::Layout;
 use crate::storage::Storage;
@@ -208,12 +208,7 @@ fn sgd_momentum_chunk<T: FloatElement>(p: &mut [T], g: &[T], b: &mut [T], k: &Sg
 }
 
 /// See [`crate::backend::Backend::sgd_step`].
-pub(crate) fn sgd_step(
-    (p, lp): Target<'_>,
-    (g, lg): View<'_>,
-    buffer: Option<Target<'_>>,
-    hp: &SgdStep,
-) -> Result<()> {
+pub(crate) fn sgd_step((p, lp): Target<'_>, (g, lg): View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
     let op = "sgd_step";
     let rp = param_range(op, p, lp)?;
     let dtype = p.dtype();

@@ -6,8 +6,8 @@ use crate::random::{Distribution, with_rng};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use rand::RngExt;
-use rand_pcg::Pcg64;
 use rand_distr::{Distribution as _, StandardNormal};
+use rand_pcg::Pcg64;
 
 /// `v` moved into `[low, high)` when rounding to the element type carried it to `high` or
 /// beyond (`keep` is `(low, high, largest value below high)` in that type; `None` keeps `v`).

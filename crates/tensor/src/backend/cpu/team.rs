@@ -16,10 +16,10 @@
 //! measured (a park/unpark round trip took 32–45 µs), more than a whole small kernel; a
 //! watching helper joins within a fraction of a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
 
+use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};

@@ -140,3 +140,44 @@ fn split_first<'s, 'g>(
         None => Err(Error::invalid("step", "ember internal error: a storage was not locked")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    /// Steps whose operands swap roles between threads (one's parameter is another's
+    /// gradient or state) finish: every step takes its locks in the global order. The test
+    /// fails after two minutes instead of hanging if that breaks; it takes milliseconds.
+    #[test]
+    fn crossed_steps_do_not_deadlock() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let [a, b, c] = [0; 3].map(|_| Tensor::zeros([4096], DType::F32).unwrap());
+        let hp =
+            SgdStep { lr: 0.0, momentum: 0.5, dampening: 0.0, nesterov: false, weight_decay: 0.0, fresh_buffer: false };
+        let (tx, rx) = mpsc::channel();
+        let spawn = |f: Box<dyn Fn() + Send>| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    f();
+                }
+                let _ = tx.send(());
+            })
+        };
+        let (a1, b1, c1, a2, b2, c2, a3, b3) =
+            (a.clone(), b.clone(), c.clone(), a.clone(), b.clone(), c.clone(), a.clone(), b.clone());
+        let threads = [
+            spawn(Box::new(move || a1.sgd_step_(&b1, Some(&c1), &hp).unwrap())),
+            spawn(Box::new(move || c2.sgd_step_(&a2, Some(&b2), &hp).unwrap())),
+            spawn(Box::new(move || b3.add_(&a3).unwrap())),
+        ];
+        for _ in 0..threads.len() {
+            rx.recv_timeout(Duration::from_secs(120)).expect("crossed optimizer steps deadlocked");
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}

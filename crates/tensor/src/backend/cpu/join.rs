@@ -8,8 +8,8 @@ use crate::storage::{Buffer, CpuStorage};
 use crate::{DType, Result};
 
 /// The views joined along `d` into a fresh storage of `shape` (their shapes agree outside
-/// `d`, and they share the dtype of the first). Each contiguous input is copied as `outer`
-/// blocks; a strided one is walked in runs and scattered into the same blocks.
+/// `d`, and they share the dtype of the first). Each input fills `outer` blocks of the
+/// output: by slice copies when it is contiguous, else by walking its runs.
 pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> Result<CpuStorage> {
     fn go<T: Element>(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> Result<CpuStorage> {
         let outer: usize = shape[..d].iter().product();
@@ -33,12 +33,15 @@ pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> R
                 None => {
                     let runs = Runs::new([*l]);
                     let st = runs.inner_stride(0);
-                    runs.for_each(0, l.numel(), |[off], len, pos| {
-                        for i in 0..len {
-                            let k = pos + i;
-                            out[(k / block) * row + col + k % block] = src[off + i * st];
-                        }
-                    });
+                    for o in 0..outer {
+                        let (start, dst) = (o * block, &mut out[o * row + col..o * row + col + block]);
+                        runs.for_each(start, start + block, |[off], len, pos| {
+                            let dst = &mut dst[pos - start..pos - start + len];
+                            for (i, v) in dst.iter_mut().enumerate() {
+                                *v = src[off + i * st];
+                            }
+                        });
+                    }
                 }
             }
             col += block;
@@ -51,5 +54,40 @@ pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> R
         Some(DType::F32) => go::<f32>(srcs, d, shape),
         // Nothing to join gives an empty f64 storage (the backend refuses that case first).
         _ => go::<f64>(srcs, d, shape),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+    use crate::backend::{Backend, cpu::CpuBackend};
+
+    /// Strided inputs (which `Tensor::cat` sends down its general path) join like their
+    /// contiguous copies.
+    #[test]
+    fn strided_views_join_like_contiguous_ones() {
+        let a = Tensor::arange(0, 12).unwrap().reshape([3, 4]).unwrap().t().unwrap(); // [4, 3]
+        let b = Tensor::arange(100, 108).unwrap().reshape([4, 2]).unwrap();
+        let c = Tensor::arange(200, 212).unwrap().reshape([4, 3]).unwrap().narrow(1, 1, 1).unwrap();
+        for dim in [0usize, 1] {
+            let parts: Vec<Tensor> = match dim {
+                0 => vec![a.clone(), a.narrow(0, 1, 2).unwrap(), a.contiguous()],
+                _ => vec![a.clone(), b.clone(), c.clone()],
+            };
+            let (ga, gb) = (parts[0].storage().read(), parts[1].storage().read());
+            let gc = parts[2].storage().read();
+            let views = [(&*ga, parts[0].layout()), (&*gb, parts[1].layout()), (&*gc, parts[2].layout())];
+            let joined = CpuBackend.cat(&views, dim).unwrap();
+            let copies: Vec<Tensor> = parts.iter().map(|t| t.contiguous()).collect();
+            let want = Tensor::cat(&copies.iter().collect::<Vec<_>>(), dim).unwrap().to_vec::<i64>().unwrap();
+            assert_eq!(joined.as_cpu().unwrap().as_slice::<i64>().unwrap(), &want[..], "dim {dim}");
+        }
+        // Views of different dtypes or mismatched shapes are refused.
+        let f = a.to_dtype(crate::DType::F32);
+        let (ga, gf) = (a.storage().read(), f.storage().read());
+        assert!(CpuBackend.cat(&[(&*ga, a.layout()), (&*gf, f.layout())], 0).is_err());
+        let gb = b.storage().read();
+        assert!(CpuBackend.cat(&[(&*ga, a.layout()), (&*gb, b.layout())], 0).is_err());
+        assert!(CpuBackend.cat(&[], 0).is_err());
     }
 }

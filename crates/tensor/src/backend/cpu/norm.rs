@@ -58,3 +58,23 @@ fn lanes<T: Copy + Into<f64>>(s: &[T], f: impl Fn(f64, f64) -> f64) -> [f64; 8] 
 fn nan_max(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+
+    /// A strided view sums like its contiguous copy, in every norm.
+    #[test]
+    fn strided_views_sum_like_contiguous_ones() {
+        let t = Tensor::arange(-7.0, 10.0).unwrap().narrow(0, 0, 15).unwrap().reshape([3, 5]).unwrap();
+        let s = t.t().unwrap();
+        for p in [1.0, 2.0, 3.5, f64::INFINITY] {
+            assert_eq!(s.power_sum(p).unwrap(), s.contiguous().power_sum(p).unwrap(), "p = {p}");
+        }
+        assert_eq!(s.power_sum(f64::INFINITY).unwrap(), 7.0);
+        assert_eq!(s.power_sum(1.0).unwrap(), (-7..8).map(|v: i32| v.abs() as f64).sum::<f64>());
+        let nan = Tensor::from_vec(vec![1.0f64, f64::NAN], [2]).unwrap();
+        assert!(nan.power_sum(f64::INFINITY).unwrap().is_nan());
+        assert!(Tensor::arange(0, 3).unwrap().power_sum(2.0).is_err());
+    }
+}

@@ -29,7 +29,7 @@ Fixture format (every tensor is {"dtype": "f64" | "f32", "shape": [...], "data":
   {ember config field: value}, "dtype", "scheduler": null | {...}, "lrs": [lr used by each
   step], "trajectory": {param: [value after step 1, ..., after step 20]}, "state": {key:
   tensor or number}}]. `state` is the optimizer's per-parameter state after the last step,
-  keyed like ember's StateDict (`state.{i}.{name}`, parameters numbered W, b, late, unused).
+  keyed like ember's OptimizerState (`state.{i}.{name}`, parameters numbered W, b, late, unused).
 - "schedulers": [{"name", "scheduler": {...}, "base_lr", "lrs": [lr after construction,
   after step 1, ...]}].
 - "clip": [{"name", "dtype", "max_norm", "norm_type" (a number or "inf"), "grads": {param:
@@ -144,7 +144,7 @@ def build_scheduler(spec, opt):
 
 
 def state_of(opt, params):
-    """The optimizer's per-parameter state, keyed like ember's StateDict."""
+    """The optimizer's per-parameter state, keyed like ember's OptimizerState."""
     out = {}
     for i, p in enumerate(params):
         for k, v in opt.state.get(p, {}).items():

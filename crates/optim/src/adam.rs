@@ -3,12 +3,12 @@
 //! parameter directly (AdamW's decoupled decay).
 
 use crate::builder::builder;
-use crate::kernel::{decayed, lerp, lerp_small};
 use crate::optimizer::{Optimizer, non_negative, unit_interval};
+use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::{DType, FloatElement, Result, Tensor};
+use ember_tensor::backend::AdamStep;
+use ember_tensor::{Result, Tensor};
 
 /// The settings of [`Adam`]. The defaults are PyTorch's.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,19 +121,15 @@ impl AdamCore {
                 exp_avg_sq: slot.value.zeros_like(),
                 max_exp_avg_sq: amsgrad.then(|| slot.value.zeros_like()),
             });
-            match slot.value.dtype() {
-                DType::F32 => update::<f32>(&slot, st, &self.config, self.decoupled)?,
-                // `Slot::prepare_all` admits only float values.
-                _ => update::<f64>(&slot, st, &self.config, self.decoupled)?,
-            }
+            update(&slot, st, &self.config, self.decoupled)?;
             slot.finish()?;
         }
         Ok(())
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(self.kind, self.params.len());
+        let mut d = OptimizerState::new(self.kind, self.params.len());
         d.set("lr", c.lr);
         d.set("beta1", c.betas.0);
         d.set("beta2", c.betas.1);
@@ -142,7 +138,7 @@ impl AdamCore {
         d.set_flag("amsgrad", c.amsgrad);
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
-            d.set(crate::state_dict::state_key(i, "step"), st.step as f64);
+            d.set(crate::optimizer_state::state_key(i, "step"), st.step as f64);
             d.set_state(i, "exp_avg", &st.exp_avg);
             d.set_state(i, "exp_avg_sq", &st.exp_avg_sq);
             if let Some(m) = &st.max_exp_avg_sq {
@@ -152,7 +148,7 @@ impl AdamCore {
         d
     }
 
-    fn load_state_dict(&mut self, dict: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, dict: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(dict, self.kind, self.params.len())?;
         let config = AdamConfig {
             lr: r.scalar("lr")?,
@@ -177,61 +173,27 @@ impl AdamCore {
     }
 }
 
-/// One parameter's update in element type `T`: three fused passes (first moment, second
-/// moment, parameter), four with AMSGrad. Each pass updates one tensor in place, reading
-/// the others; nothing is allocated.
-fn update<T: FloatElement>(slot: &Slot, st: &mut AdamState, c: &AdamConfig, decoupled: bool) -> Result<()> {
+/// One parameter's update: one fused pass over the parameter, its gradient and its state,
+/// in place; nothing is allocated.
+fn update(slot: &Slot, st: &mut AdamState, c: &AdamConfig, decoupled: bool) -> Result<()> {
     slot.check_state("exp_avg", &st.exp_avg)?;
     slot.check_state("exp_avg_sq", &st.exp_avg_sq)?;
     if let Some(m) = &st.max_exp_avg_sq {
         slot.check_state("max_exp_avg_sq", m)?;
     }
-    let (p, g) = (&slot.value, &slot.grad);
     // The count advances once the update has gone through.
     let step = st.step + 1;
-    let (beta1, beta2) = c.betas;
-    // Adam's L2 penalty goes into the gradient, which both moments read; only then do they
-    // need the parameter's values, else the gradient stands in to spare a stream.
-    let coupled = c.weight_decay != 0.0 && !decoupled;
-    let wd = T::from_f64(c.weight_decay);
-    let p_src = if coupled { p } else { g };
-
-    // exp_avg.lerp_(grad, 1 - beta1)
-    let w1 = T::from_f64(1.0 - beta1);
-    let small = lerp_small(w1);
-    st.exp_avg.update_::<T, 2>([g, p_src], move |m, [g, p]| *m = lerp(*m, decayed(g, p, wd, coupled), w1, small))?;
-
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    let (b2, w2) = (T::from_f64(beta2), T::from_f64(1.0 - beta2));
-    st.exp_avg_sq.update_::<T, 2>([g, p_src], move |v, [g, p]| {
-        let g = decayed(g, p, wd, coupled);
-        *v = *v * b2 + w2 * g * g;
-    })?;
-
-    // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq), which propagates NaN.
-    let second = match &st.max_exp_avg_sq {
-        Some(max) => {
-            max.update_::<T, 1>([&st.exp_avg_sq], |m, [v]| *m = m.max_nan(v))?;
-            max
-        }
-        None => &st.exp_avg_sq,
+    let hp = AdamStep {
+        lr: c.lr,
+        beta1: c.betas.0,
+        beta2: c.betas.1,
+        eps: c.eps,
+        weight_decay: c.weight_decay,
+        decoupled,
+        amsgrad: c.amsgrad,
+        step,
     };
-
-    // The bias corrections in f64, as PyTorch computes them in Python floats.
-    let t = step as f64;
-    let step_size = c.lr / (1.0 - beta1.powf(t));
-    let bc2_sqrt = T::from_f64((1.0 - beta2.powf(t)).sqrt());
-    let neg_step = T::from_f64(-step_size);
-    let eps = T::from_f64(c.eps);
-    // AdamW's param.mul_(1 - lr * weight_decay), folded into the parameter's pass.
-    let shrink_on = decoupled && c.weight_decay != 0.0;
-    let shrink = T::from_f64(1.0 - c.lr * c.weight_decay);
-    // denom = (v.sqrt() / bias_correction2_sqrt).add_(eps); param.addcdiv_(exp_avg, denom, value=-step_size)
-    p.update_::<T, 2>([&st.exp_avg, second], move |p, [m, v]| {
-        let q = if shrink_on { *p * shrink } else { *p };
-        let denom = v.sqrt() / bc2_sqrt + eps;
-        *p = q + neg_step * m / denom;
-    })?;
+    slot.value.adam_step_(&slot.grad, &st.exp_avg, &st.exp_avg_sq, st.max_exp_avg_sq.as_ref(), &hp)?;
     st.step = step;
     Ok(())
 }
@@ -370,11 +332,11 @@ macro_rules! delegate_optimizer {
                 &self.core.params
             }
 
-            fn state_dict(&self) -> StateDict {
+            fn state_dict(&self) -> OptimizerState {
                 self.core.state_dict()
             }
 
-            fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+            fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
                 self.core.load_state_dict(state)
             }
         }

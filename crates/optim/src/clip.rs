@@ -1,7 +1,7 @@
 //! Gradient clipping by total norm (PyTorch's `torch.nn.utils.clip_grad_norm_`).
 
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{Error, Result, Tensor};
 
 const OP: &str = "clip_grad_norm_";
 
@@ -86,39 +86,10 @@ fn scale(params: &[Var], grads: &[(&Var, Tensor)], coef: f64) -> Result<()> {
 
 /// `Σ|g|^p` over one gradient (`max |g|` for the infinity norm), in f64.
 fn partial_norm(g: &Tensor, p: f64) -> Result<f64> {
-    match g.dtype() {
-        DType::F32 => g.with_slice::<f32, _>(|s| power_sum(s, p)),
-        DType::F64 => g.with_slice::<f64, _>(|s| power_sum(s, p)),
-        other => Err(Error::dtype(OP, format!("gradients must be f32 or f64, got {other}"))),
+    if !g.dtype().is_float() {
+        return Err(Error::dtype(OP, format!("gradients must be f32 or f64, got {}", g.dtype())));
     }
-}
-
-fn power_sum<T: Copy + Into<f64>>(s: &[T], p: f64) -> f64 {
-    if p == f64::INFINITY {
-        lanes(s, |acc, x| nan_max(acc, x.abs())).into_iter().fold(0.0, nan_max)
-    } else if p == 2.0 {
-        lanes(s, |acc, x| acc + x * x).iter().sum()
-    } else if p == 1.0 {
-        lanes(s, |acc, x| acc + x.abs()).iter().sum()
-    } else {
-        lanes(s, |acc, x| acc + x.abs().powf(p)).iter().sum()
-    }
-}
-
-/// Folds `f` over the values into eight accumulators, so that the loop is not one long
-/// chain of dependent additions and can use vector registers.
-fn lanes<T: Copy + Into<f64>>(s: &[T], f: impl Fn(f64, f64) -> f64) -> [f64; 8] {
-    let mut acc = [0.0f64; 8];
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = f(*a, x.into());
-        }
-    }
-    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
-        *a = f(*a, x.into());
-    }
-    acc
+    g.power_sum(p)
 }
 
 /// The larger of two values, NaN if either is (`f64::max` would drop the NaN).

@@ -7,14 +7,16 @@
 //!   (`Adam::new(params, AdamConfig { lr: 1e-3, ..Default::default() })`) or with chained
 //!   settings (`Adam::with_params(params).lr(1e-3).build()`), and owns exactly those
 //!   parameters: several optimizers can split a model's parameters between them.
-//! - A step updates each parameter's value in place, under `no_grad`, with fused
-//!   elementwise kernels ([`Tensor::update_`](ember_tensor::Tensor::update_)) in the
-//!   parameter's own dtype (f32 or f64): one pass per tensor written, no temporaries.
+//! - A step updates each parameter's value in place, under `no_grad`, with one fused
+//!   backend kernel per parameter (`Tensor::sgd_step_`, `adam_step_`, `rmsprop_step_`,
+//!   see [`ember_tensor::backend::Backend`]) in the parameter's own dtype (f32 or f64): one
+//!   pass over the parameter, its gradient and its state, no temporaries, rounded like
+//!   ATen's kernels.
 //!   Frozen parameters and parameters without a gradient are skipped, their state
 //!   untouched. In-place writes bump the value's version, so a backward through a graph
 //!   that saved a parameter before the step reports the modification, as in PyTorch.
 //! - [`Optimizer::state_dict`] and [`Optimizer::load_state_dict`] save and restore the
-//!   hyperparameters and per-parameter state ([`StateDict`]), so training resumes exactly.
+//!   hyperparameters and per-parameter state ([`OptimizerState`]), so training resumes exactly.
 //! - Schedulers implement [`LrScheduler`]: [`StepLR`], [`CosineAnnealingLR`], [`LambdaLR`].
 //! - [`clip_grad_norm_`] rescales gradients to a maximum total norm.
 //!
@@ -57,18 +59,17 @@
 mod adam;
 mod builder;
 mod clip;
-mod kernel;
 mod optimizer;
+mod optimizer_state;
 mod params;
 mod rmsprop;
 mod scheduler;
 mod sgd;
-mod state_dict;
 
 pub use adam::{Adam, AdamBuilder, AdamConfig, AdamW, AdamWBuilder, AdamWConfig};
 pub use clip::clip_grad_norm_;
 pub use optimizer::Optimizer;
+pub use optimizer_state::OptimizerState;
 pub use rmsprop::{RmsProp, RmsPropBuilder, RmsPropConfig};
 pub use scheduler::{CosineAnnealingLR, LambdaLR, LrScheduler, StepLR};
 pub use sgd::{Sgd, SgdBuilder, SgdConfig};
-pub use state_dict::StateDict;

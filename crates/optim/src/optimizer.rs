@@ -1,6 +1,6 @@
 //! The [`Optimizer`] trait and the checks its implementations share.
 
-use crate::StateDict;
+use crate::OptimizerState;
 use ember_autograd::Var;
 use ember_tensor::{Error, Result};
 
@@ -33,13 +33,13 @@ pub trait Optimizer {
     /// The parameters, in the order they were given.
     fn params(&self) -> &[Var];
 
-    /// The hyperparameters and per-parameter state, copied (see [`StateDict`]).
-    fn state_dict(&self) -> StateDict;
+    /// The hyperparameters and per-parameter state, copied (see [`OptimizerState`]).
+    fn state_dict(&self) -> OptimizerState;
 
     /// Replaces the hyperparameters and per-parameter state with those of `state`, taken
     /// from an optimizer of the same kind over parameters of the same shapes. On error
     /// nothing changes; the message names the entry that does not fit.
-    fn load_state_dict(&mut self, state: &StateDict) -> Result<()>;
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()>;
 }
 
 /// A hyperparameter that must be a finite number at least zero (PyTorch's `0.0 <= x` checks,

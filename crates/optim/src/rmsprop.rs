@@ -1,12 +1,12 @@
 //! RMSprop (PyTorch's `torch.optim.RMSprop`), optionally centered and with momentum.
 
 use crate::builder::builder;
-use crate::kernel::{decayed, lerp, lerp_small};
 use crate::optimizer::{Optimizer, non_negative};
+use crate::optimizer_state::{OptimizerState, Reader, state_key};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict, state_key};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::{DType, Error, FloatElement, Result, Tensor};
+use ember_tensor::backend::RmsPropStep;
+use ember_tensor::{Error, Result, Tensor};
 
 const KIND: &str = "RmsProp";
 
@@ -127,57 +127,27 @@ impl RmsProp {
     }
 }
 
-/// One parameter's update in element type `T`: one fused pass per state tensor and one for
-/// the parameter, allocating nothing.
-fn update<T: FloatElement>(slot: &Slot, st: &mut RmsPropState, c: &RmsPropConfig) -> Result<()> {
+/// One parameter's update: one fused pass over the parameter, its gradient and its state,
+/// in place; nothing is allocated.
+fn update(slot: &Slot, st: &mut RmsPropState, c: &RmsPropConfig) -> Result<()> {
     slot.check_state("square_avg", &st.square_avg)?;
     for (name, t) in [("grad_avg", &st.grad_avg), ("momentum_buffer", &st.momentum_buffer)] {
         if let Some(t) = t {
             slot.check_state(name, t)?;
         }
     }
-    let (p, g) = (&slot.value, &slot.grad);
-    let decay = c.weight_decay != 0.0;
-    let wd = T::from_f64(c.weight_decay);
-    // The parameter's values are needed only for weight decay; else the gradient stands in.
-    let p_src = if decay { p } else { g };
-
-    // square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-    let (alpha, w) = (T::from_f64(c.alpha), T::from_f64(1.0 - c.alpha));
-    st.square_avg.update_::<T, 2>([g, p_src], move |s, [g, p]| {
-        let g = decayed(g, p, wd, decay);
-        *s = *s * alpha + w * g * g;
-    })?;
-
-    // grad_avg.lerp_(grad, 1 - alpha)
-    if let Some(ga) = &st.grad_avg {
-        let small = lerp_small(w);
-        ga.update_::<T, 2>([g, p_src], move |a, [g, p]| *a = lerp(*a, decayed(g, p, wd, decay), w, small))?;
-    }
-
-    // avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps) when
-    // centered, else square_avg.sqrt().add_(eps). Without a grad_avg, square_avg stands in
-    // as its operand (read, not used) so that one kernel serves both.
-    let centered = st.grad_avg.is_some();
-    let sq = &st.square_avg;
-    let ga = st.grad_avg.as_ref().unwrap_or(sq);
-    let eps = T::from_f64(c.eps);
-    let avg = move |s: T, a: T| if centered { (s + -a * a).sqrt() + eps } else { s.sqrt() + eps };
-    let neg_lr = T::from_f64(-c.lr);
-    match &st.momentum_buffer {
-        Some(buf) => {
-            // buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)
-            let momentum = T::from_f64(c.momentum);
-            buf.update_::<T, 4>([g, p_src, sq, ga], move |b, [g, p, s, a]| {
-                *b = *b * momentum + decayed(g, p, wd, decay) / avg(s, a);
-            })?;
-            p.update_::<T, 1>([buf], move |p, [b]| *p = *p + neg_lr * b)?;
-        }
-        // param.addcdiv_(grad, avg, value=-lr)
-        None => p.update_::<T, 3>([g, sq, ga], move |p, [g, s, a]| {
-            *p = *p + neg_lr * decayed(g, *p, wd, decay) / avg(s, a);
-        })?,
-    }
+    // The state was made (or loaded) for these settings, so the kernel finds exactly the
+    // tensors they need.
+    let hp = RmsPropStep {
+        lr: c.lr,
+        alpha: c.alpha,
+        eps: c.eps,
+        weight_decay: c.weight_decay,
+        momentum: c.momentum,
+        centered: c.centered,
+    };
+    let (ga, buf) = (st.grad_avg.as_ref(), st.momentum_buffer.as_ref());
+    slot.value.rmsprop_step_(&slot.grad, &st.square_avg, ga, buf, &hp)?;
     st.step += 1;
     Ok(())
 }
@@ -194,11 +164,7 @@ impl Optimizer for RmsProp {
                 grad_avg: c.centered.then(|| slot.value.zeros_like()),
                 momentum_buffer: (c.momentum > 0.0).then(|| slot.value.zeros_like()),
             });
-            match slot.value.dtype() {
-                DType::F32 => update::<f32>(&slot, st, c)?,
-                // `Slot::prepare_all` admits only float values.
-                _ => update::<f64>(&slot, st, c)?,
-            }
+            update(&slot, st, c)?;
             slot.finish()?;
         }
         Ok(())
@@ -216,9 +182,9 @@ impl Optimizer for RmsProp {
         &self.params
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(KIND, self.params.len());
+        let mut d = OptimizerState::new(KIND, self.params.len());
         d.set("lr", c.lr);
         d.set("alpha", c.alpha);
         d.set("eps", c.eps);
@@ -239,7 +205,7 @@ impl Optimizer for RmsProp {
         d
     }
 
-    fn load_state_dict(&mut self, dict: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, dict: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(dict, KIND, self.params.len())?;
         let config = RmsPropConfig {
             lr: r.scalar("lr")?,

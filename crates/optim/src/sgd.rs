@@ -2,12 +2,12 @@
 //! decay (PyTorch's `torch.optim.SGD`).
 
 use crate::builder::builder;
-use crate::kernel::decayed;
 use crate::optimizer::{Optimizer, non_negative};
+use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
-use crate::state_dict::{Reader, StateDict};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::{DType, Error, FloatElement, Result, Tensor};
+use ember_tensor::backend::SgdStep;
+use ember_tensor::{Error, Result, Tensor};
 
 const KIND: &str = "Sgd";
 
@@ -58,7 +58,7 @@ impl SgdConfig {
 ///   follows `b = momentum·b + (1 - dampening)·d`; the step is `p -= lr·b`, or
 ///   `p -= lr·(d + momentum·b)` with Nesterov.
 ///
-/// Each update is one fused pass over the parameter (two with momentum), in place.
+/// Each update is one fused pass over the parameter (and its momentum buffer), in place.
 ///
 /// ```
 /// use ember_autograd::Var;
@@ -117,40 +117,28 @@ impl Sgd {
     }
 }
 
-/// One parameter's update in element type `T`.
-fn update<T: FloatElement>(slot: &Slot, buffer: &mut Option<Tensor>, c: &SgdConfig) -> Result<()> {
+/// One parameter's update: one fused pass over the parameter, its gradient and its
+/// momentum buffer.
+fn update(slot: &Slot, buffer: &mut Option<Tensor>, c: &SgdConfig) -> Result<()> {
     if let Some(b) = buffer {
         slot.check_state("momentum_buffer", b)?;
     }
     let (p, g) = (&slot.value, &slot.grad);
-    let neg_lr = T::from_f64(-c.lr);
-    let decay = c.weight_decay != 0.0;
-    let wd = T::from_f64(c.weight_decay);
-    if c.momentum == 0.0 {
-        return p.update_::<T, 1>([g], move |p, [g]| *p = *p + neg_lr * decayed(g, *p, wd, decay));
-    }
-    let momentum = T::from_f64(c.momentum);
-    let keep = T::from_f64(1.0 - c.dampening);
-    // The buffer's pass needs the parameter's values only for weight decay; without it the
-    // gradient stands in, so that the pass reads one stream less.
-    let p_src = if decay { p } else { g };
-    let buf = match buffer {
-        Some(b) => {
-            b.update_::<T, 2>([g, p_src], move |b, [g, p]| *b = *b * momentum + keep * decayed(g, p, wd, decay))?;
-            b
-        }
-        None => {
-            // PyTorch starts the buffer at the (decayed) gradient itself, undampened.
-            let b = p.zeros_like();
-            b.update_::<T, 2>([g, p_src], move |b, [g, p]| *b = decayed(g, p, wd, decay))?;
-            buffer.insert(b)
-        }
+    let mut hp = SgdStep {
+        lr: c.lr,
+        momentum: c.momentum,
+        dampening: c.dampening,
+        nesterov: c.nesterov,
+        weight_decay: c.weight_decay,
+        fresh_buffer: false,
     };
-    if c.nesterov {
-        p.update_::<T, 2>([g, buf], move |p, [g, b]| *p = *p + neg_lr * (decayed(g, *p, wd, decay) + momentum * b))
-    } else {
-        p.update_::<T, 1>([buf], move |p, [b]| *p = *p + neg_lr * b)
+    if c.momentum == 0.0 {
+        return p.sgd_step_(g, None, &hp);
     }
+    // PyTorch starts the buffer at the (decayed) gradient itself, undampened.
+    hp.fresh_buffer = buffer.is_none();
+    let buf = buffer.get_or_insert_with(|| p.zeros_like());
+    p.sgd_step_(g, Some(buf), &hp)
 }
 
 impl Optimizer for Sgd {
@@ -158,12 +146,7 @@ impl Optimizer for Sgd {
         let op = "Sgd::step";
         let _no_grad = NoGradGuard::new();
         for (i, slot) in Slot::prepare_all(op, &self.params)? {
-            let buffer = &mut self.buffers[i];
-            match slot.value.dtype() {
-                DType::F32 => update::<f32>(&slot, buffer, &self.config)?,
-                // `Slot::prepare_all` admits only float values.
-                _ => update::<f64>(&slot, buffer, &self.config)?,
-            }
+            update(&slot, &mut self.buffers[i], &self.config)?;
             slot.finish()?;
         }
         Ok(())
@@ -181,9 +164,9 @@ impl Optimizer for Sgd {
         &self.params
     }
 
-    fn state_dict(&self) -> StateDict {
+    fn state_dict(&self) -> OptimizerState {
         let c = &self.config;
-        let mut d = StateDict::new(KIND, self.params.len());
+        let mut d = OptimizerState::new(KIND, self.params.len());
         d.set("lr", c.lr);
         d.set("momentum", c.momentum);
         d.set("dampening", c.dampening);
@@ -197,7 +180,7 @@ impl Optimizer for Sgd {
         d
     }
 
-    fn load_state_dict(&mut self, state: &StateDict) -> Result<()> {
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
         let mut r = Reader::new(state, KIND, self.params.len())?;
         let config = SgdConfig {
             lr: r.scalar("lr")?,

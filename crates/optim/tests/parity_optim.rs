@@ -20,8 +20,8 @@
 
 use ember_autograd::Var;
 use ember_optim::{
-    Adam, AdamConfig, AdamW, AdamWConfig, CosineAnnealingLR, LambdaLR, LrScheduler, Optimizer, RmsProp, RmsPropConfig,
-    Sgd, SgdConfig, StateDict, StepLR, clip_grad_norm_,
+    Adam, AdamConfig, AdamW, AdamWConfig, CosineAnnealingLR, LambdaLR, LrScheduler, Optimizer, OptimizerState, RmsProp,
+    RmsPropConfig, Sgd, SgdConfig, StepLR, clip_grad_norm_,
 };
 use ember_tensor::{Error, Result, Tensor};
 use ember_testing::compare::values_like;
@@ -284,7 +284,7 @@ fn run_optimizer_case(f: &Fixture, case: &OptimizerCase) -> Result<Check> {
 
 /// The optimizer's state after the last step against PyTorch's `optimizer.state`, which
 /// uses the same buffer names.
-fn compare_state(check: &mut Check, got: &StateDict, want: &BTreeMap<String, Value>) {
+fn compare_state(check: &mut Check, got: &OptimizerState, want: &BTreeMap<String, Value>) {
     let per_param = |k: &&String| k.starts_with("state.");
     let mut got_keys: Vec<&String> = got.scalars.keys().chain(got.tensors.keys()).filter(per_param).collect();
     got_keys.sort();

@@ -3,8 +3,8 @@
 
 use ember_autograd::Var;
 use ember_optim::{
-    Adam, AdamConfig, AdamW, CosineAnnealingLR, LambdaLR, LrScheduler, Optimizer, RmsProp, RmsPropConfig, Sgd,
-    SgdConfig, StateDict, StepLR, clip_grad_norm_,
+    Adam, AdamConfig, AdamW, CosineAnnealingLR, LambdaLR, LrScheduler, Optimizer, OptimizerState, RmsProp,
+    RmsPropConfig, Sgd, SgdConfig, StepLR, clip_grad_norm_,
 };
 use ember_tensor::{DType, Error, Result, Tensor, manual_seed};
 
@@ -63,7 +63,7 @@ fn state_dict_round_trip_continues_identically() -> Result<()> {
         // Through a file (a checkpoint): every scalar and tensor reads back exactly.
         let path = std::env::temp_dir().join(format!("ember-optim-{name}-{}.safetensors", std::process::id()));
         saved.save(&path)?;
-        let from_file = StateDict::load(&path)?;
+        let from_file = OptimizerState::load(&path)?;
         std::fs::remove_file(&path).ok();
         assert_eq!(from_file.optimizer, saved.optimizer);
         assert_eq!(from_file.scalars, saved.scalars, "{name}: scalars changed through the file");
@@ -147,7 +147,7 @@ fn state_of_another_precision_is_converted() -> Result<()> {
 
 /// The error of `load_state_dict` for `dict` as a string, checking that the optimizer is
 /// unchanged by the failed load.
-fn load_error(opt: &mut dyn Optimizer, dict: &StateDict) -> String {
+fn load_error(opt: &mut dyn Optimizer, dict: &OptimizerState) -> String {
     let before = opt.state_dict();
     let e = match opt.load_state_dict(dict) {
         Err(e) => e.to_string(),
@@ -351,7 +351,7 @@ fn state_files_that_are_not_optimizer_state_are_refused_by_name() -> Result<()> 
     let mut model = ember_nn::StateDict::new();
     model.insert("0.weight", Tensor::zeros([2, 2], DType::F32)?);
     ember_nn::save_safetensors(&weights, &model)?;
-    let e = StateDict::load(&weights).unwrap_err().to_string();
+    let e = OptimizerState::load(&weights).unwrap_err().to_string();
     assert!(e.contains("not an optimizer state file") && e.contains("ember-optim-weights"), "{e}");
     // A scalar that is not a number.
     let bad = dir.join(format!("ember-optim-bad-scalar-{}.safetensors", std::process::id()));
@@ -360,10 +360,10 @@ fn state_files_that_are_not_optimizer_state_are_refused_by_name() -> Result<()> 
         ("ember.scalar.lr".to_string(), "fast".to_string()),
     ]);
     ember_nn::save_safetensors_with_metadata(&bad, &ember_nn::StateDict::new(), &metadata)?;
-    let e = StateDict::load(&bad).unwrap_err().to_string();
+    let e = OptimizerState::load(&bad).unwrap_err().to_string();
     assert!(e.contains("\"lr\" is \"fast\", not a number"), "{e}");
     // A missing file names the file.
-    let e = StateDict::load(dir.join("ember-optim-missing.safetensors")).unwrap_err().to_string();
+    let e = OptimizerState::load(dir.join("ember-optim-missing.safetensors")).unwrap_err().to_string();
     assert!(e.contains("ember-optim-missing"), "{e}");
     for p in [weights, bad] {
         std::fs::remove_file(p).ok();

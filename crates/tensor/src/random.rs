@@ -6,9 +6,9 @@
 //! Without a call to `manual_seed` the generator starts from a fixed default seed, so runs
 //! are reproducible by default, as in PyTorch.
 
+use parking_lot::{Mutex, MutexGuard};
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
-use std::sync::{Mutex, MutexGuard};
 
 /// The seed the generator starts from when [`manual_seed`] is never called.
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
@@ -31,7 +31,7 @@ pub fn manual_seed(seed: u64) {
 }
 
 fn lock() -> MutexGuard<'static, Option<Pcg64>> {
-    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+    GENERATOR.lock()
 }
 
 /// Runs `f` with exclusive use of the global generator.
@@ -45,4 +45,26 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Pcg64) -> R) -> R {
 /// loader's shuffling, say) while staying reproducible under `manual_seed`.
 pub fn fork_rng() -> Pcg64 {
     with_rng(Pcg64::from_rng)
+}
+
+/// A distribution of random tensor elements, as [`crate::backend::Backend::random`] takes it.
+/// The bounds and moments are validated by the tensor constructors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    /// Uniform on `[low, high)` with PyTorch's `uniform_` rounding: the bounds are taken in
+    /// the element type, and no sample equals `high` (a draw that rounds up to it becomes
+    /// the largest value below it); `low == high` gives `low`.
+    Uniform {
+        /// Lower bound, included.
+        low: f64,
+        /// Upper bound, excluded (unless equal to `low`).
+        high: f64,
+    },
+    /// Normal with mean `mean` and standard deviation `std`.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
 }

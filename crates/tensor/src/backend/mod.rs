@@ -341,6 +341,34 @@ pub trait Backend: Send + Sync + 'static {
     /// The lower (or, with `upper`, upper) triangle of the last two dimensions relative to
     /// `diagonal`; other entries are zero.
     fn triangle(&self, src: View<'_>, diagonal: i64, upper: bool) -> Result<Storage>;
+
+    /// `numel` samples of `dist` in the float `dtype`, drawn from the global generator
+    /// ([`crate::random`]) in element order: a backend that draws on its own generator breaks
+    /// `manual_seed` reproducibility across devices.
+    fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage>;
+    /// A random permutation of `0..n` as `i64`, drawn from the global generator.
+    fn randperm(&self, n: usize) -> Result<Storage>;
+    /// The views, of one dtype and of shapes that agree outside `dim`, joined along `dim`.
+    fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage>;
+    /// `Σ|x|^p` over a float view, accumulated in `f64` (`max |x|` for `p = f64::INFINITY`,
+    /// NaN if any element is NaN): one tensor's part of a total norm.
+    fn power_sum(&self, src: View<'_>, p: f64) -> Result<f64>;
+    /// One SGD step ([`SgdStep`]) on a float parameter, in place, in one pass. The gradient
+    /// and the momentum buffer (given exactly when `momentum != 0`) are contiguous, of the
+    /// parameter's shape and dtype.
+    fn sgd_step(
+        &self,
+        param: Target<'_>,
+        grad: View<'_>,
+        momentum_buffer: Option<Target<'_>>,
+        hp: &SgdStep,
+    ) -> Result<()>;
+    /// One Adam or AdamW step ([`AdamStep`]) on a float parameter and its state, in place, in
+    /// one pass. Every operand is contiguous, of the parameter's shape and dtype.
+    fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()>;
+    /// One RMSprop step ([`RmsPropStep`]) on a float parameter and its state, in place, in
+    /// one pass. Every operand is contiguous, of the parameter's shape and dtype.
+    fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()>;
 }
 
 /// The backend for `device`, or a "not compiled in" error.
@@ -348,3 +376,9 @@ pub fn backend_for(device: Device) -> Result<&'static dyn Backend> {
     device.check_available()?;
     Ok(&cpu::CpuBackend)
 }
+
+pub mod optim;
+
+pub use optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+
+use crate::random::Distribution;

@@ -12,12 +12,6 @@ use crate::storage::Storage;
 use crate::{Error, Result};
 use std::borrow::Cow;
 
-fn storage_len(s: &Storage) -> usize {
-    match s {
-        Storage::Cpu(c) => c.len(),
-    }
-}
-
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
 /// elements and its element count is representable. An empty layout reads nothing, so any
 /// offset passes.
@@ -51,7 +45,7 @@ pub(crate) fn layout_fits(op: &'static str, layout: &Layout, len: usize) -> Resu
 /// whose offset lies past the end of their (possibly empty) storage, and a kernel that
 /// slices `offset..offset` must not trip over them.
 pub(crate) fn view<'l>(op: &'static str, s: &Storage, l: &'l Layout) -> Result<Cow<'l, Layout>> {
-    layout_fits(op, l, storage_len(s))?;
+    layout_fits(op, l, s.len())?;
     if l.numel() == 0 && l.offset() != 0 {
         return Ok(Cow::Owned(Layout::contiguous(l.shape().clone())));
     }

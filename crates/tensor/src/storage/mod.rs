@@ -115,6 +115,18 @@ impl Storage {
         }
     }
 
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The device holding the data.
     pub fn device(&self) -> Device {
         match self {

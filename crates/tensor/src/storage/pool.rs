@@ -9,10 +9,10 @@
 //!
 //! The pool holds at most [`pool_limit`] bytes; blocks beyond that go back to the system.
 
+use parking_lot::Mutex;
 use std::alloc::{self, Layout as AllocLayout};
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Blocks smaller than this go to the system allocator, whose small-size bins are fast and
@@ -94,7 +94,7 @@ pub fn set_pool_enabled(enabled: bool) {
 /// Returns every cached block to the system.
 pub fn clear_pool() {
     let blocks = {
-        let mut guard = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = FREE.lock();
         guard.take()
     };
     if let Some(map) = blocks {
@@ -135,7 +135,7 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
     }
     if bytes >= POOL_MIN_BYTES && POOL_ENABLED.load(Ordering::Relaxed) {
         let reused = {
-            let mut guard = FREE.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = FREE.lock();
             guard.as_mut().and_then(|m| m.get_mut(&bytes)).and_then(|v| v.pop())
         };
         if let Some(b) = reused {
@@ -171,7 +171,7 @@ pub(crate) unsafe fn free_block(ptr: NonNull<u8>, bytes: usize) {
         && POOL_ENABLED.load(Ordering::Relaxed)
         && CACHED_BYTES.load(Ordering::Relaxed) + bytes <= POOL_LIMIT.load(Ordering::Relaxed)
     {
-        let mut guard = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = FREE.lock();
         guard.get_or_insert_with(HashMap::new).entry(bytes).or_default().push(Block(ptr));
         CACHED_BYTES.fetch_add(bytes, Ordering::Relaxed);
         return;

@@ -4,26 +4,15 @@ use super::{Tensor, infallible};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, backend_for};
 use crate::dtype::{DType, Element, Scalar};
-use crate::random::with_rng;
+use crate::random::Distribution;
 use crate::shape::{MAX_NUMEL, Shape, checked_numel};
-use crate::storage::{Buffer, CpuStorage, Storage};
+use crate::storage::{Buffer, Storage};
 use crate::{Device, Error, Result};
-use rand::RngExt;
-use rand_distr::{Distribution, StandardNormal};
 
-/// `v` moved into `[low, high)` when rounding to the element type carried it to `high` or
-/// beyond (`keep` is `(low, high, largest value below high)` in that type; `None` keeps `v`).
-fn half_open<T: Element>(v: T, keep: Option<(T, T, T)>) -> T {
-    match keep {
-        Some((low, high, below)) if v >= high => {
-            if below < low {
-                low
-            } else {
-                below
-            }
-        }
-        _ => v,
-    }
+/// Host data as a CPU storage: the CPU backend's `upload`, which only wraps the buffer.
+#[inline]
+fn host<T: Element>(buf: Buffer<T>) -> Storage {
+    infallible(CpuBackend.upload(T::into_storage(buf)))
 }
 
 impl Tensor {
@@ -51,7 +40,7 @@ impl Tensor {
             ));
         }
         let buf = Buffer::from_slice("from_slice", data)?;
-        Ok(Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), shape))
+        Ok(Tensor::from_storage(host(buf), shape))
     }
 
     /// A tensor over an existing host buffer.
@@ -60,7 +49,7 @@ impl Tensor {
         if checked_numel("from_buffer", &shape)? != buf.len() {
             return Err(Error::shape("from_buffer", format!("{} elements cannot fill shape {shape}", buf.len())));
         }
-        Ok(Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), shape))
+        Ok(Tensor::from_storage(host(buf), shape))
     }
 
     /// A 0-d tensor holding `value`.
@@ -73,7 +62,7 @@ impl Tensor {
     /// ```
     pub fn scalar<T: Element>(value: T) -> Tensor {
         let buf = infallible(Buffer::from_slice("scalar", &[value]));
-        Tensor::from_storage(Storage::Cpu(T::into_storage(buf)), Shape::scalar())
+        Tensor::from_storage(host(buf), Shape::scalar())
     }
 
     /// A tensor of `shape` filled with `value`, on `device`.
@@ -205,30 +194,14 @@ impl Tensor {
         Tensor::from_buffer(buf, [n, n])
     }
 
-    fn random(
-        op: &'static str,
-        shape: Shape,
-        dtype: DType,
-        mut draw: impl FnMut(&mut rand_pcg::Pcg64) -> f64,
-        below: Option<(f64, f64)>,
-    ) -> Result<Tensor> {
+    /// Samples of `dist` of `shape` and float `dtype`, from the global generator.
+    fn random(op: &'static str, shape: Shape, dtype: DType, dist: Distribution) -> Result<Tensor> {
         let n = checked_numel(op, &shape)?;
         if !dtype.is_float() {
             return Err(Error::dtype(op, format!("random tensors must be float, got {dtype}")));
         }
-        let storage = with_rng(|rng| -> Result<CpuStorage> {
-            Ok(match dtype {
-                DType::F64 => {
-                    let keep = below.map(|(low, high)| (low, high, high.next_down()));
-                    Buffer::<f64>::from_fn(op, n, |_| half_open(draw(rng), keep))?.into()
-                }
-                _ => {
-                    let keep = below.map(|(low, high)| (low as f32, high as f32, (high as f32).next_down()));
-                    Buffer::<f32>::from_fn(op, n, |_| half_open(draw(rng) as f32, keep))?.into()
-                }
-            })
-        })?;
-        Ok(Tensor::from_storage(CpuBackend.upload(storage)?, shape))
+        let storage = backend_for(Device::Cpu)?.random(n, dist, dtype)?;
+        Ok(Tensor::from_storage(storage, shape))
     }
 
     /// Uniform samples from `[low, high)` of `shape` and float `dtype`, like PyTorch's
@@ -238,8 +211,7 @@ impl Tensor {
         if low > high || !low.is_finite() || !high.is_finite() {
             return Err(Error::invalid("uniform", format!("invalid bounds [{low}, {high})")));
         }
-        let below = (low < high).then_some((low, high));
-        Self::random("uniform", shape.into(), dtype, |r| low + (high - low) * r.random::<f64>(), below)
+        Self::random("uniform", shape.into(), dtype, Distribution::Uniform { low, high })
     }
 
     /// Normal samples with `mean` and standard deviation `std`, of `shape` and float `dtype`.
@@ -247,16 +219,7 @@ impl Tensor {
         if std < 0.0 || !std.is_finite() || !mean.is_finite() {
             return Err(Error::invalid("normal", format!("invalid mean {mean} or standard deviation {std}")));
         }
-        Self::random(
-            "normal",
-            shape.into(),
-            dtype,
-            |r| {
-                let z: f64 = StandardNormal.sample(r);
-                mean + std * z
-            },
-            None,
-        )
+        Self::random("normal", shape.into(), dtype, Distribution::Normal { mean, std })
     }
 
     /// `f32` samples from `[0, 1)`, like `torch.rand`.
@@ -281,36 +244,14 @@ impl Tensor {
 
     /// A random permutation of `0..n` as `i64` (for shuffling).
     pub fn randperm(n: usize) -> Result<Tensor> {
-        let mut buf = Buffer::<i64>::from_fn("randperm", n, |i| i as i64)?;
-        with_rng(|r| {
-            for i in (1..n).rev() {
-                let j = r.random_range(0..=i);
-                buf.swap(i, j);
-            }
-        });
-        Tensor::from_buffer(buf, [n])
+        let storage = backend_for(Device::Cpu)?.randperm(n)?;
+        Ok(Tensor::from_storage(storage, Shape::from([n])))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uniform_samples_never_round_up_to_high() {
-        // The largest f64 draw below 1 rounds to 1.0 in f32, and to `high` in f64 arithmetic.
-        let u = 1.0 - f64::EPSILON / 2.0;
-        assert_eq!(u as f32, 1.0);
-        assert_eq!(half_open(u as f32, Some((0.0, 1.0, 1f32.next_down()))), 1f32.next_down());
-        let v = 1.0 + (2.0 - 1.0) * u;
-        assert_eq!(v, 2.0);
-        assert_eq!(half_open(v, Some((1.0, 2.0, 2f64.next_down()))), 2f64.next_down());
-        // Bounds that one f32 cannot separate leave only `low`.
-        let (low, high) = (1.0f32, 1.0f32);
-        assert_eq!(half_open(1.0f32, Some((low, high, high.next_down()))), 1.0);
-        assert_eq!(half_open(0.25f32, Some((0.0, 1.0, 1f32.next_down()))), 0.25);
-        assert_eq!(half_open(7.0f64, None), 7.0);
-    }
 
     #[test]
     fn full_takes_scalars_exactly() {

@@ -180,7 +180,10 @@ impl Tensor {
     /// function of itself and `N` other contiguous tensors of the same shape and dtype:
     /// `f(&mut self[i], [others[0][i], ...])`. Runs in parallel on large tensors.
     ///
-    /// This is the building block of fused optimizer updates.
+    /// A CPU-only escape hatch: the closure runs on host memory, so no other backend can
+    /// provide it, and tensors on other devices are refused. ember's own kernels (the
+    /// optimizers' fused steps among them, see [`Tensor::adam_step_`]) go through the
+    /// [`Backend`](crate::backend::Backend) instead.
     ///
     /// ```
     /// use ember_tensor::Tensor;
@@ -238,7 +241,8 @@ impl Tensor {
         Ok(())
     }
 
-    /// Runs `f` on the elements of a contiguous tensor of element type `T`, without copying.
+    /// Runs `f` on the elements of a tensor of element type `T` (a contiguous copy of a
+    /// strided one). Like [`Tensor::update_`], a CPU-only escape hatch for user code.
     pub fn with_slice<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         if self.dtype != T::DTYPE {
             return Err(Error::dtype("with_slice", format!("the tensor is {}, not {}", self.dtype, T::DTYPE)));

@@ -1,44 +1,25 @@
 //! Joining and tiling: cat, stack, pad, repeat, and the triangles tril/triu.
 
 use super::Tensor;
-use crate::Device;
-use crate::dtype::{DType, Element, Scalar};
+use crate::backend::View;
+use crate::dtype::{DType, Scalar};
 use crate::shape::{Dim, Shape, checked_numel};
-use crate::storage::Buffer;
+use crate::storage::StorageCell;
 use crate::{Error, Result};
 
-/// `cat` of contiguous CPU tensors that already have the output dtype, by block copies
-/// (`None` when some input needs the general path). Joining many small tensors (a thousand
-/// scalars, say) then costs one lock and one copy each rather than a view and a strided
-/// copy each.
+/// `cat` of contiguous tensors that already have the output dtype, in one backend call by
+/// block copies (`None` when some input needs the general path). Joining many small tensors
+/// (a thousand scalars, say) then costs one lock and one copy each rather than a view and a
+/// strided copy each; strided inputs take the general path, whose copies run in parallel.
 fn cat_contiguous(tensors: &[&Tensor], d: usize, shape: &Shape, dtype: DType) -> Result<Option<Tensor>> {
-    if !tensors.iter().all(|t| t.is_contiguous() && t.dtype() == dtype && t.device() == Device::Cpu) {
+    if !tensors.iter().all(|t| t.is_contiguous() && t.dtype() == dtype) {
         return Ok(None);
     }
-    let outer: usize = shape[..d].iter().product();
-    let after: usize = shape[d + 1..].iter().product();
-    let row = shape[d] * after;
-    fn go<T: Element>(tensors: &[&Tensor], d: usize, outer: usize, after: usize, row: usize) -> Result<Buffer<T>> {
-        let mut out = Buffer::<T>::uninit("cat", outer * row)?;
-        let mut col = 0;
-        for t in tensors {
-            let block = t.shape()[d] * after;
-            t.with_slice::<T, ()>(|src| {
-                for o in 0..outer {
-                    out[o * row + col..o * row + col + block].copy_from_slice(&src[o * block..(o + 1) * block]);
-                }
-            })?;
-            col += block;
-        }
-        Ok(out)
-    }
-    let t = match dtype {
-        DType::F32 => Tensor::from_buffer(go::<f32>(tensors, d, outer, after, row)?, shape.clone())?,
-        DType::F64 => Tensor::from_buffer(go::<f64>(tensors, d, outer, after, row)?, shape.clone())?,
-        DType::I64 => Tensor::from_buffer(go::<i64>(tensors, d, outer, after, row)?, shape.clone())?,
-        DType::U8 => Tensor::from_buffer(go::<u8>(tensors, d, outer, after, row)?, shape.clone())?,
-    };
-    Ok(Some(t))
+    let cells: Vec<&StorageCell> = tensors.iter().map(|t| &*t.storage).collect();
+    let (guards, slot) = super::locks::read_all(&cells);
+    let views: Vec<View<'_>> = tensors.iter().zip(&slot).map(|(t, &i)| (&*guards[i], &t.layout)).collect();
+    let s = tensors[0].backend().cat(&views, d)?;
+    Ok(Some(Tensor::from_storage(s, shape.clone())))
 }
 
 impl Tensor {

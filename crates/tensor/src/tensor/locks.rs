@@ -85,3 +85,51 @@ pub(crate) fn write_and_read<'a>(
     reads.guards.extend(ReadSet::new(&above).guards);
     (w, reads)
 }
+
+/// Read locks on the distinct storages of any number of cells, in address order, and for each
+/// cell the position of its guard.
+pub(crate) fn read_all<'a>(cells: &[&'a StorageCell]) -> (Vec<RwLockReadGuard<'a, Storage>>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by_key(|&i| addr(cells[i]));
+    let mut guards = Vec::with_capacity(cells.len());
+    let mut slot = vec![0; cells.len()];
+    let mut last = None;
+    for i in order {
+        let a = addr(cells[i]);
+        if last != Some(a) {
+            guards.push(cells[i].read());
+            last = Some(a);
+        }
+        slot[i] = guards.len() - 1;
+    }
+    (guards, slot)
+}
+
+/// Write locks on distinct `dsts` and a read lock on `src` (none of them), all taken in
+/// address order; the write guards come back in the order of `dsts`.
+pub(crate) fn write_all_and_read<'a>(
+    dsts: &[&'a StorageCell],
+    src: &'a StorageCell,
+) -> (SmallVec<[RwLockWriteGuard<'a, Storage>; 4]>, RwLockReadGuard<'a, Storage>) {
+    let mut order: SmallVec<[&'a StorageCell; 4]> = SmallVec::from_slice(dsts);
+    order.sort_by_key(|c| addr(c));
+    debug_assert!(order.windows(2).all(|w| addr(w[0]) != addr(w[1])), "a storage is written twice");
+    debug_assert!(dsts.iter().all(|d| addr(d) != addr(src)), "the source shares a written storage");
+    let mut read = None;
+    let mut taken: SmallVec<[(usize, RwLockWriteGuard<'a, Storage>); 4]> = SmallVec::new();
+    for c in order {
+        if read.is_none() && addr(src) < addr(c) {
+            read = Some(src.read());
+        }
+        taken.push((addr(c), c.write()));
+    }
+    let read = read.unwrap_or_else(|| src.read());
+    let mut writes = SmallVec::new();
+    for d in dsts {
+        let i = taken.iter().position(|(a, _)| *a == addr(d));
+        // Every cell of `dsts` was locked above.
+        let i = i.unwrap_or_else(|| unreachable!("ember internal error: a storage was not locked"));
+        writes.push(taken.remove(i).1);
+    }
+    (writes, read)
+}

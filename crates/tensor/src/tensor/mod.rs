@@ -9,6 +9,7 @@ mod join;
 mod linalg;
 mod locks;
 mod ops;
+mod optim;
 mod reduce;
 mod unary;
 mod view;

@@ -7,7 +7,11 @@ mod binary;
 pub(crate) mod fastmath;
 mod index;
 pub(crate) mod iter;
+mod join;
 mod matmul;
+mod norm;
+mod optim;
+mod random;
 mod reduce;
 mod softmax;
 pub(crate) mod team;
@@ -15,10 +19,15 @@ pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;
 
-use super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View, validate};
+use super::{
+    AdamState, AdamStep, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target, UnaryOp, View,
+    validate,
+};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
+use crate::random::Distribution;
+use crate::shape::{Shape, checked_numel};
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
 
@@ -80,6 +89,8 @@ impl Backend for CpuBackend {
         })
     }
 
+    // Inlined: every tensor made from host data on the CPU comes through here.
+    #[inline]
     fn upload(&self, data: CpuStorage) -> Result<Storage> {
         Ok(Storage::Cpu(data))
     }
@@ -203,6 +214,64 @@ impl Backend for CpuBackend {
             return Err(Error::shape("tril", format!("expected at least 2 dimensions, got shape {}", l.shape())));
         }
         wrap(index::triangle(cpu(s), &l, diagonal, upper))
+    }
+
+    fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
+        wrap(random::random(numel, dist, dtype))
+    }
+
+    fn randperm(&self, n: usize) -> Result<Storage> {
+        wrap(random::randperm(n))
+    }
+
+    fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
+        let op = "cat";
+        let Some(&(first, first_layout)) = srcs.first() else {
+            return Err(Error::invalid(op, "expected at least one tensor"));
+        };
+        validate::dim(op, first_layout, dim)?;
+        let layouts = srcs.iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<Vec<_>>>()?;
+        let mut total = 0usize;
+        for ((s, _), l) in srcs.iter().zip(&layouts) {
+            if s.dtype() != first.dtype() {
+                return Err(Error::dtype(
+                    op,
+                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
+                ));
+            }
+            let rank = first_layout.rank();
+            let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
+            if !fits {
+                return Err(Error::shape(
+                    op,
+                    format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
+                ));
+            }
+            total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
+        }
+        let mut shape = first_layout.shape().to_vec();
+        shape[dim] = total;
+        let shape = Shape::from(shape);
+        checked_numel(op, &shape)?;
+        let views: Vec<(&CpuStorage, &Layout)> = srcs.iter().zip(&layouts).map(|((s, _), l)| (cpu(s), &**l)).collect();
+        wrap(join::cat(&views, dim, &shape))
+    }
+
+    fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
+        let l = validate::view("power_sum", s, l)?;
+        norm::power_sum(cpu(s), &l, p)
+    }
+
+    fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
+        optim::sgd_step(param, grad, buffer, hp)
+    }
+
+    fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
+        optim::adam_step(param, grad, state, hp)
+    }
+
+    fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+        optim::rmsprop_step(param, grad, state, hp)
     }
 }
 

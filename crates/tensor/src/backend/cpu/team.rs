@@ -16,10 +16,11 @@
 //! measured (a park/unpark round trip took 32–45 µs), more than a whole small kernel; a
 //! watching helper joins within a fraction of a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
 
+use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -192,7 +193,7 @@ impl Helpers {
         let mut seen = 0;
         loop {
             seen = self.wait(me, seen);
-            let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let job = self.job.lock().clone();
             if let Some(job) = job {
                 job();
             }
@@ -232,7 +233,7 @@ impl Helpers {
 
     /// Offers `job` to every helper and wakes the sleeping ones.
     fn publish(&self, job: Job) {
-        *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        *self.job.lock() = Some(job);
         self.generation.fetch_add(1, Ordering::SeqCst);
         let threads = self.threads.get().map(Vec::as_slice).unwrap_or_default();
         for (sleeping, thread) in self.sleeping.iter().zip(threads) {
@@ -247,7 +248,7 @@ impl Helpers {
     /// Drops the published job if it is still `job`, so that a finished loop's state is
     /// not kept alive until the next one.
     fn withdraw(&self, job: &Job) {
-        let mut slot = self.job.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.job.lock();
         if slot.as_ref().is_some_and(|j| Arc::ptr_eq(j, job)) {
             *slot = None;
         }
@@ -289,7 +290,7 @@ pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| shared.work(n, f))) {
                 // Stop the others early and hand the panic to the caller.
                 shared.next.store(n, Ordering::Relaxed);
-                shared.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
+                shared.panic.lock().get_or_insert(p);
             }
         })
     };
@@ -300,7 +301,7 @@ pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
         shared.work(n, f);
     }
     team.withdraw(&job);
-    if let Some(p) = shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(p) = shared.panic.lock().take() {
         resume_unwind(p);
     }
 }

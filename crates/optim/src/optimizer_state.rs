@@ -1,4 +1,4 @@
-//! [`StateDict`]: an optimizer's hyperparameters and per-parameter state as plain maps, and
+//! [`OptimizerState`]: an optimizer's hyperparameters and per-parameter state as plain maps, and
 //! the checked reading that `load_state_dict` does.
 
 use ember_autograd::Var;
@@ -40,7 +40,7 @@ const SCALAR_PREFIX: &str = "ember.scalar.";
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
-pub struct StateDict {
+pub struct OptimizerState {
     /// The optimizer that wrote it (`"Sgd"`, `"Adam"`, `"AdamW"`, `"RmsProp"`); loading into
     /// another kind is an error.
     pub optimizer: String,
@@ -50,7 +50,7 @@ pub struct StateDict {
     pub tensors: BTreeMap<String, Tensor>,
 }
 
-impl StateDict {
+impl OptimizerState {
     /// Writes the state dict to `path` as a safetensors file: the tensors as tensors, the
     /// optimizer kind and the scalars as the header's string metadata (each number written
     /// so that it reads back exactly). Together with the model's own file this is a
@@ -58,7 +58,7 @@ impl StateDict {
     ///
     /// ```
     /// use ember_autograd::Var;
-    /// use ember_optim::{Adam, AdamConfig, Optimizer, StateDict};
+    /// use ember_optim::{Adam, AdamConfig, Optimizer, OptimizerState};
     /// use ember_tensor::Tensor;
     /// let path = std::env::temp_dir().join(format!("ember-optim-doc-{}.safetensors", std::process::id()));
     /// let w = Var::param(Tensor::from_vec(vec![1.0f32, -1.0], [2])?);
@@ -68,7 +68,7 @@ impl StateDict {
     /// opt.state_dict().save(&path)?;
     ///
     /// let mut resumed = Adam::new(vec![w.clone()], AdamConfig::default())?;
-    /// resumed.load_state_dict(&StateDict::load(&path)?)?;
+    /// resumed.load_state_dict(&OptimizerState::load(&path)?)?;
     /// assert_eq!(resumed.state_dict().scalars["state.0.step"], 1.0);
     /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), ember_tensor::Error>(())
@@ -81,10 +81,10 @@ impl StateDict {
         ember_nn::save_safetensors_with_metadata(path, &tensors, &metadata)
     }
 
-    /// Reads a state dict written by [`save`](StateDict::save). A safetensors file without
+    /// Reads a state dict written by [`save`](OptimizerState::save). A safetensors file without
     /// an optimizer kind (a model's weights, say) or with an unreadable number is an error
     /// naming the file.
-    pub fn load(path: impl AsRef<Path>) -> Result<StateDict> {
+    pub fn load(path: impl AsRef<Path>) -> Result<OptimizerState> {
         let path = path.as_ref();
         let (tensors, metadata) = ember_nn::load_safetensors_with_metadata(path)?;
         let Some(kind) = metadata.get(KIND_KEY) else {
@@ -93,7 +93,7 @@ impl StateDict {
                 format!("not an optimizer state file: its metadata has no {KIND_KEY:?} entry"),
             ));
         };
-        let mut dict = StateDict { optimizer: kind.clone(), ..StateDict::default() };
+        let mut dict = OptimizerState { optimizer: kind.clone(), ..OptimizerState::default() };
         for (key, text) in &metadata {
             if let Some(name) = key.strip_prefix(SCALAR_PREFIX) {
                 let v = text
@@ -107,8 +107,8 @@ impl StateDict {
     }
 
     /// An empty state dict for the named optimizer kind.
-    pub(crate) fn new(optimizer: &str, num_params: usize) -> StateDict {
-        let mut d = StateDict { optimizer: optimizer.to_string(), ..StateDict::default() };
+    pub(crate) fn new(optimizer: &str, num_params: usize) -> OptimizerState {
+        let mut d = OptimizerState { optimizer: optimizer.to_string(), ..OptimizerState::default() };
         d.scalars.insert("num_params".into(), num_params as f64);
         d
     }
@@ -136,11 +136,11 @@ pub(crate) fn state_key(i: usize, name: &str) -> String {
 
 const OP: &str = "load_state_dict";
 
-/// Reads a [`StateDict`] for one optimizer kind, checking every entry and remembering which
+/// Reads a [`OptimizerState`] for one optimizer kind, checking every entry and remembering which
 /// were used so that [`Reader::finish`] can refuse leftovers (a state dict of another
 /// configuration, e.g. with `amsgrad` buffers an optimizer without it would ignore).
 pub(crate) struct Reader<'a> {
-    dict: &'a StateDict,
+    dict: &'a OptimizerState,
     used_scalars: BTreeSet<&'a str>,
     used_tensors: BTreeSet<&'a str>,
 }
@@ -148,7 +148,7 @@ pub(crate) struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// A reader for `dict`, which must come from an optimizer of `kind` over `num_params`
     /// parameters.
-    pub fn new(dict: &'a StateDict, kind: &str, num_params: usize) -> Result<Reader<'a>> {
+    pub fn new(dict: &'a OptimizerState, kind: &str, num_params: usize) -> Result<Reader<'a>> {
         if dict.optimizer != kind {
             return Err(Error::invalid(
                 OP,

@@ -99,6 +99,20 @@ pub(crate) fn index_within(op: &'static str, index: &Layout, l: &Layout, dim: us
     Ok(())
 }
 
+/// An error unless `a` and `b` are `[batch.., m, k]` and `[batch.., k, n]` with one batch
+/// shape.
+pub(crate) fn matmul(la: &Layout, lb: &Layout) -> Result<()> {
+    let r = la.rank();
+    let conform = r >= 2
+        && lb.rank() == r
+        && la.shape()[..r - 2] == lb.shape()[..r - 2]
+        && la.shape()[r - 1] == lb.shape()[r - 2];
+    if !conform {
+        return Err(Error::shape("matmul", format!("cannot multiply {} by {}", la.shape(), lb.shape())));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,12 +10,11 @@ use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{Error, Result, Scalar};
 
-/// The contiguous layout of the result of a reduction over `dim` of `shape`, broadcast back
-/// to `shape` (stride 0 along `dim`).
-fn reduced_broadcast(shape: &Shape, dim: usize) -> Result<Layout> {
-    let mut reduced = shape.dims().to_vec();
-    reduced[dim] = 1;
-    Layout::contiguous(Shape::from(reduced)).broadcast_to("softmax", shape)
+/// The contiguous layout of the result of a reduction over `dim` of `shape`.
+fn reduced(shape: &Shape, dim: usize) -> Layout {
+    let mut dims = shape.dims().to_vec();
+    dims[dim] = 1;
+    Layout::contiguous(Shape::from(dims))
 }
 
 /// Softmax along `dim` as `e^(x - max) / sum e^(x - max)`, and log-softmax as
@@ -25,13 +24,15 @@ fn reduced_broadcast(shape: &Shape, dim: usize) -> Result<Layout> {
 pub(super) fn softmax<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
     validate::dim("softmax", l, dim)?;
     let whole = Layout::contiguous(l.shape().clone());
-    let per_row = reduced_broadcast(l.shape(), dim)?;
+    let row = reduced(l.shape(), dim);
+    // One value per row, read by every element of the row.
+    let per_row = row.broadcast_to("softmax", l.shape())?;
     let max = b.reduce(ReduceOp::Max, (s, l), &[dim])?;
     let shifted = b.binary(BinaryOp::Sub, (s, l), (&max, &per_row))?;
     let exp = b.unary(UnaryOp::Exp, (&shifted, &whole))?;
     let sum = b.reduce(ReduceOp::Sum, (&exp, &whole), &[dim])?;
     if log {
-        let log_sum = b.unary(UnaryOp::Log, (&sum, &per_row))?;
+        let log_sum = b.unary(UnaryOp::Log, (&sum, &row))?;
         b.binary(BinaryOp::Sub, (&shifted, &whole), (&log_sum, &per_row))
     } else {
         b.binary(BinaryOp::Div, (&exp, &whole), (&sum, &per_row))

@@ -146,6 +146,11 @@ fn clamp(x: f64, min: f64, max: f64) -> f64 {
     if x.is_nan() { x } else { x.max(min).min(max) }
 }
 
+/// The integer clamp: the bounds convert with `as` (saturating), the upper one applies last.
+fn int_clamp(x: i64, min: f64, max: f64) -> i64 {
+    x.max(min as i64).min(max as i64)
+}
+
 fn softplus(x: f64, beta: f64, threshold: f64) -> f64 {
     if x * beta > threshold { x } else { (x * beta).exp().ln_1p() / beta }
 }
@@ -218,9 +223,8 @@ pub const UNARY: &[UnaryCase] = &[
     case!("clamp(-0.5, 0.7)", UnaryOp::Clamp { min: -0.5, max: 0.7 }, |x| x.clamp(Some(-0.5), Some(0.7)), |x| clamp(x, -0.5, 0.7), int None, Grad::First(|v| away(v, &[-0.5, 0.7]))),
     case!("clamp(-0.3, none)", UnaryOp::Clamp { min: -0.3, max: f64::INFINITY }, |x| x.clamp(Some(-0.3), None), |x| clamp(x, -0.3, f64::INFINITY), int None, Grad::First(|v| away(v, &[-0.3]))),
     case!("clamp(none, 0.4)", UnaryOp::Clamp { min: f64::NEG_INFINITY, max: 0.4 }, |x| x.clamp(None, Some(0.4)), |x| clamp(x, f64::NEG_INFINITY, 0.4), int None, Grad::First(|v| away(v, &[0.4]))),
-    // `as` converts the integer bounds: 1e30 saturates to i64::MAX.
-    case!("clamp(-300, 1e30)", UnaryOp::Clamp { min: -300.0, max: 1e30 }, |x| x.clamp(Some(-300.0), Some(1e30)), |x| clamp(x, -300.0, 1e30), int Some(|x| x.max(-300).min(1e30 as i64)), Grad::No),
-    case!("clamp(5, -7)", UnaryOp::Clamp { min: 5.0, max: -7.0 }, |x| x.clamp(Some(5.0), Some(-7.0)), |x| clamp(x, 5.0, -7.0), int Some(|x| x.max(5).min(-7)), Grad::No),
+    case!("clamp(-300, 1e30)", UnaryOp::Clamp { min: -300.0, max: 1e30 }, |x| x.clamp(Some(-300.0), Some(1e30)), |x| clamp(x, -300.0, 1e30), int Some(|x| int_clamp(x, -300.0, 1e30)), Grad::No),
+    case!("clamp(5, -7)", UnaryOp::Clamp { min: 5.0, max: -7.0 }, |x| x.clamp(Some(5.0), Some(-7.0)), |x| clamp(x, 5.0, -7.0), int Some(|x| int_clamp(x, 5.0, -7.0)), Grad::No),
     case!("add_scalar(2.75)", UnaryOp::AddScalar(Float(2.75)), |x| x.add_scalar(2.75), |x| x + 2.75, int None, Grad::No),
     case!("add_scalar(1.5)", UnaryOp::AddScalar(Float(1.5)), |x| x.add_scalar(1.5), |x| x + 1.5, int None, Grad::First(any)),
     case!("add_scalar(-3i64)", UnaryOp::AddScalar(Int(-3)), |x| x.add_scalar(-3), |x| x - 3.0, int Some(|x| x.wrapping_add(-3)), Grad::No),

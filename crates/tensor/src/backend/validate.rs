@@ -99,8 +99,8 @@ pub(crate) fn index_within(op: &'static str, index: &Layout, l: &Layout, dim: us
     Ok(())
 }
 
-/// An error unless `a` and `b` are `[batch.., m, k]` and `[batch.., k, n]` with one batch
-/// shape.
+/// An error unless the batched operands of a matrix product conform: the same rank of at
+/// least 2, identical batch dimensions and matching inner extents.
 pub(crate) fn matmul(la: &Layout, lb: &Layout) -> Result<()> {
     let r = la.rank();
     let conform = r >= 2

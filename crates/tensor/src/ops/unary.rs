@@ -37,15 +37,8 @@ define_unary_ops! {
                 square];
     /// `max(x, 0)`
     Relu => "relu",
-        float [cheap |x| {
-            if x > T::ZERO {
-                x
-            } else if x.is_nan() {
-                x
-            } else {
-                T::ZERO
-            }
-        }],
+        // NaN stays NaN, like PyTorch's relu.
+        float [cheap |x| if x > T::ZERO || x.is_nan() { x } else { T::ZERO }],
         int [|x| if x > T::ZERO { x } else { T::ZERO }],
         tensor [/// `max(x, 0)` elementwise.
                 relu];

@@ -42,8 +42,6 @@ fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
     r.map(Storage::Cpu)
 }
 
-/// An error unless the batched operands of a matrix product conform: the same rank of at
-/// least 2, identical batch dimensions and matching inner extents.
 // Every method validates its views first (see `validate`): the backend is public, and a
 // layout from safe code may not fit the storage it is applied to.
 impl Backend for CpuBackend {

@@ -216,6 +216,23 @@ fn unary_ops_match_the_reference() {
     }
 }
 
+/// Every case on a grid from -14.8 to 14.8 and on its magnitudes (for the functions of
+/// positive arguments), where the transcendental functions have left their small-argument
+/// regimes, to `REL` of `max(|value|, 1)`.
+#[test]
+fn unary_ops_match_the_reference_on_a_grid() {
+    let grid: Vec<f64> = (-40..=40).map(|i| i as f64 * 0.37).collect();
+    let magnitudes: Vec<f64> = grid.iter().map(|x| x.abs()).collect();
+    for xs in [grid, magnitudes] {
+        let t = Tensor::from_vec(xs.clone(), [xs.len()]).unwrap();
+        for case in UNARY {
+            let want: Vec<f64> = xs.iter().map(|&x| (case.reference)(x)).collect();
+            let scale: Vec<f64> = want.iter().map(|w| w.abs().max(1.0)).collect();
+            check_scaled(&format!("{} on the grid", case.name), &values(&(case.tensor)(&t)), &want, &scale);
+        }
+    }
+}
+
 #[test]
 fn unary_ops_in_place_match_the_reference() {
     for shape in [vec![9, 14], BIG.to_vec()] {

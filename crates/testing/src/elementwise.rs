@@ -216,6 +216,7 @@ pub const UNARY: &[UnaryCase] = &[
     case!("leaky_relu(0.1)", UnaryOp::LeakyRelu(0.1), |x| x.leaky_relu(0.1), |x| if x > 0.0 { x } else { x * 0.1 }, int None, Grad::First(off_zero)),
     case!("elu(1)", UnaryOp::Elu(1.0), |x| x.elu(1.0), |x| if x > 0.0 { x } else { x.exp_m1() }, int None, Grad::No),
     case!("elu(0.3)", UnaryOp::Elu(0.3), |x| x.elu(0.3), |x| if x > 0.0 { x } else { 0.3 * x.exp_m1() }, int None, Grad::No),
+    case!("elu(1.5)", UnaryOp::Elu(1.5), |x| x.elu(1.5), |x| if x > 0.0 { x } else { 1.5 * x.exp_m1() }, int None, Grad::No),
     case!("elu(1.3)", UnaryOp::Elu(1.3), |x| x.elu(1.3), |x| if x > 0.0 { x } else { 1.3 * x.exp_m1() }, int None, Grad::Second(off_zero)),
     case!("clamp(-1.5, 2)", UnaryOp::Clamp { min: -1.5, max: 2.0 }, |x| x.clamp(Some(-1.5), Some(2.0)), |x| clamp(x, -1.5, 2.0), int None, Grad::No),
     case!("clamp(none, 0)", UnaryOp::Clamp { min: f64::NEG_INFINITY, max: 0.0 }, |x| x.clamp(None, Some(0.0)), |x| clamp(x, f64::NEG_INFINITY, 0.0), int None, Grad::No),

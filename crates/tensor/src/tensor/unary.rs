@@ -49,52 +49,6 @@ impl Tensor {
 mod tests {
     use super::*;
 
-    /// Every float function against the `f64` standard library on a grid that covers
-    /// negative, small and large arguments.
-    #[test]
-    fn float_functions_match_std() {
-        let xs: Vec<f64> = (-40..=40).map(|i| i as f64 * 0.37).collect();
-        let t = Tensor::from_vec(xs.clone(), [xs.len()]).unwrap();
-        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
-        type Reference = Box<dyn Fn(f64) -> f64>;
-        let checks: Vec<(Tensor, Reference)> = vec![
-            (t.exp(), Box::new(f64::exp)),
-            (t.abs().log(), Box::new(|x: f64| x.abs().ln())),
-            (t.abs().sqrt(), Box::new(|x: f64| x.abs().sqrt())),
-            (t.sin(), Box::new(f64::sin)),
-            (t.cos(), Box::new(f64::cos)),
-            (t.tanh(), Box::new(f64::tanh)),
-            (t.sigmoid(), Box::new(sig)),
-            (t.silu(), Box::new(move |x| x * sig(x))),
-            (t.relu(), Box::new(|x: f64| x.max(0.0))),
-            (t.leaky_relu(0.1), Box::new(|x: f64| if x > 0.0 { x } else { 0.1 * x })),
-            (t.elu(1.5), Box::new(|x: f64| if x > 0.0 { x } else { 1.5 * x.exp_m1() })),
-            (t.softplus(1.0, 20.0), Box::new(|x: f64| if x > 20.0 { x } else { x.exp().ln_1p() })),
-            (t.gelu(), Box::new(|x: f64| 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())))),
-            (t.square(), Box::new(|x: f64| x * x)),
-            (t.floor(), Box::new(f64::floor)),
-            (t.round(), Box::new(f64::round_ties_even)),
-            (
-                t.sign(),
-                Box::new(|x: f64| {
-                    if x > 0.0 {
-                        1.0
-                    } else if x < 0.0 {
-                        -1.0
-                    } else {
-                        0.0
-                    }
-                }),
-            ),
-        ];
-        for (i, (got, f)) in checks.into_iter().enumerate() {
-            for (g, &x) in got.to_vec::<f64>().unwrap().iter().zip(&xs) {
-                let w = f(x);
-                assert!(*g == w || (g - w).abs() <= 1e-12 * w.abs().max(1.0), "check {i}: f({x}) = {g}, want {w}");
-            }
-        }
-    }
-
     #[test]
     fn f32_functions_are_close_to_f64() {
         let xs: Vec<f32> = (-200..=200).map(|i| i as f32 * 0.05).collect();

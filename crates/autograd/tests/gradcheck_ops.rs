@@ -14,6 +14,9 @@
 
 use ember_autograd::{Var, enable_grad, grad, gradcheck};
 use ember_tensor::{DType, Result, Shape, Tensor, manual_seed};
+use ember_testing::elementwise::{BINARY, BinaryInputs};
+use ember_testing::elementwise::{Domain, any, between_jumps, far_from_zero, off_zero, positive};
+use ember_testing::{Grad, UNARY};
 use std::sync::Mutex;
 
 const EPS: f64 = 1e-6;
@@ -48,52 +51,6 @@ fn map(t: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
 /// Normal samples passed through `domain`.
 fn sample(seed: u64, shape: &[usize], domain: Domain) -> Result<Tensor> {
     map(&normal(seed, shape)?, domain)
-}
-
-/// Maps a standard normal sample into the region where an operation is smooth.
-type Domain = fn(f64) -> f64;
-
-/// Any value.
-fn any(v: f64) -> f64 {
-    v
-}
-
-/// At least 0.2 away from 0: clear of the kinks of abs, relu, leaky_relu, elu and sign.
-fn off_zero(v: f64) -> f64 {
-    v + 0.2 * v.signum()
-}
-
-/// At least 0.4 away from 0, for `1 / x`, whose derivatives grow like `1 / x^3`.
-fn far_from_zero(v: f64) -> f64 {
-    v + 0.4 * v.signum()
-}
-
-/// At least 0.3: inside the domain of log, sqrt, rsqrt and fractional powers.
-fn positive(v: f64) -> f64 {
-    v.abs() + 0.3
-}
-
-/// At least -0.5: inside the domain of log1p.
-fn above_minus_half(v: f64) -> f64 {
-    v.abs() - 0.5
-}
-
-/// Integers plus 0.25: 0.25 away from the jumps of floor, ceil and round.
-fn between_jumps(v: f64) -> f64 {
-    (2.0 * v).round() + 0.25
-}
-
-/// `v` moved at least 0.1 away from each of `points` (which are more than 0.2 apart).
-fn away(v: f64, points: &[f64]) -> f64 {
-    points.iter().fold(v, |v, &p| {
-        if (v - p).abs() >= 0.1 {
-            v
-        } else if v >= p {
-            p + 0.1
-        } else {
-            p - 0.1
-        }
-    })
 }
 
 /// Values on a 0.2 grid plus `offset` and a jitter below 0.04: two tensors with offsets 0
@@ -187,20 +144,9 @@ fn check_with(case: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor], 
     }
 }
 
-type UnaryFn = fn(&Var) -> Var;
-
-/// `x.pow_scalar(e)` for the float samples of these tables, where it cannot fail (a
-/// `UnaryFn` returns a plain `Var`).
-fn pow(x: &Var, e: impl Into<ember_tensor::Scalar>) -> Var {
-    x.pow_scalar(e).expect("pow_scalar of a float Var")
-}
-
-/// A name, an elementwise function and the domain its inputs are drawn from.
-type UnaryCase = (&'static str, UnaryFn, Domain);
-
 /// Checks an elementwise function of one input on every layout, a 3-d input and a 0-d one.
 #[track_caller]
-fn check_elementwise(name: &str, f: UnaryFn, domain: Domain, seed: u64) -> Result<()> {
+fn check_elementwise(name: &str, f: fn(&Var) -> Var, domain: Domain, seed: u64) -> Result<()> {
     for (i, x) in layouts(seed, 3, 4, domain)?.into_iter().enumerate() {
         check(&format!("{name}, layout {i}"), |v| Ok(f(&v[0])), &[x]);
     }
@@ -215,58 +161,24 @@ fn check_elementwise(name: &str, f: UnaryFn, domain: Domain, seed: u64) -> Resul
 // Elementwise functions of one input
 // ---------------------------------------------------------------------------------------
 
+/// Every case of the elementwise table with a gradient (functions, parameterised
+/// activations, piecewise-constant functions and operations with a Rust number).
 #[test]
 fn unary_functions() -> Result<()> {
-    let cases: Vec<UnaryCase> = vec![
-        ("neg", |x| x.neg(), any),
-        ("abs", |x| x.abs(), off_zero),
-        ("square", |x| x.square(), any),
-        ("relu", |x| x.relu(), off_zero),
-        ("exp", |x| x.exp(), any),
-        ("log", |x| x.log(), positive),
-        ("sqrt", |x| x.sqrt(), positive),
-        ("rsqrt", |x| x.rsqrt(), positive),
-        ("sin", |x| x.sin(), any),
-        ("cos", |x| x.cos(), any),
-        ("tanh", |x| x.tanh(), any),
-        ("sigmoid", |x| x.sigmoid(), any),
-        ("gelu", |x| x.gelu(), any),
-        ("gelu_tanh", |x| x.gelu_tanh(), any),
-        ("silu", |x| x.silu(), any),
-        ("erf", |x| x.erf(), any),
-        ("log1p", |x| x.log1p(), above_minus_half),
-        ("expm1", |x| x.expm1(), any),
-        ("recip", |x| x.recip(), far_from_zero),
-    ];
-    for (seed, (name, f, domain)) in cases.into_iter().enumerate() {
-        check_elementwise(name, f, domain, 100 + 10 * seed as u64)?;
+    for (k, case) in UNARY.iter().enumerate() {
+        let domain = match case.grad {
+            Grad::No => continue,
+            Grad::First(d) | Grad::Second(d) | Grad::Zero(d) => d,
+        };
+        check_elementwise(case.name, case.var, domain, 100 + 10 * k as u64)?;
     }
     Ok(())
 }
 
-#[test]
-fn parameterised_activations() -> Result<()> {
-    check_elementwise("softplus(1, 20)", |x| x.softplus(1.0, 20.0), any, 400)?;
-    // beta = 2, threshold = 1: linear above x = 0.5, where the function jumps slightly
-    // (as PyTorch's does), so the inputs stay clear of 0.5.
-    check_elementwise("softplus(2, 1)", |x| x.softplus(2.0, 1.0), |v| away(v, &[0.5]), 410)?;
-    check_elementwise("leaky_relu(0.1)", |x| x.leaky_relu(0.1), off_zero, 420)?;
-    check_elementwise("elu(1.3)", |x| x.elu(1.3), off_zero, 430)?;
-    check_elementwise("clamp(-0.5, 0.7)", |x| x.clamp(Some(-0.5), Some(0.7)), |v| away(v, &[-0.5, 0.7]), 440)?;
-    check_elementwise("clamp(-0.3, none)", |x| x.clamp(Some(-0.3), None), |v| away(v, &[-0.3]), 450)?;
-    check_elementwise("clamp(none, 0.4)", |x| x.clamp(None, Some(0.4)), |v| away(v, &[0.4]), 460)?;
-    Ok(())
-}
-
-/// sign, floor, ceil and round are piecewise constant: away from their jumps the gradient
-/// they report (zeros) must match the zero slope.
+/// Piecewise-constant functions mixed with a differentiable term: the zero gradient must
+/// add nothing.
 #[test]
 fn piecewise_constant_functions() -> Result<()> {
-    check_elementwise("sign", |x| x.sign(), off_zero, 500)?;
-    check_elementwise("floor", |x| x.floor(), between_jumps, 510)?;
-    check_elementwise("ceil", |x| x.ceil(), between_jumps, 520)?;
-    check_elementwise("round", |x| x.round(), between_jumps, 530)?;
-    // Mixed with a differentiable term, the zero gradient must add nothing.
     let x = transposed(&sample(540, &[3, 4], between_jumps)?)?;
     check("x * 2 + floor(x)", |v| v[0].mul_scalar(2.0).add(&v[0].floor()), &[x]);
     Ok(())
@@ -276,14 +188,8 @@ fn piecewise_constant_functions() -> Result<()> {
 /// a zero gradient, not none; at 0 too, where `0 * 0^-1` would be NaN for `x^0`.
 #[test]
 fn piecewise_constant_functions_give_zero_gradients() -> Result<()> {
-    let cases: [(&str, UnaryFn); 5] = [
-        ("sign", |x| x.sign()),
-        ("floor", |x| x.floor()),
-        ("ceil", |x| x.ceil()),
-        ("round", |x| x.round()),
-        ("pow_scalar(0)", |x| pow(x, 0.0)),
-    ];
-    for (name, f) in cases {
+    for case in UNARY.iter().filter(|c| matches!(c.grad, Grad::Zero(_))) {
+        let (name, f) = (case.name, case.var);
         let x = Var::param(Tensor::from_vec(vec![0.0f64, 1.5, -2.5], [3])?);
         f(&x).mul_scalar(3.0).sum_all().backward()?;
         let g = x.grad().unwrap_or_else(|| panic!("{name}: no gradient"));
@@ -291,38 +197,6 @@ fn piecewise_constant_functions_give_zero_gradients() -> Result<()> {
         let found = grad(&[&f(&x).sum_all()], &[&x], &[], false, false)?;
         let g = found[0].as_ref().unwrap_or_else(|| panic!("{name}: grad() found none"));
         assert_eq!(g.value().to_vec::<f64>()?, vec![0.0; 3], "{name}");
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------
-// Operations with a Rust number
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn scalar_operations() -> Result<()> {
-    let cases: Vec<UnaryCase> = vec![
-        ("add_scalar", |x| x.add_scalar(1.5), any),
-        ("sub_scalar", |x| x.sub_scalar(0.7), any),
-        ("rsub_scalar", |x| x.rsub_scalar(2.0), any),
-        ("mul_scalar", |x| x.mul_scalar(-1.3), any),
-        ("mul_scalar(i64)", |x| x.mul_scalar(3i64), any),
-        ("div_scalar", |x| x.div_scalar(0.8), any),
-        ("rdiv_scalar", |x| x.rdiv_scalar(1.7), far_from_zero),
-        ("pow_scalar(2)", |x| pow(x, 2.0), any),
-        ("pow_scalar(3), negative bases", |x| pow(x, 3.0), any),
-        ("pow_scalar(2i64)", |x| pow(x, 2i64), any),
-        ("pow_scalar(0.5)", |x| pow(x, 0.5), positive),
-        ("pow_scalar(-1.5)", |x| pow(x, -1.5), positive),
-        // x^0 = 1: the backward returns zeros, which must match the zero slope.
-        ("pow_scalar(0)", |x| pow(x, 0.0), any),
-        ("rpow_scalar(2.5)", |x| x.rpow_scalar(2.5), any),
-        ("rpow_scalar(0.5)", |x| x.rpow_scalar(0.5), any),
-        ("maximum_scalar", |x| x.maximum_scalar(0.2), |v| away(v, &[0.2])),
-        ("minimum_scalar", |x| x.minimum_scalar(-0.1), |v| away(v, &[-0.1])),
-    ];
-    for (seed, (name, f, domain)) in cases.into_iter().enumerate() {
-        check_elementwise(name, f, domain, 600 + 10 * seed as u64)?;
     }
     Ok(())
 }
@@ -379,22 +253,24 @@ fn normal_of(domain: Domain) -> impl Fn(u64, &[usize]) -> Result<Tensor> {
     move |seed, shape| sample(seed, shape, domain)
 }
 
+/// Every case of the binary elementwise table.
 #[test]
-fn binary_arithmetic() -> Result<()> {
-    check_binary("add", |a, b| a.add(b), normal_of(any), normal_of(any), 1000)?;
-    check_binary("sub", |a, b| a.sub(b), normal_of(any), normal_of(any), 1100)?;
-    check_binary("mul", |a, b| a.mul(b), normal_of(any), normal_of(any), 1200)?;
-    check_binary("div", |a, b| a.div(b), normal_of(any), normal_of(far_from_zero), 1300)?;
-    // Positive bases keep a^b and ln a real.
-    check_binary("pow", |a, b| a.pow(b), normal_of(positive), normal_of(any), 1400)?;
+fn binary_functions() -> Result<()> {
+    for (k, case) in BINARY.iter().enumerate() {
+        let seed = 1000 + 100 * k as u64;
+        match case.grad {
+            BinaryInputs::Normal(a, b) => check_binary(case.name, case.var, normal_of(a), normal_of(b), seed)?,
+            // The operands live on offset grids, so no pair is within 0.06 of a tie.
+            BinaryInputs::OffsetGrids => {
+                check_binary(case.name, case.var, |s, sh| grid(s, sh, 0.0), |s, sh| grid(s, sh, 0.1), seed)?
+            }
+        }
+    }
     Ok(())
 }
 
 #[test]
 fn binary_maximum_minimum() -> Result<()> {
-    // The operands live on offset grids, so no pair is within 0.06 of a tie.
-    check_binary("maximum", |a, b| a.maximum(b), |s, sh| grid(s, sh, 0.0), |s, sh| grid(s, sh, 0.1), 1500)?;
-    check_binary("minimum", |a, b| a.minimum(b), |s, sh| grid(s, sh, 0.0), |s, sh| grid(s, sh, 0.1), 1600)?;
     // At an exact two-way tie central differences see half the slope on each side, which is
     // the even split the backward gives.
     let a = Tensor::from_vec(vec![1.0f64, 2.0, -1.0, 0.5], [4])?;
@@ -1183,31 +1059,11 @@ fn check_second_order(name: &str, op: impl Fn(&[Var]) -> Result<Var>, xs: &[Tens
 
 #[test]
 fn second_order_unary() -> Result<()> {
-    let cases: Vec<UnaryCase> = vec![
-        ("exp", |x| x.exp(), any),
-        ("tanh", |x| x.tanh(), any),
-        ("sigmoid", |x| x.sigmoid(), any),
-        ("log", |x| x.log(), positive),
-        ("sqrt", |x| x.sqrt(), positive),
-        ("rsqrt", |x| x.rsqrt(), positive),
-        ("sin", |x| x.sin(), any),
-        ("cos", |x| x.cos(), any),
-        ("square", |x| x.square(), any),
-        ("gelu", |x| x.gelu(), any),
-        ("gelu_tanh", |x| x.gelu_tanh(), any),
-        ("silu", |x| x.silu(), any),
-        ("erf", |x| x.erf(), any),
-        ("log1p", |x| x.log1p(), above_minus_half),
-        ("expm1", |x| x.expm1(), any),
-        ("recip", |x| x.recip(), far_from_zero),
-        ("softplus", |x| x.softplus(1.0, 20.0), any),
-        ("elu", |x| x.elu(1.3), off_zero),
-        ("pow_scalar(3)", |x| pow(x, 3.0), any),
-        ("pow_scalar(-1.5)", |x| pow(x, -1.5), positive),
-        ("rdiv_scalar", |x| x.rdiv_scalar(1.7), far_from_zero),
-        ("rpow_scalar", |x| x.rpow_scalar(2.5), any),
-    ];
-    for (k, (name, f, domain)) in cases.into_iter().enumerate() {
+    let cases = UNARY.iter().filter_map(|c| match c.grad {
+        Grad::Second(domain) => Some((c.name, c.var, domain)),
+        _ => None,
+    });
+    for (k, (name, f, domain)) in cases.enumerate() {
         let seed = 5000 + 10 * k as u64;
         let x = transposed(&sample(seed, &[3, 4], domain)?)?;
         check_second_order(name, |v| Ok(f(&v[0])), &[x], seed + 1)?;

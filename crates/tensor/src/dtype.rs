@@ -515,6 +515,11 @@ pub trait FloatElement:
     fn round_even(self) -> Self;
     /// Whether the value is finite.
     fn is_finite(self) -> bool;
+    /// `for_f32(self)` or `for_f64(self)`, whichever takes this type: lets an op-table entry
+    /// use a standard-library function this trait does not wrap, as in
+    /// `|x| x.by_type(f32::asinh, f64::asinh)`. The function is known at compile time in
+    /// every kernel instance, so it inlines like a method of this trait.
+    fn by_type(self, for_f32: fn(f32) -> f32, for_f64: fn(f64) -> f64) -> Self;
 }
 
 impl FloatElement for f32 {
@@ -579,6 +584,10 @@ impl FloatElement for f32 {
     fn is_finite(self) -> bool {
         f32::is_finite(self)
     }
+    #[inline(always)]
+    fn by_type(self, for_f32: fn(f32) -> f32, _: fn(f64) -> f64) -> Self {
+        for_f32(self)
+    }
 }
 
 impl FloatElement for f64 {
@@ -639,6 +648,10 @@ impl FloatElement for f64 {
     fn is_finite(self) -> bool {
         f64::is_finite(self)
     }
+    #[inline(always)]
+    fn by_type(self, _: fn(f32) -> f32, for_f64: fn(f64) -> f64) -> Self {
+        for_f64(self)
+    }
 }
 
 #[cfg(test)]
@@ -689,6 +702,12 @@ mod tests {
         assert!(1.0f32.max_nan(f32::NAN).is_nan());
         assert_eq!(2.0f64.min_nan(3.0), 2.0);
         assert_eq!(3i64.max_nan(-1), 3);
+    }
+
+    #[test]
+    fn by_type_calls_the_function_for_the_type() {
+        assert_eq!(FloatElement::by_type(0.5f32, f32::asinh, |_| f64::NAN), 0.5f32.asinh());
+        assert_eq!(FloatElement::by_type(0.5f64, |_| f32::NAN, f64::asinh), 0.5f64.asinh());
     }
 
     #[test]

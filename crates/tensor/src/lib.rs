@@ -37,6 +37,7 @@ pub mod display;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+mod ops;
 pub mod random;
 pub mod shape;
 pub mod storage;

@@ -4,15 +4,20 @@
 //! `tools/parity/` wrote into committed JSON fixtures. Every fixture stores tensors the same
 //! way and every test compares them the same way, so both live here once:
 //!
+//! - [`elementwise`]: the one table of elementwise-op cases ([`UNARY`], and `BINARY` for
+//!   functions of two tensors) that drives the
+//!   tensor crate's reference tests and the autograd crate's gradient checks;
 //! - [`fixture`]: a fixture tensor ([`FixtureTensor`]) and parsing a fixture file;
 //! - [`compare`]: how close a value must be ([`Tolerance`]) and what a mismatch reports;
 //! - [`scenario`]: the `scenarios` fixture format (inputs, outputs and gradients by name)
 //!   and [`run_scenario`], which replays one and checks that every fixture tensor was used.
 
 pub mod compare;
+pub mod elementwise;
 pub mod fixture;
 pub mod scenario;
 
 pub use compare::{Tolerance, tensor_mismatch};
+pub use elementwise::{Grad, UNARY, UnaryCase};
 pub use fixture::{FixtureTensor, parse_fixture};
 pub use scenario::{Case, Scenario, ScenarioFixture, run_scenario};

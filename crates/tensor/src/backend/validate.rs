@@ -93,6 +93,20 @@ pub(crate) fn index_within(op: &'static str, index: &Layout, l: &Layout, dim: us
     Ok(())
 }
 
+/// An error unless the batched operands of a matrix product conform: the same rank of at
+/// least 2, identical batch dimensions and matching inner extents.
+pub(crate) fn matmul(la: &Layout, lb: &Layout) -> Result<()> {
+    let r = la.rank();
+    let conform = r >= 2
+        && lb.rank() == r
+        && la.shape()[..r - 2] == lb.shape()[..r - 2]
+        && la.shape()[r - 1] == lb.shape()[r - 2];
+    if !conform {
+        return Err(Error::shape("matmul", format!("cannot multiply {} by {}", la.shape(), lb.shape())));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@ impl Tensor {
         result_type(&[(self.dtype, self.rank()), (other.dtype, other.rank())])
     }
 
+    /// `op` of `self` and `other`, broadcast and promoted; the methods that call it (`add`,
+    /// `mul`, ...) are generated from the op table in `ops/binary.rs`.
     pub(crate) fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         let mut dtype = self.result_type(other);
         // Division of integers is true division, like PyTorch's `/`.
@@ -48,41 +50,6 @@ impl Tensor {
 
     fn same_shape_and_dtype(&self, other: &Tensor, dtype: DType) -> bool {
         self.dtype == dtype && other.dtype == dtype && self.device == other.device && self.shape() == other.shape()
-    }
-
-    /// `self + other`, broadcasting.
-    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Add, other)
-    }
-
-    /// `self - other`, broadcasting.
-    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Sub, other)
-    }
-
-    /// `self * other`, broadcasting.
-    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Mul, other)
-    }
-
-    /// `self / other`, broadcasting; integers divide as floats.
-    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Div, other)
-    }
-
-    /// `self ^ other` elementwise, broadcasting.
-    pub fn pow(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Pow, other)
-    }
-
-    /// The elementwise maximum (NaN propagates), broadcasting.
-    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Maximum, other)
-    }
-
-    /// The elementwise minimum (NaN propagates), broadcasting.
-    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(BinaryOp::Minimum, other)
     }
 
     pub(crate) fn unary_op(&self, op: UnaryOp) -> Tensor {

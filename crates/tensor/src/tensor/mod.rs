@@ -8,7 +8,7 @@ mod inplace;
 mod join;
 mod linalg;
 mod locks;
-mod ops;
+mod operators;
 mod optim;
 mod reduce;
 mod unary;

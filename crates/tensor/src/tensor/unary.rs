@@ -1,48 +1,13 @@
 //! Elementwise functions of one tensor. They cannot fail, so they return the tensor
 //! directly. Floating functions of integer tensors compute in `f32`.
+//!
+//! The methods that only call their op (`exp`, `relu`, `softplus`, ...) are generated from
+//! the op table in `ops/unary.rs`; this file holds `clamp`, whose optional bounds and
+//! integer-to-float rule need more than the op.
 
 use super::Tensor;
 use crate::DType;
 use crate::backend::UnaryOp;
-
-macro_rules! unary_fns {
-    ($($name:ident => $op:ident, $doc:literal;)*) => {
-        impl Tensor {
-            $(
-                #[doc = $doc]
-                pub fn $name(&self) -> Tensor {
-                    self.unary_op(UnaryOp::$op)
-                }
-            )*
-        }
-    };
-}
-
-unary_fns! {
-    neg => Neg, "`-x` elementwise.";
-    abs => Abs, "`|x|` elementwise.";
-    sign => Sign, "`-1`, `0` or `1` elementwise; zeros keep their sign (`-0.0` gives `-0.0`) and NaN stays NaN, like NumPy's `sign`. (PyTorch's CPU kernel returns 0 for NaN, which its maintainers track as a divergence from NumPy, pytorch/pytorch#41245; ember propagates the NaN.)";
-    square => Square, "`x * x` elementwise.";
-    relu => Relu, "`max(x, 0)` elementwise.";
-    exp => Exp, "`e^x` elementwise.";
-    log => Log, "The natural logarithm elementwise.";
-    sqrt => Sqrt, "The square root elementwise.";
-    rsqrt => Rsqrt, "`1 / sqrt(x)` elementwise.";
-    sin => Sin, "The sine elementwise.";
-    cos => Cos, "The cosine elementwise.";
-    tanh => Tanh, "The hyperbolic tangent elementwise.";
-    sigmoid => Sigmoid, "The logistic function `1 / (1 + e^-x)` elementwise.";
-    gelu => Gelu, "GELU with the exact normal CDF: `x * Phi(x)`.";
-    gelu_tanh => GeluTanh, "GELU with PyTorch's tanh approximation (`approximate='tanh'`).";
-    silu => Silu, "SiLU (swish): `x * sigmoid(x)`.";
-    erf => Erf, "The error function elementwise.";
-    log1p => Log1p, "`ln(1 + x)`, accurate for small `x`.";
-    expm1 => Expm1, "`e^x - 1`, accurate for small `x`.";
-    recip => Recip, "`1 / x` elementwise.";
-    floor => Floor, "Rounds down.";
-    ceil => Ceil, "Rounds up.";
-    round => Round, "Rounds half to even, like `torch.round`.";
-}
 
 /// Whether a clamp bound has no integer value (a fraction, an infinity or NaN), which makes
 /// the clamp of an integer tensor a float result.
@@ -51,22 +16,6 @@ pub(crate) fn clamp_needs_float(min: Option<f64>, max: Option<f64>) -> bool {
 }
 
 impl Tensor {
-    /// `ln(1 + e^(beta x)) / beta`, linear where `beta * x > threshold` (PyTorch's
-    /// defaults are `beta = 1`, `threshold = 20`).
-    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
-        self.unary_op(UnaryOp::Softplus { beta, threshold })
-    }
-
-    /// `x` for positive `x`, `negative_slope * x` otherwise.
-    pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        self.unary_op(UnaryOp::LeakyRelu(negative_slope))
-    }
-
-    /// `x` for positive `x`, `alpha * (e^x - 1)` otherwise.
-    pub fn elu(&self, alpha: f64) -> Tensor {
-        self.unary_op(UnaryOp::Elu(alpha))
-    }
-
     /// Values limited to `[min, max]`; either bound may be `None`. NaN stays NaN.
     ///
     /// Like PyTorch this computes `min(max(x, min), max)`, so when `min > max` every element
@@ -99,52 +48,6 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every float function against the `f64` standard library on a grid that covers
-    /// negative, small and large arguments.
-    #[test]
-    fn float_functions_match_std() {
-        let xs: Vec<f64> = (-40..=40).map(|i| i as f64 * 0.37).collect();
-        let t = Tensor::from_vec(xs.clone(), [xs.len()]).unwrap();
-        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
-        type Reference = Box<dyn Fn(f64) -> f64>;
-        let checks: Vec<(Tensor, Reference)> = vec![
-            (t.exp(), Box::new(f64::exp)),
-            (t.abs().log(), Box::new(|x: f64| x.abs().ln())),
-            (t.abs().sqrt(), Box::new(|x: f64| x.abs().sqrt())),
-            (t.sin(), Box::new(f64::sin)),
-            (t.cos(), Box::new(f64::cos)),
-            (t.tanh(), Box::new(f64::tanh)),
-            (t.sigmoid(), Box::new(sig)),
-            (t.silu(), Box::new(move |x| x * sig(x))),
-            (t.relu(), Box::new(|x: f64| x.max(0.0))),
-            (t.leaky_relu(0.1), Box::new(|x: f64| if x > 0.0 { x } else { 0.1 * x })),
-            (t.elu(1.5), Box::new(|x: f64| if x > 0.0 { x } else { 1.5 * x.exp_m1() })),
-            (t.softplus(1.0, 20.0), Box::new(|x: f64| if x > 20.0 { x } else { x.exp().ln_1p() })),
-            (t.gelu(), Box::new(|x: f64| 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())))),
-            (t.square(), Box::new(|x: f64| x * x)),
-            (t.floor(), Box::new(f64::floor)),
-            (t.round(), Box::new(f64::round_ties_even)),
-            (
-                t.sign(),
-                Box::new(|x: f64| {
-                    if x > 0.0 {
-                        1.0
-                    } else if x < 0.0 {
-                        -1.0
-                    } else {
-                        0.0
-                    }
-                }),
-            ),
-        ];
-        for (i, (got, f)) in checks.into_iter().enumerate() {
-            for (g, &x) in got.to_vec::<f64>().unwrap().iter().zip(&xs) {
-                let w = f(x);
-                assert!(*g == w || (g - w).abs() <= 1e-12 * w.abs().max(1.0), "check {i}: f({x}) = {g}, want {w}");
-            }
-        }
-    }
 
     #[test]
     fn f32_functions_are_close_to_f64() {

@@ -1,12 +1,14 @@
 //! Elementwise functions of two (or three) tensors: arithmetic, comparisons, `where`, and
 //! the in-place and copying forms.
 
-use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
+use super::iter::{GRAIN_CHEAP, Runs, fill_chunks};
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
+use crate::ops::ZipFn;
+use crate::ops::binary::binary_kernel;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result, Scalar};
 use multiversion::multiversion;
@@ -115,47 +117,34 @@ pub(crate) fn zip<A: Element, B: Element, O: Element>(
     Ok(out)
 }
 
-/// Binds `$f` to the closure computing `op` on element type `$T`, then evaluates `$body`.
-macro_rules! with_binary_fn {
-    ($op:expr, $T:ty, |$f:ident, $g:ident| $body:expr) => {
-        match $op {
-            BinaryOp::Add => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| x.wadd(y);
-                $body
-            }
-            BinaryOp::Sub => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| x.wsub(y);
-                $body
-            }
-            BinaryOp::Mul => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| x.wmul(y);
-                $body
-            }
-            BinaryOp::Div => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| Element::div(x, y);
-                $body
-            }
-            BinaryOp::Pow => {
-                let $g = GRAIN_COSTLY;
-                let $f = |x: $T, y: $T| x.pow_elem(y);
-                $body
-            }
-            BinaryOp::Maximum => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| x.max_nan(y);
-                $body
-            }
-            BinaryOp::Minimum => {
-                let $g = GRAIN_CHEAP;
-                let $f = |x: $T, y: $T| x.min_nan(y);
-                $body
-            }
-        }
-    };
+/// The out-of-place loop of a binary op: its function of two same-shape views.
+struct Zip<'a, T> {
+    name: &'static str,
+    a: (&'a [T], &'a Layout),
+    b: (&'a [T], &'a Layout),
+}
+
+impl<T: Element> ZipFn<T> for Zip<'_, T> {
+    type Output = Result<Buffer<T>>;
+    #[inline(always)]
+    fn run<F: Fn(T, T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output {
+        zip(self.name, self.a, self.b, grain, f)
+    }
+}
+
+/// The in-place loop of a binary op: `dst = f(dst, src)`. In-place updates run with
+/// [`zip_into`]'s own grain.
+struct ZipInto<'a, T> {
+    dst: (&'a mut [T], &'a Layout),
+    src: (&'a [T], &'a Layout),
+}
+
+impl<T: Element> ZipFn<T> for ZipInto<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run<F: Fn(T, T) -> T + Sync + Copy>(self, _grain: usize, f: F) {
+        zip_into(self.dst.0, self.dst.1, self.src.0, self.src.1, f)
+    }
 }
 
 macro_rules! with_cmp_fn {
@@ -196,16 +185,11 @@ fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
 /// `a op b` for two same-dtype views of one shape.
 pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
     let name = op.name();
-    macro_rules! arm {
-        ($x:expr, $y:expr, $T:ty) => {
-            with_binary_fn!(op, $T, |f, g| Ok(zip(name, ($x, la), ($y, lb), g, f)?.into()))
-        };
-    }
     match (a, b) {
-        (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
-        (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
-        (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
-        (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
         _ => Err(same_dtype(name, a, b)),
     }
 }
@@ -369,10 +353,10 @@ pub(crate) fn binary_inplace(
     let name = op.name();
     let err = same_dtype(name, dst, src);
     match (dst, src) {
-        (CpuStorage::F32(d), CpuStorage::F32(s)) => with_binary_fn!(op, f32, |f, _g| zip_into(d, ld, s, ls, f)),
-        (CpuStorage::F64(d), CpuStorage::F64(s)) => with_binary_fn!(op, f64, |f, _g| zip_into(d, ld, s, ls, f)),
-        (CpuStorage::I64(d), CpuStorage::I64(s)) => with_binary_fn!(op, i64, |f, _g| zip_into(d, ld, s, ls, f)),
-        (CpuStorage::U8(d), CpuStorage::U8(s)) => with_binary_fn!(op, u8, |f, _g| zip_into(d, ld, s, ls, f)),
+        (CpuStorage::F32(d), CpuStorage::F32(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
+        (CpuStorage::F64(d), CpuStorage::F64(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
+        (CpuStorage::I64(d), CpuStorage::I64(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
+        (CpuStorage::U8(d), CpuStorage::U8(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
         _ => return Err(err),
     }
     Ok(())

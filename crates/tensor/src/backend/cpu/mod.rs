@@ -51,20 +51,6 @@ fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
     r.map(Storage::Cpu)
 }
 
-/// An error unless the batched operands of a matrix product conform: the same rank of at
-/// least 2, identical batch dimensions and matching inner extents.
-fn check_matmul(la: &Layout, lb: &Layout) -> Result<()> {
-    let r = la.rank();
-    let conform = r >= 2
-        && lb.rank() == r
-        && la.shape()[..r - 2] == lb.shape()[..r - 2]
-        && la.shape()[r - 1] == lb.shape()[r - 2];
-    if !conform {
-        return Err(Error::shape("matmul", format!("cannot multiply {} by {}", la.shape(), lb.shape())));
-    }
-    Ok(())
-}
-
 // Every method validates its views first (see `validate`): the backend is public, and a
 // layout from safe code may not fit the storage it is applied to.
 impl Backend for CpuBackend {
@@ -175,7 +161,7 @@ impl Backend for CpuBackend {
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
         let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
-        check_matmul(&la, &lb)?;
+        validate::matmul(&la, &lb)?;
         wrap(matmul::matmul(cpu(a), &la, cpu(b), &lb))
     }
 

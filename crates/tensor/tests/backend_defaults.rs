@@ -1,0 +1,246 @@
+//! The default bodies of the heavy `Backend` kernels (softmax, matmul, masked_fill,
+//! triangle), composed from the elementwise and reduction kernels, against the CPU
+//! backend's own kernels: `Composed` delegates every kernel without a default to the CPU
+//! backend and keeps the defaults for the rest.
+
+use ember_tensor::backend::cpu::CpuBackend;
+use ember_tensor::backend::{
+    AdamState, AdamStep, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target, UnaryOp, View,
+};
+use ember_tensor::layout::Layout;
+use ember_tensor::random::Distribution;
+use ember_tensor::storage::{CpuStorage, Storage};
+use ember_tensor::{DType, Device, Result, Scalar, Tensor};
+
+/// The CPU backend without its heavy kernels.
+struct Composed;
+
+impl Backend for Composed {
+    fn device(&self) -> Device {
+        CpuBackend.device()
+    }
+    fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage> {
+        CpuBackend.full(numel, value, dtype)
+    }
+    fn upload(&self, data: CpuStorage) -> Result<Storage> {
+        CpuBackend.upload(data)
+    }
+    fn download(&self, src: View<'_>) -> Result<CpuStorage> {
+        CpuBackend.download(src)
+    }
+    fn cast(&self, src: View<'_>, dtype: DType) -> Result<Storage> {
+        CpuBackend.cast(src, dtype)
+    }
+    fn unary(&self, op: UnaryOp, src: View<'_>) -> Result<Storage> {
+        CpuBackend.unary(op, src)
+    }
+    fn binary(&self, op: BinaryOp, a: View<'_>, b: View<'_>) -> Result<Storage> {
+        CpuBackend.binary(op, a, b)
+    }
+    fn compare(&self, op: CmpOp, a: View<'_>, b: View<'_>) -> Result<Storage> {
+        CpuBackend.compare(op, a, b)
+    }
+    fn compare_scalar(&self, op: CmpOp, a: View<'_>, scalar: Scalar) -> Result<Storage> {
+        CpuBackend.compare_scalar(op, a, scalar)
+    }
+    fn where_cond(&self, cond: View<'_>, a: View<'_>, b: View<'_>) -> Result<Storage> {
+        CpuBackend.where_cond(cond, a, b)
+    }
+    fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        CpuBackend.unary_inplace(op, dst, layout)
+    }
+    fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()> {
+        CpuBackend.binary_inplace(op, dst, layout, src)
+    }
+    fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()> {
+        CpuBackend.copy_inplace(dst, layout, src)
+    }
+    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()> {
+        CpuBackend.fill_inplace(dst, layout, value)
+    }
+    fn reduce(&self, op: ReduceOp, src: View<'_>, dims: &[usize]) -> Result<Storage> {
+        CpuBackend.reduce(op, src, dims)
+    }
+    fn index_select(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage> {
+        CpuBackend.index_select(src, dim, index)
+    }
+    fn gather(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage> {
+        CpuBackend.gather(src, dim, index)
+    }
+    fn scatter_add(&self, dst: View<'_>, dim: usize, index: View<'_>, src: View<'_>) -> Result<Storage> {
+        CpuBackend.scatter_add(dst, dim, index, src)
+    }
+    fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
+        CpuBackend.random(numel, dist, dtype)
+    }
+    fn randperm(&self, n: usize) -> Result<Storage> {
+        CpuBackend.randperm(n)
+    }
+    fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
+        CpuBackend.cat(srcs, dim)
+    }
+    fn power_sum(&self, src: View<'_>, p: f64) -> Result<f64> {
+        CpuBackend.power_sum(src, p)
+    }
+    fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buf: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
+        CpuBackend.sgd_step(param, grad, buf, hp)
+    }
+    fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
+        CpuBackend.adam_step(param, grad, state, hp)
+    }
+    fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+        CpuBackend.rmsprop_step(param, grad, state, hp)
+    }
+}
+
+/// The elements of a result (contiguous) as `f64`, with its dtype.
+fn values(s: &Storage) -> (DType, Vec<f64>) {
+    let cpu = s.as_cpu().expect("a CPU storage");
+    let v = match cpu.dtype() {
+        DType::F64 => cpu.as_slice::<f64>().unwrap().to_vec(),
+        DType::F32 => cpu.as_slice::<f32>().unwrap().iter().map(|&v| v as f64).collect(),
+        DType::I64 => cpu.as_slice::<i64>().unwrap().iter().map(|&v| v as f64).collect(),
+        DType::U8 => cpu.as_slice::<u8>().unwrap().iter().map(|&v| v as f64).collect(),
+    };
+    (cpu.dtype(), v)
+}
+
+/// The default and the CPU kernel agree: same dtype and length, values within `tol` of
+/// `scale` (bit for bit with `tol` 0, NaN matching NaN).
+#[track_caller]
+fn agree(what: &str, composed: Result<Storage>, cpu: Result<Storage>, tol: f64) {
+    let (composed, cpu) = (composed.unwrap(), cpu.unwrap());
+    let ((dc, vc), (dk, vk)) = (values(&composed), values(&cpu));
+    assert_eq!(dc, dk, "{what}: dtype");
+    assert_eq!(vc.len(), vk.len(), "{what}: length");
+    for (i, (c, k)) in vc.iter().zip(&vk).enumerate() {
+        let ok = if tol == 0.0 {
+            c.to_bits() == k.to_bits() || (c.is_nan() && k.is_nan())
+        } else {
+            (c - k).abs() <= tol * k.abs().max(1.0)
+        };
+        assert!(ok, "{what}: element {i} is {c}, the CPU kernel gives {k}");
+    }
+}
+
+/// Values in [-4, 4) from a fixed sequence.
+fn data(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0
+        })
+        .collect()
+}
+
+/// `vals` of `shape` as a contiguous tensor, a transposed copy read back through a
+/// transpose, and a narrowed view into a wider buffer.
+fn layouts(vals: Vec<f64>, shape: &[usize]) -> Vec<(&'static str, Tensor)> {
+    let t = Tensor::from_vec(vals, shape).unwrap();
+    let mut out = vec![("contiguous", t.clone())];
+    if shape.len() >= 2 {
+        out.push(("transposed", t.transpose(-1, -2).unwrap().contiguous().transpose(-1, -2).unwrap()));
+        let n = shape[shape.len() - 1];
+        out.push(("narrowed", t.pad(&[(1, 2)], f64::NAN).unwrap().narrow(-1, 1, n).unwrap()));
+    }
+    out
+}
+
+#[test]
+fn softmax_default_matches_the_cpu_kernel() {
+    for shape in [vec![5, 7], vec![3, 4, 6], vec![9], vec![4, 0]] {
+        let n = shape.iter().product();
+        for (layout, t) in layouts(data(n, 1), &shape) {
+            for dtype in [DType::F64, DType::F32] {
+                let t = if dtype == DType::F64 { t.clone() } else { t.to_dtype(dtype) };
+                let g = t.storage().read();
+                let view = (&*g, t.layout());
+                let tol = if dtype == DType::F64 { 1e-14 } else { 1e-6 };
+                for dim in 0..shape.len() {
+                    for log in [false, true] {
+                        let what = format!("softmax(log {log}) of {layout} {dtype} {shape:?} along {dim}");
+                        agree(&what, Composed.softmax(view, dim, log), CpuBackend.softmax(view, dim, log), tol);
+                    }
+                }
+                assert!(Composed.softmax(view, shape.len(), false).is_err());
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_default_matches_the_cpu_kernel() {
+    let cases: [(&[usize], &[usize]); 4] =
+        [(&[3, 4], &[4, 5]), (&[2, 3, 4], &[2, 4, 2]), (&[1, 6], &[6, 1]), (&[2, 0, 3], &[2, 3, 4])];
+    for (sa, sb) in cases {
+        let (na, nb) = (sa.iter().product(), sb.iter().product());
+        for (la, a) in layouts(data(na, 2), sa) {
+            for (lb, b) in layouts(data(nb, 3), sb) {
+                for dtype in [DType::F64, DType::F32] {
+                    let (a, b) = (a.to_dtype(dtype), b.to_dtype(dtype));
+                    let (ga, gb) = (a.storage().read(), b.storage().read());
+                    let (va, vb) = ((&*ga, a.layout()), (&*gb, b.layout()));
+                    // The terms are below 16 in magnitude, at most 6 of them.
+                    let tol = if dtype == DType::F64 { 1e-13 * 100.0 } else { 1e-5 * 100.0 };
+                    let what = format!("{la} {sa:?} @ {lb} {sb:?} in {dtype}");
+                    agree(&what, Composed.matmul(va, vb), CpuBackend.matmul(va, vb), tol);
+                }
+            }
+        }
+    }
+    let a = Tensor::from_vec(data(6, 4), [2, 3]).unwrap();
+    let g = a.storage().read();
+    assert!(Composed.matmul((&*g, a.layout()), (&*g, a.layout())).is_err(), "[2, 3] @ [2, 3]");
+    let v = a.flatten_all();
+    assert!(Composed.matmul((&*g, v.layout()), (&*g, v.layout())).is_err(), "1-d operands");
+}
+
+#[test]
+fn masked_fill_default_matches_the_cpu_kernel() {
+    let shape = [4, 6];
+    let mask = Tensor::from_vec(data(24, 5).iter().map(|&v| (v > 0.0) as u8).collect::<Vec<_>>(), shape).unwrap();
+    let row_mask = Tensor::from_vec(vec![1u8, 0, 0, 1, 1, 0], [1, 6]).unwrap().expand(shape).unwrap();
+    for (layout, t) in layouts(data(24, 6), &shape) {
+        for dtype in [DType::F64, DType::F32, DType::I64, DType::U8] {
+            let t = t.to_dtype(dtype);
+            let g = t.storage().read();
+            let view = (&*g, t.layout());
+            for m in [&mask, &row_mask] {
+                let gm = m.storage().read();
+                let vm = (&*gm, m.layout());
+                for value in [Scalar::Float(-2.5), Scalar::Int(7), Scalar::Float(f64::NAN)] {
+                    let what = format!("masked_fill({value:?}) of {layout} {dtype}");
+                    agree(&what, Composed.masked_fill(view, vm, value), CpuBackend.masked_fill(view, vm, value), 0.0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn triangle_default_matches_the_cpu_kernel() {
+    for shape in [vec![4, 6], vec![2, 5, 3], vec![3, 0]] {
+        let n = shape.iter().product();
+        for (layout, t) in layouts(data(n, 7), &shape) {
+            for dtype in [DType::F64, DType::I64] {
+                let t = t.to_dtype(dtype);
+                let g = t.storage().read();
+                let view = (&*g, t.layout());
+                for diagonal in [-7, -1, 0, 2, 9] {
+                    for upper in [false, true] {
+                        let what = format!("triangle({diagonal}, upper {upper}) of {layout} {dtype} {shape:?}");
+                        let (composed, cpu) =
+                            (Composed.triangle(view, diagonal, upper), CpuBackend.triangle(view, diagonal, upper));
+                        agree(&what, composed, cpu, 0.0);
+                    }
+                }
+            }
+        }
+    }
+    let v = Tensor::from_vec(data(3, 8), [3]).unwrap();
+    let g = v.storage().read();
+    assert!(Composed.triangle((&*g, v.layout()), 0, false).is_err());
+}

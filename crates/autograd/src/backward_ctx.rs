@@ -68,7 +68,7 @@ impl BackwardCtx<'_> {
             {
                 let v = Var::from_node_ensured(node.clone())?.value();
                 let (now, then) = if rv == vv { (sv, rs) } else { (vv, rv) };
-                return Err(self.modified(format!("input {i}"), v.shape_obj(), v.dtype(), now, then));
+                return Err(self.modified(format!("input {i}"), v.shape(), v.dtype(), now, then));
             }
             // An extension's substitute is read instead, and the original is never needed
             // (it is then not recomputed if it was dropped).
@@ -89,7 +89,7 @@ impl BackwardCtx<'_> {
                 let st = self.node.state();
                 match &st.value {
                     Some(v) => (v.version() != st.storage_version)
-                        .then(|| (v.shape_obj().clone(), v.dtype(), v.version(), st.storage_version)),
+                        .then(|| (v.shape().clone(), v.dtype(), v.version(), st.storage_version)),
                     None => None,
                 }
             };
@@ -98,7 +98,7 @@ impl BackwardCtx<'_> {
                 None => match self.node.has(VALUE_AWAY).then(|| self.saved.away_version(self.node)).flatten() {
                     Some(now) if now != self.node.state().storage_version => {
                         let v = Var::from_node_ensured(self.node.clone())?.value();
-                        Some((v.shape_obj().clone(), v.dtype(), now, self.node.state().storage_version))
+                        Some((v.shape().clone(), v.dtype(), now, self.node.state().storage_version))
                     }
                     _ => None,
                 },

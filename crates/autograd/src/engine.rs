@@ -456,7 +456,7 @@ fn in_dtype_of(node: &NodeRef, g: &Var) -> Var {
 }
 
 fn check_grad_shape(node: &NodeRef, k: usize, input: &NodeRef, g: &Var) -> Result<()> {
-    let expected = input.state().value.as_ref().map(|v| (v.shape_obj().clone(), v.dtype()));
+    let expected = input.state().value.as_ref().map(|v| (v.shape().clone(), v.dtype()));
     if let Some((s, dt)) = expected {
         let (gs, gd) = g.shape_and_dtype();
         // Every operation returns its inputs' dtypes (PyTorch's validate_outputs casts them;
@@ -507,7 +507,7 @@ fn release(node: &NodeRef, graph_refs: usize) {
 
 /// Adds `g` into a leaf's (or a retaining node's) `.grad`.
 fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
-    let shape = node.state().value.as_ref().map(|v| (v.shape_obj().clone(), v.dtype()));
+    let shape = node.state().value.as_ref().map(|v| (v.shape().clone(), v.dtype()));
     let g = match shape {
         Some((s, _)) if g.shape() != s => {
             return Err(Error::autograd(format!(

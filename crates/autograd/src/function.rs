@@ -127,7 +127,7 @@ impl Saved {
         Saved {
             tensor: Some(t.clone()),
             storage: Arc::downgrade(t.storage()),
-            shape: t.shape_obj().clone(),
+            shape: t.shape().clone(),
             dtype: t.dtype(),
             version: t.version(),
             source: Source::Other,
@@ -299,7 +299,7 @@ impl<F: Function> Shared<F> {
         }
         ctx.finish_forward(values, &outputs, pack);
         *self.ctx.lock() = Arc::new(ctx);
-        *self.outputs.lock() = outputs.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect();
+        *self.outputs.lock() = outputs.iter().map(|t| (t.shape().clone(), t.dtype())).collect();
         Ok(outputs)
     }
 
@@ -354,7 +354,7 @@ impl<F: Function> Shared<F> {
             let mut g = g.filter(|_| ctx.needs_input_grad(i));
             if let (Some(gi), Some((shape, dtype))) = (&g, self.inputs.get(i)) {
                 let (gs, gd) = gi.shape_and_dtype();
-                if &gs != shape {
+                if gs != *shape {
                     return Err(Error::autograd(format!(
                         "custom function {}: backward returned a gradient of [{gd} {gs:?}] for input {i}, which is \
                          [{dtype} {shape:?}]",
@@ -554,7 +554,7 @@ fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
         f,
         name: name.clone(),
         ctx: Mutex::new(Arc::new(FunctionCtx::new(name.clone(), SmallVec::new()))),
-        inputs: values.iter().map(|t| (t.shape_obj().clone(), t.dtype())).collect(),
+        inputs: values.iter().map(|t| (t.shape().clone(), t.dtype())).collect(),
         outputs: Mutex::new(Vec::new()),
         output_nodes: Mutex::new(Vec::new()),
     });

@@ -57,7 +57,7 @@ where
     let eval = |i: usize, k: usize, delta: f64| -> Result<Vec<f64>> {
         let mut data = inputs[i].to_vec::<f64>()?;
         data[k] += delta;
-        let perturbed = Tensor::from_vec(data, inputs[i].shape_obj().clone())?;
+        let perturbed = Tensor::from_vec(data, inputs[i].shape().clone())?;
         let vs: Vec<Var> = inputs
             .iter()
             .enumerate()

@@ -150,7 +150,7 @@ struct PackedData {
 
 impl PackedData {
     fn pack(pack: &PackFn, t: &Tensor) -> Self {
-        PackedData { data: pack(t), shape: t.shape_obj().clone(), dtype: t.dtype() }
+        PackedData { data: pack(t), shape: t.shape().clone(), dtype: t.dtype() }
     }
 }
 
@@ -353,12 +353,12 @@ fn packed_output(node: &NodeRef) -> Option<PackedValue> {
 pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, link: Option<&NodeRef>) -> Result<Var> {
     let t = (packed.unpack)(&*packed.packed.data)?;
     let (shape, dtype) = (&packed.packed.shape, packed.packed.dtype);
-    if t.shape_obj() != shape || t.dtype() != dtype {
+    if t.shape() != shape || t.dtype() != dtype {
         return Err(Error::autograd(format!(
             "saved tensor hooks: unpacking {what} of {op} gave a value of [{} {:?}]; expected [{dtype} {shape:?}], the \
              saved value's",
             t.dtype(),
-            t.shape_obj()
+            t.shape()
         )));
     }
     let Some(original) = link.filter(|n| is_grad_enabled() && n.requires_grad()) else {

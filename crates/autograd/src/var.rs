@@ -96,7 +96,7 @@ impl Var {
     /// The shape of the value.
     pub fn shape(&self) -> Shape {
         match &self.node.state().value {
-            Some(v) => v.shape_obj().clone(),
+            Some(v) => v.shape().clone(),
             None => Shape::scalar(),
         }
     }
@@ -104,7 +104,7 @@ impl Var {
     /// The shape and dtype together (one lock instead of two).
     pub(crate) fn shape_and_dtype(&self) -> (Shape, DType) {
         match &self.node.state().value {
-            Some(v) => (v.shape_obj().clone(), v.dtype()),
+            Some(v) => (v.shape().clone(), v.dtype()),
             None => (Shape::scalar(), DType::F32),
         }
     }

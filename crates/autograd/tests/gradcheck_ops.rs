@@ -45,7 +45,7 @@ fn normal(seed: u64, shape: &[usize]) -> Result<Tensor> {
 
 /// `t` with `f` applied to every element (contiguous).
 fn map(t: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor> {
-    Tensor::from_vec(t.to_vec::<f64>()?.into_iter().map(f).collect::<Vec<_>>(), t.shape_obj().clone())
+    Tensor::from_vec(t.to_vec::<f64>()?.into_iter().map(f).collect::<Vec<_>>(), t.shape().clone())
 }
 
 /// Normal samples passed through `domain`.
@@ -138,7 +138,7 @@ fn check(case: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
 
 #[track_caller]
 fn check_with(case: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor], eps: f64, atol: f64, rtol: f64) {
-    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape().dims()).collect();
     if let Err(e) = gradcheck(f, inputs, eps, atol, rtol) {
         panic!("{case} (inputs {shapes:?}): {e}");
     }

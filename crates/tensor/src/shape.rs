@@ -76,6 +76,78 @@ impl std::ops::Deref for Shape {
     }
 }
 
+impl AsRef<[usize]> for Shape {
+    fn as_ref(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Shape {
+    type Item = &'a usize;
+    type IntoIter = std::slice::Iter<'a, usize>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+// A shape compares with the other ways of writing extents, on either side, so that
+// `t.shape() == [2, 3]`, `t.shape() == &[2, 3]` and `v.shape() == t.shape()` all read naturally.
+impl PartialEq<[usize]> for Shape {
+    fn eq(&self, other: &[usize]) -> bool {
+        self.0[..] == *other
+    }
+}
+impl<const N: usize> PartialEq<[usize; N]> for Shape {
+    fn eq(&self, other: &[usize; N]) -> bool {
+        self.0[..] == other[..]
+    }
+}
+impl PartialEq<Vec<usize>> for Shape {
+    fn eq(&self, other: &Vec<usize>) -> bool {
+        self.0[..] == other[..]
+    }
+}
+impl PartialEq<&[usize]> for Shape {
+    fn eq(&self, other: &&[usize]) -> bool {
+        self.0[..] == **other
+    }
+}
+impl<const N: usize> PartialEq<[usize; N]> for &Shape {
+    fn eq(&self, other: &[usize; N]) -> bool {
+        self.0[..] == other[..]
+    }
+}
+impl PartialEq<Vec<usize>> for &Shape {
+    fn eq(&self, other: &Vec<usize>) -> bool {
+        self.0[..] == other[..]
+    }
+}
+impl PartialEq<Shape> for &Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.0 == other.0
+    }
+}
+impl PartialEq<&Shape> for Shape {
+    fn eq(&self, other: &&Shape) -> bool {
+        self.0 == other.0
+    }
+}
+impl PartialEq<Shape> for [usize] {
+    fn eq(&self, other: &Shape) -> bool {
+        *self == other.0[..]
+    }
+}
+impl<const N: usize> PartialEq<Shape> for [usize; N] {
+    fn eq(&self, other: &Shape) -> bool {
+        self[..] == other.0[..]
+    }
+}
+impl PartialEq<Shape> for Vec<usize> {
+    fn eq(&self, other: &Shape) -> bool {
+        self[..] == other.0[..]
+    }
+}
+
 impl fmt::Debug for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", &self.0[..])

@@ -47,7 +47,7 @@ impl Op for IndexAdd {
         // Spread the 1-d index over the source's shape so that scatter_add can take it.
         let mut view = vec![1usize; src.rank()];
         view[self.dim] = idx.numel();
-        let full = idx.reshape(view)?.expand(src.shape_obj().clone())?.contiguous();
+        let full = idx.reshape(view)?.expand(src.shape().clone())?.contiguous();
         Tensor::full_on(self.into.clone(), 0, src.dtype(), src.device())?.scatter_add(self.dim, &full, src)
     }
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {

@@ -105,7 +105,7 @@ mod tests {
         let m = Tensor::from_vec(vec![1u8, 0, 1, 0], [2, 2]).unwrap();
         let x = Tensor::from_vec(vec![1.5f64, 2.5], [2]).unwrap();
         let a = m.where_tensor_scalar(&x, -1).unwrap();
-        assert_eq!((a.dtype(), a.shape()), (DType::F64, &[2usize, 2][..]));
+        assert_eq!((a.dtype(), a.shape().dims()), (DType::F64, &[2usize, 2][..]));
         assert_eq!(a.to_vec::<f64>().unwrap(), vec![1.5, -1.0, 1.5, -1.0]);
         let b = m.where_scalar_tensor(0.25, &x).unwrap();
         assert_eq!(b.to_vec::<f64>().unwrap(), vec![0.25, 2.5, 0.25, 2.5]);

@@ -108,7 +108,7 @@ impl Tensor {
     /// `value` everywhere, with this tensor's shape, dtype and device.
     pub fn full_like(&self, value: impl Into<Scalar>) -> Tensor {
         let s = infallible(self.backend().full(self.numel(), value.into(), self.dtype));
-        Tensor::from_storage(s, self.shape_obj().clone())
+        Tensor::from_storage(s, self.shape().clone())
     }
 
     /// `start, start + 1, ...` below `end`. Integer bounds give `i64`, float bounds `f32`.
@@ -234,12 +234,12 @@ impl Tensor {
 
     /// Samples from `[0, 1)` with this tensor's shape and (float) dtype.
     pub fn rand_like(&self) -> Result<Tensor> {
-        Self::uniform(self.shape_obj().clone(), 0.0, 1.0, self.dtype.float_or_default())
+        Self::uniform(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default())
     }
 
     /// Standard normal samples with this tensor's shape and (float) dtype.
     pub fn randn_like(&self) -> Result<Tensor> {
-        Self::normal(self.shape_obj().clone(), 0.0, 1.0, self.dtype.float_or_default())
+        Self::normal(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default())
     }
 
     /// A random permutation of `0..n` as `i64` (for shuffling).
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn eye_is_the_identity() {
         let e = Tensor::eye(3).unwrap();
-        assert_eq!((e.shape(), e.dtype()), (&[3usize, 3][..], DType::F32));
+        assert_eq!((e.shape().dims(), e.dtype()), (&[3usize, 3][..], DType::F32));
         assert_eq!(e.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
         assert_eq!(Tensor::eye(1).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
         assert_eq!(Tensor::eye(0).unwrap().shape(), &[0, 0]);

@@ -41,7 +41,7 @@ impl Tensor {
         if self.same_shape_and_dtype(other, dtype) {
             // No broadcasting or conversion to prepare: hand the operands over as they are.
             let s = self.read2(other, |va, vb| self.backend().binary(op, va, vb))?;
-            return Ok(Tensor::from_storage(s, self.shape_obj().clone()));
+            return Ok(Tensor::from_storage(s, self.shape().clone()));
         }
         let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
         let s = a.read2(&b, |va, vb| a.backend().binary(op, va, vb))?;
@@ -58,7 +58,7 @@ impl Tensor {
             return self.to_dtype(want).unary_op(op);
         }
         let s = infallible(self.read(|v| self.backend().unary(op, v)));
-        Tensor::from_storage(s, self.shape_obj().clone())
+        Tensor::from_storage(s, self.shape().clone())
     }
 
     /// A scalar operation, in the dtype that the scalar promotes `self` to (see
@@ -128,7 +128,7 @@ impl Tensor {
         let dtype = self.dtype.promote_scalar(e);
         let x = if dtype == self.dtype { self.clone() } else { self.to_dtype(dtype) };
         let s = x.read(|v| x.backend().unary(UnaryOp::PowScalar(e), v))?;
-        Ok(Tensor::from_storage(s, x.shape_obj().clone()))
+        Ok(Tensor::from_storage(s, x.shape().clone()))
     }
 
     /// `base ^ self`.
@@ -151,7 +151,7 @@ impl Tensor {
         let dtype = self.result_type(other);
         if self.same_shape_and_dtype(other, dtype) {
             let s = self.read2(other, |va, vb| self.backend().compare(op, va, vb))?;
-            return Ok(Tensor::from_storage(s, self.shape_obj().clone()));
+            return Ok(Tensor::from_storage(s, self.shape().clone()));
         }
         let (a, b, shape) = self.broadcast_pair(op.name(), other, dtype)?;
         let s = a.read2(&b, |va, vb| a.backend().compare(op, va, vb))?;
@@ -160,7 +160,7 @@ impl Tensor {
 
     fn compare_scalar_op(&self, op: CmpOp, s: Scalar) -> Tensor {
         let st = infallible(self.read(|v| self.backend().compare_scalar(op, v, s)));
-        Tensor::from_storage(st, self.shape_obj().clone())
+        Tensor::from_storage(st, self.shape().clone())
     }
 }
 

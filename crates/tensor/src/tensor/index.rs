@@ -45,7 +45,7 @@ impl Tensor {
         self.same_device("gather", index)?;
         self.check_scatter_shapes("gather", d, index, None)?;
         let s = self.read2(index, |v, i| self.backend().gather(v, d, i))?;
-        Ok(Tensor::from_storage(s, index.shape_obj().clone()))
+        Ok(Tensor::from_storage(s, index.shape().clone()))
     }
 
     /// A copy of `self` with `src[p]` added at position `p` with dimension `dim` replaced
@@ -63,7 +63,7 @@ impl Tensor {
         }
         self.check_scatter_shapes("scatter_add", d, index, Some(src))?;
         let s = self.read3(index, src, |vd, vi, vs| self.backend().scatter_add(vd, d, vi, vs))?;
-        Ok(Tensor::from_storage(s, self.shape_obj().clone()))
+        Ok(Tensor::from_storage(s, self.shape().clone()))
     }
 
     fn check_scatter_shapes(&self, op: &'static str, dim: usize, index: &Tensor, src: Option<&Tensor>) -> Result<()> {

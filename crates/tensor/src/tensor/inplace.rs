@@ -54,7 +54,7 @@ impl Tensor {
         }
         let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
         let s = s.try_to_dtype(self.dtype)?;
-        let shape: Shape = self.shape_obj().clone();
+        let shape: Shape = self.shape().clone();
         Ok(s.with_layout(s.layout.broadcast_to(op, &shape)?))
     }
 
@@ -153,7 +153,7 @@ impl Tensor {
         self.check_writable("copy_")?;
         self.same_device("copy_", src)?;
         let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
-        let s = s.with_layout(s.layout.broadcast_to("copy_", self.shape_obj())?);
+        let s = s.with_layout(s.layout.broadcast_to("copy_", self.shape())?);
         let (mut dst, g) = super::locks::write_and_read_one(&self.storage, &s.storage);
         self.backend().copy_inplace(&mut dst, &self.layout, (&g, &s.layout))
     }

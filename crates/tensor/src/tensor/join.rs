@@ -164,7 +164,7 @@ impl Tensor {
             return Err(Error::shape(op, format!("expected at least 2 dimensions, got shape {:?}", self.shape())));
         }
         let s = self.read(|v| self.backend().triangle(v, diagonal, upper))?;
-        Ok(Tensor::from_storage(s, self.shape_obj().clone()))
+        Ok(Tensor::from_storage(s, self.shape().clone()))
     }
 
     /// The tensor with its version history started over. Constructors that fill their

@@ -108,15 +108,20 @@ impl Tensor {
         Ok(())
     }
 
-    /// The extents of each dimension.
+    /// The extents of each dimension, outermost first. A [`Shape`] dereferences to
+    /// `&[usize]` and compares with slices, arrays and vectors, so it reads like one:
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let t = Tensor::zeros([2, 3], DType::F32)?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// assert_eq!(t.shape()[1], 3);
+    /// let dims: &[usize] = t.shape();
+    /// assert_eq!(dims.len(), 2);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     #[inline]
-    pub fn shape(&self) -> &[usize] {
-        self.layout.shape()
-    }
-
-    /// The shape as a [`Shape`] value.
-    #[inline]
-    pub fn shape_obj(&self) -> &Shape {
+    pub fn shape(&self) -> &Shape {
         self.layout.shape()
     }
 

@@ -38,12 +38,12 @@ impl Tensor {
             ));
         }
         let s = src.read(|v| src.backend().reduce(op, v, dims))?;
-        let kept = reduced_shape(self.shape_obj(), dims, true);
+        let kept = reduced_shape(self.shape(), dims, true);
         let out = Tensor::from_storage(s, kept);
         if keepdim {
             return Ok(out);
         }
-        let shape = reduced_shape(self.shape_obj(), dims, false);
+        let shape = reduced_shape(self.shape(), dims, false);
         Ok(out.with_layout(Layout::contiguous(shape)))
     }
 
@@ -192,7 +192,7 @@ impl Tensor {
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         if d.iter().any(|&i| self.shape()[i] == 0) {
             // The log of an empty sum is -inf (PyTorch agrees); there is no maximum to shift by.
-            let shape = reduced_shape(self.shape_obj(), &d, keepdim);
+            let shape = reduced_shape(self.shape(), &d, keepdim);
             return Tensor::full_on(shape, f64::NEG_INFINITY, x.dtype(), x.device());
         }
         let m = x.reduce_dims(ReduceOp::Max, "logsumexp", &d, true)?;
@@ -204,7 +204,7 @@ impl Tensor {
         if keepdim {
             return Ok(out);
         }
-        out.reshape(reduced_shape(self.shape_obj(), &d, false))
+        out.reshape(reduced_shape(self.shape(), &d, false))
     }
 
     /// Softmax along `dim` (fused, one kernel).
@@ -234,7 +234,7 @@ impl Tensor {
         let d = dim.resolve(self.rank(), name)?;
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         let s = x.read(|v| x.backend().softmax(v, d, log))?;
-        Ok(Tensor::from_storage(s, self.shape_obj().clone()))
+        Ok(Tensor::from_storage(s, self.shape().clone()))
     }
 }
 

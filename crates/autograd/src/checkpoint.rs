@@ -192,7 +192,7 @@ pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inp
         versions.push(v.node.state().versions());
     }
     let op = Checkpoint { f, n_inputs: inputs.len(), rng };
-    let var = new_node(op, edges, if requires { REQUIRES_GRAD } else { 0 }, out, versions);
+    let var = new_node(crate::node::next_seq(), op, edges, if requires { REQUIRES_GRAD } else { 0 }, out, versions);
     applying.recorded(&var);
     Ok(var)
 }

@@ -530,7 +530,7 @@ fn function_node<O: Op>(
     value: Tensor,
     versions: SmallVec<[(u64, u64); 2]>,
 ) -> Var {
-    new_node(op, edges, if requires_grad { REQUIRES_GRAD } else { 0 }, value, versions)
+    new_node(crate::node::next_seq(), op, edges, if requires_grad { REQUIRES_GRAD } else { 0 }, value, versions)
 }
 
 /// [`Function::apply`].

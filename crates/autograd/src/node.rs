@@ -135,6 +135,7 @@ thread_local! {
 /// (dependencies are counted), so blocks interleaving across threads is harmless. They are
 /// unique, but they are no clock across threads: a node made later on another thread may
 /// have a smaller number, or a larger one.
+#[inline]
 pub(crate) fn next_seq() -> u64 {
     SEQ.with(|c| {
         let (mut next, mut end) = c.get();
@@ -218,22 +219,23 @@ pub(crate) fn structure_epoch() -> u64 {
     STRUCTURE_EPOCH.load(Ordering::Acquire)
 }
 
-/// The one constructor of nodes: a new node of `op` over `inputs` holding `value`,
-/// computed from inputs at `input_versions`, and the first handle to it.
+/// The one constructor of nodes: a new node numbered `seq` (from [`next_seq`]) of `op`
+/// over `inputs` holding `value`, computed from inputs at `input_versions`, and the first
+/// handle to it.
 ///
-/// The number is taken before the state is built: numbering can call out (to reserve a
-/// block), and a call between building the state and allocating the node makes the
-/// compiler build the state on the stack and copy it twice more, a measurable share of a
-/// no-grad operation.
+/// Callers take the number before they build anything that moves into the node: numbering
+/// can call out (to reserve a block), and a call between building those and allocating the
+/// node makes the compiler build them on the stack and copy them again, a measurable share
+/// of a no-grad operation.
 #[inline]
 pub(crate) fn new_node<O: Op>(
+    seq: u64,
     op: O,
     inputs: SmallVec<[NodeRef; 2]>,
     flags: u32,
     value: Tensor,
     input_versions: SmallVec<[(u64, u64); 2]>,
 ) -> Var {
-    let seq = next_seq();
     value.storage().watch();
     let state = NodeState::new(value, input_versions, reactive::epochs());
     let node: NodeRef = Arc::new(Node {

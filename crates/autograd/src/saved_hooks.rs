@@ -365,7 +365,7 @@ pub(crate) fn unpack(op: &str, what: &str, packed: PackedValue, link: Option<&No
         return Ok(Var::new(t));
     };
     let versions = original.state().versions();
-    Ok(new_node(Unpacked, smallvec![original.clone()], REQUIRES_GRAD, t, smallvec![versions]))
+    Ok(new_node(crate::node::next_seq(), Unpacked, smallvec![original.clone()], REQUIRES_GRAD, t, smallvec![versions]))
 }
 
 /// The nodes recorded in the current hooks scope whose values are not dropped yet, with

@@ -57,7 +57,7 @@ impl Var {
     }
 
     fn leaf_with(value: Tensor, flags: u32) -> Var {
-        new_node(Leaf, SmallVec::new(), IS_LEAF | flags, value, SmallVec::new())
+        new_node(crate::node::next_seq(), Leaf, SmallVec::new(), IS_LEAF | flags, value, SmallVec::new())
     }
 
     /// A leaf that does not require grad: an input or a constant.

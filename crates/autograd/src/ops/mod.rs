@@ -17,7 +17,7 @@ mod view;
 
 use crate::extension::{self, Applying};
 use crate::grad_mode::is_grad_enabled;
-use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node};
+use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node, next_seq};
 use crate::op::Op;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -135,13 +135,15 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Small
     if !is_grad_enabled() {
         return Var::new(out);
     }
+    // Numbered first: see `new_node`.
+    let seq = next_seq();
     let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
     let mut edges: SmallVec<[NodeRef; 2]> = SmallVec::new();
     for v in inputs {
         edges.push(v.node.clone());
     }
     // Extensions see the node in `apply_instrumented`.
-    new_node(op, edges, flags, out, versions)
+    new_node(seq, op, edges, flags, out, versions)
 }
 
 impl Var {

@@ -327,6 +327,7 @@ impl<O: ?Sized> Drop for Node<O> {
 }
 
 impl NodeState {
+    #[inline]
     pub(crate) fn new(value: Tensor, input_versions: SmallVec<[(u64, u64); 2]>, epochs: (u64, u64)) -> Self {
         let storage_version = value.version();
         NodeState {

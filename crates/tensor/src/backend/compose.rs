@@ -141,16 +141,20 @@ pub(super) fn class_loss<B: Backend + ?Sized>(
         }
         ClassScores::LogProbs => (s, l),
     };
-    let picked = b.gather(scores, class_dim, (&rows.classes, k))?;
     let e = loss.label_smoothing;
-    let kept = if e > 0.0 {
+    let kept = if l.shape()[class_dim] == 0 {
+        // No classes: every target was ignored (else `class_rows` refused it), and there is
+        // nothing to gather from.
+        b.full(k.numel(), Scalar::Int(0), s.dtype())?
+    } else if e > 0.0 {
+        let picked = b.gather(scores, class_dim, (&rows.classes, k))?;
         let classes = l.shape()[class_dim] as f64;
         let total = b.reduce(ReduceOp::Sum, scores, &[class_dim])?;
         let picked = b.unary(UnaryOp::MulScalar(Scalar::Float(1.0 - e)), (&picked, k))?;
         let total = b.unary(UnaryOp::MulScalar(Scalar::Float(e / classes)), (&total, k))?;
         b.binary(BinaryOp::Add, (&picked, k), (&total, k))?
     } else {
-        picked
+        b.gather(scores, class_dim, (&rows.classes, k))?
     };
     let per_row = b.unary(UnaryOp::Neg, (&kept, k))?;
     let zeros = b.full(k.numel(), Scalar::Int(0), s.dtype())?;
@@ -184,6 +188,9 @@ pub(super) fn class_loss_backward<B: Backend + ?Sized>(
     let rows = class_rows(b, l, (t, lt), loss)?;
     let (class_dim, k) = (ClassLoss::class_dim(l.rank()), &rows.rows);
     let (dtype, whole) = (s.dtype(), Layout::contiguous(l.shape().clone()));
+    if whole.numel() == 0 {
+        return b.full(0, Scalar::Int(0), dtype);
+    }
     let e = loss.label_smoothing;
     let classes = l.shape()[class_dim] as f64;
     let uniform = b.full(whole.numel(), Scalar::Float(e / classes), dtype)?;

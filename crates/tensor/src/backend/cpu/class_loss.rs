@@ -318,3 +318,62 @@ pub(crate) fn backward(
         _ => Err(Error::dtype(op, format!("the input must be float, got {}", s.dtype()))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(loss, gradient)` of one row of logits in f64, directly from the definitions.
+    fn naive(row: &[f32], t: usize, e: f64, w: f64) -> (f64, Vec<f64>) {
+        let m = row.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+        let lp: Vec<f64> = row.iter().map(|&v| v as f64 - lse).collect();
+        let c = row.len() as f64;
+        let loss = -((1.0 - e) * lp[t] + e / c * lp.iter().sum::<f64>());
+        let grad =
+            lp.iter().enumerate().map(|(i, l)| w * (l.exp() - e / c - if i == t { 1.0 - e } else { 0.0 })).collect();
+        (loss, grad)
+    }
+
+    #[test]
+    fn rows_of_every_length_match_naive() {
+        // Lengths around the 16-lane loops and their tails.
+        for len in (1..70).chain([1000, 1031]) {
+            let row: Vec<f32> = (0..len).map(|i| ((i * 7919) % 1009) as f32 * 0.02 - 10.0).collect();
+            for e in [0.0, 0.3] {
+                let loss = ClassLoss {
+                    scores: ClassScores::Logits,
+                    label_smoothing: e,
+                    ignore_index: None,
+                    reduction: LossReduction::None,
+                };
+                let q = Smoothing::<f32>::new(&loss, len);
+                let t = len / 2;
+                let (want, want_grad) = naive(&row, t, e, 0.5);
+                let got = logits_row(&row, t, q) as f64;
+                assert!((got - want).abs() < 2e-6 * (1.0 + want.abs()), "len {len} e {e}: {got} vs {want}");
+                let mut out = vec![0.0f32; len];
+                logits_grad_row(&row, &mut out, t, 0.5, q);
+                for (g, w) in out.iter().zip(&want_grad) {
+                    assert!((*g as f64 - w).abs() < 1e-6, "len {len} e {e}: gradient {g} vs {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn masked_logits() {
+        // A logit of -inf is a class that cannot occur: no loss from it without smoothing
+        // and no gradient into it; with smoothing, its -inf log-probability makes the loss
+        // infinite, as in PyTorch.
+        let row = [f32::NEG_INFINITY, 0.0, 1.0];
+        let plain = Smoothing { hit: 1.0f32, spread: 0.0 };
+        let want = (1.0 + (-1.0f32).exp()).ln();
+        assert!((logits_row(&row, 2, plain) - want).abs() < 1e-6);
+        let mut out = [9.0f32; 3];
+        logits_grad_row(&row, &mut out, 2, 1.0, plain);
+        assert_eq!(out[0], 0.0);
+        let smooth = Smoothing { hit: 0.9f32, spread: 0.1 / 3.0 };
+        assert_eq!(logits_row(&row, 2, smooth), f32::INFINITY);
+    }
+}

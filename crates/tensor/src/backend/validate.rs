@@ -141,7 +141,7 @@ pub(crate) fn class_loss(
         ));
     }
     let expected = class_loss_rows(l.shape());
-    if lt.shape() != &expected {
+    if *lt.shape() != expected {
         return Err(Error::shape(
             op,
             format!("an input of shape {:?} needs targets of shape {expected:?}, got {:?}", l.shape(), lt.shape()),
@@ -152,7 +152,7 @@ pub(crate) fn class_loss(
             LossReduction::None => expected,
             LossReduction::Sum | LossReduction::Mean => Shape::scalar(),
         };
-        if lg.shape() != &out || gdtype != dtype {
+        if *lg.shape() != out || gdtype != dtype {
             return Err(Error::shape(
                 op,
                 format!(

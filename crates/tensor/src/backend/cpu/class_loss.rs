@@ -2,14 +2,14 @@
 //! scores per target, rows in parallel.
 //!
 //! Forward reads each row twice (the maximum, then the exponentials summed together with the
-//! row's sum for the smoothing term) and writes nothing but the row's loss; backward writes
-//! the exponentials once and scales them in place into `w * (softmax - q)`. Scores whose class
+//! row's sum for the smoothing term, into a scratch row that stays in L1) and writes only the
+//! row's loss; backward writes the exponentials once and scales them in place into
+//! `w * (softmax - q)`. Scores whose class
 //! dimension is not innermost (`[N, C, d1, ..]`, or a strided view) are first copied into
 //! rows, and the gradient is moved back into the scores' shape at the end.
 
 use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task};
 use super::reduce::{MaxC, SumC, reduce_row, reduced_last};
-use super::softmax::exp_shifted_sum;
 use super::unary::map;
 use crate::backend::{ClassLoss, ClassScores, LossReduction, validate};
 use crate::dtype::{Element, FloatElement};
@@ -43,13 +43,19 @@ impl<T: FloatElement> Smoothing<T> {
     }
 }
 
-/// `sum_c e^(row[c] - max)` and `sum_c (row[c] - max)`, in one pass that writes nothing.
+/// Writes `e^(row - max)` into `out` and returns `(sum_c e^(row[c] - max), sum_c (row[c] - max))`,
+/// in one pass. The row's tail is padded to a whole block, so that short rows (a handful of
+/// classes, the common case) take the vector loop too instead of one scalar exponential per
+/// class.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-fn exp_and_shift_sums<T: FloatElement>(row: &[T], max: T) -> (T, T) {
+fn exp_shifted<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> (T, T) {
+    let n = row.len().min(out.len());
+    let (row, out) = (&row[..n], &mut out[..n]);
     let mut exps = [T::ZERO; LANES];
     let mut shifts = [T::ZERO; LANES];
-    let (xs, tail) = row.as_chunks::<LANES>();
-    for x in xs {
+    let (xs, x_tail) = row.as_chunks::<LANES>();
+    let (os, o_tail) = out.as_chunks_mut::<LANES>();
+    for (x, o) in xs.iter().zip(os) {
         // As in softmax: blocks whose exponentials are all normal take the cheaper one.
         let mut normal = true;
         for &v in x {
@@ -58,21 +64,32 @@ fn exp_and_shift_sums<T: FloatElement>(row: &[T], max: T) -> (T, T) {
         if normal {
             for i in 0..LANES {
                 let s = x[i] - max;
-                exps[i] = exps[i] + s.exp_normal();
+                o[i] = s.exp_normal();
+                exps[i] = exps[i] + o[i];
                 shifts[i] = shifts[i] + s;
             }
         } else {
             for i in 0..LANES {
                 let s = x[i] - max;
-                exps[i] = exps[i] + s.exp();
+                o[i] = s.exp();
+                exps[i] = exps[i] + o[i];
                 shifts[i] = shifts[i] + s;
             }
         }
     }
-    let (mut e, mut s) = (T::ZERO, T::ZERO);
-    for &x in tail {
-        e = e + (x - max).exp();
-        s = s + (x - max);
+    let live = x_tail.len();
+    if live > 0 {
+        // Padding lanes hold `max`: their shift is 0, and their exponential is dropped.
+        let mut x = [max; LANES];
+        x[..live].copy_from_slice(x_tail);
+        let mut e = [T::ZERO; LANES];
+        for i in 0..LANES {
+            let s = x[i] - max;
+            e[i] = s.exp();
+            exps[i] = exps[i] + if i < live { e[i] } else { T::ZERO };
+            shifts[i] = shifts[i] + s;
+        }
+        o_tail.copy_from_slice(&e[..live]);
     }
     let mut w = LANES;
     while w > 1 {
@@ -82,7 +99,7 @@ fn exp_and_shift_sums<T: FloatElement>(row: &[T], max: T) -> (T, T) {
             shifts[i] = shifts[i] + shifts[i + w];
         }
     }
-    (exps[0] + e, shifts[0] + s)
+    (exps[0], shifts[0])
 }
 
 /// `out = out * k - u`.
@@ -93,18 +110,20 @@ fn scale_shift<T: FloatElement>(out: &mut [T], k: T, u: T) {
     }
 }
 
-/// The row's maximum, or 0 when it is not finite (a row of `-inf`), as softmax shifts.
+/// The row's maximum, or 0 when it is not finite (a row of `-inf`), as softmax shifts. A
+/// short row takes a plain loop: the wide multi-accumulator reduction costs more to set up
+/// and combine than a few classes take to compare.
 fn shift_of<T: FloatElement>(row: &[T]) -> T {
-    let max = reduce_row(row, MaxC);
+    let max = if row.len() < LANES { row.iter().fold(T::LOWEST, |m, &v| m.max_nan(v)) } else { reduce_row(row, MaxC) };
     if max.is_finite() { max } else { T::ZERO }
 }
 
 /// The loss of one row of logits with target `t`:
 /// `lse - (1 - e) * s[t] - (e / C) * sum_c s[c]` with `s = row - max` and `lse` the
 /// log-sum-exp of `s` (the smoothed target's weights sum to 1, so `lse` appears once).
-fn logits_row<T: FloatElement>(row: &[T], t: usize, q: Smoothing<T>) -> T {
+fn logits_row<T: FloatElement>(row: &[T], scratch: &mut [T], t: usize, q: Smoothing<T>) -> T {
     let m = shift_of(row);
-    let (sum, shifted) = exp_and_shift_sums(row, m);
+    let (sum, shifted) = exp_shifted(row, scratch, m);
     let lse = sum.ln();
     let picked = lse - q.hit * (row[t] - m);
     if q.smooths() { picked - q.spread * shifted } else { picked }
@@ -119,7 +138,7 @@ fn log_probs_row<T: FloatElement>(row: &[T], t: usize, q: Smoothing<T>) -> T {
 /// The gradient of one row of logits, `w * (softmax(row) - q)`.
 fn logits_grad_row<T: FloatElement>(row: &[T], out: &mut [T], t: usize, w: T, q: Smoothing<T>) {
     let m = shift_of(row);
-    let sum = exp_shifted_sum(row, out, m);
+    let (sum, _) = exp_shifted(row, out, m);
     scale_shift(out, w / sum, w * q.spread);
     out[t] = out[t] - w * q.hit;
 }
@@ -187,6 +206,11 @@ fn forward_typed<T: FloatElement>(src: &[T], l: &Layout, targets: &[i64], loss: 
     let c = rows.classes;
     let mut per_row = Buffer::<T>::uninit(op, rows.n_rows)?;
     for_rows(&mut per_row, rows.n_rows, 1, c, |first, chunk| {
+        // Where the exponentials go: one row's worth per task, reused row after row.
+        let mut scratch = match loss.scores {
+            ClassScores::Logits => vec![T::ZERO; c],
+            ClassScores::LogProbs => Vec::new(),
+        };
         for (i, o) in chunk.iter_mut().enumerate() {
             let r = first + i;
             let t = targets[r];
@@ -196,7 +220,7 @@ fn forward_typed<T: FloatElement>(src: &[T], l: &Layout, targets: &[i64], loss: 
                 // Checked above: a target that is not ignored is a class.
                 let row = &data[r * c..(r + 1) * c];
                 match loss.scores {
-                    ClassScores::Logits => logits_row(row, t as usize, q),
+                    ClassScores::Logits => logits_row(row, &mut scratch, t as usize, q),
                     ClassScores::LogProbs => log_probs_row(row, t as usize, q),
                 }
             };
@@ -350,7 +374,7 @@ mod tests {
                 let q = Smoothing::<f32>::new(&loss, len);
                 let t = len / 2;
                 let (want, want_grad) = naive(&row, t, e, 0.5);
-                let got = logits_row(&row, t, q) as f64;
+                let got = logits_row(&row, &mut vec![0.0; len], t, q) as f64;
                 assert!((got - want).abs() < 2e-6 * (1.0 + want.abs()), "len {len} e {e}: {got} vs {want}");
                 let mut out = vec![0.0f32; len];
                 logits_grad_row(&row, &mut out, t, 0.5, q);
@@ -369,11 +393,11 @@ mod tests {
         let row = [f32::NEG_INFINITY, 0.0, 1.0];
         let plain = Smoothing { hit: 1.0f32, spread: 0.0 };
         let want = (1.0 + (-1.0f32).exp()).ln();
-        assert!((logits_row(&row, 2, plain) - want).abs() < 1e-6);
+        assert!((logits_row(&row, &mut [0.0; 3], 2, plain) - want).abs() < 1e-6);
         let mut out = [9.0f32; 3];
         logits_grad_row(&row, &mut out, 2, 1.0, plain);
         assert_eq!(out[0], 0.0);
         let smooth = Smoothing { hit: 0.9f32, spread: 0.1 / 3.0 };
-        assert_eq!(logits_row(&row, 2, smooth), f32::INFINITY);
+        assert_eq!(logits_row(&row, &mut [0.0; 3], 2, smooth), f32::INFINITY);
     }
 }

@@ -16,7 +16,7 @@ const LANES: usize = 16;
 
 /// Writes `exp(row - max)` into `out` and returns its sum, in one pass.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-pub(super) fn exp_shifted_sum<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> T {
+fn exp_shifted_sum<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> T {
     let n = row.len().min(out.len());
     let (row, out) = (&row[..n], &mut out[..n]);
     let mut acc = [T::ZERO; LANES];

@@ -244,6 +244,22 @@ def loss_cases():
     with_reductions("bce_logits_huge_f32", "binary_cross_entropy_with_logits", extreme, extreme_y)
     with_reductions("bce_logits_huge_f64", "binary_cross_entropy_with_logits", extreme.to(f64), extreme_y.to(f64))
 
+    # More class-index shapes and option combinations (drawn last, so that the cases above
+    # keep their inputs): [N, C, d] with smoothing and ignored targets, smoothing while a
+    # valid class is the ignored one, a smoothed single sample, NLL on [N, C, d] and [C].
+    seq = torch.randn(3, 4, 5, dtype=f64)
+    seq_t = torch.randint(0, 4, (3, 5))
+    seq_t[1, 2] = -100
+    seq_t[2, 0] = -100
+    with_reductions("ce_3d", "cross_entropy", seq, seq_t, label_smoothing=0.15, ignore_index=-100)
+    with_reductions("ce_ignore_class_smooth", "cross_entropy", logits, other_ignored, label_smoothing=0.25,
+                    ignore_index=3)
+    with_reductions("ce_unbatched_smooth", "cross_entropy", torch.randn(5, dtype=f64), torch.tensor(1),
+                    label_smoothing=0.2, ignore_index=-100)
+    nll_seq = torch.log_softmax(torch.randn(2, 4, 3, dtype=f64), dim=1)
+    with_reductions("nll_3d", "nll_loss", nll_seq, torch.tensor([[0, 3, -100], [2, 2, 1]]), ignore_index=-100)
+    with_reductions("nll_unbatched", "nll_loss", log_probs[0], torch.tensor(2), ignore_index=None)
+
 
 def render(doc):
     """One tensor per line, so that diffs of regenerated fixtures stay readable."""

@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{idx, t64};
-use ember_autograd::{Var, gradcheck};
+use common::{assert_close, idx, t64, values};
+use ember_autograd::{Var, enable_grad, grad, gradcheck};
 use ember_nn::{
     CrossEntropyOptions, HuberOptions, Linear, Module, NllOptions, Reduction, binary_cross_entropy,
     binary_cross_entropy_with_logits, cross_entropy, embedding, huber_loss, l1_loss, layer_norm, mse_loss, nll_loss,
@@ -17,25 +17,72 @@ fn check(f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
     gradcheck(f, inputs, 1e-6, 1e-7, 1e-5).unwrap();
 }
 
+/// The gradient of `sum(f(x) * w)` with respect to `x`, computed with `create_graph` so that
+/// it can be differentiated again.
+fn first_derivative(x: &Var, w: &Var, f: &impl Fn(&[Var]) -> Result<Var>) -> Result<Var> {
+    enable_grad(|| {
+        // In gradcheck's numerical pass the inputs are constants (under no_grad): make `x` a
+        // parameter so that there is a graph to differentiate once.
+        let x = if x.requires_grad() { x.clone() } else { Var::param(x.value()) };
+        let y = f(std::slice::from_ref(&x))?;
+        let g = grad(&[&y], &[&x], &[w], false, true)?.remove(0);
+        Ok(g.unwrap_or_else(|| Var::new(x.value().zeros_like())))
+    })
+}
+
+/// Gradcheck of the first derivative of `f` at `x` (second derivatives with respect to `x`,
+/// and linearity in the incoming gradient), for a random incoming gradient.
+#[track_caller]
+fn check_second_order(what: &str, f: impl Fn(&[Var]) -> Result<Var>, x: &Tensor) {
+    let w = randn(f(&[Var::new(x.clone())]).unwrap().shape().dims());
+    gradcheck(|v| first_derivative(&v[0], &v[1], &f), &[x.clone(), w], 1e-6, 1e-7, 1e-5)
+        .unwrap_or_else(|e| panic!("second order of {what}: {e}"));
+}
+
 fn randn(shape: &[usize]) -> Tensor {
     Tensor::normal(shape, 0.0, 1.0, DType::F64).unwrap()
 }
 
-#[test]
-fn cross_entropy_gradients() {
-    let logits = randn(&[4, 5]);
-    let targets = idx(&[0, 4, -100, 2], &[4]);
-    for reduction in ALL {
-        for (label_smoothing, ignore_index) in [(0.0, None), (0.15, Some(-100)), (0.0, Some(-100))] {
-            let t = if ignore_index.is_some() { targets.clone() } else { idx(&[0, 4, 1, 2], &[4]) };
-            let opts = CrossEntropyOptions { reduction, label_smoothing, ignore_index };
-            check(|v| cross_entropy(&v[0], &t, opts), std::slice::from_ref(&logits));
+/// The class-index cases of cross-entropy: logits, targets (some ignored where
+/// `ignore_index` is set) and options, over every reduction, with and without smoothing and
+/// ignored targets, on `[N, C]` (also transposed, so not contiguous), `[N, C, d]`,
+/// `[N, C, d1, d2]` and a single sample `[C]`.
+fn cross_entropy_cases() -> Vec<(Tensor, Tensor, CrossEntropyOptions)> {
+    let inputs = [
+        (randn(&[4, 5]), idx(&[0, 4, -100, 2], &[4]), idx(&[0, 4, 1, 2], &[4])),
+        (randn(&[5, 4]).t().unwrap(), idx(&[3, -100, 4, 0], &[4]), idx(&[3, 1, 4, 0], &[4])),
+        (randn(&[2, 3, 3]), idx(&[0, 2, -100, 1, 2, 0], &[2, 3]), idx(&[0, 2, 1, 1, 2, 0], &[2, 3])),
+        (
+            randn(&[2, 3, 2, 2]),
+            idx(&[0, 2, -100, 1, 2, 0, -100, 1], &[2, 2, 2]),
+            idx(&[0, 2, 1, 1, 2, 0, 0, 1], &[2, 2, 2]),
+        ),
+        (randn(&[5]), idx(&[3], &[]), idx(&[3], &[])),
+    ];
+    let mut cases = Vec::new();
+    for (logits, ignoring, plain) in inputs {
+        for reduction in ALL {
+            for (label_smoothing, ignore_index) in [(0.0, None), (0.15, None), (0.0, Some(-100)), (0.15, Some(-100))] {
+                let t = if ignore_index.is_some() { ignoring.clone() } else { plain.clone() };
+                cases.push((logits.clone(), t, CrossEntropyOptions { reduction, label_smoothing, ignore_index }));
+            }
         }
     }
-    // Spatial input and class probabilities (whose gradient also flows into the target).
-    let spatial_t = idx(&[0, 2, 1, 1, 2, 0], &[2, 3]);
-    let opts = CrossEntropyOptions { reduction: Reduction::Mean, label_smoothing: 0.1, ignore_index: Some(1) };
-    check(|v| cross_entropy(&v[0], &spatial_t, opts), &[randn(&[2, 3, 3])]);
+    // A single sample whose target is ignored: its mean is NaN, so only Sum and None.
+    for reduction in [Reduction::Sum, Reduction::None] {
+        let opts = CrossEntropyOptions { reduction, label_smoothing: 0.1, ignore_index: Some(2) };
+        cases.push((randn(&[4]), idx(&[2], &[]), opts));
+    }
+    cases
+}
+
+#[test]
+fn cross_entropy_gradients() {
+    for (logits, t, opts) in cross_entropy_cases() {
+        check(|v| cross_entropy(&v[0], &t, opts), std::slice::from_ref(&logits));
+    }
+    // Class probabilities, whose gradient also flows into the target.
+    let logits = randn(&[4, 5]);
     let probs = randn(&[4, 5]).softmax(1).unwrap();
     for reduction in ALL {
         let opts = CrossEntropyOptions { reduction, label_smoothing: 0.2, ignore_index: None };
@@ -44,14 +91,64 @@ fn cross_entropy_gradients() {
 }
 
 #[test]
-fn nll_gradients() {
-    let t = idx(&[1, 0, 2], &[3]);
-    for reduction in ALL {
-        for ignore_index in [None, Some(0)] {
-            let opts = NllOptions { reduction, ignore_index };
-            check(|v| nll_loss(&v[0], &t, opts), &[randn(&[3, 4])]);
+fn cross_entropy_second_order() {
+    for (logits, t, opts) in cross_entropy_cases() {
+        let what = format!("cross_entropy {opts:?} of {:?}", logits.shape());
+        check_second_order(&what, |v| cross_entropy(&v[0], &t, opts), &logits);
+    }
+}
+
+/// Without `create_graph` the gradient comes from the fused kernel, with it from `Var`
+/// operations: both give the same values.
+#[test]
+fn cross_entropy_fused_and_differentiable_gradients_agree() {
+    for (logits, t, opts) in cross_entropy_cases() {
+        let x = Var::param(logits.clone());
+        let loss = cross_entropy(&x, &t, opts).unwrap();
+        let w = Var::new(randn(loss.shape().dims()));
+        let fused = grad(&[&loss], &[&x], &[&w], true, false).unwrap()[0].clone().unwrap();
+        let graph = grad(&[&loss], &[&x], &[&w], true, true).unwrap()[0].clone().unwrap();
+        assert!(graph.requires_grad(), "{opts:?}: create_graph gives a gradient with a graph");
+        assert_close(&values(&fused), &values(&graph), 1e-14);
+    }
+}
+
+/// The NLL cases: log-probabilities and targets with every reduction, ignoring none or
+/// one class, on `[N, C]`, `[N, C, d]` and `[C]`.
+fn nll_cases() -> Vec<(Tensor, Tensor, NllOptions)> {
+    let inputs = [
+        (randn(&[3, 4]), idx(&[1, 0, 2], &[3])),
+        (randn(&[2, 3, 2]), idx(&[1, 0, 2, 0], &[2, 2])),
+        (randn(&[4]), idx(&[1], &[])),
+    ];
+    let mut cases = Vec::new();
+    for (x, t) in inputs {
+        for reduction in ALL {
+            for ignore_index in [None, Some(0)] {
+                let log_probs = x.log_softmax(usize::from(x.rank() > 1)).unwrap();
+                cases.push((log_probs, t.clone(), NllOptions { reduction, ignore_index }));
+            }
         }
     }
+    cases
+}
+
+#[test]
+fn nll_gradients() {
+    for (x, t, opts) in nll_cases() {
+        check(|v| nll_loss(&v[0], &t, opts), std::slice::from_ref(&x));
+    }
+}
+
+#[test]
+fn nll_second_order() {
+    for (x, t, opts) in nll_cases() {
+        check_second_order(&format!("nll_loss {opts:?} of {:?}", x.shape()), |v| nll_loss(&v[0], &t, opts), &x);
+    }
+    // Through log_softmax, as cross-entropy is composed by hand.
+    let t = idx(&[1, 0, 2], &[3]);
+    let opts = NllOptions { reduction: Reduction::Mean, ignore_index: Some(0) };
+    check_second_order("nll_loss of log_softmax", |v| nll_loss(&v[0].log_softmax(1)?, &t, opts), &randn(&[3, 4]));
 }
 
 #[test]

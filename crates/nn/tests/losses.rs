@@ -390,3 +390,65 @@ fn cross_entropy_recomputes_with_new_targets() {
     let fresh = loss.forward().unwrap().to_vec::<f64>().unwrap();
     assert_close(&fresh, &[(-lp[0][1] - lp[1][2]) / 2.0], 1e-14);
 }
+
+#[test]
+fn class_index_losses_record_one_node() {
+    // The loss's only inputs are the scores and the target themselves: no log_softmax,
+    // gather, mask or reduction nodes between them, whatever the shape and options.
+    let cases = [
+        (Var::param(t64(&[2.0, 0.0, 0.0, 0.0, 3.0, -1.0], &[2, 3])), idx(&[0, -100], &[2])),
+        (Var::param(t64(&[0.0, 1.0, 2.0, 1.0, 1.0, 0.0], &[1, 2, 3])), idx(&[1, 0, -100], &[1, 3])),
+        (Var::param(t64(&[2.0, 0.0, 0.0], &[3])), Tensor::scalar(2i64)),
+    ];
+    for (scores, target) in cases {
+        let target = Var::new(target);
+        for r in ALL {
+            let losses = [
+                ("cross_entropy", cross_entropy(&scores, &target, ce(r, 0.1, Some(-100))).unwrap()),
+                (
+                    "nll_loss",
+                    nll_loss(&scores, &target, NllOptions { reduction: r, ignore_index: Some(-100) }).unwrap(),
+                ),
+            ];
+            for (name, loss) in losses {
+                assert_eq!(loss.op_name(), name);
+                let inputs = loss.inputs().unwrap();
+                assert_eq!(inputs.len(), 2, "{name}");
+                assert!(inputs[0].same_node(&scores) && inputs[1].same_node(&target), "{name} of {:?}", scores.shape());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_recomputed_loss_checks_its_new_targets() {
+    let (logits, _, _) = two_samples();
+    let target = Var::new(idx(&[0, 1], &[2]));
+    let loss = cross_entropy(&logits, &target, CrossEntropyOptions::default()).unwrap();
+    target.set_value(idx(&[0, 3], &[2])).unwrap();
+    let e = loss.forward().unwrap_err();
+    assert!(e.to_string().starts_with("cross_entropy"), "{e}");
+    assert!(e.to_string().contains("target 3 (element 1) is out of range for 3 classes"), "{e}");
+}
+
+#[test]
+fn class_index_losses_in_f32_match_f64() {
+    // The f32 kernel (its own SIMD paths) against f64, on rows longer than the vector
+    // width, with smoothing and ignored targets, and its gradient.
+    let n = 37;
+    let data: Vec<f64> = (0..n * 41).map(|i| ((i * 7919) % 1009) as f64 * 0.01 - 5.0).collect();
+    let targets: Vec<i64> = (0..n as i64).map(|i| if i % 7 == 3 { -100 } else { (i * 5) % 41 }).collect();
+    let t = idx(&targets, &[n]);
+    for r in ALL {
+        let opts = ce(r, 0.1, Some(-100));
+        let x64 = Var::param(t64(&data, &[n, 41]));
+        let x32 = Var::param(x64.value().to_dtype(DType::F32));
+        let (l64, l32) = (cross_entropy(&x64, &t, opts).unwrap(), cross_entropy(&x32, &t, opts).unwrap());
+        assert_eq!(l32.dtype(), DType::F32);
+        assert_close(&values(&l32), &values(&l64), 1e-5);
+        l64.sum_all().backward().unwrap();
+        l32.sum_all().backward().unwrap();
+        let (g64, g32) = (x64.grad().unwrap().to_vec_f64().unwrap(), x32.grad().unwrap().to_vec_f64().unwrap());
+        assert_close(&g32, &g64, 1e-5);
+    }
+}

@@ -44,7 +44,7 @@ pub mod storage;
 mod tensor;
 pub mod threading;
 
-pub use backend::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+pub use backend::{BinaryOp, ClassLoss, ClassScores, CmpOp, LossReduction, ReduceOp, UnaryOp};
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};

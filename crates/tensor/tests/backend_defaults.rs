@@ -117,7 +117,7 @@ fn agree(what: &str, composed: Result<Storage>, cpu: Result<Storage>, tol: f64) 
         let ok = if tol == 0.0 {
             c.to_bits() == k.to_bits() || (c.is_nan() && k.is_nan())
         } else {
-            (c - k).abs() <= tol * k.abs().max(1.0)
+            (c - k).abs() <= tol * k.abs().max(1.0) || (c.is_nan() && k.is_nan())
         };
         assert!(ok, "{what}: element {i} is {c}, the CPU kernel gives {k}");
     }
@@ -243,4 +243,69 @@ fn triangle_default_matches_the_cpu_kernel() {
     let v = Tensor::from_vec(data(3, 8), [3]).unwrap();
     let g = v.storage().read();
     assert!(Composed.triangle((&*g, v.layout()), 0, false).is_err());
+}
+
+#[test]
+fn class_loss_default_matches_the_cpu_kernel() {
+    use ember_tensor::{ClassLoss, ClassScores, LossReduction};
+    // Shapes with their targets (one per row, -100 ignored).
+    let cases: [(&[usize], &[i64]); 5] = [
+        (&[5, 7], &[0, 6, -100, 3, 2]),
+        (&[3, 4, 2], &[1, -100, 3, 0, 2, 2]),
+        (&[9], &[4]),
+        (&[4, 0], &[-100, -100, -100, -100]),
+        (&[0, 3], &[]),
+    ];
+    for (shape, targets) in cases {
+        let n = shape.iter().product();
+        let class_dim = usize::from(shape.len() > 1);
+        let target_shape: Vec<usize> = (0..shape.len()).filter(|&d| d != class_dim).map(|d| shape[d]).collect();
+        let target = Tensor::from_vec(targets.to_vec(), target_shape.as_slice()).unwrap();
+        for (layout, t) in layouts(data(n, 4), shape) {
+            for dtype in [DType::F64, DType::F32] {
+                let t = if dtype == DType::F64 { t.clone() } else { t.to_dtype(dtype) };
+                let tol = if dtype == DType::F64 { 1e-13 } else { 1e-5 };
+                for scores in [ClassScores::Logits, ClassScores::LogProbs] {
+                    for label_smoothing in [0.0, 0.25] {
+                        for reduction in [LossReduction::None, LossReduction::Sum, LossReduction::Mean] {
+                            let loss = ClassLoss { scores, label_smoothing, ignore_index: Some(-100), reduction };
+                            let what = format!("{loss:?} of {layout} {dtype} {shape:?}");
+                            let grad = match reduction {
+                                LossReduction::None => {
+                                    Tensor::from_vec(data(targets.len(), 5), target_shape.as_slice()).unwrap()
+                                }
+                                _ => Tensor::scalar(0.5f64),
+                            }
+                            .to_dtype(dtype);
+                            let (gs, gt, gg) = (t.storage().read(), target.storage().read(), grad.storage().read());
+                            let (vs, vt, vg) = ((&*gs, t.layout()), (&*gt, target.layout()), (&*gg, grad.layout()));
+                            agree(&what, Composed.class_loss(vs, vt, &loss), CpuBackend.class_loss(vs, vt, &loss), tol);
+                            agree(
+                                &format!("backward of {what}"),
+                                Composed.class_loss_backward(vs, vt, vg, &loss),
+                                CpuBackend.class_loss_backward(vs, vt, vg, &loss),
+                                tol,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Both refuse a target out of range, naming it.
+    let scores = Tensor::from_vec(data(6, 6), [2, 3]).unwrap();
+    let target = Tensor::from_vec(vec![0i64, 3], [2]).unwrap();
+    let loss = ClassLoss {
+        scores: ClassScores::Logits,
+        label_smoothing: 0.0,
+        ignore_index: None,
+        reduction: LossReduction::Mean,
+    };
+    let (gs, gt) = (scores.storage().read(), target.storage().read());
+    for e in [
+        Composed.class_loss((&*gs, scores.layout()), (&*gt, target.layout()), &loss).unwrap_err(),
+        CpuBackend.class_loss((&*gs, scores.layout()), (&*gt, target.layout()), &loss).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("target 3 (element 1) is out of range for 3 classes"), "{e}");
+    }
 }

@@ -1125,3 +1125,114 @@ fn casts_match_rust_as() {
     assert_eq!(t.to_dtype(DType::I64).to_vec::<i64>().unwrap(), x.iter().map(|&v| v as i64).collect::<Vec<_>>());
     assert_eq!(t.to_dtype(DType::U8).to_vec::<u8>().unwrap(), x.iter().map(|&v| v as u8).collect::<Vec<_>>());
 }
+
+/// The class loss of one row `lp` (log-probabilities) with target `t`, or 0 when ignored.
+fn class_row_loss(lp: &[f64], t: i64, e: f64, ignored: bool) -> f64 {
+    if ignored {
+        return 0.0;
+    }
+    let c = lp.len() as f64;
+    -((1.0 - e) * lp[t as usize] + e / c * exact_sum(lp.iter().copied()))
+}
+
+#[test]
+fn class_loss_matches_the_reference() {
+    use ember_tensor::{ClassLoss, ClassScores, LossReduction};
+    let shapes =
+        [(vec![6, 7], 3.0), (vec![300, 257], 30.0), (vec![5000, 10], 5.0), (vec![3, 5, 4, 2], 3.0), (vec![9], 3.0)];
+    for (shape, scale) in shapes {
+        let n = numel(&shape);
+        let x = uniform(17, n, -scale, scale);
+        let class_dim = usize::from(shape.len() > 1);
+        let classes = shape[class_dim];
+        let target_shape: Vec<usize> = (0..shape.len()).filter(|&d| d != class_dim).map(|d| shape[d]).collect();
+        let rows = groups(&x, &shape, &[class_dim]);
+        let kept: Vec<usize> = shape.iter().enumerate().map(|(d, &e)| if d == class_dim { 1 } else { e }).collect();
+        let row_of = |i: &[usize]| {
+            let mut o = i.to_vec();
+            o[class_dim] = 0;
+            flat(&kept, &o)
+        };
+        let mut with_ignored = ints(18, rows.len(), classes as u64);
+        for t in with_ignored.iter_mut().skip(2).step_by(5) {
+            *t = -100;
+        }
+        let g_rows = uniform(19, rows.len(), -2.0, 2.0);
+        for scores in [ClassScores::Logits, ClassScores::LogProbs] {
+            // Log-probabilities and the magnitude of their rounding error, per row.
+            let lps: Vec<(Vec<f64>, f64)> = rows
+                .iter()
+                .map(|row| match scores {
+                    ClassScores::Logits => {
+                        let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let lse = m + exact_sum(row.iter().map(|v| (v - m).exp())).ln();
+                        (row.iter().map(|v| v - lse).collect(), row.iter().map(|v| v.abs()).sum::<f64>() + lse.abs())
+                    }
+                    ClassScores::LogProbs => (row.clone(), row.iter().map(|v| v.abs()).sum::<f64>()),
+                })
+                .collect();
+            for (e, ignore_index) in [(0.0, Some(-100)), (0.2, Some(-100)), (0.0, None), (0.3, None)] {
+                let targets: Vec<i64> = if ignore_index.is_some() {
+                    with_ignored.clone()
+                } else {
+                    with_ignored.iter().map(|t| t.max(&0) % 3).collect()
+                };
+                let ignored = |r: usize| Some(targets[r]) == ignore_index;
+                let per: Vec<f64> =
+                    (0..rows.len()).map(|r| class_row_loss(&lps[r].0, targets[r], e, ignored(r))).collect();
+                let per_scale: Vec<f64> =
+                    (0..rows.len()).map(|r| if ignored(r) { 0.0 } else { lps[r].1 + 1.0 }).collect();
+                let counted = (0..rows.len()).filter(|&r| !ignored(r)).count() as f64;
+                let target = Tensor::from_vec(targets.clone(), target_shape.as_slice()).unwrap();
+                for reduction in [LossReduction::None, LossReduction::Sum, LossReduction::Mean] {
+                    let loss = ClassLoss { scores, label_smoothing: e, ignore_index, reduction };
+                    let (want, want_scale) = match reduction {
+                        LossReduction::None => (per.clone(), per_scale.clone()),
+                        LossReduction::Sum => (vec![exact_sum(per.iter().copied())], vec![per_scale.iter().sum()]),
+                        LossReduction::Mean => (
+                            vec![exact_sum(per.iter().copied()) / counted],
+                            vec![per_scale.iter().sum::<f64>() / counted],
+                        ),
+                    };
+                    // The incoming gradient and each row's weight.
+                    let (grad, w): (Tensor, Vec<f64>) = match reduction {
+                        LossReduction::None => {
+                            (Tensor::from_vec(g_rows.clone(), target_shape.as_slice()).unwrap(), g_rows.clone())
+                        }
+                        LossReduction::Sum => (Tensor::scalar(0.7f64), vec![0.7; rows.len()]),
+                        LossReduction::Mean => (Tensor::scalar(0.7f64), vec![0.7 / counted; rows.len()]),
+                    };
+                    let (mut want_grad, mut grad_scale) = (vec![0.0; n], vec![0.0; n]);
+                    for (p, i) in indices(&shape).iter().enumerate() {
+                        let (r, c) = (row_of(i), i[class_dim]);
+                        if ignored(r) {
+                            continue;
+                        }
+                        let q = e / classes as f64 + if targets[r] == c as i64 { 1.0 - e } else { 0.0 };
+                        want_grad[p] = match scores {
+                            ClassScores::Logits => w[r] * (lps[r].0[c].exp() - q),
+                            ClassScores::LogProbs => -w[r] * q,
+                        };
+                        grad_scale[p] = w[r].abs();
+                    }
+                    for (layout, t) in layouts(&x, &shape, f64::NAN) {
+                        if n > 1000 && layout != "contiguous" && layout != "transposed and narrowed" {
+                            continue;
+                        }
+                        let what = format!(
+                            "{} (e {e}, ignore {ignore_index:?}, {reduction:?}) of {layout} {shape:?}",
+                            loss.name()
+                        );
+                        let out = t.class_loss(&target, &loss).unwrap();
+                        let out_shape: &[usize] = if reduction == LossReduction::None { &target_shape } else { &[] };
+                        assert_eq!(out.shape(), out_shape, "{what}");
+                        check_scaled(&what, &values(&out), &want, &want_scale);
+                        let g = t.class_loss_backward(&target, &grad, &loss).unwrap();
+                        assert_eq!(g.shape(), &shape, "{what}");
+                        check_scaled(&format!("gradient of {what}"), &values(&g), &want_grad, &grad_scale);
+                    }
+                }
+            }
+        }
+    }
+}

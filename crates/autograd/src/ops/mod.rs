@@ -8,6 +8,7 @@ mod compare;
 mod index;
 mod join;
 mod linalg;
+mod loss;
 mod operators;
 mod reduce;
 mod scalar;

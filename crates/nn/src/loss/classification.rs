@@ -3,7 +3,7 @@
 use super::Reduction;
 use super::check::float_input;
 use ember_autograd::{IntoVar, Var};
-use ember_tensor::{DType, Error, Result};
+use ember_tensor::{ClassLoss, ClassScores, Error, LossReduction, Result};
 
 /// PyTorch's default `ignore_index`: a target of -100 contributes nothing.
 pub const DEFAULT_IGNORE_INDEX: i64 = -100;
@@ -62,6 +62,11 @@ impl Default for NllOptions {
 ///
 /// With [`Reduction::None`] the result has the target's (index) shape.
 ///
+/// With class indices the loss is one recorded operation (`cross_entropy`, inputs the
+/// logits and the targets; see [`Var::class_loss`]): its forward is one fused pass per row
+/// and so is its backward, which is built from `Var` operations only under
+/// `create_graph`.
+///
 /// ```
 /// use ember_autograd::Var;
 /// use ember_nn::{cross_entropy, CrossEntropyOptions, Reduction};
@@ -86,7 +91,6 @@ pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOpt
         return Err(Error::invalid(OP, format!("label_smoothing must be in [0, 1], got {smoothing}")));
     }
     let class_dim = class_dim(OP, input)?;
-    let log_probs = input.log_softmax(class_dim)?;
     if target.dtype().is_float() {
         if target.shape() != input.shape() {
             return Err(Error::shape(
@@ -105,20 +109,20 @@ pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOpt
                 format!("ignore_index {i} applies to class-index targets, not to class probabilities"),
             ));
         }
-        return probability_loss(&log_probs, &target, class_dim, smoothing, options.reduction);
+        return probability_loss(&input.log_softmax(class_dim)?, &target, class_dim, smoothing, options.reduction);
     }
-    class_index_loss(OP, &log_probs, &target, smoothing, options.ignore_index, options.reduction)
+    class_index_loss(input, &target, ClassScores::Logits, smoothing, options.ignore_index, options.reduction)
 }
 
 /// The negative log-likelihood of log-probabilities, PyTorch's `F.nll_loss` (without class
 /// weights): `-input[n, target[n]]` per sample. Shapes and targets as the class-index form
-/// of [`cross_entropy`].
+/// of [`cross_entropy`], and like it one recorded operation (`nll_loss`).
 pub fn nll_loss(input: &Var, target: impl IntoVar, options: NllOptions) -> Result<Var> {
     const OP: &str = "nll_loss";
     let target = target.into_var();
     float_input(OP, input)?;
     class_dim(OP, input)?;
-    class_index_loss(OP, input, &target, 0.0, options.ignore_index, options.reduction)
+    class_index_loss(input, &target, ClassScores::LogProbs, 0.0, options.ignore_index, options.reduction)
 }
 
 /// The class dimension: 0 for a single sample `[C]`, 1 otherwise.
@@ -156,85 +160,22 @@ fn probability_loss(
     })
 }
 
-/// The negative log-likelihood of class-index targets, optionally smoothed, with ignored
-/// targets contributing nothing.
-///
-/// The index manipulations are `Var` operations on `target`, so that recomputing the graph
-/// with a new target value (`Var::set_value`, then `forward`) recomputes the loss.
+/// The loss of class-index targets, optionally smoothed, with ignored targets contributing
+/// nothing: one recorded operation whose inputs are the scores and the targets (so that
+/// recomputing the graph with a new target value, `Var::set_value` then `forward`,
+/// recomputes the loss). It checks the targets' dtype, shape and classes.
 fn class_index_loss(
-    op: &'static str,
-    log_probs: &Var,
+    scores: &Var,
     target: &Var,
-    smoothing: f64,
+    kind: ClassScores,
+    label_smoothing: f64,
     ignore_index: Option<i64>,
     reduction: Reduction,
 ) -> Result<Var> {
-    let single = log_probs.rank() == 1;
-    let class_dim = usize::from(!single);
-    let classes = log_probs.shape()[class_dim];
-    if target.dtype() != DType::I64 {
-        return Err(Error::dtype(
-            op,
-            format!(
-                "class-index targets must be i64, got {} of shape {:?} (float targets are class probabilities, of \
-                 the input's shape)",
-                target.dtype(),
-                target.shape()
-            ),
-        ));
-    }
-    let mut expected = log_probs.shape().dims().to_vec();
-    expected.remove(class_dim);
-    if target.shape().dims() != expected.as_slice() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "an input of shape {:?} needs targets of shape {expected:?}, got {:?}",
-                log_probs.shape(),
-                target.shape()
-            ),
-        ));
-    }
-    check_classes(op, &target.value().to_vec::<i64>()?, classes, ignore_index)?;
-
-    // A single sample is a batch of one.
-    let (log_probs, target) =
-        if single { (log_probs.unsqueeze(0)?, target.reshape([1])?) } else { (log_probs.clone(), target.clone()) };
-    let ignored = ignore_index.map(|i| target.eq_scalar(i));
-    // Ignored targets may be any value; 0 makes them valid indices, their loss is dropped below.
-    let safe = match &ignored {
-        Some(mask) => target.masked_fill(mask, 0i64)?,
-        None => target,
+    let reduction = match reduction {
+        Reduction::None => LossReduction::None,
+        Reduction::Sum => LossReduction::Sum,
+        Reduction::Mean => LossReduction::Mean,
     };
-    let mut loss = log_probs.gather(1, &safe.unsqueeze(1)?)?.squeeze(1)?.neg();
-    if smoothing > 0.0 {
-        let uniform = log_probs.mean(1, false)?.neg();
-        loss = loss.mul_scalar(1.0 - smoothing).add(&uniform.mul_scalar(smoothing))?;
-    }
-    if let Some(mask) = &ignored {
-        loss = loss.masked_fill(mask, 0.0)?;
-    }
-    Ok(match (reduction, &ignored) {
-        (Reduction::None, _) if single => loss.squeeze(0)?,
-        (Reduction::Mean, Some(mask)) => {
-            // Mean over the targets that count; all ignored gives 0 / 0 = NaN, as in PyTorch.
-            let counted = mask.eq_scalar(0).to_dtype(loss.dtype()).sum_all();
-            loss.sum_all().div(&counted)?
-        }
-        _ => reduction.apply(loss),
-    })
-}
-
-/// Every target must be a class index in `0..classes` or the ignored value.
-fn check_classes(op: &'static str, targets: &[i64], classes: usize, ignore_index: Option<i64>) -> Result<()> {
-    let bad = targets.iter().enumerate().find(|&(_, &t)| Some(t) != ignore_index && !(0..classes as i64).contains(&t));
-    let Some((i, &t)) = bad else {
-        return Ok(());
-    };
-    let hint = if t == DEFAULT_IGNORE_INDEX && ignore_index.is_none() {
-        " (ignore_index is None; the default, Some(-100), ignores such targets)"
-    } else {
-        ""
-    };
-    Err(Error::index(op, format!("target {t} (element {i}) is out of range for {classes} classes{hint}")))
+    scores.class_loss(target, ClassLoss { scores: kind, label_smoothing, ignore_index, reduction })
 }

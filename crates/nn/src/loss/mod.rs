@@ -3,7 +3,9 @@
 //!
 //! Every loss is built from differentiable `Var` operations, so gradients (and gradients of
 //! gradients) come from autograd; each is checked against finite differences and against
-//! PyTorch. The formulas are PyTorch's, including its numerically stable forms: no loss
+//! PyTorch. Cross-entropy and NLL with class-index targets are one fused operation
+//! ([`Var::class_loss`](ember_autograd::Var::class_loss)) whose backward is a fused kernel,
+//! or `Var` operations under `create_graph`. The formulas are PyTorch's, including its numerically stable forms: no loss
 //! gives NaN or infinity for logits of ±1e4.
 
 mod binary;
@@ -57,9 +59,9 @@ pub trait Loss: Send + Sync {
     /// keeps none of them once the output is dropped.
     ///
     /// The checks that read values run when a subgraph is built, not when it is re-run:
-    /// [`BCELoss`] checks that its input lies in `[0, 1]` on the first call only, and a
-    /// class index out of range in a later target fails in `gather` rather than with
-    /// [`cross_entropy`]'s message.
+    /// [`BCELoss`] checks that its input lies in `[0, 1]` on the first call only. (A class
+    /// index out of range is caught on every run: [`cross_entropy`] and [`nll_loss`] check
+    /// their targets in the kernel.)
     ///
     /// ```
     /// use ember_autograd::{Traced, Var};

@@ -4,7 +4,7 @@
 //! (softmax four full-size ones, matmul one of `m * k * n` elements per batch), which is
 //! why the CPU backend overrides every one of them.
 
-use super::{Backend, BinaryOp, ReduceOp, UnaryOp, View, validate};
+use super::{Backend, BinaryOp, ClassLoss, ClassScores, LossReduction, ReduceOp, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
@@ -87,4 +87,146 @@ pub(super) fn triangle<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, diagonal: i
     let keep_layout = Layout::contiguous(Shape::from([rows, cols].as_slice())).broadcast_to("tril", l.shape())?;
     let zeros = b.full(l.numel(), Scalar::Int(0), s.dtype())?;
     b.where_cond((&keep, &keep_layout), (s, l), (&zeros, &Layout::contiguous(l.shape().clone())))
+}
+
+/// The targets of a class loss, read on the host once: the class of each row (0 for an
+/// ignored row, so that it can index), which rows are ignored, and how many count.
+struct ClassRows {
+    /// `i64`, one per row, in the layout `rows`.
+    classes: Storage,
+    /// `u8`, set on ignored rows, in the layout `rows`.
+    ignored: Storage,
+    /// The scores' shape with the class dimension 1, contiguous: one entry per row.
+    rows: Layout,
+    counted: usize,
+}
+
+fn class_rows<B: Backend + ?Sized>(b: &B, l: &Layout, target: View<'_>, loss: &ClassLoss) -> Result<ClassRows> {
+    let op = loss.name();
+    let class_dim = ClassLoss::class_dim(l.rank());
+    let host = b.download(target)?;
+    let targets = host
+        .as_slice::<i64>()
+        .ok_or_else(|| Error::dtype(op, format!("class-index targets must be i64, got {}", host.dtype())))?;
+    let counted = validate::class_targets(loss, targets, l.shape()[class_dim])?;
+    let classes = Buffer::<i64>::from_fn(op, targets.len(), |i| if loss.ignores(targets[i]) { 0 } else { targets[i] })?;
+    let ignored = Buffer::<u8>::from_fn(op, targets.len(), |i| u8::from(loss.ignores(targets[i])))?;
+    let mut dims = l.shape().dims().to_vec();
+    dims[class_dim] = 1;
+    Ok(ClassRows {
+        classes: b.upload(CpuStorage::from(classes))?,
+        ignored: b.upload(CpuStorage::from(ignored))?,
+        rows: Layout::contiguous(Shape::from(dims)),
+        counted,
+    })
+}
+
+/// The per-row losses as `-((1 - e) * s[t] + (e / C) * sum_c s[c])` from the log-softmax
+/// `s`, gathered at the targets, zero on ignored rows, then reduced.
+pub(super) fn class_loss<B: Backend + ?Sized>(
+    b: &B,
+    (s, l): View<'_>,
+    (t, lt): View<'_>,
+    loss: &ClassLoss,
+) -> Result<Storage> {
+    validate::class_loss(loss, (s.dtype(), l), (t.dtype(), lt), None)?;
+    let rows = class_rows(b, l, (t, lt), loss)?;
+    let (class_dim, k) = (ClassLoss::class_dim(l.rank()), &rows.rows);
+    let whole = Layout::contiguous(l.shape().clone());
+    let log_probs;
+    let scores: View<'_> = match loss.scores {
+        ClassScores::Logits => {
+            log_probs = b.softmax((s, l), class_dim, true)?;
+            (&log_probs, &whole)
+        }
+        ClassScores::LogProbs => (s, l),
+    };
+    let e = loss.label_smoothing;
+    let kept = if l.shape()[class_dim] == 0 {
+        // No classes: every target was ignored (else `class_rows` refused it), and there is
+        // nothing to gather from.
+        b.full(k.numel(), Scalar::Int(0), s.dtype())?
+    } else if e > 0.0 {
+        let picked = b.gather(scores, class_dim, (&rows.classes, k))?;
+        let classes = l.shape()[class_dim] as f64;
+        let total = b.reduce(ReduceOp::Sum, scores, &[class_dim])?;
+        let picked = b.unary(UnaryOp::MulScalar(Scalar::Float(1.0 - e)), (&picked, k))?;
+        let total = b.unary(UnaryOp::MulScalar(Scalar::Float(e / classes)), (&total, k))?;
+        b.binary(BinaryOp::Add, (&picked, k), (&total, k))?
+    } else {
+        b.gather(scores, class_dim, (&rows.classes, k))?
+    };
+    let per_row = b.unary(UnaryOp::Neg, (&kept, k))?;
+    let zeros = b.full(k.numel(), Scalar::Int(0), s.dtype())?;
+    let per_row = b.where_cond((&rows.ignored, k), (&zeros, k), (&per_row, k))?;
+    match loss.reduction {
+        // One value per row in row order, which is the target's shape.
+        LossReduction::None => Ok(per_row),
+        LossReduction::Sum => b.reduce(ReduceOp::Sum, (&per_row, k), &all_dims(k)),
+        LossReduction::Mean => {
+            let sum = b.reduce(ReduceOp::Sum, (&per_row, k), &all_dims(k))?;
+            let one = Layout::contiguous(Shape::scalar());
+            let count = b.full(1, Scalar::Float(rows.counted as f64), s.dtype())?;
+            // No counted row gives 0 / 0 = NaN, as in PyTorch.
+            b.binary(BinaryOp::Div, (&sum, &one), (&count, &one))
+        }
+    }
+}
+
+/// The gradient `w * (softmax(x) - q)` (logits) or `-w * q` (log-probabilities) with the
+/// smoothed one-hot `q` made by `scatter_add` and the row weights `w` from the incoming
+/// gradient, zero on ignored rows.
+pub(super) fn class_loss_backward<B: Backend + ?Sized>(
+    b: &B,
+    (s, l): View<'_>,
+    (t, lt): View<'_>,
+    (g, lg): View<'_>,
+    loss: &ClassLoss,
+) -> Result<Storage> {
+    let op = loss.name();
+    validate::class_loss(loss, (s.dtype(), l), (t.dtype(), lt), Some((g.dtype(), lg)))?;
+    let rows = class_rows(b, l, (t, lt), loss)?;
+    let (class_dim, k) = (ClassLoss::class_dim(l.rank()), &rows.rows);
+    let (dtype, whole) = (s.dtype(), Layout::contiguous(l.shape().clone()));
+    if whole.numel() == 0 {
+        return b.full(0, Scalar::Int(0), dtype);
+    }
+    let e = loss.label_smoothing;
+    let classes = l.shape()[class_dim] as f64;
+    let uniform = b.full(whole.numel(), Scalar::Float(e / classes), dtype)?;
+    let hit = b.full(k.numel(), Scalar::Float(1.0 - e), dtype)?;
+    let q = b.scatter_add((&uniform, &whole), class_dim, (&rows.classes, k), (&hit, k))?;
+
+    // The incoming gradient, one value per row (contiguous, or one value read by every row).
+    let g = b.cast((g, lg), dtype)?;
+    let mut w = match loss.reduction {
+        LossReduction::None => g,
+        LossReduction::Sum | LossReduction::Mean => {
+            let every_row = Layout::contiguous(Shape::from(vec![1; k.rank()])).broadcast_to(op, k.shape())?;
+            b.cast((&g, &every_row), dtype)?
+        }
+    };
+    if loss.reduction == LossReduction::Mean {
+        w = b.unary(UnaryOp::DivScalar(Scalar::Float(rows.counted as f64)), (&w, k))?;
+    }
+    let per_class = k.broadcast_to(op, l.shape())?;
+    let out = match loss.scores {
+        ClassScores::Logits => {
+            let p = b.softmax((s, l), class_dim, false)?;
+            let d = b.binary(BinaryOp::Sub, (&p, &whole), (&q, &whole))?;
+            b.binary(BinaryOp::Mul, (&d, &whole), (&w, &per_class))?
+        }
+        ClassScores::LogProbs => {
+            let d = b.binary(BinaryOp::Mul, (&q, &whole), (&w, &per_class))?;
+            b.unary(UnaryOp::Neg, (&d, &whole))?
+        }
+    };
+    // Ignored rows get exactly 0, also where their scores are not finite.
+    let zeros = b.full(whole.numel(), Scalar::Int(0), dtype)?;
+    b.where_cond((&rows.ignored, &per_class), (&zeros, &whole), (&out, &whole))
+}
+
+/// Every dimension of `l`, for a reduction to one value.
+fn all_dims(l: &Layout) -> Vec<usize> {
+    (0..l.rank()).collect()
 }

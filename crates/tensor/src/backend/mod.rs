@@ -7,6 +7,7 @@
 
 mod compose;
 pub mod cpu;
+pub mod loss;
 mod op_kinds;
 pub mod optim;
 pub(crate) mod validate;
@@ -17,6 +18,7 @@ use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result, Scalar};
 
 pub use crate::ops::{BinaryOp, UnaryOp};
+pub use loss::{ClassLoss, ClassScores, LossReduction};
 pub use op_kinds::{CmpOp, ReduceOp};
 pub use optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
 
@@ -25,7 +27,8 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 
 /// The kernels a device provides. See the module docs for the division of labour.
 ///
-/// The heavy kernels (`softmax`, `matmul`, `masked_fill`, `triangle`) have default bodies
+/// The heavy kernels (`softmax`, `matmul`, `masked_fill`, `triangle`, `class_loss` and its
+/// backward) have default bodies
 /// composed from the others (see docs/design.md, "How to add a heavy op"), so a new backend
 /// can start from the elementwise, reduction and creation kernels and override the heavy
 /// ones with fused kernels later; the CPU backend overrides all of them.
@@ -78,6 +81,31 @@ pub trait Backend: Send + Sync + 'static {
     /// sum, divide or subtract the log).
     fn softmax(&self, src: View<'_>, dim: usize, log: bool) -> Result<Storage> {
         compose::softmax(self, src, dim, log)
+    }
+    /// A classification loss of class-index targets ([`ClassLoss`]): `scores` are `[C]`,
+    /// `[N, C]` or `[N, C, d1, ..]` (float), `target` the `i64` class indices of the scores'
+    /// shape without the class dimension. The result, in the scores' dtype, has the target's
+    /// shape for [`LossReduction::None`] and is 0-d otherwise. A target that is neither
+    /// ignored nor in `0..C` is an error naming it.
+    ///
+    /// The default composes it from `softmax`, `gather`, `where_cond` and `reduce`, with the
+    /// targets checked on the host.
+    fn class_loss(&self, scores: View<'_>, target: View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        compose::class_loss(self, scores, target, loss)
+    }
+    /// The gradient of [`Backend::class_loss`] with respect to the scores, for the incoming
+    /// gradient `grad` (of the loss's shape and the scores' dtype); the result has the
+    /// scores' shape.
+    ///
+    /// The default composes it from `softmax`, `scatter_add`, `where_cond` and `binary`.
+    fn class_loss_backward(
+        &self,
+        scores: View<'_>,
+        target: View<'_>,
+        grad: View<'_>,
+        loss: &ClassLoss,
+    ) -> Result<Storage> {
+        compose::class_loss_backward(self, scores, target, grad, loss)
     }
     /// Batched matrix product. `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with
     /// identical (already broadcast) batch dimensions; the result is `[batch.., m, n]`.

@@ -6,10 +6,11 @@
 //! never read past the buffer (the matrix product hands raw pointers to `gemm`). The checks
 //! cost O(rank) per operand, nothing next to the kernels they guard.
 
+use super::{ClassLoss, LossReduction};
 use crate::layout::Layout;
-use crate::shape::MAX_NUMEL;
+use crate::shape::{MAX_NUMEL, Shape};
 use crate::storage::Storage;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 use std::borrow::Cow;
 
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
@@ -105,6 +106,99 @@ pub(crate) fn matmul(la: &Layout, lb: &Layout) -> Result<()> {
         return Err(Error::shape("matmul", format!("cannot multiply {} by {}", la.shape(), lb.shape())));
     }
     Ok(())
+}
+
+/// An error unless the operands of a [`ClassLoss`] agree: float scores of rank at least 1,
+/// `i64` targets of the scores' shape without the class dimension, a smoothing in `[0, 1]`,
+/// and (for a backward) an incoming gradient of the loss's shape and the scores' dtype.
+pub(crate) fn class_loss(
+    loss: &ClassLoss,
+    scores: (DType, &Layout),
+    target: (DType, &Layout),
+    grad: Option<(DType, &Layout)>,
+) -> Result<()> {
+    let op = loss.name();
+    let (dtype, l) = scores;
+    if !dtype.is_float() {
+        return Err(Error::dtype(op, format!("the input must be float, got {dtype}")));
+    }
+    if l.rank() == 0 {
+        return Err(Error::shape(op, "the input must be [C], [N, C] or [N, C, d1, ..], got a 0-d value"));
+    }
+    let smoothing = loss.label_smoothing;
+    if !(0.0..=1.0).contains(&smoothing) {
+        return Err(Error::invalid(op, format!("label_smoothing must be in [0, 1], got {smoothing}")));
+    }
+    let (tdtype, lt) = target;
+    if tdtype != DType::I64 {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "class-index targets must be i64, got {tdtype} of shape {:?} (float targets are class probabilities, \
+                 of the input's shape)",
+                lt.shape()
+            ),
+        ));
+    }
+    let expected = class_loss_rows(l.shape());
+    if *lt.shape() != expected {
+        return Err(Error::shape(
+            op,
+            format!("an input of shape {:?} needs targets of shape {expected:?}, got {:?}", l.shape(), lt.shape()),
+        ));
+    }
+    if let Some((gdtype, lg)) = grad {
+        let out = match loss.reduction {
+            LossReduction::None => expected,
+            LossReduction::Sum | LossReduction::Mean => Shape::scalar(),
+        };
+        if *lg.shape() != out || gdtype != dtype {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "the gradient of a loss of shape {out:?} and dtype {dtype} must match it, got {gdtype} of shape {:?}",
+                    lg.shape()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The shape of a [`ClassLoss`]'s rows (and of its targets) for scores of `shape`: the
+/// shape without the class dimension.
+pub(crate) fn class_loss_rows(shape: &Shape) -> Shape {
+    let mut dims = shape.dims().to_vec();
+    if !dims.is_empty() {
+        dims.remove(ClassLoss::class_dim(dims.len()));
+    }
+    Shape::from(dims)
+}
+
+/// The number of rows that count (targets not ignored), or an error naming the first target
+/// that is neither ignored nor a class in `0..classes`.
+pub(crate) fn class_targets(loss: &ClassLoss, targets: &[i64], classes: usize) -> Result<usize> {
+    let mut counted = 0;
+    for (i, &t) in targets.iter().enumerate() {
+        if loss.ignores(t) {
+            continue;
+        }
+        if !(0..classes as i64).contains(&t) {
+            // -100 is PyTorch's default ignore_index: a target of -100 with none set is
+            // most likely a padding value the caller meant to ignore.
+            let hint = if t == -100 && loss.ignore_index.is_none() {
+                " (ignore_index is None; the default, Some(-100), ignores such targets)"
+            } else {
+                ""
+            };
+            return Err(Error::index(
+                loss.name(),
+                format!("target {t} (element {i}) is out of range for {classes} classes{hint}"),
+            ));
+        }
+        counted += 1;
+    }
+    Ok(counted)
 }
 
 #[cfg(test)]

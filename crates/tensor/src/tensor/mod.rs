@@ -8,6 +8,7 @@ mod inplace;
 mod join;
 mod linalg;
 mod locks;
+mod loss;
 mod operators;
 mod optim;
 mod reduce;

@@ -4,6 +4,7 @@
 //! `gemm` for matrix products (split into blocks over the same threads).
 
 mod binary;
+mod class_loss;
 pub(crate) mod fastmath;
 mod index;
 pub(crate) mod iter;
@@ -20,8 +21,8 @@ pub(crate) mod unary;
 pub(crate) use reduce::reduced_shape;
 
 use super::{
-    AdamState, AdamStep, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target, UnaryOp, View,
-    validate,
+    AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target,
+    UnaryOp, View, validate,
 };
 use crate::cpu_dispatch;
 use crate::dtype::Element;
@@ -157,6 +158,26 @@ impl Backend for CpuBackend {
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
         wrap(softmax::softmax(cpu(s), &l, dim, log))
+    }
+
+    fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        let op = loss.name();
+        let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
+        wrap(class_loss::forward(cpu(s), &l, cpu(t), &lt, loss))
+    }
+
+    fn class_loss_backward(
+        &self,
+        (s, l): View<'_>,
+        (t, lt): View<'_>,
+        (g, lg): View<'_>,
+        loss: &ClassLoss,
+    ) -> Result<Storage> {
+        let op = loss.name();
+        let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
+        wrap(class_loss::backward((cpu(s), &l), (cpu(t), &lt), (cpu(g), &lg), loss))
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {

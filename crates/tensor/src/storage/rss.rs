@@ -8,8 +8,10 @@
 /// system does not report it (other operating systems, or `/proc` not mounted).
 ///
 /// ```
-/// if let Some(peak) = ember_tensor::storage::peak_rss() {
-///     assert!(peak >= ember_tensor::storage::current_rss().unwrap_or(0));
+/// use ember_tensor::storage::{current_rss, peak_rss};
+/// // The current size first: reading the peak afterwards covers it.
+/// if let (Some(now), Some(peak)) = (current_rss(), peak_rss()) {
+///     assert!(peak >= now);
 /// }
 /// ```
 pub fn peak_rss() -> Option<usize> {

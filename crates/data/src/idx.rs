@@ -14,6 +14,7 @@
 //! data holds exactly what the header declares; each error names the file and the problem.
 //! Gzip-compressed content (recognised by its signature) is decompressed while reading.
 
+use crate::pixels::PixelMap;
 use ember_tensor::storage::Buffer;
 use ember_tensor::{Error, Result, Tensor};
 use flate2::read::MultiGzDecoder;
@@ -32,6 +33,10 @@ const GZIP_SIGNATURE: [u8; 2] = [0x1f, 0x8b];
 /// Deflate cannot expand data more than about 1032 times, which bounds what a compressed
 /// file can hold before any of it is decompressed.
 const MAX_DEFLATE_RATIO: usize = 1032;
+
+/// Bytes decompressed at a time when converting pixels: small enough to stay in cache,
+/// large enough that the decoder's per-call cost does not matter.
+const CHUNK: usize = 64 * 1024;
 
 /// Reads an IDX image file (raw or `.gz`) as a `u8` tensor `[N, rows, cols]`.
 pub fn read_images(path: impl AsRef<Path>) -> Result<Tensor> {
@@ -67,18 +72,52 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
 pub fn parse_images(path: impl AsRef<Path>, bytes: &[u8]) -> Result<Tensor> {
     let path = path.as_ref();
     let mut r = IdxReader::new(path, bytes)?;
+    let (dims, len, what) = image_header(&mut r)?;
+    let pixels = r.payload(len, &what)?;
+    Tensor::from_buffer(pixels, dims)
+}
+
+/// Reads an IDX image file (raw or `.gz`) as an `f32` tensor `[N, rows, cols]`, each byte
+/// converted by `map` as it is decompressed (see [`parse_images_f32`]).
+pub fn read_images_f32(path: impl AsRef<Path>, map: &PixelMap) -> Result<Tensor> {
+    let path = path.as_ref();
+    parse_images_f32(path, &read_file(path)?, map)
+}
+
+/// Parses the content of an IDX image file as [`parse_images`] does, into an `f32` tensor
+/// whose elements are `map`'s values of the pixels: the floats are written as the data is
+/// decompressed, so the only large allocation is the result (no `u8` copy).
+///
+/// ```
+/// use ember_data::{PixelMap, idx::parse_images_f32};
+/// let mut file = vec![0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2];
+/// file.extend([0, 51, 102, 255]);
+/// let images = parse_images_f32("one.idx", &file, &PixelMap::unit())?;
+/// assert_eq!(images.to_vec::<f32>()?, vec![0.0, 0.2, 0.4, 1.0]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn parse_images_f32(path: impl AsRef<Path>, bytes: &[u8], map: &PixelMap) -> Result<Tensor> {
+    let path = path.as_ref();
+    let mut r = IdxReader::new(path, bytes)?;
+    let (dims, len, what) = image_header(&mut r)?;
+    let pixels = r.payload_mapped(len, &what, map)?;
+    Tensor::from_buffer(pixels, dims)
+}
+
+/// Reads and checks an image file's header: the dimensions `[N, rows, cols]`, the number
+/// of pixels and a description for messages.
+fn image_header(r: &mut IdxReader<'_>) -> Result<([usize; 3], usize, String)> {
     let dims = r.header(IMAGES_MAGIC)?;
     let (n, rows, cols) = (dims[0], dims[1], dims[2]);
     let what = format!("{n} images of {rows}x{cols} pixels");
     if rows == 0 || cols == 0 {
-        return Err(Error::format(path, format!("bad dimensions: the header declares {what}")));
+        return Err(r.error(format!("bad dimensions: the header declares {what}")));
     }
     let len = n
         .checked_mul(rows)
         .and_then(|v| v.checked_mul(cols))
-        .ok_or_else(|| Error::format(path, format!("bad dimensions: {what} do not fit in memory")))?;
-    let pixels = r.payload(len, &what)?;
-    Tensor::from_buffer(pixels, [n, rows, cols])
+        .ok_or_else(|| r.error(format!("bad dimensions: {what} do not fit in memory")))?;
+    Ok(([n, rows, cols], len, what))
 }
 
 /// Parses the content of an IDX label file as stored (raw or gzip) into an `i64` tensor;
@@ -191,6 +230,35 @@ impl<'a> IdxReader<'a> {
     /// The `len` data bytes the header declared (`what`, for messages), and a check that
     /// nothing follows them.
     fn payload(&mut self, len: usize, what: &str) -> Result<Buffer<u8>> {
+        self.check_available(len, what)?;
+        let mut data = Buffer::<u8>::uninit("idx", len)?;
+        let got = self.fill(&mut data)?;
+        self.check_complete(len, got, what)?;
+        Ok(data)
+    }
+
+    /// [`payload`](Self::payload) with each byte converted by `map`, decompressed and
+    /// converted a chunk at a time.
+    fn payload_mapped(&mut self, len: usize, what: &str, map: &PixelMap) -> Result<Buffer<f32>> {
+        self.check_available(len, what)?;
+        let mut data = Buffer::<f32>::uninit("idx", len)?;
+        let mut chunk = vec![0u8; CHUNK.min(len)];
+        let mut got = 0;
+        for out in data.chunks_mut(CHUNK) {
+            let k = self.fill(&mut chunk[..out.len()])?;
+            map.map_into(&chunk[..k], out);
+            got += k;
+            if k < out.len() {
+                break;
+            }
+        }
+        self.check_complete(len, got, what)?;
+        Ok(data)
+    }
+
+    /// An error when the data cannot hold the `len` bytes the header declared, checked
+    /// before allocating them.
+    fn check_available(&self, len: usize, what: &str) -> Result<()> {
         let available = self.max_len.saturating_sub(self.consumed);
         if len > available {
             let held = if self.exact {
@@ -200,8 +268,11 @@ impl<'a> IdxReader<'a> {
             };
             return Err(self.error(format!("truncated: the header declares {what} ({len} bytes) but {held}")));
         }
-        let mut data = Buffer::<u8>::uninit("idx", len)?;
-        let got = self.fill(&mut data)?;
+        Ok(())
+    }
+
+    /// An error unless exactly the `len` declared bytes were there (`got` of them read).
+    fn check_complete(&mut self, len: usize, got: usize, what: &str) -> Result<()> {
         if got < len {
             return Err(
                 self.error(format!("truncated: the header declares {what} ({len} bytes) but only {got} bytes follow"))
@@ -214,7 +285,7 @@ impl<'a> IdxReader<'a> {
                 len + extra
             )));
         }
-        Ok(data)
+        Ok(())
     }
 
     /// The number of bytes left to read.

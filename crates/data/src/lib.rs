@@ -10,6 +10,8 @@
 //! * [`Mnist`] and [`FashionMnist`] read the IDX files of those datasets ([`idx`]), raw or
 //!   gzip-compressed, verifying them against a `SHA256SUMS` file when there is one
 //!   ([`checksum`]). Malformed files give errors that name the file and the problem.
+//!   `load_f32` reads the images straight as floats through a [`PixelMap`], with no `u8`
+//!   or intermediate copies.
 //!
 //! ```
 //! use ember_data::{DataLoader, Dataset, TensorDataset, transform};
@@ -63,6 +65,7 @@ mod dataset;
 pub mod idx;
 mod loader;
 pub mod mnist;
+mod pixels;
 mod prefetch;
 mod shuffle;
 pub mod transform;
@@ -71,3 +74,4 @@ pub use batches::Batches;
 pub use dataset::{Dataset, TensorDataset};
 pub use loader::{DEFAULT_PREFETCH, DataLoader, DataLoaderBuilder, Transform};
 pub use mnist::{FashionMnist, Mnist, Split};
+pub use pixels::PixelMap;

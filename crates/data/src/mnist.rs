@@ -4,6 +4,7 @@
 use crate::checksum::{Checksums, SUMS_FILE};
 use crate::dataset::TensorDataset;
 use crate::idx;
+use crate::pixels::PixelMap;
 use ember_tensor::{Error, Result, Tensor};
 use std::path::{Path, PathBuf};
 
@@ -60,7 +61,22 @@ impl Mnist {
     /// files in `dir`. When `dir` holds a `SHA256SUMS` file, each file's checksum must match
     /// its entry there.
     pub fn load(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor)> {
-        load_split(dir.as_ref(), split)
+        load_split(dir.as_ref(), split, |path, bytes| idx::parse_images(path, bytes))
+    }
+
+    /// [`Mnist::load`] with the images as `f32` (`[N, 28, 28]`), each pixel converted by
+    /// `map` while the file is decompressed: the float images are the only large
+    /// allocation, where `to_dtype` and scalar operations on the `u8` tensor would hold a
+    /// `u8` copy and two float copies at once.
+    ///
+    /// ```no_run
+    /// use ember_data::{Mnist, PixelMap, Split};
+    /// let (images, labels) = Mnist::load_f32("data/mnist", Split::Test, &PixelMap::standardize(0.1307, 0.3081)?)?;
+    /// assert_eq!(images.shape(), &[10000, 28, 28]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn load_f32(dir: impl AsRef<Path>, split: Split, map: &PixelMap) -> Result<(Tensor, Tensor)> {
+        load_split(dir.as_ref(), split, |path, bytes| idx::parse_images_f32(path, bytes, map))
     }
 
     /// [`Mnist::load`] as a dataset of `[image, label]` samples.
@@ -84,7 +100,12 @@ impl FashionMnist {
     /// The images (`u8`, `[N, 28, 28]`) and labels (`i64`, `[N]`) of `split`, read and
     /// verified as by [`Mnist::load`].
     pub fn load(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor)> {
-        load_split(dir.as_ref(), split)
+        load_split(dir.as_ref(), split, |path, bytes| idx::parse_images(path, bytes))
+    }
+
+    /// The images as `f32`, converted by `map` while reading, as by [`Mnist::load_f32`].
+    pub fn load_f32(dir: impl AsRef<Path>, split: Split, map: &PixelMap) -> Result<(Tensor, Tensor)> {
+        load_split(dir.as_ref(), split, |path, bytes| idx::parse_images_f32(path, bytes, map))
     }
 
     /// [`FashionMnist::load`] as a dataset of `[image, label]` samples.
@@ -94,8 +115,13 @@ impl FashionMnist {
     }
 }
 
-/// Loads and cross-checks the image and label files of `split`.
-fn load_split(dir: &Path, split: Split) -> Result<(Tensor, Tensor)> {
+/// Loads and cross-checks the image and label files of `split`, the images parsed by
+/// `parse_images` (from the file's path and content).
+fn load_split(
+    dir: &Path,
+    split: Split,
+    parse_images: impl FnOnce(&Path, &[u8]) -> Result<Tensor>,
+) -> Result<(Tensor, Tensor)> {
     let sums_path = dir.join(SUMS_FILE);
     let sums = match sums_path.try_exists() {
         Ok(true) => Some(Checksums::read(&sums_path)?),
@@ -105,7 +131,7 @@ fn load_split(dir: &Path, split: Split) -> Result<(Tensor, Tensor)> {
     let (image_name, label_name) = split.file_names();
 
     let (image_path, bytes) = read_verified(dir, &image_name, sums.as_ref())?;
-    let images = idx::parse_images(&image_path, &bytes)?;
+    let images = parse_images(&image_path, &bytes)?;
     drop(bytes);
     if images.shape()[1..] != [IMAGE_SIDE, IMAGE_SIDE] {
         return Err(Error::format(

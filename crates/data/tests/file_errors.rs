@@ -5,8 +5,8 @@ mod common;
 
 use common::{TempDir, gzip, idx_images, idx_labels, sums_line, write_train_split};
 use ember_data::checksum::Checksums;
-use ember_data::idx::{read_images, read_labels};
-use ember_data::{FashionMnist, Mnist, Split};
+use ember_data::idx::{read_images, read_images_f32, read_labels};
+use ember_data::{FashionMnist, Mnist, PixelMap, Split};
 use std::path::Path;
 
 /// The error's message, checked to name `file` and to contain `problem`.
@@ -30,6 +30,49 @@ fn raw_and_gzip_files_load_alike() {
     assert_eq!(labels.to_vec::<i64>().unwrap(), vec![9, 0, 255]);
     // An empty IDX file of zero images is valid.
     assert_eq!(read_images(dir.write("none", &idx_images(0, 28, 28))).unwrap().shape(), &[0, 28, 28]);
+}
+
+/// Images read as floats hold the map's value of every byte, raw or compressed, also when
+/// the data spans several decompression chunks.
+#[test]
+fn images_read_as_floats_hold_the_mapped_bytes() {
+    let dir = TempDir::new("floats");
+    let map = PixelMap::from_fn(|b| f32::from(b) * 0.5 - 3.0);
+    // 3 x 200 x 250 = 150,000 pixels: more than two 64 KiB chunks, the last one partial.
+    let content = idx_images(3, 200, 250);
+    let bytes = read_images(dir.write("raw", &content)).unwrap().to_vec::<u8>().unwrap();
+    let want: Vec<f32> = bytes.iter().map(|&b| map.get(b)).collect();
+    for path in [dir.write("raw", &content), dir.write("images.gz", &gzip(&content))] {
+        let images = read_images_f32(&path, &map).unwrap();
+        assert_eq!(images.shape(), &[3, 200, 250]);
+        assert_eq!(images.to_vec::<f32>().unwrap(), want);
+    }
+    assert_eq!(read_images_f32(dir.write("none", &idx_images(0, 28, 28)), &map).unwrap().shape(), &[0, 28, 28]);
+}
+
+/// The float reader reports short, long and cut data as the byte reader does.
+#[test]
+fn float_reading_reports_bad_data_alike() {
+    let dir = TempDir::new("float_errors");
+    let map = PixelMap::unit();
+    let mut short = idx_images(100, 28, 28);
+    short.pop();
+    for path in [dir.write("short", &short), dir.write("short.gz", &gzip(&short))] {
+        assert_names(
+            read_images_f32(&path, &map).unwrap_err(),
+            &path,
+            "truncated: the header declares 100 images of 28x28 pixels (78400 bytes) but only 78399 bytes follow",
+        );
+    }
+    let mut long = idx_images(2, 28, 28);
+    long.extend([1, 2, 3]);
+    let path = dir.write("long.gz", &gzip(&long));
+    assert_names(read_images_f32(&path, &map).unwrap_err(), &path, "1568 bytes) but 1571 bytes follow (3 too many)");
+    let whole = gzip(&idx_images(100, 28, 28));
+    let cut = dir.write("cut.gz", &whole[..whole.len() / 2]);
+    assert_names(read_images_f32(&cut, &map).unwrap_err(), &cut, "truncated gzip data");
+    let labels = dir.write("labels", &idx_labels(&[1, 2]));
+    assert_names(read_images_f32(&labels, &map).unwrap_err(), &labels, "bad magic number 0x00000801");
 }
 
 #[test]

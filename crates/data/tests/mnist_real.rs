@@ -4,7 +4,7 @@ mod common;
 
 use common::mnist_dir;
 use ember_data::checksum::Checksums;
-use ember_data::{DataLoader, Mnist, Split, TensorDataset, transform};
+use ember_data::{DataLoader, Mnist, PixelMap, Split, TensorDataset, transform};
 use ember_tensor::{DType, Tensor};
 use std::sync::OnceLock;
 
@@ -94,4 +94,19 @@ fn a_shuffled_epoch_of_mnist_batches_visits_every_sample_once() {
     }
     assert_eq!(batches, 938);
     assert_eq!(counts, [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]);
+}
+
+/// Loading as floats gives bitwise the values of converting the `u8` images with tensor
+/// operations, and the same labels.
+#[test]
+fn test_split_as_floats_matches_the_converted_bytes() {
+    let (mean, std) = (0.1307, 0.3081);
+    let (bytes, labels) = Mnist::load(mnist_dir(), Split::Test).unwrap();
+    let map = PixelMap::standardize(mean, std).unwrap();
+    let (floats, float_labels) = Mnist::load_f32(mnist_dir(), Split::Test, &map).unwrap();
+    assert_eq!((floats.shape(), floats.dtype()), (bytes.shape(), DType::F32));
+    let converted = bytes.to_dtype(DType::F32).div_scalar(255.0).sub_scalar(mean).div_scalar(std);
+    let bits = |t: &Tensor| t.to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert!(bits(&floats) == bits(&converted));
+    assert_eq!(float_labels.to_vec::<i64>().unwrap(), labels.to_vec::<i64>().unwrap());
 }

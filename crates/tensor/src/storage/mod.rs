@@ -6,9 +6,14 @@
 
 mod buffer;
 pub mod pool;
+mod rss;
 
 pub use buffer::Buffer;
-pub use pool::{MemoryStats, clear_pool, memory_stats, pool_limit, reset_peak, set_pool_enabled, set_pool_limit};
+pub use pool::{
+    DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, MemoryStats, clear_pool, memory_stats, pool_enabled, pool_limit,
+    pool_trim_period, reset_peak, set_pool_enabled, set_pool_limit, set_pool_trim_period, trim_pool,
+};
+pub use rss::{current_rss, peak_rss};
 
 use crate::Device;
 use crate::dtype::{DType, Element};

@@ -7,7 +7,20 @@
 //! and more, keyed by their (page-rounded) size, and hands them back out to the next request
 //! of the same size: a training step after the first reuses the blocks of the step before.
 //!
-//! The pool holds at most [`pool_limit`] bytes; blocks beyond that go back to the system.
+//! What the pool keeps is resident memory the program is not using, so it is bounded two
+//! ways (docs/design.md, "Memory"):
+//!
+//! * **a limit**: it holds at most [`pool_limit`] bytes (default [`DEFAULT_POOL_LIMIT`], or
+//!   the `EMBER_POOL_LIMIT` environment variable); blocks freed beyond it go back to the
+//!   system;
+//! * **idle trimming**: the pool counts the requests it serves in periods of
+//!   [`pool_trim_period`] requests, and at the end of each period returns to the system the
+//!   blocks that sat unused through all of it. A training loop reuses its blocks every step
+//!   and keeps them; blocks left over from a one-off phase (loading data, a larger batch,
+//!   an evaluation) go back within two periods.
+//!
+//! [`trim_pool`] runs the trimming at once and [`clear_pool`] empties the pool (PyTorch's
+//! `torch.cuda.empty_cache`).
 
 use parking_lot::Mutex;
 use std::alloc::{self, Layout as AllocLayout};
@@ -24,19 +37,115 @@ const PAGE: usize = 4096;
 pub(crate) const TRACK_MIN_BYTES: usize = 4096;
 const ALIGN_LARGE: usize = 64;
 
+/// The most bytes the pool caches unless [`set_pool_limit`] or `EMBER_POOL_LIMIT` says
+/// otherwise: 512 MiB, more than a training step of a model that fits a laptop frees and
+/// reallocates, and small beside the memory of a machine that trains larger ones.
+pub const DEFAULT_POOL_LIMIT: usize = 512 << 20;
+
+/// The number of pooled requests per trimming period unless [`set_pool_trim_period`] says
+/// otherwise. A period must span a training step, or blocks a step reuses could sit
+/// unused through a whole period and be returned; the MNIST MLP makes 16 pooled requests
+/// a step, a large model some thousands.
+pub const DEFAULT_TRIM_PERIOD: usize = 16_384;
+
+/// The marker of a limit not yet read from the environment.
+const UNSET: usize = usize::MAX;
+
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
 static CACHED_BYTES: AtomicUsize = AtomicUsize::new(0);
 static POOL_HITS: AtomicUsize = AtomicUsize::new(0);
 static POOL_MISSES: AtomicUsize = AtomicUsize::new(0);
-static POOL_LIMIT: AtomicUsize = AtomicUsize::new(2 << 30);
+static POOL_LIMIT: AtomicUsize = AtomicUsize::new(UNSET);
+static TRIM_PERIOD: AtomicUsize = AtomicUsize::new(DEFAULT_TRIM_PERIOD);
 static POOL_ENABLED: AtomicBool = AtomicBool::new(true);
 
 struct Block(NonNull<u8>);
 // SAFETY: a cached block is plain memory owned by the pool; nothing else points into it.
 unsafe impl Send for Block {}
 
-static FREE: Mutex<Option<HashMap<usize, Vec<Block>>>> = Mutex::new(None);
+/// The cached blocks of one size.
+#[derive(Default)]
+struct Bucket {
+    /// Oldest first: requests take the newest (the most likely still in cache), trimming
+    /// returns the oldest.
+    blocks: Vec<Block>,
+    /// The fewest blocks the bucket held at any moment of the current period: that many
+    /// sat unused through all of it.
+    low: usize,
+}
+
+#[derive(Default)]
+struct Pool {
+    buckets: HashMap<usize, Bucket>,
+    /// Pooled requests served in the current period.
+    requests: usize,
+}
+
+/// Blocks taken out of the pool to be returned to the system once its lock is released
+/// (returning a large block is an `munmap`, which other threads should not wait on).
+type Released = Vec<(usize, Block)>;
+
+impl Pool {
+    /// A cached block of `bytes`, if any.
+    fn take(&mut self, bytes: usize) -> Option<Block> {
+        let bucket = self.buckets.get_mut(&bytes)?;
+        let b = bucket.blocks.pop()?;
+        bucket.low = bucket.low.min(bucket.blocks.len());
+        Some(b)
+    }
+
+    /// Counts a request; at the end of a period, takes out the blocks that sat unused
+    /// through it.
+    fn count_request(&mut self, out: &mut Released) {
+        self.requests += 1;
+        let period = TRIM_PERIOD.load(Ordering::Relaxed);
+        if period != 0 && self.requests >= period {
+            self.end_period(out);
+        }
+    }
+
+    /// Takes out the blocks that sat unused through the period and starts the next one.
+    fn end_period(&mut self, out: &mut Released) {
+        self.requests = 0;
+        for (&bytes, bucket) in &mut self.buckets {
+            let idle = bucket.low.min(bucket.blocks.len());
+            out.extend(bucket.blocks.drain(..idle).map(|b| (bytes, b)));
+            bucket.low = bucket.blocks.len();
+        }
+        self.buckets.retain(|_, b| !b.blocks.is_empty());
+    }
+
+    /// Takes out blocks, largest first and oldest first within a size, until at most
+    /// `limit` bytes stay cached.
+    fn shrink_to(&mut self, limit: usize, out: &mut Released) {
+        let mut sizes: Vec<usize> = self.buckets.keys().copied().collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut cached = CACHED_BYTES.load(Ordering::Relaxed);
+        for bytes in sizes {
+            let Some(bucket) = self.buckets.get_mut(&bytes) else { continue };
+            let excess = cached.saturating_sub(limit).div_ceil(bytes).min(bucket.blocks.len());
+            out.extend(bucket.blocks.drain(..excess).map(|b| (bytes, b)));
+            bucket.low = bucket.low.min(bucket.blocks.len());
+            cached = cached.saturating_sub(excess * bytes);
+        }
+        self.buckets.retain(|_, b| !b.blocks.is_empty());
+    }
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+/// Returns blocks taken out of the pool to the system; the total bytes.
+fn release(blocks: Released) -> usize {
+    let mut total = 0;
+    for (bytes, b) in blocks {
+        CACHED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+        total += bytes;
+        // SAFETY: every cached block was allocated by `alloc_block` with this size.
+        unsafe { alloc::dealloc(b.0.as_ptr(), block_layout(bytes)) };
+    }
+    total
+}
 
 /// Memory counters of tensor storage, for benchmarks and memory tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,17 +178,89 @@ pub fn reset_peak() {
     PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-/// The most bytes the pool keeps cached (default 2 GiB).
+/// The most bytes the pool keeps cached: what [`set_pool_limit`] set, else the
+/// `EMBER_POOL_LIMIT` environment variable, else [`DEFAULT_POOL_LIMIT`] (512 MiB).
+///
+/// `EMBER_POOL_LIMIT` is read once, at the first use of the pool: a number of bytes with an
+/// optional suffix `K`, `M` or `G` (KiB, MiB, GiB), such as `256M`; `0` caches nothing. A
+/// value that does not parse is ignored.
 pub fn pool_limit() -> usize {
+    let limit = POOL_LIMIT.load(Ordering::Relaxed);
+    if limit != UNSET {
+        return limit;
+    }
+    let from_env = std::env::var("EMBER_POOL_LIMIT").ok().and_then(|v| parse_size(&v));
+    // A concurrent `set_pool_limit` wins over the environment.
+    let _ = POOL_LIMIT.compare_exchange(
+        UNSET,
+        from_env.unwrap_or(DEFAULT_POOL_LIMIT).min(UNSET - 1),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     POOL_LIMIT.load(Ordering::Relaxed)
 }
 
-/// Sets the most bytes the pool keeps cached; blocks freed beyond it go back to the system.
+/// A size such as `4096`, `64K`, `256M` or `2G` (binary multiples), `None` when it does not
+/// parse or overflows.
+fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'k' | b'K' => (&text[..text.len() - 1], 10),
+        b'm' | b'M' => (&text[..text.len() - 1], 20),
+        b'g' | b'G' => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    digits.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+/// Sets the most bytes the pool keeps cached (see [`pool_limit`]); blocks freed beyond it
+/// go back to the system. When the pool holds more, it returns blocks (largest first) until
+/// it holds at most `bytes`. `0` turns caching off while keeping the counters.
+///
+/// ```
+/// use ember_tensor::storage::{memory_stats, pool_limit, set_pool_limit};
+/// let before = pool_limit();
+/// set_pool_limit(64 << 20);
+/// assert!(memory_stats().cached_bytes <= 64 << 20);
+/// set_pool_limit(before);
+/// ```
 pub fn set_pool_limit(bytes: usize) {
+    let bytes = bytes.min(UNSET - 1);
     POOL_LIMIT.store(bytes, Ordering::Relaxed);
     if CACHED_BYTES.load(Ordering::Relaxed) > bytes {
-        clear_pool();
+        let mut out = Released::new();
+        if let Some(pool) = POOL.lock().as_mut() {
+            pool.shrink_to(bytes, &mut out);
+        }
+        release(out);
     }
+}
+
+/// The number of pooled requests per trimming period (default [`DEFAULT_TRIM_PERIOD`]);
+/// 0 when trimming is off.
+pub fn pool_trim_period() -> usize {
+    TRIM_PERIOD.load(Ordering::Relaxed)
+}
+
+/// Sets the number of pooled requests (allocations of 4 KiB and more) per trimming period:
+/// at the end of each, the blocks that sat in the pool unused through the whole period go
+/// back to the system. `0` turns trimming off, so that only the limit bounds the pool.
+pub fn set_pool_trim_period(requests: usize) {
+    TRIM_PERIOD.store(requests, Ordering::Relaxed);
+}
+
+/// Ends the current trimming period now: returns to the system the blocks that sat unused
+/// since the period began, and starts a new one. Returns the bytes released.
+///
+/// Calling it twice in a row releases everything not taken in between, so a program that
+/// leaves a phase with other memory needs (a larger batch, an evaluation) can call it once
+/// when entering the new phase and once after its first step.
+pub fn trim_pool() -> usize {
+    let mut out = Released::new();
+    if let Some(pool) = POOL.lock().as_mut() {
+        pool.end_period(&mut out);
+    }
+    release(out)
 }
 
 /// Turns buffer reuse on or off (on by default). Benchmarks switch it off to measure what it
@@ -91,21 +272,18 @@ pub fn set_pool_enabled(enabled: bool) {
     }
 }
 
-/// Returns every cached block to the system.
-pub fn clear_pool() {
-    let blocks = {
-        let mut guard = FREE.lock();
-        guard.take()
-    };
-    if let Some(map) = blocks {
-        for (bytes, list) in map {
-            for b in list {
-                CACHED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
-                // SAFETY: every cached block was allocated by `alloc_block` with this size.
-                unsafe { alloc::dealloc(b.0.as_ptr(), block_layout(bytes)) };
-            }
-        }
-    }
+/// Whether buffer reuse is on.
+pub fn pool_enabled() -> bool {
+    POOL_ENABLED.load(Ordering::Relaxed)
+}
+
+/// Returns every cached block to the system (PyTorch's `torch.cuda.empty_cache`); returns
+/// the bytes released.
+pub fn clear_pool() -> usize {
+    let pool = POOL.lock().take();
+    let Some(pool) = pool else { return 0 };
+    let out = pool.buckets.into_iter().flat_map(|(bytes, bucket)| bucket.blocks.into_iter().map(move |b| (bytes, b)));
+    release(out.collect())
 }
 
 /// The allocation size actually used for a request of `bytes`.
@@ -134,10 +312,17 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
         track_alloc(bytes);
     }
     if bytes >= POOL_MIN_BYTES && POOL_ENABLED.load(Ordering::Relaxed) {
+        let mut expired = Released::new();
         let reused = {
-            let mut guard = FREE.lock();
-            guard.as_mut().and_then(|m| m.get_mut(&bytes)).and_then(|v| v.pop())
+            let mut guard = POOL.lock();
+            let pool = guard.get_or_insert_with(Pool::default);
+            let b = pool.take(bytes);
+            pool.count_request(&mut expired);
+            b
         };
+        if !expired.is_empty() {
+            release(expired);
+        }
         if let Some(b) = reused {
             CACHED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             POOL_HITS.fetch_add(1, Ordering::Relaxed);
@@ -169,10 +354,10 @@ pub(crate) unsafe fn free_block(ptr: NonNull<u8>, bytes: usize) {
     }
     if bytes >= POOL_MIN_BYTES
         && POOL_ENABLED.load(Ordering::Relaxed)
-        && CACHED_BYTES.load(Ordering::Relaxed) + bytes <= POOL_LIMIT.load(Ordering::Relaxed)
+        && CACHED_BYTES.load(Ordering::Relaxed) + bytes <= pool_limit()
     {
-        let mut guard = FREE.lock();
-        guard.get_or_insert_with(HashMap::new).entry(bytes).or_default().push(Block(ptr));
+        let mut guard = POOL.lock();
+        guard.get_or_insert_with(Pool::default).buckets.entry(bytes).or_default().blocks.push(Block(ptr));
         CACHED_BYTES.fetch_add(bytes, Ordering::Relaxed);
         return;
     }
@@ -185,5 +370,22 @@ fn track_alloc(bytes: usize) {
     // A plain load first: the read-modify-write is only needed when a new peak is reached.
     if live > PEAK_BYTES.load(Ordering::Relaxed) {
         PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size(" 64K "), Some(64 << 10));
+        assert_eq!(parse_size("256m"), Some(256 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("0"), Some(0));
+        for bad in ["", "M", "1.5G", "-1", "12T", "99999999999999999999G"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
     }
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Long training runs of the quick-start MLP, ember vs PyTorch, window by window, both on 2
+# threads:
+#
+#   tools/bench/long_run.sh [STEPS] [WINDOW] [ROUNDS]      (defaults 10000 1000 1)
+#
+# For each configuration DATA:BATCH:OPTIM (CONFIGS, default every combination of random and
+# mnist data, batch 64 and 256, adam and sgd) it runs ember's `long_run` example and
+# tools/bench/long_run.py with the same flags, alternating which goes first so that load
+# changes hit both sides alike, ROUNDS times. It prints Markdown tables: samples/s per window
+# (median over rounds) with the ember / PyTorch ratio, the median window, the slowest /
+# fastest window, the whole run and the peak resident memory; then Adam's throughput over
+# SGD's where both ran. Not part of CI: it needs PyTorch (PYTHON, default
+# .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there.
+#
+#   CONFIGS="random:64:adam mnist:256:sgd" tools/bench/long_run.sh 2000 500
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps="${1:-10000}"
+window="${2:-1000}"
+rounds="${3:-1}"
+python="${PYTHON:-.venv-torch/bin/python}"
+configs="${CONFIGS:-random:64:adam random:256:adam mnist:64:adam mnist:256:adam random:64:sgd random:256:sgd mnist:64:sgd mnist:256:sgd}"
+if [[ -n "${LONG_RUN_OUT:-}" ]]; then
+    out="$LONG_RUN_OUT"
+    mkdir -p "$out"
+else
+    out="$(mktemp -d)"
+    trap 'rm -rf "$out"' EXIT
+fi
+
+cargo build --release -q -p ember --example long_run
+bin="${CARGO_TARGET_DIR:-target}/release/examples/long_run"
+turn=0
+for r in $(seq 1 "$rounds"); do
+    for config in $configs; do
+        IFS=: read -r data batch optim <<<"$config"
+        flags=(--steps "$steps" --window "$window" --batch "$batch" --data "$data" --optim "$optim" --threads 2)
+        ember=("$bin" "${flags[@]}")
+        torch=("$python" tools/bench/long_run.py "${flags[@]}")
+        if (( turn % 2 == 0 )); then
+            "${ember[@]}" >"$out/ember.$config.$r"
+            "${torch[@]}" >"$out/pytorch.$config.$r"
+        else
+            "${torch[@]}" >"$out/pytorch.$config.$r"
+            "${ember[@]}" >"$out/ember.$config.$r"
+        fi
+        turn=$((turn + 1))
+    done
+done
+
+python3 - "$out" "$configs" <<'PY'
+import glob
+import os
+import statistics
+import sys
+
+out, configs = sys.argv[1], sys.argv[2].split()
+
+
+def parse(path):
+    windows, total, rss = {}, None, None
+    for line in open(path):
+        f = line.split()
+        if not f or f[0].startswith("#"):
+            continue
+        if f[0] == "window":
+            windows[(int(f[1]), int(f[2]))] = float(f[3])
+        elif f[0] == "total":
+            total = float(f[3])
+        elif f[0] == "peak_rss_bytes":
+            rss = int(f[1])
+    return windows, total, rss
+
+
+def runs(side, config):
+    return [parse(p) for p in sorted(glob.glob(os.path.join(out, f"{side}.{config}.*")))]
+
+
+def med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+summary = {}
+for config in configs:
+    data, batch, optim = config.split(":")
+    sides = {side: runs(side, config) for side in ("ember", "pytorch")}
+    if not all(sides.values()):
+        continue
+    keys = sorted(set().union(*(w for w, _, _ in sides["ember"])))
+    rate = {s: {k: med([w.get(k) for w, _, _ in r]) for k in keys} for s, r in sides.items()}
+    print(f"\n### {data} data, batch {batch}, {optim} ({len(sides['ember'])} round(s), samples/s)\n")
+    print("| steps | ember | PyTorch | ember / PyTorch |")
+    print("|---|---|---|---|")
+    for k in keys:
+        e, p = rate["ember"][k], rate["pytorch"][k]
+        print(f"| {k[0]:,}–{k[1]:,} | {e:,.0f} | {p:,.0f} | {e / p:.2f}x |")
+    stats = {}
+    for s in ("ember", "pytorch"):
+        values = list(rate[s].values())
+        stats[s] = {
+            "median": statistics.median(values),
+            "spread": min(values) / max(values),
+            "total": med([t for _, t, _ in sides[s]]),
+            "rss": med([m for _, _, m in sides[s]]) / 2**20,
+        }
+    e, p = stats["ember"], stats["pytorch"]
+    print(f"| median window | {e['median']:,.0f} | {p['median']:,.0f} | {e['median'] / p['median']:.2f}x |")
+    print(f"| slowest / fastest window | {e['spread']:.2f} | {p['spread']:.2f} | |")
+    print(f"| whole run | {e['total']:,.0f} | {p['total']:,.0f} | {e['total'] / p['total']:.2f}x |")
+    print(f"| peak RSS | {e['rss']:,.0f} MiB | {p['rss']:,.0f} MiB | |")
+    summary[(data, batch, optim)] = (e["median"], p["median"])
+
+pairs = sorted({(d, b) for d, b, o in summary if (d, b, "adam") in summary and (d, b, "sgd") in summary})
+if pairs:
+    print("\n### Adam / SGD (median windows)\n")
+    print("| data | batch | ember Adam / SGD | PyTorch Adam / SGD |")
+    print("|---|---|---|---|")
+    for d, b in pairs:
+        (ea, pa), (es, ps) = summary[(d, b, "adam")], summary[(d, b, "sgd")]
+        print(f"| {d} | {b} | {ea / es:.2f} | {pa / ps:.2f} |")
+PY

@@ -137,14 +137,38 @@ fn run(name: &'static str, x: &Var, w: &Var, bias: Option<&Var>, plan: &ConvPlan
     out.reshape(&plan.output)
 }
 
+/// The name of a `D`-dimensional operation, for errors and graphs.
+fn named<const D: usize>(one: &'static str, two: &'static str) -> &'static str {
+    if D == 1 { one } else { two }
+}
+
 impl Var {
+    /// A `D`-dimensional convolution (`D` = 1 or 2; see [`Var::conv1d`], [`Var::conv2d`]),
+    /// for code generic over the number of spatial dimensions.
+    pub fn conv<const D: usize>(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<D>) -> Result<Var> {
+        let name = named::<D>("conv1d", "conv2d");
+        let plan = conv_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
+        run(name, self, weight, bias, &plan, false)
+    }
+
+    /// A `D`-dimensional transposed convolution (`D` = 1 or 2; see
+    /// [`Var::conv_transpose1d`], [`Var::conv_transpose2d`]).
+    pub fn conv_transpose<const D: usize>(
+        &self,
+        weight: &Var,
+        bias: Option<&Var>,
+        args: &ConvTransposeArgs<D>,
+    ) -> Result<Var> {
+        let name = named::<D>("conv_transpose1d", "conv_transpose2d");
+        let plan = conv_transpose_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
+        run(name, self, weight, bias, &plan, true)
+    }
+
     /// A 1-d convolution with PyTorch's `conv1d` semantics (see
     /// [`Tensor::conv1d`](ember_tensor::Tensor::conv1d)): `self` is `[N, in, L]` (or
     /// `[in, L]`), `weight` `[out, in / groups, k]`, `bias` `[out]`.
     pub fn conv1d(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<1>) -> Result<Var> {
-        let name = "conv1d";
-        let plan = conv_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
-        run(name, self, weight, bias, &plan, false)
+        self.conv(weight, bias, args)
     }
 
     /// A 2-d convolution with PyTorch's `conv2d` semantics (see
@@ -164,17 +188,13 @@ impl Var {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn conv2d(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<2>) -> Result<Var> {
-        let name = "conv2d";
-        let plan = conv_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
-        run(name, self, weight, bias, &plan, false)
+        self.conv(weight, bias, args)
     }
 
     /// A 1-d transposed convolution with PyTorch's `conv_transpose1d` semantics: `self` is
     /// `[N, in, L]` (or `[in, L]`), `weight` `[in, out / groups, k]`, `bias` `[out]`.
     pub fn conv_transpose1d(&self, weight: &Var, bias: Option<&Var>, args: &ConvTransposeArgs<1>) -> Result<Var> {
-        let name = "conv_transpose1d";
-        let plan = conv_transpose_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
-        run(name, self, weight, bias, &plan, true)
+        self.conv_transpose(weight, bias, args)
     }
 
     /// A 2-d transposed convolution with PyTorch's `conv_transpose2d` semantics (see
@@ -182,8 +202,6 @@ impl Var {
     /// `[N, in, h, w]` (or `[in, h, w]`), `weight` `[in, out / groups, kh, kw]`, `bias`
     /// `[out]`.
     pub fn conv_transpose2d(&self, weight: &Var, bias: Option<&Var>, args: &ConvTransposeArgs<2>) -> Result<Var> {
-        let name = "conv_transpose2d";
-        let plan = conv_transpose_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
-        run(name, self, weight, bias, &plan, true)
+        self.conv_transpose(weight, bias, args)
     }
 }

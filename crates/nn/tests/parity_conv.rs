@@ -157,7 +157,11 @@ mod build {
     pub fn conv_layers_f32(c: &mut Case<'_>) -> Result<()> {
         let (w0, b0, w2, b2) = (c.param("0.weight"), c.param("0.bias"), c.param("2.weight"), c.param("2.bias"));
         let down = Conv2d::from_params(w0.clone(), Some(b0.clone()), ConvArgs::default().stride(2).padding(1))?;
-        let up = ConvTranspose2d::from_params(w2.clone(), Some(b2.clone()), ConvTransposeArgs::default().stride(2).padding(1))?;
+        let up = ConvTranspose2d::from_params(
+            w2.clone(),
+            Some(b2.clone()),
+            ConvTransposeArgs::default().stride(2).padding(1),
+        )?;
         let model = Sequential::new().add(down).add(Tanh).add(up);
         let x = c.constant("x");
         let y = model.forward(&x)?;

@@ -8,7 +8,8 @@
 //! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
 //!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
 //!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
-//! - Layers (`layers/`): [`Linear`], [`Embedding`], [`LayerNorm`], [`Sequential`],
+//! - Layers (`layers/`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`] (and
+//!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
 //!   [`Flatten`], [`Identity`], [`Dropout`], and the activations [`ReLU`], [`LeakyReLU`],
 //!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
@@ -68,9 +69,11 @@ mod serialize;
 mod state_dict;
 
 pub use layers::{
-    Children, Dropout, Embedding, EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm,
-    LayerNormOptions, LeakyReLU, Linear, LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh,
-    dropout, embedding, layer_norm,
+    Children, Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, ConvTranspose, ConvTranspose1d,
+    ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions, ConvTransposeOptions, Dropout, Embedding,
+    EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm, LayerNormOptions, LeakyReLU, Linear,
+    LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, conv_transpose1d, conv_transpose2d,
+    conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
 };
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
@@ -84,12 +87,16 @@ pub use serialize::{
 pub use state_dict::StateDict;
 
 /// The functional forms of the layers and losses, for `use ember_nn::functional as F`.
-/// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`).
+/// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument
+/// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
-    pub use crate::layers::{dropout, embedding, layer_norm};
+    pub use crate::layers::{
+        conv_transpose1d, conv_transpose2d, conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
+    };
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };
+    pub use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 }
 
 /// The traits, for `use ember_nn::prelude::*`.

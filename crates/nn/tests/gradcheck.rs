@@ -1,15 +1,16 @@
-//! Gradients of every loss and of Linear, LayerNorm and Embedding against central differences (f64), with each
-//! reduction and option that changes the backward path.
+//! Gradients of every loss and of Linear, the convolution layers, LayerNorm and Embedding against central
+//! differences (f64), with each reduction and option that changes the backward path.
 
 mod common;
 
 use common::{assert_close, idx, t64, values};
 use ember_autograd::{Var, enable_grad, grad, gradcheck};
 use ember_nn::{
-    CrossEntropyOptions, HuberOptions, Linear, Module, NllOptions, Reduction, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, embedding, huber_loss, l1_loss, layer_norm, mse_loss, nll_loss,
+    Conv1d, Conv2d, ConvTranspose2d, CrossEntropyOptions, HuberOptions, Linear, Module, NllOptions, Reduction,
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, embedding, huber_loss, l1_loss, layer_norm,
+    mse_loss, nll_loss,
 };
-use ember_tensor::{DType, Result, Tensor};
+use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Padding, Result, Tensor};
 
 const ALL: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
 
@@ -210,4 +211,22 @@ fn embedding_gradients() {
     let pad_row = Var::new(randn(&[1, 3]));
     let padded = |v: &[Var]| embedding(&Var::new(ids.clone()), &Var::cat(&[&pad_row, &v[0]], 0)?, Some(0));
     check(padded, &[randn(&[3, 3])]);
+}
+
+#[test]
+fn conv_layer_gradients() {
+    // Input, weight and bias through the layers, with stride, padding, dilation and groups,
+    // and on a non-contiguous input. The kernels themselves are checked option by option,
+    // to second order, in ember-autograd's gradcheck_conv.rs.
+    let args = ConvArgs::default().stride(2).padding(1).dilation([1, 2]).groups(2);
+    let conv = move |v: &[Var]| Conv2d::from_params(v[1].clone(), Some(v[2].clone()), args)?.forward(&v[0]);
+    let x = randn(&[2, 4, 5, 6]);
+    check(conv, &[x.clone(), randn(&[4, 2, 3, 2]), randn(&[4])]);
+    check(conv, &[x.transpose(2, 3).unwrap().contiguous().transpose(2, 3).unwrap(), randn(&[4, 2, 3, 2]), randn(&[4])]);
+    let same = ConvArgs::default().padding(Padding::Same);
+    let conv1 = move |v: &[Var]| Conv1d::from_params(v[1].clone(), None, same)?.forward(&v[0]);
+    check(conv1, &[randn(&[2, 3, 6]), randn(&[2, 3, 4])]);
+    let targs = ConvTransposeArgs::default().stride(2).padding(1).output_padding(1).groups(2);
+    let up = move |v: &[Var]| ConvTranspose2d::from_params(v[1].clone(), Some(v[2].clone()), targs)?.forward(&v[0]);
+    check(up, &[randn(&[1, 4, 3, 3]), randn(&[4, 1, 3, 3]), randn(&[2])]);
 }

@@ -32,6 +32,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
+pub mod conv;
 pub mod device;
 pub mod display;
 pub mod dtype;
@@ -45,6 +46,7 @@ mod tensor;
 pub mod threading;
 
 pub use backend::{BinaryOp, ClassLoss, ClassScores, CmpOp, LossReduction, ReduceOp, UnaryOp};
+pub use conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};

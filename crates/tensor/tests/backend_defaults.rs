@@ -1,5 +1,5 @@
 //! The default bodies of the heavy `Backend` kernels (softmax, matmul, masked_fill,
-//! triangle), composed from the elementwise and reduction kernels, against the CPU
+//! triangle, the convolutions, unfold and fold), composed from the elementwise and reduction kernels, against the CPU
 //! backend's own kernels: `Composed` delegates every kernel without a default to the CPU
 //! backend and keeps the defaults for the rest.
 
@@ -307,5 +307,78 @@ fn class_loss_default_matches_the_cpu_kernel() {
         CpuBackend.class_loss((&*gs, scores.layout()), (&*gt, target.layout()), &loss).unwrap_err(),
     ] {
         assert!(e.to_string().contains("target 3 (element 1) is out of range for 3 classes"), "{e}");
+    }
+}
+
+#[test]
+fn conv_defaults_match_the_cpu_kernels() {
+    use ember_tensor::UnfoldArgs;
+    use ember_tensor::conv::{ConvArgs, conv_plan, unfold_plan};
+    // (input, weight, args): strided, padded, dilated, grouped, depthwise, 1x1, empty batch.
+    let cases: [(&[usize], &[usize], ConvArgs<2>); 5] = [
+        (&[2, 3, 7, 6], &[4, 3, 3, 2], ConvArgs::default().stride([2, 1]).padding([1, 2])),
+        (&[1, 4, 9, 8], &[6, 2, 3, 3], ConvArgs::default().dilation(2).padding(2).groups(2)),
+        (&[2, 4, 6, 6], &[4, 1, 3, 3], ConvArgs::default().padding(1).groups(4)),
+        (&[2, 3, 5, 4], &[5, 3, 1, 1], ConvArgs::default()),
+        (&[0, 3, 5, 4], &[2, 3, 3, 3], ConvArgs::default()),
+    ];
+    for (k, (xs, ws, args)) in cases.into_iter().enumerate() {
+        let g = conv_plan("conv2d", xs, ws, None, &args).unwrap().geometry;
+        let n = xs[0];
+        let seed = 20 + 5 * k as u64;
+        let x = Tensor::from_vec(data(xs.iter().product(), seed), xs).unwrap();
+        let w = Tensor::from_vec(data(ws.iter().product(), seed + 1), ws).unwrap();
+        let out = g.output_shape(n);
+        let gy = Tensor::from_vec(data(out.numel(), seed + 2), out.clone()).unwrap();
+        let b = Tensor::from_vec(data(ws[0], seed + 3), [ws[0]]).unwrap();
+        let bt = Tensor::from_vec(data(xs[1], seed + 4), [xs[1]]).unwrap();
+        for ((lx, x), (lw, w)) in layouts(x.to_vec().unwrap(), xs).into_iter().zip(layouts(w.to_vec().unwrap(), ws)) {
+            for dtype in [DType::F64, DType::F32] {
+                let (x, w, gy, b, bt) =
+                    (x.to_dtype(dtype), w.to_dtype(dtype), gy.to_dtype(dtype), b.to_dtype(dtype), bt.to_dtype(dtype));
+                let (gx, gw, gg, gb, gt) = (
+                    x.storage().read(),
+                    w.storage().read(),
+                    gy.storage().read(),
+                    b.storage().read(),
+                    bt.storage().read(),
+                );
+                let (vx, vw, vg) = ((&*gx, x.layout()), (&*gw, w.layout()), (&*gg, gy.layout()));
+                let (vb, vt) = ((&*gb, b.layout()), (&*gt, bt.layout()));
+                // Terms below 16 in magnitude, at most 54 of them.
+                let tol = if dtype == DType::F64 { 1e-12 } else { 1e-4 };
+                let what = |op: &str| format!("{op} of {lx} {xs:?} by {lw} {ws:?} in {dtype}");
+                agree(
+                    &what("conv2d"),
+                    Composed.conv2d(vx, vw, Some(vb), &g),
+                    CpuBackend.conv2d(vx, vw, Some(vb), &g),
+                    tol,
+                );
+                agree(
+                    &what("conv2d without bias"),
+                    Composed.conv2d(vx, vw, None, &g),
+                    CpuBackend.conv2d(vx, vw, None, &g),
+                    tol,
+                );
+                let (c, k) = (
+                    Composed.conv_transpose2d(vg, vw, Some(vt), &g),
+                    CpuBackend.conv_transpose2d(vg, vw, Some(vt), &g),
+                );
+                agree(&what("conv_transpose2d"), c, k, tol);
+                let (c, k) = (Composed.conv2d_weight_grad(vx, vg, &g), CpuBackend.conv2d_weight_grad(vx, vg, &g));
+                agree(&what("conv2d_weight_grad"), c, k, tol);
+                let plan =
+                    unfold_plan(xs, &UnfoldArgs::new([2, 3]).padding(1).stride([1, 2]).dilation([2, 1])).unwrap();
+                let cols = Composed.unfold(vx, &plan.window);
+                agree(&what("unfold"), Composed.unfold(vx, &plan.window), CpuBackend.unfold(vx, &plan.window), 0.0);
+                let cols = cols.unwrap();
+                let lc = Layout::contiguous(plan.output.clone());
+                let (c, k) = (Composed.fold((&cols, &lc), &plan.window), CpuBackend.fold((&cols, &lc), &plan.window));
+                agree(&what("fold"), c, k, tol);
+                // A view that does not fit the geometry is an error in both.
+                assert!(Composed.conv2d(vg, vw, None, &g).is_err() || g.output_shape(n) == g.input_shape(n));
+                assert!(CpuBackend.conv2d(vg, vw, None, &g).is_err() || g.output_shape(n) == g.input_shape(n));
+            }
+        }
     }
 }

@@ -77,3 +77,49 @@ fn layouts_need_one_stride_per_dimension() {
     assert_eq!(layout(&[2, 2], &[2, 1], 1).storage_extent(), Some(5));
     assert_eq!(layout(&[0, 2], &[2, 1], 7).storage_extent(), Some(0));
 }
+
+#[test]
+fn convolution_kernels_refuse_views_and_geometries_that_do_not_fit() {
+    use ember_tensor::backend::{ConvGeometry, SlidingWindow};
+    let window = SlidingWindow {
+        input: [2, 2],
+        output: [2, 2],
+        kernel: [1, 1],
+        stride: [1, 1],
+        padding: [0, 0],
+        dilation: [1, 1],
+    };
+    let geom = ConvGeometry { in_channels: 1, out_channels: 1, groups: 1, window };
+    let four = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [1, 1, 2, 2]).unwrap();
+    let one = Tensor::from_vec(vec![2.0f32], [1, 1, 1, 1]).unwrap();
+    let (g, w) = (four.storage().read(), one.storage().read());
+    let ok = layout(&[1, 1, 2, 2], &[4, 4, 2, 1], 0);
+    let wl = layout(&[1, 1, 1, 1], &[1, 1, 1, 1], 0);
+    let b = CpuBackend;
+    for bad in [layout(&[1, 1, 2, 2], &[4, 4, 2, 1], 1), layout(&[9, 1, 2, 2], &[4, 4, 2, 1], 0)] {
+        refused("conv2d input", || b.conv2d((&g, &bad), (&w, &wl), None, &geom));
+        refused("conv_transpose2d input", || b.conv_transpose2d((&g, &bad), (&w, &wl), None, &geom));
+        refused("conv2d_weight_grad input", || b.conv2d_weight_grad((&g, &bad), (&g, &ok), &geom));
+        refused("conv2d_weight_grad grad", || b.conv2d_weight_grad((&g, &ok), (&g, &bad), &geom));
+        refused("unfold", || b.unfold((&g, &bad), &window));
+        refused("fold", || b.fold((&g, &bad), &window));
+    }
+    // Shapes that disagree with the geometry, a bias of the wrong length, a bad geometry.
+    refused("conv2d weight shape", || b.conv2d((&g, &ok), (&g, &ok), None, &geom));
+    refused("conv2d bias", || b.conv2d((&g, &ok), (&w, &wl), Some((&g, &layout(&[4], &[1], 0))), &geom));
+    let zero_stride = ConvGeometry { window: SlidingWindow { stride: [0, 1], ..window }, ..geom };
+    refused("zero stride", || b.conv2d((&g, &ok), (&w, &wl), None, &zero_stride));
+    let groups = ConvGeometry { groups: 2, ..geom };
+    refused("groups", || b.conv2d((&g, &ok), (&w, &wl), None, &groups));
+    let far = ConvGeometry { window: SlidingWindow { padding: [usize::MAX, 0], ..window }, ..geom };
+    refused("huge padding", || b.conv2d((&g, &ok), (&w, &wl), None, &far));
+    let huge = ConvGeometry { window: SlidingWindow { output: [1 << 40, 1 << 40], ..window }, ..geom };
+    refused("huge output", || b.conv2d((&g, &ok), (&w, &wl), None, &huge));
+    let ints = Tensor::from_vec(vec![1i64, 2, 3, 4], [1, 1, 2, 2]).unwrap();
+    let gi = ints.storage().read();
+    refused("integer input", || b.conv2d((&gi, &ok), (&w, &wl), None, &geom));
+    refused("integer unfold", || b.unfold((&gi, &ok), &window));
+    // A view that fits is served: a 1x1 convolution by 2.
+    let y = b.conv2d((&g, &ok), (&w, &wl), None, &geom).unwrap();
+    assert_eq!(y.as_cpu().unwrap().as_slice::<f32>().unwrap(), &[2.0, 4.0, 6.0, 8.0]);
+}

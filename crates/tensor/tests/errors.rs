@@ -925,3 +925,51 @@ fn from_buffer_checks_its_shape() {
     let t = works!(Tensor::from_buffer(Buffer::<u8>::full("t", 4, 7).unwrap(), [2, 2]));
     assert_eq!(works!(t.to_vec::<u8>()), vec![7; 4]);
 }
+
+#[test]
+fn convolution_errors() {
+    use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, UnfoldArgs};
+    let x = f32s(&[2, 3, 8, 8]);
+    let w = f32s(&[4, 3, 3, 3]);
+    let d = ConvArgs::<2>::default();
+    fails!(x.conv2d(&f32s(&[4, 2, 3, 3]), None, &d), "conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]", "2 channels, but got 3");
+    fails!(f32s(&[8, 8]).conv2d(&w, None, &d), "conv2d", "3-d (unbatched) or 4-d (batched)", "[8, 8]");
+    fails!(x.conv2d(&f32s(&[4, 3, 3]), None, &d), "conv2d", "4-d weight", "[4, 3, 3]");
+    fails!(x.conv2d(&w, Some(&f32s(&[3])), &d), "conv2d", "bias", "[3]", "4 elements");
+    fails!(x.conv2d(&f32s(&[4, 3, 9, 9]), None, &d), "conv2d", "Kernel size can't be greater", "(8 x 8)", "(9 x 9)");
+    fails!(x.conv2d(&w, None, &d.stride(0)), "conv2d", "stride");
+    fails!(x.conv2d(&w, None, &d.dilation([1, 0])), "conv2d", "dilation");
+    fails!(x.conv2d(&w, None, &d.groups(0)), "conv2d", "groups");
+    fails!(x.conv2d(&f32s(&[4, 1, 3, 3]), None, &d.groups(3)), "conv2d", "divisible by 3", "[4, 1, 3, 3]");
+    fails!(x.conv2d(&w, None, &d.stride(2).padding(Padding::Same)), "conv2d", "same", "strided");
+    fails!(x.conv2d(&w, None, &d.padding(usize::MAX / 2)), "conv2d", "padding");
+    fails!(x.conv2d(&f64s(&[4, 3, 3, 3]), None, &d), "conv2d", "f32", "f64");
+    fails!(i64s(&[1; 4], &[1, 1, 2, 2]).conv2d(&i64s(&[1], &[1, 1, 1, 1]), None, &d), "conv2d", "float", "i64");
+    fails!(f32s(&[2, 3, 8]).conv1d(&f32s(&[4, 3, 3, 3]), None, &ConvArgs::default()), "conv1d", "3-d weight");
+    let t = ConvTransposeArgs::<2>::default();
+    fails!(x.conv_transpose2d(&f32s(&[4, 2, 3, 3]), None, &t), "conv_transpose2d", "4 channels, but got 3");
+    fails!(
+        x.conv_transpose2d(&f32s(&[3, 2, 3, 3]), None, &t.stride(2).output_padding(2)),
+        "conv_transpose2d",
+        "output padding"
+    );
+    fails!(x.conv_transpose2d(&f32s(&[3, 2, 3, 3]), None, &t.padding(9)), "conv_transpose2d", "too small");
+    fails!(x.conv_transpose2d(&f32s(&[3, 2, 3, 3]), Some(&f32s(&[3])), &t), "conv_transpose2d", "bias", "2 elements");
+    fails!(x.im2col(&UnfoldArgs::new(9)), "unfold", "at least one", "(8 x 8)");
+    fails!(x.im2col(&UnfoldArgs::new(0)), "unfold", "kernel size");
+    fails!(f32s(&[8]).im2col(&UnfoldArgs::new(2)), "unfold", "[8]");
+    fails!(f32s(&[2, 10, 9]).col2im([4, 4], &UnfoldArgs::new(2)), "fold", "divisible", "input.size(1)=10");
+    fails!(f32s(&[2, 12, 8]).col2im([4, 4], &UnfoldArgs::new(2)), "fold", "3 * 3 = 9", "input.size(2)=8");
+    fails!(i64s(&[1; 4], &[1, 4, 1]).col2im([2, 2], &UnfoldArgs::new(2)), "fold", "i64");
+    // Outputs too large for memory are allocation errors, and those too large to count
+    // shape errors, not aborts.
+    let wide = f64s(&[1, 1, 1, 1]).expand([1, 1, 1 << 20, 1 << 20]).unwrap();
+    fails!(wide.conv2d(&f64s(&[1 << 19, 1, 1, 1]), None, &d), "conv2d");
+    let deep = f64s(&[1, 1, 1, 1]).expand([1, 1 << 21, 1 << 19, 1 << 19]).unwrap();
+    fails!(deep.im2col(&UnfoldArgs::new(2)), "unfold");
+    // Valid edge cases: an empty batch, a kernel as large as the padded input.
+    let empty = works!(f32s(&[0, 3, 8, 8]).conv2d(&w, None, &d));
+    assert_eq!(empty.shape(), &[0, 4, 6, 6]);
+    let full = works!(f32s(&[1, 3, 2, 2]).conv2d(&w, None, &d.padding(Padding::Explicit([1, 1]))));
+    assert_eq!(full.shape(), &[1, 4, 2, 2]);
+}

@@ -5,6 +5,7 @@
 
 mod binary;
 mod compare;
+mod conv;
 mod index;
 mod join;
 mod linalg;
@@ -14,6 +15,7 @@ mod reduce;
 mod scalar;
 mod softmax;
 mod unary;
+mod unfold;
 mod view;
 
 use crate::extension::{self, Applying};

@@ -2,18 +2,27 @@
 
 mod activation;
 mod container;
+mod conv;
+mod conv_transpose;
 mod dropout;
 mod embedding;
 mod flatten;
+mod fold;
 mod identity;
 mod linear;
 mod norm;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use container::{Children, Sequential};
+pub use conv::{Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, conv1d, conv2d};
+pub use conv_transpose::{
+    ConvTranspose, ConvTranspose1d, ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions,
+    ConvTransposeOptions, conv_transpose1d, conv_transpose2d,
+};
 pub use dropout::{Dropout, dropout};
 pub use embedding::{Embedding, EmbeddingOptions, embedding};
 pub use flatten::Flatten;
+pub use fold::{fold, unfold};
 pub use identity::Identity;
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};

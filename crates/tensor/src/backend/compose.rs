@@ -1,8 +1,11 @@
 //! The default bodies of the heavy [`Backend`] kernels, composed from the elementwise,
 //! reduction and creation kernels: a new backend computes every operation once it has
 //! those, and replaces these one by one with fused kernels. They allocate intermediates
-//! (softmax four full-size ones, matmul one of `m * k * n` elements per batch), which is
-//! why the CPU backend overrides every one of them.
+//! (softmax four full-size ones, matmul one of `m * k * n` elements per batch, the
+//! convolutions their column matrices), which is why the CPU backend overrides every one of
+//! them. The sliding-window kernels (convolutions, `unfold`, `fold`) are in `compose/conv.rs`.
+
+pub(super) mod conv;
 
 use super::{Backend, BinaryOp, ClassLoss, ClassScores, LossReduction, ReduceOp, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};

@@ -6,6 +6,7 @@
 //! this trait and adding a [`crate::storage::Storage`] variant; callers do not change.
 
 mod compose;
+pub mod conv;
 pub mod cpu;
 pub mod loss;
 mod op_kinds;
@@ -18,6 +19,7 @@ use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result, Scalar};
 
 pub use crate::ops::{BinaryOp, UnaryOp};
+pub use conv::{ConvGeometry, SlidingWindow};
 pub use loss::{ClassLoss, ClassScores, LossReduction};
 pub use op_kinds::{CmpOp, ReduceOp};
 pub use optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
@@ -28,7 +30,7 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 /// The kernels a device provides. See the module docs for the division of labour.
 ///
 /// The heavy kernels (`softmax`, `matmul`, `masked_fill`, `triangle`, `class_loss` and its
-/// backward) have default bodies
+/// backward, the convolutions, `unfold` and `fold`) have default bodies
 /// composed from the others (see docs/design.md, "How to add a heavy op"), so a new backend
 /// can start from the elementwise, reduction and creation kernels and override the heavy
 /// ones with fused kernels later; the CPU backend overrides all of them.
@@ -135,6 +137,67 @@ pub trait Backend: Send + Sync + 'static {
     /// and selects with `where_cond` against `full(0)`.
     fn triangle(&self, src: View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
         compose::triangle(self, src, diagonal, upper)
+    }
+    /// A 2-d convolution (a cross-correlation, as in PyTorch) of `input`
+    /// (`[N, in_channels, h, w]`) by `weight` (`[out_channels, in_channels / groups, kh, kw]`),
+    /// plus `bias` (`[out_channels]`) broadcast over the output, `[N, out_channels, oh, ow]`.
+    /// Float operands of one dtype; `geom` gives every size but the batch.
+    ///
+    /// The default is `unfold`, a batched `matmul` per image and group, and a broadcast add.
+    fn conv2d(
+        &self,
+        input: View<'_>,
+        weight: View<'_>,
+        bias: Option<View<'_>>,
+        geom: &ConvGeometry,
+    ) -> Result<Storage> {
+        compose::conv::conv2d(self, input, weight, bias, geom)
+    }
+    /// The transposed convolution: the adjoint of [`Backend::conv2d`] with respect to its
+    /// input, which maps `input` of the convolution's output shape (`[N, out_channels, oh,
+    /// ow]`) to its input shape (`[N, in_channels, h, w]`), plus `bias` (`[in_channels]`).
+    /// This is both PyTorch's `conv_transpose2d` (whose weight `[in, out / groups, kh, kw]`
+    /// is the transposed convolution's weight read as the convolution's) and the gradient of
+    /// a convolution with respect to its input.
+    ///
+    /// The default is a batched `matmul` with the transposed weight, `fold`, and a broadcast
+    /// add.
+    fn conv_transpose2d(
+        &self,
+        input: View<'_>,
+        weight: View<'_>,
+        bias: Option<View<'_>>,
+        geom: &ConvGeometry,
+    ) -> Result<Storage> {
+        compose::conv::conv_transpose2d(self, input, weight, bias, geom)
+    }
+    /// The gradient of [`Backend::conv2d`] with respect to its weight, for the convolution's
+    /// `input` (`[N, in_channels, h, w]`) and the gradient `grad` of its output
+    /// (`[N, out_channels, oh, ow]`): `[out_channels, in_channels / groups, kh, kw]`, summed
+    /// over the batch.
+    ///
+    /// The default is `unfold`, a batched `matmul` with the output gradient, and a sum over
+    /// the batch.
+    fn conv2d_weight_grad(&self, input: View<'_>, grad: View<'_>, geom: &ConvGeometry) -> Result<Storage> {
+        compose::conv::conv2d_weight_grad(self, input, grad, geom)
+    }
+    /// The blocks the window visits in a float `input` (`[N, C, h, w]`), as columns
+    /// (PyTorch's `unfold`, im2col): `[N, C * kh * kw, oh * ow]`, entry `(c * kh * kw +
+    /// i * kw + j, y * ow + x)` being tap `(i, j)` of channel `c` at position `(y, x)` (zero
+    /// in the padding).
+    ///
+    /// The default gathers from the input with a zero appended to each channel, through an
+    /// index built on the host.
+    fn unfold(&self, input: View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        compose::conv::unfold(self, input, window)
+    }
+    /// The adjoint of [`Backend::unfold`] (PyTorch's `fold`, col2im): columns
+    /// `[N, C * kh * kw, oh * ow]` summed into `[N, C, h, w]`, each entry added where
+    /// `unfold` took it from (entries in the padding are dropped).
+    ///
+    /// The default is the matching `scatter_add`.
+    fn fold(&self, input: View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        compose::conv::fold(self, input, window)
     }
 
     /// `numel` samples of `dist` in the float `dtype`, drawn from the global generator

@@ -1,6 +1,7 @@
 //! The [`Tensor`] type: a cheap handle to shared storage seen through a layout.
 
 mod conditional;
+mod conv;
 mod create;
 mod elementwise;
 mod index;

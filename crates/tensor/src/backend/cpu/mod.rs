@@ -1,11 +1,14 @@
 //! The CPU backend: contiguous fast paths, strided fallbacks, parallel loops above a size
 //! threshold (the caller plus helper threads that stay awake between kernels, see `team`;
 //! `rayon` inside its own pool), SIMD through runtime-dispatched multiversioned loops, and
-//! `gemm` for matrix products (split into blocks over the same threads).
+//! `gemm` for matrix products (split into blocks over the same threads) and for
+//! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
 mod binary;
 mod class_loss;
+mod conv;
 pub(crate) mod fastmath;
+mod im2col;
 mod index;
 pub(crate) mod iter;
 mod join;
@@ -20,9 +23,10 @@ pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;
 
+use super::conv::{Role, check_views, check_window_view};
 use super::{
-    AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target,
-    UnaryOp, View, validate,
+    AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ConvGeometry, ReduceOp, RmsPropState, RmsPropStep,
+    SgdStep, SlidingWindow, Target, UnaryOp, View, validate,
 };
 use crate::cpu_dispatch;
 use crate::dtype::Element;
@@ -221,6 +225,54 @@ impl Backend for CpuBackend {
             return Err(Error::shape("tril", format!("expected at least 2 dimensions, got shape {}", l.shape())));
         }
         wrap(index::triangle(cpu(s), &l, diagonal, upper))
+    }
+
+    fn conv2d(
+        &self,
+        (sx, lx): View<'_>,
+        (sw, lw): View<'_>,
+        bias: Option<View<'_>>,
+        geom: &ConvGeometry,
+    ) -> Result<Storage> {
+        let mut views = vec![(sx, lx, Role::Input), (sw, lw, Role::Weight)];
+        if let Some((sb, lb)) = bias {
+            views.push((sb, lb, Role::Bias(geom.out_channels)));
+        }
+        let (n, l) = check_views("conv2d", geom, &views, Role::Output)?;
+        let bias = bias.map(|(sb, _)| (cpu(sb), &*l[2]));
+        wrap(conv::conv2d((cpu(sx), &l[0]), (cpu(sw), &l[1]), bias, geom, n))
+    }
+
+    fn conv_transpose2d(
+        &self,
+        (sy, ly): View<'_>,
+        (sw, lw): View<'_>,
+        bias: Option<View<'_>>,
+        geom: &ConvGeometry,
+    ) -> Result<Storage> {
+        let mut views = vec![(sy, ly, Role::Output), (sw, lw, Role::Weight)];
+        if let Some((sb, lb)) = bias {
+            views.push((sb, lb, Role::Bias(geom.in_channels)));
+        }
+        let (n, l) = check_views("conv_transpose2d", geom, &views, Role::Input)?;
+        let bias = bias.map(|(sb, _)| (cpu(sb), &*l[2]));
+        wrap(conv::conv_transpose2d((cpu(sy), &l[0]), (cpu(sw), &l[1]), bias, geom, n))
+    }
+
+    fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
+        let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
+        let (n, l) = check_views("conv2d_weight_grad", geom, &views, Role::Weight)?;
+        wrap(conv::conv2d_weight_grad((cpu(sx), &l[0]), (cpu(sy), &l[1]), geom, n))
+    }
+
+    fn unfold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
+        wrap(im2col::unfold(cpu(s), &l, window, (n, c)))
+    }
+
+    fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        let (n, c, l) = check_window_view("fold", window, s, l, true)?;
+        wrap(im2col::fold(cpu(s), &l, window, (n, c)))
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {

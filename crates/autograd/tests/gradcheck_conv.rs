@@ -67,9 +67,12 @@ fn check_both(name: &str, op: impl Fn(&[Var]) -> Result<Var>, xs: &[Tensor], see
     check(&format!("second order: {name}"), |v| first_derivative(&v[..n], &v[n], &op), &inputs);
 }
 
+/// A case: its name, the input and weight shapes, whether there is a bias, the arguments.
+type Case<A> = (&'static str, [usize; 4], [usize; 4], bool, A);
+
 #[test]
 fn conv2d_gradients() {
-    let cases: Vec<(&str, [usize; 4], [usize; 4], bool, ConvArgs<2>)> = vec![
+    let cases: Vec<Case<ConvArgs<2>>> = vec![
         ("padded, bias", [2, 3, 5, 5], [4, 3, 3, 3], true, ConvArgs::default().padding(1)),
         (
             "strided, dilated, rectangular kernel",
@@ -115,7 +118,7 @@ fn conv1d_gradients() {
 
 #[test]
 fn conv_transpose_gradients() {
-    let cases: Vec<(&str, [usize; 4], [usize; 4], bool, ConvTransposeArgs<2>)> = vec![
+    let cases: Vec<Case<ConvTransposeArgs<2>>> = vec![
         ("plain, bias", [2, 3, 3, 4], [3, 2, 3, 3], true, ConvTransposeArgs::default()),
         (
             "strided, padded, output padding",

@@ -310,7 +310,7 @@ fn positions(
 /// let g = conv_geometry("conv2d", &[1, 3, 10, 10], &[4, 3, 4, 4], None, &same)?;
 /// // A total padding of 3: 1 before, 2 after.
 /// assert_eq!((g.window.padding, g.window.output), ([1, 1], [10, 10]));
-/// let e = conv_geometry("conv2d", &[1, 4, 10, 10], &[4, 3, 3, 3], None, &ConvArgs::default());
+/// let e = conv_geometry("conv2d", &[1, 4, 10, 10], &[4, 3, 3, 3], None, &ConvArgs::<2>::default());
 /// assert!(e.unwrap_err().to_string().contains("to have 3 channels, but got 4"));
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
@@ -336,7 +336,7 @@ pub fn conv_geometry<const D: usize>(
     let spatial: [usize; D] = std::array::from_fn(|d| input[2 + d]);
     positive(op, "kernel size", &kernel)?;
     bounded(op, "kernel size", &kernel)?;
-    if out_channels % groups != 0 {
+    if !out_channels.is_multiple_of(groups) {
         return Err(Error::shape(
             op,
             format!(
@@ -456,7 +456,7 @@ pub fn conv_transpose_geometry<const D: usize>(
             ),
         ));
     }
-    if channels % groups != 0 {
+    if !channels.is_multiple_of(groups) {
         return Err(Error::shape(
             op,
             format!(
@@ -771,7 +771,7 @@ pub fn fold_window(input: &[usize], output_size: [usize; 2], args: &UnfoldArgs) 
         return Err(Error::shape(op, format!("expected a 3-d (batched) input, got input of size {input:?}")));
     }
     let taps = args.kernel_size[0] * args.kernel_size[1];
-    if input[1] % taps != 0 {
+    if !input[1].is_multiple_of(taps) {
         return Err(Error::shape(
             op,
             format!(

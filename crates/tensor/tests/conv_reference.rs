@@ -67,6 +67,8 @@ struct Case {
     groups: usize,
 }
 
+// One argument per column of the `CASES` table.
+#[allow(clippy::too_many_arguments)]
 const fn case(
     n: usize,
     c: usize,

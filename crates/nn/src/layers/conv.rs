@@ -148,13 +148,13 @@ pub(crate) fn check_config<const D: usize>(
     if groups == 0 {
         return Err(Error::invalid(name, "groups must be a positive integer"));
     }
-    if in_channels % groups != 0 {
+    if !in_channels.is_multiple_of(groups) {
         return Err(Error::invalid(
             name,
             format!("in_channels ({in_channels}) must be divisible by groups ({groups})"),
         ));
     }
-    if out_channels % groups != 0 {
+    if !out_channels.is_multiple_of(groups) {
         return Err(Error::invalid(
             name,
             format!("out_channels ({out_channels}) must be divisible by groups ({groups})"),
@@ -257,7 +257,7 @@ impl<const D: usize> Conv<D> {
     pub fn from_params(weight: Var, bias: Option<Var>, args: ConvArgs<D>) -> Result<Self> {
         let name = layer_name::<D>(false);
         check_params::<D>(name, &weight, bias.as_ref(), |ws| ws[0])?;
-        if args.groups == 0 || weight.shape()[0] % args.groups != 0 {
+        if args.groups == 0 || !weight.shape()[0].is_multiple_of(args.groups) {
             return Err(Error::invalid(
                 name,
                 format!("groups ({}) must divide the weight's {} output channels", args.groups, weight.shape()[0]),

@@ -173,7 +173,7 @@ impl<const D: usize> ConvTranspose<D> {
         let name = layer_name::<D>();
         let groups = args.groups;
         check_params::<D>(name, &weight, bias.as_ref(), |ws| ws[1] * groups)?;
-        if groups == 0 || weight.shape()[0] % groups != 0 {
+        if groups == 0 || !weight.shape()[0].is_multiple_of(groups) {
             return Err(ember_tensor::Error::invalid(
                 name,
                 format!("groups ({groups}) must divide the weight's {} input channels", weight.shape()[0]),

@@ -101,7 +101,10 @@ impl ConvGeometry {
     /// valid ([`SlidingWindow::check`]).
     pub fn check(&self, op: &'static str) -> Result<()> {
         self.window.check(op)?;
-        if self.groups == 0 || self.in_channels % self.groups != 0 || self.out_channels % self.groups != 0 {
+        if self.groups == 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
+        {
             return Err(Error::invalid(op, format!("invalid channel groups in {self:?}")));
         }
         Ok(())
@@ -169,7 +172,7 @@ pub(crate) fn check_views<'a>(
     for ((s, _, role), l) in views.iter().zip(&layouts) {
         let want = role.shape(geom, batch);
         check_numel(op, &want)?;
-        if l.shape() != &want {
+        if *l.shape() != want {
             return Err(Error::shape(op, format!("expected the {} of shape {want}, got {}", role.name(), l.shape())));
         }
         if !s.dtype().is_float() || s.dtype() != dtype {
@@ -202,7 +205,7 @@ pub(crate) fn check_window_view<'a>(
     let dims = l.shape().dims();
     let (taps, [h, w]) = (window.taps(), window.input);
     let fits = if columns {
-        dims.len() == 3 && dims[1] % taps == 0 && dims[2] == window.positions()
+        dims.len() == 3 && dims[1].is_multiple_of(taps) && dims[2] == window.positions()
     } else {
         dims.len() == 4 && dims[2..] == [h, w]
     };

@@ -136,6 +136,11 @@ unsafe fn product<T: FloatElement>(
     }
 }
 
+/// The product of `factors` (a count of multiply-adds), saturating.
+fn work(factors: &[usize]) -> usize {
+    factors.iter().fold(1usize, |a, &f| a.saturating_mul(f))
+}
+
 /// Runs `f` on `0..pieces`, in parallel unless the whole kernel is `work` multiply-adds of
 /// little weight.
 fn run_pieces(pieces: usize, work: usize, f: impl Fn(usize) + Sync) {
@@ -263,7 +268,7 @@ pub(crate) fn conv2d(
         let pieces = n * g * blocks;
         let scratch = Scratch::<T>::new(op, pieces, if direct { 0 } else { rows * cols })?;
         let dst = Out(out.as_mut_ptr());
-        run_pieces(pieces, n * o * l * rows, |p| {
+        run_pieces(pieces, work(&[n, o, l, rows]), |p| {
             let (image, group, block) = (p / (g * blocks), p / blocks % g, p % blocks);
             let start = block * cols;
             let len = cols.min(l - start);
@@ -342,7 +347,7 @@ pub(crate) fn conv_transpose2d(
         let pieces = n * g * blocks;
         let scratch = Scratch::<T>::new(op, pieces, if direct { 0 } else { per * taps * cols })?;
         let dst = Out(out.as_mut_ptr());
-        run_pieces(pieces, n * c * l * og * taps, |p| {
+        run_pieces(pieces, work(&[n, c, l, og, taps]), |p| {
             let (image, group, block) = (p / (g * blocks), p / blocks % g, p % blocks);
             let first = block * per;
             let count = per.min(cg - first);
@@ -430,7 +435,7 @@ pub(crate) fn conv2d_weight_grad(
         let pieces = chunks * g * blocks;
         let scratch = Scratch::<T>::new(op, pieces, if direct { 0 } else { per * taps * cols })?;
         let dst = Out(partial.as_mut().map_or(out.as_mut_ptr(), |b| b.as_mut_ptr()));
-        run_pieces(pieces, n * o * l * rows, |p| {
+        run_pieces(pieces, work(&[n, o, l, rows]), |p| {
             let (chunk, group, block) = (p / (g * blocks), p / blocks % g, p % blocks);
             let first = block * per;
             let count = per.min(cg - first);

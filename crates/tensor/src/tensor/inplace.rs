@@ -178,7 +178,9 @@ impl Tensor {
 
     /// Updates a contiguous tensor of element type `T` in place with a fused elementwise
     /// function of itself and `N` other contiguous tensors of the same shape and dtype:
-    /// `f(&mut self[i], [others[0][i], ...])`. Runs in parallel on large tensors.
+    /// `f(&mut self[i], [others[0][i], ...])`. Runs in parallel on large tensors, as a
+    /// kernel: with [`flush_denormal`](crate::threading::flush_denormal) on, the closure's
+    /// arithmetic flushes subnormals to zero on every thread.
     ///
     /// A CPU-only escape hatch: the closure runs on host memory, so no other backend can
     /// provide it, and tensors on other devices are refused. ember's own kernels (the
@@ -233,6 +235,9 @@ impl Tensor {
             .and_then(|c| c.as_mut_slice::<T>())
             .ok_or_else(|| Error::invalid(op, "update_ needs CPU tensors"))?;
         let d = &mut d[range];
+        // The closure runs on the helper threads too, which keep the kernels' float mode: run
+        // all of it in that mode, whichever thread takes a chunk.
+        let _mode = crate::backend::cpu::float_mode::enter();
         crate::backend::cpu::iter::fill_chunks(d, UPDATE_GRAIN, |start, chunk| {
             let end = start + chunk.len();
             let operands: [&[T]; N] = std::array::from_fn(|k| &slices[k][start..end]);

@@ -3,6 +3,14 @@
 //! kernels are checked against code that shares nothing with them.
 #![allow(dead_code)] // Each test binary uses a different subset.
 
+/// Turns off flushing subnormals to zero (on by default, see docs/design.md "Subnormal
+/// numbers"), for tests that compare kernels with IEEE results down to the subnormal range.
+/// The setting is global: the tests of a binary that call this all set the same value, and
+/// the binary's other tests pass with flushing on or off.
+pub fn ieee_subnormals() {
+    ember_tensor::threading::set_flush_denormal(false);
+}
+
 /// SplitMix64: deterministic pseudo-random bits from a seed and a position, so that data
 /// follows from one seed.
 pub fn mix(seed: u64, i: u64) -> u64 {

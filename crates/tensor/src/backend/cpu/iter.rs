@@ -9,6 +9,7 @@
 use crate::layout::{Layout, Strides, coalesce};
 use rayon::prelude::*;
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Elements below which a cheap elementwise kernel runs on one thread: splitting smaller
 /// work costs more in scheduling than it saves.
@@ -131,7 +132,7 @@ pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize
         f(0, out);
         return;
     }
-    let threads = rayon::current_num_threads();
+    let threads = threads();
     if threads <= 1 {
         f(0, out);
         return;
@@ -161,15 +162,35 @@ impl<T> SendPtr<T> {
 unsafe impl<T: Send> Send for SendPtr<T> {}
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
+/// The number of worker threads ([`crate::threading::num_threads`]). Kernels ask here, not
+/// `rayon`, because the first question from outside a `rayon` pool starts `rayon`'s global
+/// pool, and its threads must start in the program's own float mode, not the one a kernel
+/// may have set on the caller (see [`super::float_mode`]).
+pub(crate) fn threads() -> usize {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    if !STARTED.load(Ordering::Relaxed) && rayon::current_thread_index().is_none() {
+        super::float_mode::outside(rayon::current_num_threads);
+        STARTED.store(true, Ordering::Relaxed);
+    }
+    rayon::current_num_threads()
+}
+
 /// Calls `f(i)` for every `i` in `0..n`, in parallel on the worker threads. From a thread
 /// outside the `rayon` pool the caller works along with [`super::team`]'s helpers; inside
-/// it, `rayon` splits the work as usual.
+/// it, `rayon` splits the work as usual. `rayon`'s threads also run the program's own work,
+/// so each task sets the kernels' float mode for itself, and the caller waits in its own
+/// mode: while it waits, `rayon` may hand it the program's work.
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
     if rayon::current_thread_index().is_some() {
-        (0..n).into_par_iter().for_each(&f);
+        super::float_mode::outside(|| {
+            (0..n).into_par_iter().for_each(|i| {
+                let _mode = super::float_mode::enter_task();
+                f(i);
+            })
+        });
         return;
     }
-    super::team::run(n, rayon::current_num_threads() - 1, &f);
+    super::team::run(n, threads() - 1, &f);
 }
 
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last
@@ -193,7 +214,7 @@ pub(crate) fn par_chunks<T: Send>(out: &mut [T], chunk_len: usize, f: impl Fn(us
 /// thousands of tiny tasks cost more in scheduling than the rows do in work.
 pub(crate) fn rows_per_task(n_rows: usize, row_len: usize, grain: usize) -> usize {
     let by_grain = (grain / row_len.max(1)).max(1);
-    by_grain.max(n_rows.div_ceil(rayon::current_num_threads() * 4))
+    by_grain.max(n_rows.div_ceil(threads() * 4))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! copy. With the workspace's `x86-v4` feature it dispatches to AVX-512 kernels at run time
 //! on machines that have them and to AVX2/FMA elsewhere.
 
-use super::iter::par_for;
+use super::iter::{par_for, threads};
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
@@ -18,15 +18,6 @@ const SMALL_PRODUCT: usize = 64 * 64 * 64;
 /// Products with fewer multiply-adds than this (a few microseconds of work) run on one
 /// thread: splitting them costs more than it saves.
 const SERIAL_PRODUCT: usize = 48 * 48 * 48;
-
-/// Products with at least this many multiply-adds, on more than two threads, are
-/// parallelised by `gemm` itself, whose threads share packed panels (a block of a split
-/// product packs its whole other operand). Everything else is split into row or column
-/// blocks run by [`par_for`], which starts in well under a microsecond, where `gemm`'s
-/// `rayon` entry puts the caller to sleep and pays two thread wake-ups (tens of microseconds
-/// on a virtual machine, as long as a whole 256x256 product). On two threads the split was
-/// faster at every size measured, 2048x2048 included.
-const GEMM_PARALLEL: usize = 1024 * 1024 * 1024;
 
 /// Rows and columns of a split product start at multiples of this, so that each block
 /// fills whole SIMD registers.
@@ -47,23 +38,14 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// One product `dst[m, n] = a[m, k] @ b[k, n]`, `dst` with rows `dst_rs` apart.
+/// One product `dst[m, n] = a[m, k] @ b[k, n]` on the calling thread, `dst` with rows
+/// `dst_rs` apart.
 ///
 /// # Safety
 /// The pointers and strides must address valid `m x k`, `k x n` and row-major `m x n`
 /// (row stride `dst_rs`, unit column stride) matrices, and `dst` must not overlap the
 /// inputs.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_one<T: Element>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut T,
-    dst_rs: usize,
-    a: &Mat<T>,
-    b: &Mat<T>,
-    par: Parallelism,
-) {
+unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>) {
     // SAFETY: guaranteed by the caller.
     unsafe {
         gemm::gemm(
@@ -85,12 +67,20 @@ unsafe fn gemm_one<T: Element>(
             false,
             false,
             false,
-            par,
+            Parallelism::None,
         )
     }
 }
 
 /// `dst[m, n] = a[m, k] @ b[k, n]` (`dst` contiguous) on up to `threads` threads.
+///
+/// Large products are split into row or column blocks run by [`par_for`], never
+/// parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller to sleep and pays
+/// two thread wake-ups (tens of microseconds on a virtual machine, as long as a whole
+/// 256x256 product), and its tasks would run on `rayon`'s threads without the kernels' float
+/// mode (see `float_mode`), which only tasks that ember starts can set. The split was faster
+/// on two threads at every size measured, and on 16 (a Xeon: 1.8 against 2.6-2.9 ms for
+/// 1024x1024, 14 against 20-26 ms for 2048x2048); on 4 the two were within noise.
 ///
 /// # Safety
 /// As for [`gemm_one`] with `dst_rs = n`.
@@ -104,11 +94,7 @@ unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a
     let block = dim.div_ceil(threads.max(1)).next_multiple_of(SPLIT_ALIGN);
     if threads <= 1 || work < SERIAL_PRODUCT || block >= dim {
         // SAFETY: guaranteed by the caller.
-        return unsafe { gemm_one(m, n, k, dst, n, a, b, Parallelism::None) };
-    }
-    if (threads > 2 && work >= GEMM_PARALLEL) || rayon::current_thread_index().is_some() {
-        // SAFETY: guaranteed by the caller.
-        return unsafe { gemm_one(m, n, k, dst, n, a, b, Parallelism::Rayon(threads)) };
+        return unsafe { gemm_one(m, n, k, dst, n, a, b) };
     }
     let dst = SendPtr(dst);
     par_for(dim.div_ceil(block), |p| {
@@ -120,10 +106,10 @@ unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a
         unsafe {
             if split_rows {
                 let am = Mat { ptr: a.ptr.offset(start as isize * a.rs), rs: a.rs, cs: a.cs };
-                gemm_one(len, n, k, d.0.add(start * n), n, &am, b, Parallelism::None);
+                gemm_one(len, n, k, d.0.add(start * n), n, &am, b);
             } else {
                 let bm = Mat { ptr: b.ptr.offset(start as isize * b.cs), rs: b.rs, cs: b.cs };
-                gemm_one(m, len, k, d.0.add(start), n, a, &bm, Parallelism::None);
+                gemm_one(m, len, k, d.0.add(start), n, a, &bm);
             }
         }
     });
@@ -171,7 +157,7 @@ fn typed<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<Buffe
     let stride = |extent: usize, s: usize| if extent > 1 { s as isize } else { 1 };
     let (ars, acs) = (stride(m, la.strides()[rank - 2]), stride(k, la.strides()[rank - 1]));
     let (brs, bcs) = (stride(k, lb.strides()[rank - 2]), stride(n, lb.strides()[rank - 1]));
-    let threads = rayon::current_num_threads();
+    let threads = threads();
 
     // A batch of matrices times one shared matrix (`[B, m, k] @ [k, n]`, a linear layer on
     // a 3-d input) is one tall product when the batch rows are evenly spaced.

@@ -8,6 +8,7 @@ mod binary;
 mod class_loss;
 mod conv;
 pub(crate) mod fastmath;
+pub(crate) mod float_mode;
 mod im2col;
 mod index;
 pub(crate) mod iter;
@@ -58,6 +59,11 @@ fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
 
 // Every method validates its views first (see `validate`): the backend is public, and a
 // layout from safe code may not fit the storage it is applied to.
+//
+// Every method that computes with float values (arithmetic, conversions, comparisons) runs
+// inside a `float_mode::Scope`, which gives the calling thread the kernels' treatment of
+// subnormals and gives the caller back its own when the method returns. Methods that only
+// move or fill data do without: moving a value does not look at whether it is subnormal.
 impl Backend for CpuBackend {
     fn device(&self) -> Device {
         Device::Cpu
@@ -92,28 +98,33 @@ impl Backend for CpuBackend {
     }
 
     fn cast(&self, (s, l): View<'_>, dtype: DType) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let l = validate::view("to_dtype", s, l)?;
         wrap(binary::cast(cpu(s), &l, dtype))
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
         wrap(unary::unary(op, cpu(s), &l))
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
         wrap(binary::binary(op, cpu(a), &la, cpu(b), &lb))
     }
 
     fn compare(&self, op: CmpOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
         wrap(binary::compare(op, cpu(a), &la, cpu(b), &lb))
     }
 
     fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: Scalar) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let la = validate::view(op.name(), a, la)?;
         wrap(binary::compare_scalar(op, cpu(a), &la, scalar))
     }
@@ -127,17 +138,20 @@ impl Backend for CpuBackend {
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        let _mode = float_mode::enter();
         let l = validate::view(op.name(), dst, layout)?;
         unary::unary_inplace(op, cpu_mut(dst), &l)
     }
 
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        let _mode = float_mode::enter();
         let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
         validate::same_shape(op.name(), &ld, &ls)?;
         binary::binary_inplace(op, cpu_mut(dst), &ld, cpu(s), &ls)
     }
 
     fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        let _mode = float_mode::enter();
         let (ld, ls) = (validate::view("copy_", dst, layout)?, validate::view("copy_", s, ls)?);
         validate::same_shape("copy_", &ld, &ls)?;
         binary::copy_inplace(cpu_mut(dst), &ld, cpu(s), &ls)
@@ -149,6 +163,7 @@ impl Backend for CpuBackend {
     }
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let name = op.name();
         let l = validate::view(name, s, l)?;
         validate::sorted_dims(name, &l, dims)?;
@@ -159,6 +174,7 @@ impl Backend for CpuBackend {
     }
 
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
         wrap(softmax::softmax(cpu(s), &l, dim, log))
@@ -185,6 +201,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
         validate::matmul(&la, &lb)?;
         wrap(matmul::matmul(cpu(a), &la, cpu(b), &lb))
@@ -204,6 +221,7 @@ impl Backend for CpuBackend {
     }
 
     fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let ld = validate::view("scatter_add", d, ld)?;
         let (li, ls) = (validate::view("scatter_add", i, li)?, validate::view("scatter_add", s, ls)?);
         validate::dim("scatter_add", &ld, dim)?;
@@ -276,6 +294,7 @@ impl Backend for CpuBackend {
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
+        let _mode = float_mode::enter();
         wrap(random::random(numel, dist, dtype))
     }
 
@@ -317,19 +336,23 @@ impl Backend for CpuBackend {
     }
 
     fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
+        let _mode = float_mode::enter();
         let l = validate::view("power_sum", s, l)?;
         norm::power_sum(cpu(s), &l, p)
     }
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
+        let _mode = float_mode::enter();
         optim::sgd_step(param, grad, buffer, hp)
     }
 
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
+        let _mode = float_mode::enter();
         optim::adam_step(param, grad, state, hp)
     }
 
     fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+        let _mode = float_mode::enter();
         optim::rmsprop_step(param, grad, state, hp)
     }
 }

@@ -7,7 +7,7 @@
 //! and f64 ones agree to the last few bits. Fusing the passes changes nothing there: every
 //! value an element's update reads comes from the same element.
 
-use super::iter::par_for;
+use super::iter::{par_for, threads};
 use crate::backend::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
 use crate::backend::{View, validate};
 use crate::dtype::{DType, Element, FloatElement};
@@ -89,7 +89,7 @@ fn for_ranges(n: usize, f: impl Fn(Range<usize>) + Sync) {
         f(0..n);
         return;
     }
-    let threads = rayon::current_num_threads();
+    let threads = threads();
     if threads <= 1 {
         f(0..n);
         return;

@@ -7,7 +7,7 @@
 //! into the output as whole vectors ("column" reduction). Anything else is first copied
 //! into the row form.
 
-use super::iter::{GRAIN_CHEAP, par_chunks, rows_per_task};
+use super::iter::{GRAIN_CHEAP, par_chunks, rows_per_task, threads};
 use super::unary::map;
 use crate::backend::ReduceOp;
 use crate::dtype::Element;
@@ -138,7 +138,7 @@ fn reduce_long_row<T: Element, C: Combine<T>>(row: &[T], c: C) -> T {
 fn reduce_long_row_parallel<T: Element, C: Combine<T>>(row: &[T], c: C) -> Result<T> {
     let blocks = row.len().div_ceil(BLOCK);
     let mut partial = Buffer::<T>::uninit("reduce", blocks)?;
-    let per_task = blocks.div_ceil(rayon::current_num_threads() * 4).max(1);
+    let per_task = blocks.div_ceil(threads() * 4).max(1);
     par_chunks(&mut partial, per_task, |ci, out| {
         for (i, o) in out.iter_mut().enumerate() {
             let start = (ci * per_task + i) * BLOCK;
@@ -150,7 +150,7 @@ fn reduce_long_row_parallel<T: Element, C: Combine<T>>(row: &[T], c: C) -> Resul
 
 /// Reduces each of `rows` contiguous rows of length `len` in `src` into `out`.
 fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, out: &mut [T], c: C) -> Result<()> {
-    let threads = rayon::current_num_threads();
+    let threads = threads();
     if rows < threads && len >= 2 * BLOCK {
         // Few long rows: split each row across threads.
         for (r, o) in out.iter_mut().enumerate() {
@@ -178,9 +178,9 @@ fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, ou
 /// (of length `inner`).
 fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize, out: &mut [T], c: C) {
     out.fill(c.identity());
-    let parallel = inner >= GRAIN_CHEAP && rayon::current_num_threads() > 1;
+    let parallel = inner >= GRAIN_CHEAP && threads() > 1;
     if parallel {
-        let chunk = inner.div_ceil(rayon::current_num_threads() * 2).max(1024);
+        let chunk = inner.div_ceil(threads() * 2).max(1024);
         par_chunks(out, chunk, |ci, o| {
             let start = ci * chunk;
             for r in 0..outer {
@@ -256,7 +256,7 @@ fn arg_rows<T: Element>(src: &[T], rows: usize, len: usize, max: bool) -> Result
         }
     };
     // Small inputs (a batch of class scores) are not worth a trip to the worker pool.
-    if rows >= per_row_grain * 2 && rayon::current_num_threads() > 1 {
+    if rows >= per_row_grain * 2 && threads() > 1 {
         par_chunks(&mut out, per_row_grain, fill);
     } else {
         fill(0, &mut out);

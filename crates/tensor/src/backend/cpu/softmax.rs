@@ -2,7 +2,7 @@
 //! sums, one pass that normalises, per row, rows in parallel. A row of up to a few thousand
 //! elements stays in L1 between the passes.
 
-use super::iter::{GRAIN_COSTLY, par_chunks, rows_per_task};
+use super::iter::{GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use super::reduce::{MaxC, reduce_row, reduced_last};
 use super::unary::map;
 use crate::dtype::FloatElement;
@@ -94,7 +94,7 @@ fn rows<T: FloatElement>(src: &[T], n_rows: usize, len: usize, log: bool) -> Res
         return Ok(out);
     }
     let per = rows_per_task(n_rows, len, GRAIN_COSTLY);
-    if n_rows > per && rayon::current_num_threads() > 1 {
+    if n_rows > per && threads() > 1 {
         par_chunks(&mut out, per * len, |ci, chunk| {
             for (i, o) in chunk.chunks_mut(len).enumerate() {
                 let r = ci * per + i;

@@ -167,7 +167,10 @@ struct Helpers {
 fn helpers() -> &'static Helpers {
     static HELPERS: OnceLock<&'static Helpers> = OnceLock::new();
     HELPERS.get_or_init(|| {
-        let count = rayon::current_num_threads().saturating_sub(1);
+        // Asked through `iter::threads`, which starts `rayon`'s pool in the program's own
+        // float mode. The helpers themselves may inherit the kernels' mode from the caller;
+        // they set their own when they pick up a loop.
+        let count = super::iter::threads().saturating_sub(1);
         // Leaked: the helpers serve for the life of the process, like `rayon`'s workers.
         let h: &'static Helpers = Box::leak(Box::new(Helpers {
             generation: AtomicU64::new(0),
@@ -195,6 +198,8 @@ impl Helpers {
             seen = self.wait(me, seen);
             let job = self.job.lock().clone();
             if let Some(job) = job {
+                // Helpers run only kernels, so they keep the flush mode between loops.
+                super::float_mode::follow();
                 job();
             }
         }

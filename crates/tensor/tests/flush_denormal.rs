@@ -1,0 +1,159 @@
+//! Flushing subnormals (`threading::set_flush_denormal`, docs/design.md "Subnormal numbers"):
+//! every thread that runs a kernel follows the setting, and the program's own arithmetic
+//! never changes. One test function, since the setting is global to the process.
+
+use ember_tensor::backend::AdamStep;
+use ember_tensor::threading::{flush_denormal, set_flush_denormal};
+use ember_tensor::{DType, Tensor};
+use std::hint::black_box;
+
+/// Elements in a tensor large enough to be split over the helper threads (above every
+/// kernel's parallel grain).
+const LARGE: usize = 1 << 18;
+/// Elements in a tensor every kernel handles on the calling thread alone.
+const SMALL: usize = 16;
+
+/// The smallest normal `f32`; a tenth less is subnormal.
+const TINY: f32 = f32::MIN_POSITIVE;
+
+/// `TINY * 1e-3` computed by the program itself, out of the compiler's reach.
+fn program_subnormal() -> f32 {
+    black_box(TINY) * black_box(1e-3f32)
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().expect("an f32 tensor")
+}
+
+fn filled(n: usize, v: f32) -> Tensor {
+    Tensor::from_vec(vec![v; n], [n]).expect("a tensor")
+}
+
+/// What each probe kernel gives for its subnormal-producing inputs: all zero with flushing,
+/// without it the IEEE result `expect` (or, where `expect` is `None`, some positive
+/// subnormal).
+fn check(label: &str, got: &[f32], flush: bool, expect: Option<f32>) {
+    assert!(!got.is_empty(), "{label}: no values");
+    let head = &got[..4.min(got.len())];
+    if flush {
+        assert!(got.iter().all(|&v| v == 0.0), "{label}: expected zeros with flushing, got {head:?}");
+        return;
+    }
+    match expect {
+        Some(e) => {
+            assert!(e.is_subnormal(), "{label}: the expected value {e:e} is not subnormal");
+            assert!(got.iter().all(|&v| v == e), "{label}: expected {e:e} without flushing, got {head:?}");
+        }
+        None => assert!(
+            got.iter().all(|&v| v > 0.0 && v.is_subnormal()),
+            "{label}: expected positive subnormals without flushing, got {head:?}"
+        ),
+    }
+}
+
+/// Runs every probe kernel, small (caller only) and large (split over helpers), and checks
+/// their results against the current setting.
+fn probe_kernels(flush: bool) {
+    let sub = program_subnormal();
+    for n in [SMALL, LARGE] {
+        // Elementwise with a scalar (a unary kernel) and with a tensor (a binary one).
+        let x = filled(n, TINY);
+        check(&format!("mul_scalar n={n}"), &values(&x.mul_scalar(1e-3)), flush, Some(sub));
+        let y = filled(n, 1e-3);
+        check(&format!("mul n={n}"), &values(&x.mul(&y).expect("mul")), flush, Some(sub));
+        // A subnormal operand: read as zero with flushing, kept without.
+        let s = filled(n, sub);
+        check(&format!("subnormal operand n={n}"), &values(&s.mul_scalar(1.0)), flush, Some(sub));
+        // exp of a large negative number (the fast vectorised exp, which may differ from the
+        // standard library's in the last bits).
+        let e = filled(n, -100.0);
+        check(&format!("exp n={n}"), &values(&e.exp()), flush, None);
+        // A reduction of subnormal operands: zero with flushing (its total over the large
+        // tensor would be normal), positive without.
+        let total = values(&s.sum_all())[0];
+        assert_eq!(total == 0.0, flush, "sum n={n}: {total:e} with flushing {flush}");
+        // softmax of rows [0, -100]: the second probability, e^-100, is subnormal in f32.
+        let logits = Tensor::from_vec([0.0f32, -100.0].repeat(n / 2), [n / 2, 2]).expect("logits");
+        let probs = values(&logits.softmax(-1).expect("softmax"));
+        let second: Vec<f32> = probs.iter().skip(1).step_by(2).copied().collect();
+        check(&format!("softmax n={n}"), &second, flush, None);
+        // Adam's first moment after one step from zero with a tiny gradient: (1 - beta1) g.
+        let p = filled(n, 1.0);
+        let g = filled(n, TINY);
+        let m = filled(n, 0.0);
+        let v = filled(n, 1.0);
+        let hp = AdamStep {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            amsgrad: false,
+            step: 1,
+        };
+        p.adam_step_(&g, &m, &v, None, &hp).expect("adam_step_");
+        let lerped = black_box((1.0f64 - 0.9) as f32) * black_box(TINY);
+        check(&format!("adam exp_avg n={n}"), &values(&m), flush, Some(lerped));
+    }
+    // Matrix products: `[rows, k] @ [k, 1]` with every product `a * b` subnormal, on one
+    // thread and split into row blocks over the helpers.
+    for rows in [4usize, 1024] {
+        let k = 64;
+        let a = Tensor::from_vec(vec![1e-20f32; rows * k], [rows, k]).expect("a");
+        let b = Tensor::from_vec(vec![1e-20f32; k * 256], [k, 256]).expect("b");
+        check(&format!("matmul rows={rows}"), &values(&a.matmul(&b).expect("matmul")), flush, None);
+    }
+    // The program's own arithmetic on this thread is untouched, whatever the kernels did.
+    assert!(program_subnormal().is_subnormal(), "the caller's own arithmetic flushed after the kernels");
+}
+
+/// Whether the program's own arithmetic produces subnormals on every `rayon` thread.
+fn rayon_threads_keep_subnormals() -> bool {
+    rayon::broadcast(|_| program_subnormal().is_subnormal()).into_iter().all(|b| b)
+}
+
+#[test]
+fn kernels_follow_the_setting_and_user_code_keeps_its_mode() {
+    // Four workers, so that large kernels run on helper threads even on a small machine; set
+    // before anything starts `rayon`'s pool, so that the first large kernel below starts it.
+    // SAFETY: this binary has only this test, and no thread has started that reads the
+    // environment.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", "4") };
+    let initial = flush_denormal();
+    if !set_flush_denormal(true) {
+        // Nothing to flush with on this processor: the setting stays off.
+        assert!(!flush_denormal());
+        probe_kernels(false);
+        return;
+    }
+    assert!(flush_denormal());
+    // The first large kernel starts the helpers and `rayon`'s pool while the caller is in
+    // flushing mode: the pool's threads must still start in the program's own mode.
+    probe_kernels(true);
+    assert!(rayon_threads_keep_subnormals(), "rayon's threads inherited the kernels' mode");
+
+    // Off, then on again: the helpers take up each change.
+    assert!(set_flush_denormal(false));
+    assert!(!flush_denormal());
+    probe_kernels(false);
+    assert!(set_flush_denormal(true));
+    probe_kernels(true);
+
+    // Kernels called from inside `rayon`'s pool run their parallel parts as `rayon` tasks,
+    // which set the mode for themselves and give the thread back its own.
+    let inside = rayon::scope(|_| {
+        let x = filled(LARGE, TINY);
+        let flushed = values(&x.mul_scalar(1e-3)).iter().all(|&v| v == 0.0);
+        (flushed, program_subnormal().is_subnormal())
+    });
+    assert_eq!(inside, (true, true), "(kernel flushed, user code kept subnormals) inside rayon's pool");
+    assert!(rayon_threads_keep_subnormals(), "rayon's threads kept the kernels' mode after a kernel");
+
+    // f64 kernels follow the setting too.
+    let d = Tensor::from_vec(vec![f64::MIN_POSITIVE; LARGE], [LARGE]).expect("f64").mul_scalar(1e-3);
+    assert!(d.to_vec::<f64>().expect("f64").iter().all(|&v| v == 0.0));
+    assert_eq!(d.dtype(), DType::F64);
+
+    set_flush_denormal(initial);
+}

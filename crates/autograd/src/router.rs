@@ -84,7 +84,14 @@ impl Var {
     /// A gradient router holding `value`, with no route yet. It always requires grad, so
     /// that a graph traced from it carries gradients whatever its input turns out to be.
     pub fn router(value: Tensor) -> Var {
-        let var = new_node(crate::node::next_seq(), Router { target: Mutex::new(None) }, SmallVec::new(), REQUIRES_GRAD, value, SmallVec::new());
+        let var = new_node(
+            crate::node::next_seq(),
+            Router { target: Mutex::new(None) },
+            SmallVec::new(),
+            REQUIRES_GRAD,
+            value,
+            SmallVec::new(),
+        );
         FEATURE.flag(&var.node, true);
         var
     }

@@ -11,7 +11,9 @@
 # (median over rounds) with the ember / PyTorch ratio, the median window, the slowest /
 # fastest window, the whole run and the peak resident memory; then Adam's throughput over
 # SGD's where both ran. Not part of CI: it needs PyTorch (PYTHON, default
-# .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there.
+# .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there (files
+# SIDE.DATA:BATCH:OPTIM.ROUND); REPORT_ONLY=1 prints the tables from the outputs already in
+# LONG_RUN_OUT without running anything, so rounds run at different times can be combined.
 #
 #   CONFIGS="random:64:adam mnist:256:sgd" tools/bench/long_run.sh 2000 500
 set -euo pipefail
@@ -29,7 +31,11 @@ else
     trap 'rm -rf "$out"' EXIT
 fi
 
-cargo build --release -q -p ember --example long_run
+if [[ -n "${REPORT_ONLY:-}" ]]; then
+    rounds=0
+else
+    cargo build --release -q -p ember --example long_run
+fi
 bin="${CARGO_TARGET_DIR:-target}/release/examples/long_run"
 turn=0
 for r in $(seq 1 "$rounds"); do

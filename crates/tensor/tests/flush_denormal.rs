@@ -3,8 +3,9 @@
 //! never changes. One test function, since the setting is global to the process.
 
 use ember_tensor::backend::AdamStep;
+use ember_tensor::conv::ConvArgs;
 use ember_tensor::threading::{flush_denormal, set_flush_denormal};
-use ember_tensor::{DType, Tensor};
+use ember_tensor::{ClassLoss, ClassScores, DType, LossReduction, Tensor};
 use std::hint::black_box;
 
 /// Elements in a tensor large enough to be split over the helper threads (above every
@@ -103,6 +104,30 @@ fn probe_kernels(flush: bool) {
         let a = Tensor::from_vec(vec![1e-20f32; rows * k], [rows, k]).expect("a");
         let b = Tensor::from_vec(vec![1e-20f32; k * 256], [k, 256]).expect("b");
         check(&format!("matmul rows={rows}"), &values(&a.matmul(&b).expect("matmul")), flush, None);
+    }
+    // Convolutions: 3x3 over 4 channels, every product `x * w` subnormal (their sums of 36
+    // stay subnormal), on one thread and split over the helpers.
+    for batch in [1usize, 32] {
+        let x = Tensor::from_vec(vec![1e-20f32; batch * 4 * 16 * 16], [batch, 4, 16, 16]).expect("x");
+        let w = Tensor::from_vec(vec![1e-20f32; 8 * 4 * 9], [8, 4, 3, 3]).expect("w");
+        let y = x.conv2d(&w, None, &ConvArgs::default()).expect("conv2d");
+        check(&format!("conv2d batch={batch}"), &values(&y), flush, None);
+    }
+    // The fused cross-entropy's gradient for a tiny incoming gradient: rows of equal logits
+    // give `(1/2 - onehot) g / N`, subnormal for `g = TINY` (the non-target column is positive).
+    for rows in [2usize, 4096] {
+        let logits = filled(rows * 2, 0.0).reshape([rows, 2]).expect("logits");
+        let targets = Tensor::from_vec(vec![0i64; rows], [rows]).expect("targets");
+        let loss = ClassLoss {
+            scores: ClassScores::Logits,
+            label_smoothing: 0.0,
+            ignore_index: None,
+            reduction: LossReduction::Sum,
+        };
+        let g = Tensor::from_vec(vec![TINY], []).expect("grad");
+        let grad = values(&logits.class_loss_backward(&targets, &g, &loss).expect("class_loss_backward"));
+        let other: Vec<f32> = grad.iter().skip(1).step_by(2).copied().collect();
+        check(&format!("cross_entropy backward rows={rows}"), &other, flush, None);
     }
     // The program's own arithmetic on this thread is untouched, whatever the kernels did.
     assert!(program_subnormal().is_subnormal(), "the caller's own arithmetic flushed after the kernels");

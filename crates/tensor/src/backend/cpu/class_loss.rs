@@ -8,7 +8,7 @@
 //! dimension is not innermost (`[N, C, d1, ..]`, or a strided view) are first copied into
 //! rows, and the gradient is moved back into the scores' shape at the end.
 
-use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task};
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use super::reduce::{MaxC, SumC, reduce_row, reduced_last};
 use super::unary::map;
 use crate::backend::{ClassLoss, ClassScores, LossReduction, validate};
@@ -189,7 +189,7 @@ fn rows_of<'a, T: Element>(op: &'static str, src: &'a [T], l: &Layout) -> Result
 /// `rows_per_task` rows at a time, in parallel when there are enough rows.
 fn for_rows<T: Send>(out: &mut [T], n_rows: usize, per_row: usize, classes: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let per = rows_per_task(n_rows, classes, GRAIN_COSTLY);
-    if n_rows > per && rayon::current_num_threads() > 1 {
+    if n_rows > per && threads() > 1 {
         par_chunks(out, per * per_row, |ci, chunk| f(ci * per, chunk));
     } else {
         f(0, out);

@@ -27,7 +27,7 @@
 
 use super::binary;
 use super::im2col::{Planes, col2im_block, im2col_block};
-use super::iter::{fill_chunks, par_for};
+use super::iter::{fill_chunks, par_for, threads};
 use crate::backend::ConvGeometry;
 use crate::dtype::FloatElement;
 use crate::layout::Layout;
@@ -144,7 +144,7 @@ fn work(factors: &[usize]) -> usize {
 /// Runs `f` on `0..pieces`, in parallel unless the whole kernel is `work` multiply-adds of
 /// little weight.
 fn run_pieces(pieces: usize, work: usize, f: impl Fn(usize) + Sync) {
-    if pieces <= 1 || work < SERIAL_WORK || rayon::current_num_threads() <= 1 {
+    if pieces <= 1 || work < SERIAL_WORK || threads() <= 1 {
         (0..pieces).for_each(f);
     } else {
         par_for(pieces, f);
@@ -157,7 +157,7 @@ struct Scratch<T: FloatElement>(Mutex<Vec<Buffer<T>>>);
 
 impl<T: FloatElement> Scratch<T> {
     fn new(op: &'static str, pieces: usize, len: usize) -> Result<Self> {
-        let count = if len == 0 { 0 } else { pieces.min(rayon::current_num_threads()).max(1) };
+        let count = if len == 0 { 0 } else { pieces.min(threads()).max(1) };
         let blocks = (0..count).map(|_| Buffer::uninit(op, len)).collect::<Result<Vec<_>>>()?;
         Ok(Scratch(Mutex::new(blocks)))
     }

@@ -181,6 +181,7 @@ impl Backend for CpuBackend {
     }
 
     fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let op = loss.name();
         let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
@@ -194,6 +195,7 @@ impl Backend for CpuBackend {
         (g, lg): View<'_>,
         loss: &ClassLoss,
     ) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let op = loss.name();
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
@@ -252,6 +254,7 @@ impl Backend for CpuBackend {
         bias: Option<View<'_>>,
         geom: &ConvGeometry,
     ) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let mut views = vec![(sx, lx, Role::Input), (sw, lw, Role::Weight)];
         if let Some((sb, lb)) = bias {
             views.push((sb, lb, Role::Bias(geom.out_channels)));
@@ -268,6 +271,7 @@ impl Backend for CpuBackend {
         bias: Option<View<'_>>,
         geom: &ConvGeometry,
     ) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let mut views = vec![(sy, ly, Role::Output), (sw, lw, Role::Weight)];
         if let Some((sb, lb)) = bias {
             views.push((sb, lb, Role::Bias(geom.in_channels)));
@@ -278,6 +282,7 @@ impl Backend for CpuBackend {
     }
 
     fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
         let (n, l) = check_views("conv2d_weight_grad", geom, &views, Role::Weight)?;
         wrap(conv::conv2d_weight_grad((cpu(sx), &l[0]), (cpu(sy), &l[1]), geom, n))
@@ -289,6 +294,7 @@ impl Backend for CpuBackend {
     }
 
     fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        let _mode = float_mode::enter();
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
         wrap(im2col::fold(cpu(s), &l, window, (n, c)))
     }

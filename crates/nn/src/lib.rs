@@ -75,6 +75,10 @@ pub use layers::{
     LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, conv_transpose1d, conv_transpose2d,
     conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
 };
+pub use layers::{
+    BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, Dropout2d, GroupNorm, GroupNormOptions, InstanceNorm2d,
+    InstanceNormOptions, RMSNorm, RMSNormOptions, batch_norm, dropout2d, group_norm, instance_norm, rms_norm,
+};
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
     L1Loss, Loss, MSELoss, NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits,
@@ -93,6 +97,7 @@ pub mod functional {
     pub use crate::layers::{
         conv_transpose1d, conv_transpose2d, conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
     };
+    pub use crate::layers::{batch_norm, dropout2d, group_norm, instance_norm, rms_norm};
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };

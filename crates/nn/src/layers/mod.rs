@@ -1,6 +1,10 @@
 //! The layers, one file per concern.
 
 mod activation;
+mod batch_norm;
+mod group_norm;
+mod instance_norm;
+mod rms_norm;
 mod container;
 mod conv;
 mod conv_transpose;
@@ -19,10 +23,14 @@ pub use conv_transpose::{
     ConvTranspose, ConvTranspose1d, ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions,
     ConvTransposeOptions, conv_transpose1d, conv_transpose2d,
 };
-pub use dropout::{Dropout, dropout};
+pub use dropout::{Dropout, Dropout2d, dropout, dropout2d};
 pub use embedding::{Embedding, EmbeddingOptions, embedding};
 pub use flatten::Flatten;
 pub use fold::{fold, unfold};
 pub use identity::Identity;
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
+pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
+pub use group_norm::{GroupNorm, GroupNormOptions, group_norm};
+pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
+pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};

@@ -123,10 +123,8 @@ impl Var {
         inputs.extend(weight);
         inputs.extend(bias);
         let y = apply(op, &inputs)?;
-        let (mean, var) = stats
-            .lock()
-            .clone()
-            .ok_or_else(|| Error::autograd("channel_norm: the forward saved no statistics"))?;
+        let (mean, var) =
+            stats.lock().clone().ok_or_else(|| Error::autograd("channel_norm: the forward saved no statistics"))?;
         Ok((y, mean, var))
     }
 }

@@ -24,17 +24,30 @@ pub(crate) fn check_input(op: &'static str, x: &Var) -> Result<usize> {
     Ok(x.shape()[1])
 }
 
+/// The shape and dtype of an optional operand, for [`check_per_channel`].
+pub(crate) type Spec = Option<(Vec<usize>, DType)>;
+
+/// The [`Spec`] of an optional tensor.
+pub(crate) fn spec_t(t: Option<&Tensor>) -> Spec {
+    t.map(|t| (t.shape().dims().to_vec(), t.dtype()))
+}
+
+/// The [`Spec`] of an optional `Var`.
+pub(crate) fn spec_v(v: Option<&Var>) -> Spec {
+    v.map(|v| (v.shape().dims().to_vec(), v.dtype()))
+}
+
 /// An error unless each given per-channel operand is `[c]` of the input's dtype.
-pub(crate) fn check_per_channel(op: &'static str, x: &Var, c: usize, operands: &[(&str, Option<(&[usize], DType)>)]) -> Result<()> {
-    for &(what, p) in operands {
+pub(crate) fn check_per_channel(op: &'static str, x: &Var, c: usize, operands: &[(&str, Spec)]) -> Result<()> {
+    for (what, p) in operands {
         let Some((shape, dtype)) = p else { continue };
-        if shape != [c] {
+        if shape != &[c] {
             return Err(Error::shape(
                 op,
                 format!("the {what} must have shape [{c}] for an input of shape {}, got {shape:?}", x.shape()),
             ));
         }
-        if dtype != x.dtype() {
+        if *dtype != x.dtype() {
             return Err(Error::dtype(op, format!("the input is {} but the {what} is {dtype}", x.dtype())));
         }
     }
@@ -117,16 +130,13 @@ pub fn batch_norm(
     let op = "batch_norm";
     let c = check_input(op, x)?;
     check_eps(op, eps)?;
-    let spec = |t: Option<&Tensor>| t.map(|t| (t.shape().dims().to_vec(), t.dtype()));
-    let (rm, rv) = (spec(running_mean), spec(running_var));
-    let (w, b) = (weight.map(|w| (w.shape().dims().to_vec(), w.dtype())), bias.map(|b| (b.shape().dims().to_vec(), b.dtype())));
-    let view = |p: &Option<(Vec<usize>, DType)>| p.as_ref().map(|(s, d)| (s.as_slice(), *d));
-    check_per_channel(
-        op,
-        x,
-        c,
-        &[("running_mean", view(&rm)), ("running_var", view(&rv)), ("weight", view(&w)), ("bias", view(&b))],
-    )?;
+    let operands = [
+        ("running_mean", spec_t(running_mean)),
+        ("running_var", spec_t(running_var)),
+        ("weight", spec_v(weight)),
+        ("bias", spec_v(bias)),
+    ];
+    check_per_channel(op, x, c, &operands)?;
     if !training {
         let (Some(mean), Some(var)) = (running_mean, running_var) else {
             return Err(Error::invalid(op, "running_mean and running_var are required when not training"));

@@ -1,6 +1,6 @@
 //! [`GroupNorm`] and its functional form [`group_norm`].
 
-use super::batch_norm::{affine_params, channel_shape, check_eps, check_input, check_per_channel};
+use super::batch_norm::{affine_params, channel_shape, check_eps, check_input, check_per_channel, spec_v};
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result};
@@ -37,10 +37,7 @@ pub fn group_norm(x: &Var, num_groups: usize, weight: Option<&Var>, bias: Option
             ),
         ));
     }
-    let spec = |p: Option<&Var>| p.map(|p| (p.shape().dims().to_vec(), p.dtype()));
-    let (w, b) = (spec(weight), spec(bias));
-    let view = |p: &Option<(Vec<usize>, DType)>| p.as_ref().map(|(s, d)| (s.as_slice(), *d));
-    check_per_channel(op, x, c, &[("weight", view(&w)), ("bias", view(&b))])?;
+    check_per_channel(op, x, c, &[("weight", spec_v(weight)), ("bias", spec_v(bias))])?;
     let dims = x.shape().dims().to_vec();
     let rest = x.numel() / (dims[0] * num_groups).max(1);
     let grouped = x.reshape([1, dims[0] * num_groups, rest])?;
@@ -174,6 +171,13 @@ impl Module for GroupNorm {
 impl fmt::Debug for GroupNorm {
     /// PyTorch's repr: `GroupNorm(2, 4, eps=1e-05, affine=True)` in Rust's spelling.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GroupNorm({}, {}, eps={:e}, affine={})", self.num_groups, self.num_channels, self.eps, self.weight.is_some())
+        write!(
+            f,
+            "GroupNorm({}, {}, eps={:e}, affine={})",
+            self.num_groups,
+            self.num_channels,
+            self.eps,
+            self.weight.is_some()
+        )
     }
 }

@@ -1,7 +1,8 @@
 //! [`InstanceNorm2d`] and its functional form [`instance_norm`].
 
 use super::batch_norm::{
-    RunningStats, affine_params, check_input, check_options, check_per_channel, normalize_with, update_running,
+    RunningStats, affine_params, check_input, check_options, check_per_channel, normalize_with, spec_t, spec_v,
+    update_running,
 };
 use super::group_norm::affine;
 use crate::module::{Module, TrainingFlag};
@@ -41,21 +42,13 @@ pub fn instance_norm(
     let op = "instance_norm";
     let c = check_input(op, x)?;
     super::batch_norm::check_eps(op, eps)?;
-    let spec_t = |t: Option<&Tensor>| t.map(|t| (t.shape().dims().to_vec(), t.dtype()));
-    let spec_v = |t: Option<&Var>| t.map(|t| (t.shape().dims().to_vec(), t.dtype()));
-    let specs = [spec_t(running_mean), spec_t(running_var), spec_v(weight), spec_v(bias)];
-    let view = |p: &Option<(Vec<usize>, DType)>| p.as_ref().map(|(s, d)| (s.as_slice(), *d));
-    check_per_channel(
-        op,
-        x,
-        c,
-        &[
-            ("running_mean", view(&specs[0])),
-            ("running_var", view(&specs[1])),
-            ("weight", view(&specs[2])),
-            ("bias", view(&specs[3])),
-        ],
-    )?;
+    let operands = [
+        ("running_mean", spec_t(running_mean)),
+        ("running_var", spec_t(running_var)),
+        ("weight", spec_v(weight)),
+        ("bias", spec_v(bias)),
+    ];
+    check_per_channel(op, x, c, &operands)?;
     if !use_input_stats {
         let (Some(mean), Some(var)) = (running_mean, running_var) else {
             return Err(Error::invalid(op, "running_mean and running_var are required without use_input_stats"));
@@ -102,7 +95,13 @@ pub struct InstanceNormOptions {
 
 impl Default for InstanceNormOptions {
     fn default() -> Self {
-        InstanceNormOptions { eps: 1e-5, momentum: Some(0.1), affine: false, track_running_stats: false, dtype: DType::F32 }
+        InstanceNormOptions {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: false,
+            track_running_stats: false,
+            dtype: DType::F32,
+        }
     }
 }
 
@@ -167,7 +166,10 @@ impl Module for InstanceNorm2d {
         let name = "InstanceNorm2d";
         let rank = x.shape().rank();
         if rank != 3 && rank != 4 {
-            return Err(Error::shape(name, format!("expected 3D or 4D input (got {rank}D input of shape {})", x.shape())));
+            return Err(Error::shape(
+                name,
+                format!("expected 3D or 4D input (got {rank}D input of shape {})", x.shape()),
+            ));
         }
         let batched = if rank == 3 { x.unsqueeze(0)? } else { x.clone() };
         if batched.shape()[1] != self.num_features {

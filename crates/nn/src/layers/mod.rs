@@ -2,9 +2,6 @@
 
 mod activation;
 mod batch_norm;
-mod group_norm;
-mod instance_norm;
-mod rms_norm;
 mod container;
 mod conv;
 mod conv_transpose;
@@ -12,11 +9,15 @@ mod dropout;
 mod embedding;
 mod flatten;
 mod fold;
+mod group_norm;
 mod identity;
+mod instance_norm;
 mod linear;
 mod norm;
+mod rms_norm;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
 pub use container::{Children, Sequential};
 pub use conv::{Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, conv1d, conv2d};
 pub use conv_transpose::{
@@ -27,10 +28,9 @@ pub use dropout::{Dropout, Dropout2d, dropout, dropout2d};
 pub use embedding::{Embedding, EmbeddingOptions, embedding};
 pub use flatten::Flatten;
 pub use fold::{fold, unfold};
+pub use group_norm::{GroupNorm, GroupNormOptions, group_norm};
 pub use identity::Identity;
+pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
-pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
-pub use group_norm::{GroupNorm, GroupNormOptions, group_norm};
-pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
 pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};

@@ -123,7 +123,12 @@ impl RMSNorm {
         } else {
             None
         };
-        Ok(RMSNorm { normalized_shape: normalized_shape.to_vec(), eps: options.eps, weight, training: TrainingFlag::new() })
+        Ok(RMSNorm {
+            normalized_shape: normalized_shape.to_vec(),
+            eps: options.eps,
+            weight,
+            training: TrainingFlag::new(),
+        })
     }
 
     /// The trailing shape normalised over.

@@ -224,10 +224,10 @@ pub(crate) fn check_options(name: &'static str, c: usize, eps: f64, momentum: Op
         return Err(Error::invalid(name, "num_features must be positive"));
     }
     check_eps(name, eps)?;
-    if let Some(m) = momentum {
-        if !(0.0..=1.0).contains(&m) {
-            return Err(Error::invalid(name, format!("momentum must be in [0, 1], got {m}")));
-        }
+    if let Some(m) = momentum
+        && !(0.0..=1.0).contains(&m)
+    {
+        return Err(Error::invalid(name, format!("momentum must be in [0, 1], got {m}")));
     }
     if !dtype.is_float() {
         return Err(Error::dtype(name, format!("parameters must be float, got {dtype}")));

@@ -28,7 +28,7 @@ pub fn group_norm(x: &Var, num_groups: usize, weight: Option<&Var>, bias: Option
     let op = "group_norm";
     let c = check_input(op, x)?;
     check_eps(op, eps)?;
-    if num_groups == 0 || c % num_groups != 0 {
+    if num_groups == 0 || !c.is_multiple_of(num_groups) {
         return Err(Error::invalid(
             op,
             format!(
@@ -108,7 +108,7 @@ impl GroupNorm {
     /// A layer with the given options.
     pub fn with_options(num_groups: usize, num_channels: usize, options: GroupNormOptions) -> Result<GroupNorm> {
         let name = "GroupNorm";
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(Error::invalid(
                 name,
                 format!("num_channels must be divisible by num_groups, got {num_channels} and {num_groups}"),

@@ -442,7 +442,7 @@ batch_norm_layer!(
     /// use ember_tensor::Tensor;
     /// let bn = BatchNorm2d::new(3)?;
     /// let x = Var::new(Tensor::randn([4, 3, 5, 5])?);
-    /// assert_eq!(bn.forward(&x)?.shape(), &[4, 3, 5, 5]);
+    /// assert_eq!(bn.forward(&x)?.shape(), [4, 3, 5, 5]);
     /// bn.eval();
     /// assert!(bn.forward(&Var::new(Tensor::randn([4, 3, 5])?)).is_err());
     /// # Ok::<(), ember_tensor::Error>(())

@@ -86,7 +86,7 @@ impl Default for GroupNormOptions {
 /// use ember_tensor::Tensor;
 /// let gn = GroupNorm::new(2, 4)?;
 /// let y = gn.forward(&Var::new(Tensor::randn([3, 4, 5, 5])?))?;
-/// assert_eq!(y.shape(), &[3, 4, 5, 5]);
+/// assert_eq!(y.shape(), [3, 4, 5, 5]);
 /// assert!(GroupNorm::new(3, 4).is_err()); // 4 channels do not split into 3 groups
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```

@@ -115,8 +115,8 @@ impl Default for InstanceNormOptions {
 /// use ember_nn::{InstanceNorm2d, Module};
 /// use ember_tensor::Tensor;
 /// let norm = InstanceNorm2d::new(3)?;
-/// assert_eq!(norm.forward(&Var::new(Tensor::randn([2, 3, 4, 4])?))?.shape(), &[2, 3, 4, 4]);
-/// assert_eq!(norm.forward(&Var::new(Tensor::randn([3, 4, 4])?))?.shape(), &[3, 4, 4]);
+/// assert_eq!(norm.forward(&Var::new(Tensor::randn([2, 3, 4, 4])?))?.shape(), [2, 3, 4, 4]);
+/// assert_eq!(norm.forward(&Var::new(Tensor::randn([3, 4, 4])?))?.shape(), [3, 4, 4]);
 /// assert!(norm.state_dict().is_empty());
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```

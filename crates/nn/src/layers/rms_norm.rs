@@ -94,7 +94,7 @@ impl Default for RMSNormOptions {
 /// use ember_nn::{Module, RMSNorm};
 /// use ember_tensor::Tensor;
 /// let norm = RMSNorm::new(&[4])?;
-/// assert_eq!(norm.forward(&Var::new(Tensor::randn([2, 4])?))?.shape(), &[2, 4]);
+/// assert_eq!(norm.forward(&Var::new(Tensor::randn([2, 4])?))?.shape(), [2, 4]);
 /// assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight"]);
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```

@@ -69,6 +69,10 @@ mod serialize;
 mod state_dict;
 
 pub use layers::{
+    BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, Dropout2d, GroupNorm, GroupNormOptions, InstanceNorm2d,
+    InstanceNormOptions, RMSNorm, RMSNormOptions, batch_norm, dropout2d, group_norm, instance_norm, rms_norm,
+};
+pub use layers::{
     Children, Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, ConvTranspose, ConvTranspose1d,
     ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions, ConvTransposeOptions, Dropout, Embedding,
     EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm, LayerNormOptions, LeakyReLU, Linear,
@@ -90,6 +94,7 @@ pub use state_dict::StateDict;
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument
 /// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
+    pub use crate::layers::{batch_norm, dropout2d, group_norm, instance_norm, rms_norm};
     pub use crate::layers::{
         conv_transpose1d, conv_transpose2d, conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
     };

@@ -10,6 +10,7 @@ mod index;
 mod join;
 mod linalg;
 mod loss;
+mod norm;
 mod operators;
 mod reduce;
 mod scalar;

@@ -87,3 +87,88 @@ pub fn dropout(x: &Var, p: f64, training: bool) -> Result<Var> {
     };
     x.mul(&Var::new(mask))
 }
+
+/// Zeroes whole channels of `[N, C, H, W]` or unbatched `[C, H, W]` inputs with probability
+/// `p` in training and scales the kept ones by `1 / (1 - p)`; the identity in evaluation;
+/// PyTorch's `nn.Dropout2d`. (PyTorch currently reads a 3-d input as `[N, C, L]`, with a
+/// warning that this will change to `[C, H, W]`; ember takes the `[C, H, W]` reading.)
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{Dropout2d, Module};
+/// use ember_tensor::{DType, Tensor};
+/// let drop = Dropout2d::new(0.5)?;
+/// let y = drop.forward(&Var::new(Tensor::ones([2, 8, 3, 3], DType::F32)?))?.value().to_vec::<f32>()?;
+/// // Every channel's 9 values are all 0 or all 2.
+/// assert!(y.chunks(9).all(|c| c.iter().all(|&v| v == c[0]) && (c[0] == 0.0 || c[0] == 2.0)));
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Dropout2d {
+    p: f64,
+    training: TrainingFlag,
+}
+
+impl Dropout2d {
+    /// Channel dropout with drop probability `p` in `[0, 1]`.
+    pub fn new(p: f64) -> Result<Dropout2d> {
+        check_p(p)?;
+        Ok(Dropout2d { p, training: TrainingFlag::new() })
+    }
+
+    /// The drop probability.
+    pub fn p(&self) -> f64 {
+        self.p
+    }
+}
+
+impl Module for Dropout2d {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        dropout2d(x, self.p, self.training.get())
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        Vec::new()
+    }
+
+    fn set_training(&self, on: bool) {
+        self.training.set(on);
+    }
+
+    fn is_training(&self) -> bool {
+        self.training.get()
+    }
+}
+
+/// Functional channel dropout (see [`Dropout2d`]): `x` itself when not `training` or when
+/// `p = 0`; otherwise `x` times a mask with one value per channel, `0` (probability `p`) or
+/// `1 / (1 - p)`, broadcast over the spatial dimensions.
+pub fn dropout2d(x: &Var, p: f64, training: bool) -> Result<Var> {
+    check_p(p)?;
+    let rank = x.shape().rank();
+    if rank != 3 && rank != 4 {
+        return Err(Error::shape(
+            "dropout2d",
+            format!("expected a 3D [C, H, W] or 4D [N, C, H, W] input, got shape {}", x.shape()),
+        ));
+    }
+    if !training || p == 0.0 || x.numel() == 0 {
+        return Ok(x.clone());
+    }
+    let dtype = x.dtype();
+    if !dtype.is_float() {
+        return Err(Error::dtype("dropout2d", format!("the input must be float, got {dtype}")));
+    }
+    // One draw per channel: the mask keeps the leading (batch and channel) extents.
+    let mut shape = x.shape().dims().to_vec();
+    for d in &mut shape[rank - 2..] {
+        *d = 1;
+    }
+    let mask = if p == 1.0 {
+        Tensor::zeros(shape, dtype)?
+    } else {
+        let keep = Tensor::uniform(shape, 0.0, 1.0, dtype)?.lt_scalar(1.0 - p);
+        keep.to_dtype(dtype).mul_scalar(1.0 / (1.0 - p))
+    };
+    x.mul(&Var::new(mask))
+}

@@ -1,6 +1,7 @@
 //! The layers, one file per concern.
 
 mod activation;
+mod batch_norm;
 mod container;
 mod conv;
 mod conv_transpose;
@@ -8,21 +9,28 @@ mod dropout;
 mod embedding;
 mod flatten;
 mod fold;
+mod group_norm;
 mod identity;
+mod instance_norm;
 mod linear;
 mod norm;
+mod rms_norm;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
 pub use container::{Children, Sequential};
 pub use conv::{Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, conv1d, conv2d};
 pub use conv_transpose::{
     ConvTranspose, ConvTranspose1d, ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions,
     ConvTransposeOptions, conv_transpose1d, conv_transpose2d,
 };
-pub use dropout::{Dropout, dropout};
+pub use dropout::{Dropout, Dropout2d, dropout, dropout2d};
 pub use embedding::{Embedding, EmbeddingOptions, embedding};
 pub use flatten::Flatten;
 pub use fold::{fold, unfold};
+pub use group_norm::{GroupNorm, GroupNormOptions, group_norm};
 pub use identity::Identity;
+pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
+pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};

@@ -9,6 +9,7 @@ mod compose;
 pub mod conv;
 pub mod cpu;
 pub mod loss;
+pub(crate) mod norm;
 mod op_kinds;
 pub mod optim;
 pub(crate) mod validate;
@@ -198,6 +199,37 @@ pub trait Backend: Send + Sync + 'static {
     /// The default is the matching `scatter_add`.
     fn fold(&self, input: View<'_>, window: &SlidingWindow) -> Result<Storage> {
         compose::conv::fold(self, input, window)
+    }
+    /// Per-channel normalisation of `input` read as `[outer, C, inner]` (float), with the
+    /// optional per-channel `weight` and `bias` (`[C]`, the input's dtype): the output (the
+    /// input's shape), and each channel's mean and biased variance (`[C]`). See
+    /// `docs/design.md`, "Normalization", for the formula and the ops built on it.
+    ///
+    /// The default composes it from `reduce`, `binary` and `unary`.
+    fn channel_norm(
+        &self,
+        input: View<'_>,
+        weight: Option<View<'_>>,
+        bias: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        compose::norm::channel_norm(self, input, weight, bias, eps)
+    }
+    /// The gradients of [`Backend::channel_norm`] for the incoming gradient `grad` (the
+    /// input's shape and dtype), given the statistics it returned: the input's gradient,
+    /// `sum g` and `sum g * xhat` per channel (the bias's and the weight's gradients).
+    ///
+    /// The default composes it from `reduce`, `binary` and `unary`.
+    fn channel_norm_backward(
+        &self,
+        input: View<'_>,
+        grad: View<'_>,
+        mean: View<'_>,
+        var: View<'_>,
+        weight: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        compose::norm::channel_norm_backward(self, input, grad, mean, var, weight, eps)
     }
 
     /// `numel` samples of `dist` in the float `dtype`, drawn from the global generator

@@ -10,6 +10,7 @@ mod join;
 mod linalg;
 mod locks;
 mod loss;
+mod norm;
 mod operators;
 mod optim;
 mod reduce;

@@ -150,20 +150,20 @@ fn log_probs_grad_row<T: FloatElement>(out: &mut [T], t: usize, w: T, q: Smoothi
 }
 
 /// A view's elements in row-major order: borrowed when contiguous, else copied.
-enum Contiguous<'a, T: Element> {
+pub(super) enum Contiguous<'a, T: Element> {
     Borrowed(&'a [T]),
     Copied(Buffer<T>),
 }
 
 impl<T: Element> Contiguous<'_, T> {
-    fn of<'a>(op: &'static str, src: &'a [T], l: &Layout, grain: usize) -> Result<Contiguous<'a, T>> {
+    pub(super) fn of<'a>(op: &'static str, src: &'a [T], l: &Layout, grain: usize) -> Result<Contiguous<'a, T>> {
         Ok(match l.contiguous_range() {
             Some(r) => Contiguous::Borrowed(&src[r]),
             None => Contiguous::Copied(map(op, src, l, grain, |v| v)?),
         })
     }
 
-    fn slice(&self) -> &[T] {
+    pub(super) fn slice(&self) -> &[T] {
         match self {
             Contiguous::Borrowed(s) => s,
             Contiguous::Copied(b) => b,

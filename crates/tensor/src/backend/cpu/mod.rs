@@ -5,6 +5,7 @@
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
 mod binary;
+mod channel_norm;
 mod class_loss;
 mod conv;
 pub(crate) mod fastmath;
@@ -25,6 +26,7 @@ pub(crate) mod unary;
 pub(crate) use reduce::reduced_shape;
 
 use super::conv::{Role, check_views, check_window_view};
+use super::norm as norm_check;
 use super::{
     AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ConvGeometry, ReduceOp, RmsPropState, RmsPropStep,
     SgdStep, SlidingWindow, Target, UnaryOp, View, validate,
@@ -299,6 +301,47 @@ impl Backend for CpuBackend {
         wrap(im2col::fold(cpu(s), &l, window, (n, c)))
     }
 
+    fn channel_norm(
+        &self,
+        x: View<'_>,
+        weight: Option<View<'_>>,
+        bias: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        let _mode = float_mode::enter();
+        let named = [("weight", weight), ("bias", bias)];
+        let per_channel: Vec<_> = named.iter().filter_map(|&(n, v)| v.map(|(s, l)| (n, s, l))).collect();
+        let dims = norm_check::check(x, None, &per_channel)?;
+        let lx = validate::view(norm_check::OP, x.0, x.1)?;
+        let (lw, lb) = (checked(weight)?, checked(bias)?);
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| (cpu(s), l));
+        let b = bias.zip(lb.as_ref()).map(|((s, _), l)| (cpu(s), l));
+        let out = channel_norm::forward((cpu(x.0), &lx), dims, w, b, eps)?;
+        Ok(out.map(Storage::Cpu))
+    }
+
+    fn channel_norm_backward(
+        &self,
+        x: View<'_>,
+        grad: View<'_>,
+        mean: View<'_>,
+        var: View<'_>,
+        weight: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        let _mode = float_mode::enter();
+        let mut per_channel = vec![("mean", mean.0, mean.1), ("variance", var.0, var.1)];
+        per_channel.extend(weight.map(|(s, l)| ("weight", s, l)));
+        let dims = norm_check::check(x, Some(grad), &per_channel)?;
+        let view = |(s, l): View<'_>| validate::view(norm_check::OP, s, l).map(|l| l.into_owned());
+        let (lx, lg, lm, lv) = (view(x)?, view(grad)?, view(mean)?, view(var)?);
+        let lw = checked(weight)?;
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| (cpu(s), l));
+        let stats = [(cpu(mean.0), &lm), (cpu(var.0), &lv)];
+        let out = channel_norm::backward((cpu(x.0), &lx), (cpu(grad.0), &lg), dims, stats, w, eps)?;
+        Ok(out.map(Storage::Cpu))
+    }
+
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
         let _mode = float_mode::enter();
         wrap(random::random(numel, dist, dtype))
@@ -405,4 +448,10 @@ pub(crate) fn view_to_f64(s: &CpuStorage, l: &Layout) -> Result<Vec<f64>> {
         Ok(out)
     }
     cpu_dispatch!(s, b => go(b, l))
+}
+
+/// The layout to run a kernel with for an optional per-channel operand (see
+/// `validate::view`).
+fn checked(v: Option<View<'_>>) -> Result<Option<Layout>> {
+    v.map(|(s, l)| validate::view(norm_check::OP, s, l).map(|l| l.into_owned())).transpose()
 }

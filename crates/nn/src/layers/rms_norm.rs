@@ -1,0 +1,171 @@
+//! [`RMSNorm`] and its functional form [`rms_norm`].
+
+use crate::module::{Module, TrainingFlag};
+use ember_autograd::Var;
+use ember_tensor::{DType, Error, Result, Tensor};
+use std::fmt;
+
+fn check_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
+    if normalized_shape.is_empty() || normalized_shape.contains(&0) {
+        return Err(Error::shape(
+            op,
+            format!("the normalized shape must be non-empty with no zero extent, got {normalized_shape:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Functional RMS normalisation over the trailing `normalized_shape` of `x`; PyTorch's
+/// `F.rms_norm`: `y = x / sqrt(mean(x^2) + eps) * weight`, with `eps` `None` meaning the
+/// input dtype's machine epsilon (`f32::EPSILON` or `f64::EPSILON`), as in PyTorch. Built
+/// from differentiable ops, so it has gradients of every order.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::functional as F;
+/// use ember_tensor::Tensor;
+/// let x = Var::new(Tensor::from_vec(vec![3.0f64, -3.0, 4.0, 4.0], [2, 2])?);
+/// let y = F::rms_norm(&x, &[2], None, Some(0.0))?.value().to_vec::<f64>()?;
+/// assert_eq!(y, vec![1.0, -1.0, 1.0, 1.0]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn rms_norm(x: &Var, normalized_shape: &[usize], weight: Option<&Var>, eps: Option<f64>) -> Result<Var> {
+    let op = "rms_norm";
+    check_shape(op, normalized_shape)?;
+    let dims = x.shape().dims().to_vec();
+    let k = normalized_shape.len();
+    if dims.len() < k || dims[dims.len() - k..] != *normalized_shape {
+        return Err(Error::shape(
+            op,
+            format!("inputs must end in the normalized shape {normalized_shape:?}, got shape {dims:?}"),
+        ));
+    }
+    let eps = match (eps, x.dtype()) {
+        (Some(e), _) => e,
+        (None, DType::F32) => f32::EPSILON as f64,
+        (None, DType::F64) => f64::EPSILON,
+        (None, d) => return Err(Error::dtype(op, format!("the input must be float, got {d}"))),
+    };
+    if !x.dtype().is_float() {
+        return Err(Error::dtype(op, format!("the input must be float, got {}", x.dtype())));
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
+    }
+    let reduce: Vec<usize> = (dims.len() - k..dims.len()).collect();
+    let mut y = x.mul(&x.square().mean(&reduce, true)?.add_scalar(eps).rsqrt())?;
+    if let Some(w) = weight {
+        if w.shape().dims() != normalized_shape {
+            return Err(Error::shape(
+                op,
+                format!("the weight must have the normalized shape {normalized_shape:?}, got {}", w.shape()),
+            ));
+        }
+        if w.dtype() != x.dtype() {
+            return Err(Error::dtype(op, format!("the input is {} but the weight is {}", x.dtype(), w.dtype())));
+        }
+        y = y.mul(w)?;
+    }
+    Ok(y)
+}
+
+/// How to build an [`RMSNorm`] beyond its normalized shape; PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RMSNormOptions {
+    /// Added to the mean square; `None` (the default) is the input dtype's machine epsilon.
+    pub eps: Option<f64>,
+    /// Whether the layer learns a per-element scale, initialised to ones (default `true`).
+    pub elementwise_affine: bool,
+    /// The parameters' dtype (default `f32`).
+    pub dtype: DType,
+}
+
+impl Default for RMSNormOptions {
+    fn default() -> Self {
+        RMSNormOptions { eps: None, elementwise_affine: true, dtype: DType::F32 }
+    }
+}
+
+/// RMS normalisation over the trailing `normalized_shape` (see [`rms_norm`]); PyTorch's
+/// `nn.RMSNorm`, with its one parameter `weight`.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{Module, RMSNorm};
+/// use ember_tensor::Tensor;
+/// let norm = RMSNorm::new(&[4])?;
+/// assert_eq!(norm.forward(&Var::new(Tensor::randn([2, 4])?))?.shape(), [2, 4]);
+/// assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight"]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+#[allow(clippy::upper_case_acronyms)]
+pub struct RMSNorm {
+    normalized_shape: Vec<usize>,
+    eps: Option<f64>,
+    weight: Option<Var>,
+    training: TrainingFlag,
+}
+
+impl RMSNorm {
+    /// A layer over trailing dimensions `normalized_shape` with a learned scale, in `f32`.
+    pub fn new(normalized_shape: &[usize]) -> Result<RMSNorm> {
+        Self::with_options(normalized_shape, RMSNormOptions::default())
+    }
+
+    /// A layer with the given options.
+    pub fn with_options(normalized_shape: &[usize], options: RMSNormOptions) -> Result<RMSNorm> {
+        check_shape("RMSNorm", normalized_shape)?;
+        if !options.dtype.is_float() {
+            return Err(Error::dtype("RMSNorm", format!("parameters must be float, got {}", options.dtype)));
+        }
+        let weight = if options.elementwise_affine {
+            Some(Var::param(Tensor::ones(normalized_shape, options.dtype)?))
+        } else {
+            None
+        };
+        Ok(RMSNorm {
+            normalized_shape: normalized_shape.to_vec(),
+            eps: options.eps,
+            weight,
+            training: TrainingFlag::new(),
+        })
+    }
+
+    /// The trailing shape normalised over.
+    pub fn normalized_shape(&self) -> &[usize] {
+        &self.normalized_shape
+    }
+
+    /// The learned scale, if the layer has one.
+    pub fn weight(&self) -> Option<&Var> {
+        self.weight.as_ref()
+    }
+}
+
+impl Module for RMSNorm {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        rms_norm(x, &self.normalized_shape, self.weight.as_ref(), self.eps)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        self.weight.iter().map(|w| ("weight".to_string(), w.clone())).collect()
+    }
+
+    fn set_training(&self, on: bool) {
+        self.training.set(on);
+    }
+
+    fn is_training(&self) -> bool {
+        self.training.get()
+    }
+}
+
+impl fmt::Debug for RMSNorm {
+    /// PyTorch's repr: `RMSNorm((8,), eps=None, elementwise_affine=True)` in Rust's spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.normalized_shape.iter().map(usize::to_string).collect();
+        let trailing = if dims.len() == 1 { "," } else { "" };
+        let eps = self.eps.map_or("None".to_string(), |e| format!("{e:e}"));
+        write!(f, "RMSNorm(({}{trailing}), eps={eps}, elementwise_affine={})", dims.join(", "), self.weight.is_some())
+    }
+}

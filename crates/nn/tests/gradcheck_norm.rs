@@ -1,0 +1,161 @@
+//! Gradients of the normalization ops (batch norm in training and evaluation, group norm,
+//! instance norm, RMS norm) against `f64` central differences, to first and second order,
+//! with and without an affine part, over ranks 2 to 4 and on non-contiguous inputs.
+//!
+//! Second order: gradcheck of a function returning the first derivative computed with
+//! `create_graph` (for every input, against a random output gradient that is itself an
+//! input), which checks that the backward recorded under `create_graph` is a correct,
+//! differentiable composition, and the first-order check covers the fused backward kernel.
+
+use ember_autograd::{Var, enable_grad, grad, gradcheck};
+use ember_nn::functional as F;
+use ember_tensor::{DType, Result, Tensor, manual_seed};
+use std::sync::Mutex;
+
+/// The tests of this file run on several threads but draw from ember's one global
+/// generator: the lock makes every input the same on every run.
+static RNG: Mutex<()> = Mutex::new(());
+
+fn normal(seed: u64, shape: &[usize]) -> Tensor {
+    let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(seed);
+    Tensor::normal(shape, 0.0, 1.0, DType::F64).unwrap()
+}
+
+/// The same values stored with the last two dimensions swapped, read through a transpose.
+fn transposed(t: &Tensor) -> Tensor {
+    let r = t.rank();
+    t.transpose(r - 2, r - 1).unwrap().contiguous().transpose(r - 2, r - 1).unwrap()
+}
+
+#[track_caller]
+fn check(name: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
+    if let Err(e) = gradcheck(f, inputs, 1e-6, 1e-7, 1e-5) {
+        panic!("{name}: {e}");
+    }
+}
+
+/// The gradient of `sum(op(xs) * w)` with respect to every `xs`, flattened and joined,
+/// with `create_graph`.
+fn first_derivative(xs: &[Var], w: &Var, op: &impl Fn(&[Var]) -> Result<Var>) -> Result<Var> {
+    enable_grad(|| {
+        let xs: Vec<Var> =
+            xs.iter().map(|x| if x.requires_grad() { x.clone() } else { Var::param(x.value()) }).collect();
+        let y = op(&xs)?;
+        let refs: Vec<&Var> = xs.iter().collect();
+        let grads = grad(&[&y], &refs, &[w], false, true)?;
+        let flat: Vec<Var> = grads
+            .into_iter()
+            .zip(&xs)
+            .map(|(g, x)| g.unwrap_or_else(|| Var::new(x.value().zeros_like())).flatten_all())
+            .collect();
+        Var::cat(&flat.iter().collect::<Vec<_>>(), 0)
+    })
+}
+
+/// First- and second-order gradcheck of `op` at `xs`.
+#[track_caller]
+fn check_both(name: &str, op: impl Fn(&[Var]) -> Result<Var>, xs: &[Tensor], seed: u64) {
+    check(name, &op, xs);
+    let vars: Vec<Var> = xs.iter().map(|t| Var::new(t.clone())).collect();
+    let out = op(&vars).unwrap().shape();
+    let mut inputs = xs.to_vec();
+    inputs.push(normal(seed, out.dims()));
+    let n = xs.len();
+    check(&format!("second order: {name}"), |v| first_derivative(&v[..n], &v[n], &op), &inputs);
+}
+
+/// The input, plus weight and bias of `[c]` when `affine`.
+fn operands(seed: u64, shape: &[usize], c: usize, affine: bool) -> Vec<Tensor> {
+    let mut xs = vec![normal(seed, shape)];
+    if affine {
+        xs.push(normal(seed + 1, &[c]));
+        xs.push(normal(seed + 2, &[c]));
+    }
+    xs
+}
+
+fn affine_of(v: &[Var]) -> (Option<&Var>, Option<&Var>) {
+    (v.get(1), v.get(2))
+}
+
+#[test]
+fn batch_norm_training_gradients() {
+    for (i, shape) in [vec![5, 3], vec![3, 2, 4], vec![2, 3, 2, 3]].into_iter().enumerate() {
+        for affine in [false, true] {
+            let name = format!("batch_norm train {shape:?} affine={affine}");
+            let op = |v: &[Var]| {
+                let (w, b) = affine_of(v);
+                F::batch_norm(&v[0], None, None, w, b, true, 0.1, 1e-5)
+            };
+            check_both(&name, op, &operands(10 + i as u64, &shape, shape[1], affine), 90 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn batch_norm_training_non_contiguous() {
+    let mut xs = operands(20, &[3, 2, 3, 4], 2, true);
+    xs[0] = transposed(&xs[0]);
+    let op = |v: &[Var]| F::batch_norm(&v[0], None, None, v.get(1), v.get(2), true, 0.1, 1e-5);
+    check_both("batch_norm train, transposed input", op, &xs, 21);
+    // Channels not in dimension 1 of the storage: the input permuted so that C is innermost.
+    let x = normal(22, &[2, 3, 4, 3]).permute(&[0, 3, 1, 2]).unwrap();
+    let op = |v: &[Var]| F::batch_norm(&v[0], None, None, None, None, true, 0.1, 1e-5);
+    check_both("batch_norm train, channels-last storage", op, &[x], 23);
+}
+
+#[test]
+fn batch_norm_eval_gradients() {
+    let mean = normal(30, &[3]);
+    let var = normal(31, &[3]).abs().add_scalar(0.5);
+    for affine in [false, true] {
+        for shape in [vec![4, 3], vec![2, 3, 2, 2]] {
+            let name = format!("batch_norm eval {shape:?} affine={affine}");
+            let op = |v: &[Var]| {
+                let (w, b) = affine_of(v);
+                F::batch_norm(&v[0], Some(&mean), Some(&var), w, b, false, 0.1, 1e-5)
+            };
+            check_both(&name, op, &operands(32, &shape, 3, affine), 33);
+        }
+    }
+}
+
+#[test]
+fn group_norm_gradients() {
+    for (groups, shape) in [(1, vec![2, 4, 3]), (2, vec![2, 4, 3, 2]), (4, vec![3, 4]), (3, vec![2, 6, 2])] {
+        for affine in [false, true] {
+            let name = format!("group_norm {groups} groups {shape:?} affine={affine}");
+            let op = |v: &[Var]| {
+                let (w, b) = affine_of(v);
+                F::group_norm(&v[0], groups, w, b, 1e-5)
+            };
+            check_both(&name, op, &operands(40 + groups as u64, &shape, shape[1], affine), 49);
+        }
+    }
+    let x = transposed(&normal(41, &[2, 4, 3, 3]));
+    check_both("group_norm transposed input", |v: &[Var]| F::group_norm(&v[0], 2, None, None, 1e-5), &[x], 42);
+}
+
+#[test]
+fn instance_norm_gradients() {
+    for affine in [false, true] {
+        let name = format!("instance_norm affine={affine}");
+        let op = |v: &[Var]| {
+            let (w, b) = affine_of(v);
+            F::instance_norm(&v[0], None, None, w, b, true, 0.1, 1e-5)
+        };
+        check_both(&name, op, &operands(50, &[2, 3, 2, 3], 3, affine), 51);
+    }
+    let x = transposed(&normal(52, &[2, 2, 3, 4]));
+    let op = |v: &[Var]| F::instance_norm(&v[0], None, None, None, None, true, 0.1, 1e-5);
+    check_both("instance_norm transposed input", op, &[x], 53);
+}
+
+#[test]
+fn rms_norm_gradients() {
+    let xs = vec![normal(60, &[3, 4, 2]), normal(61, &[4, 2])];
+    check_both("rms_norm (4, 2) weight", |v: &[Var]| F::rms_norm(&v[0], &[4, 2], Some(&v[1]), None), &xs, 62);
+    let x = transposed(&normal(63, &[2, 3, 5]));
+    check_both("rms_norm transposed", |v: &[Var]| F::rms_norm(&v[0], &[5], None, Some(1e-3)), &[x], 64);
+}

@@ -11,6 +11,7 @@ mod fold;
 mod identity;
 mod linear;
 mod norm;
+mod rnn;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use container::{Children, Sequential};
@@ -26,3 +27,6 @@ pub use fold::{fold, unfold};
 pub use identity::Identity;
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
+pub use rnn::{
+    CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
+};

@@ -19,6 +19,24 @@ pub struct LstmState {
     pub c: Var,
 }
 
+/// The checks PyTorch makes when a cell is built.
+fn check_cell_options(mode: Mode, hidden_size: usize, options: &CellOptions) -> Result<()> {
+    let layer_options = RnnOptions::default().nonlinearity(options.nonlinearity).dtype(options.dtype);
+    check_options(mode.cell_name(), mode, hidden_size, &layer_options)
+}
+
+/// The names and shapes of a cell's parameters, in state-dict order.
+fn cell_param_specs(mode: Mode, input_size: usize, hidden_size: usize, bias: bool) -> Vec<(String, Vec<usize>)> {
+    let gates = mode.gates() * hidden_size;
+    let mut out =
+        vec![("weight_ih".to_string(), vec![gates, input_size]), ("weight_hh".to_string(), vec![gates, hidden_size])];
+    if bias {
+        out.push(("bias_ih".to_string(), vec![gates]));
+        out.push(("bias_hh".to_string(), vec![gates]));
+    }
+    out
+}
+
 /// The shared implementation of the three cells.
 struct CellCore {
     mode: Mode,
@@ -33,15 +51,50 @@ struct CellCore {
 
 impl CellCore {
     fn new(mode: Mode, input_size: usize, hidden_size: usize, options: CellOptions) -> Result<CellCore> {
-        let name = mode.cell_name();
-        let layer_options = RnnOptions::default().nonlinearity(options.nonlinearity).dtype(options.dtype);
-        check_options(name, mode, hidden_size, &layer_options)?;
-        let gates = mode.gates() * hidden_size;
+        check_cell_options(mode, hidden_size, &options)?;
         let bound = 1.0 / (hidden_size as f64).sqrt();
-        let draw = |shape: &[usize]| -> Result<Var> { Ok(Var::param(init::uniform(shape, bound, options.dtype)?)) };
-        let w_ih = draw(&[gates, input_size])?;
-        let w_hh = draw(&[gates, hidden_size])?;
-        let (b_ih, b_hh) = if options.bias { (Some(draw(&[gates])?), Some(draw(&[gates])?)) } else { (None, None) };
+        let mut params = Vec::new();
+        for (name, shape) in cell_param_specs(mode, input_size, hidden_size, options.bias) {
+            params.push((name, Var::param(init::uniform(&shape, bound, options.dtype)?)));
+        }
+        Self::from_params(mode, input_size, hidden_size, options, params)
+    }
+
+    /// A cell over the given parameters, named as in its state dict.
+    fn from_params(
+        mode: Mode,
+        input_size: usize,
+        hidden_size: usize,
+        options: CellOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<CellCore> {
+        let name = mode.cell_name();
+        check_cell_options(mode, hidden_size, &options)?;
+        let specs = cell_param_specs(mode, input_size, hidden_size, options.bias);
+        if let Some((extra, _)) = params.iter().find(|(n, _)| !specs.iter().any(|(s, _)| s == n)) {
+            return Err(Error::invalid(name, format!("unexpected parameter {extra:?}")));
+        }
+        let mut vars = Vec::with_capacity(specs.len());
+        for (spec, shape) in &specs {
+            let Some((_, v)) = params.iter().find(|(n, _)| n == spec) else {
+                return Err(Error::invalid(name, format!("missing parameter {spec:?}")));
+            };
+            if v.shape().dims() != shape.as_slice() {
+                return Err(Error::shape(name, format!("{spec} must have shape {shape:?}, got {:?}", v.shape())));
+            }
+            if v.dtype() != options.dtype {
+                return Err(Error::dtype(
+                    name,
+                    format!("{spec} is {} but the options say {}", v.dtype(), options.dtype),
+                ));
+            }
+            vars.push(v.clone());
+        }
+        let mut it = vars.into_iter();
+        let (Some(w_ih), Some(w_hh)) = (it.next(), it.next()) else {
+            return Err(Error::invalid(name, "the weights are missing"));
+        };
+        let (b_ih, b_hh) = (it.next(), it.next());
         Ok(CellCore { mode, input_size, hidden_size, w_ih, w_hh, b_ih, b_hh, training: TrainingFlag::new() })
     }
 
@@ -203,11 +256,26 @@ impl RNNCell {
 
     /// A cell with the given options.
     pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<RNNCell> {
-        let mode = match options.nonlinearity {
+        Ok(RNNCell { core: CellCore::new(Self::mode_of(&options), input_size, hidden_size, options)? })
+    }
+
+    /// A cell over existing parameter `Var`s (shared with their other holders), named as
+    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
+    /// shapes and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: CellOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<RNNCell> {
+        Ok(RNNCell { core: CellCore::from_params(Self::mode_of(&options), input_size, hidden_size, options, params)? })
+    }
+
+    fn mode_of(options: &CellOptions) -> Mode {
+        match options.nonlinearity {
             Nonlinearity::Tanh => Mode::Tanh,
             Nonlinearity::Relu => Mode::Relu,
-        };
-        Ok(RNNCell { core: CellCore::new(mode, input_size, hidden_size, options)? })
+        }
     }
 
     /// The next hidden state from input `x` and hidden state `h` (zeros if `None`).
@@ -244,6 +312,18 @@ impl LSTMCell {
         Ok(LSTMCell { core: CellCore::new(Mode::Lstm, input_size, hidden_size, options)? })
     }
 
+    /// A cell over existing parameter `Var`s (shared with their other holders), named as
+    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
+    /// shapes and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: CellOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<LSTMCell> {
+        Ok(LSTMCell { core: CellCore::from_params(Mode::Lstm, input_size, hidden_size, options, params)? })
+    }
+
     /// The next state from input `x` and `state` (zeros if `None`).
     pub fn run(&self, x: &Var, state: Option<&LstmState>) -> Result<LstmState> {
         let s = self.core.run(x, state.map(|s| &s.h), state.map(|s| &s.c))?;
@@ -277,6 +357,18 @@ impl GRUCell {
     /// A cell with the given options (the nonlinearity must be tanh).
     pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<GRUCell> {
         Ok(GRUCell { core: CellCore::new(Mode::Gru, input_size, hidden_size, options)? })
+    }
+
+    /// A cell over existing parameter `Var`s (shared with their other holders), named as
+    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
+    /// shapes and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: CellOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<GRUCell> {
+        Ok(GRUCell { core: CellCore::from_params(Mode::Gru, input_size, hidden_size, options, params)? })
     }
 
     /// The next hidden state from input `x` and hidden state `h` (zeros if `None`).

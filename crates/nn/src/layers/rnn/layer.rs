@@ -21,6 +21,32 @@ struct DirParams {
     w_hr: Option<Var>,
 }
 
+/// The names and shapes of a layer's parameters, in PyTorch's state-dict order: per layer
+/// and direction `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`, `weight_hr`, suffixed
+/// `_l{k}` and `_reverse`.
+fn param_specs(mode: Mode, input_size: usize, hidden_size: usize, o: &RnnOptions) -> Vec<(String, Vec<usize>)> {
+    let gates = mode.gates() * hidden_size;
+    let h = if o.proj_size > 0 { o.proj_size } else { hidden_size };
+    let dirs = o.directions();
+    let mut out = Vec::new();
+    for layer in 0..o.num_layers {
+        let layer_in = if layer == 0 { input_size } else { h * dirs };
+        for dir in 0..dirs {
+            let suffix = format!("_l{layer}{}", if dir == 1 { "_reverse" } else { "" });
+            out.push((format!("weight_ih{suffix}"), vec![gates, layer_in]));
+            out.push((format!("weight_hh{suffix}"), vec![gates, h]));
+            if o.bias {
+                out.push((format!("bias_ih{suffix}"), vec![gates]));
+                out.push((format!("bias_hh{suffix}"), vec![gates]));
+            }
+            if o.proj_size > 0 {
+                out.push((format!("weight_hr{suffix}"), vec![o.proj_size, hidden_size]));
+            }
+        }
+    }
+    out
+}
+
 /// What the driver returns: the last layer's output and the final states.
 struct Run {
     output: Var,
@@ -41,29 +67,64 @@ struct RnnCore {
 
 impl RnnCore {
     fn new(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RnnCore> {
-        let name = mode.layer_name();
-        check_options(name, mode, hidden_size, &options)?;
-        let gates = mode.gates() * hidden_size;
-        let real_hidden = if options.proj_size > 0 { options.proj_size } else { hidden_size };
-        let dirs = options.directions();
-        let dtype = options.dtype;
+        check_options(mode.layer_name(), mode, hidden_size, &options)?;
         // PyTorch draws every parameter from U(-1/sqrt(hidden), 1/sqrt(hidden)), in the
         // order of the state dict.
         let bound = 1.0 / (hidden_size as f64).sqrt();
-        let draw = |shape: &[usize]| -> Result<Var> { Ok(Var::param(init::uniform(shape, bound, dtype)?)) };
-        let mut params = Vec::with_capacity(options.num_layers * dirs);
-        for layer in 0..options.num_layers {
-            let layer_in = if layer == 0 { input_size } else { real_hidden * dirs };
-            for _ in 0..dirs {
-                let w_ih = draw(&[gates, layer_in])?;
-                let w_hh = draw(&[gates, real_hidden])?;
-                let (b_ih, b_hh) =
-                    if options.bias { (Some(draw(&[gates])?), Some(draw(&[gates])?)) } else { (None, None) };
-                let w_hr = if options.proj_size > 0 { Some(draw(&[options.proj_size, hidden_size])?) } else { None };
+        let mut vars = Vec::new();
+        for (_, shape) in param_specs(mode, input_size, hidden_size, &options) {
+            vars.push(Var::param(init::uniform(&shape, bound, options.dtype)?));
+        }
+        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
+    }
+
+    /// A layer over the given parameters, named as in its state dict.
+    fn from_params(
+        mode: Mode,
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<RnnCore> {
+        let name = mode.layer_name();
+        check_options(name, mode, hidden_size, &options)?;
+        let specs = param_specs(mode, input_size, hidden_size, &options);
+        if let Some((extra, _)) = params.iter().find(|(n, _)| !specs.iter().any(|(s, _)| s == n)) {
+            return Err(Error::invalid(name, format!("unexpected parameter {extra:?}")));
+        }
+        let mut vars = Vec::with_capacity(specs.len());
+        for (spec, shape) in &specs {
+            let Some((_, v)) = params.iter().find(|(n, _)| n == spec) else {
+                return Err(Error::invalid(name, format!("missing parameter {spec:?}")));
+            };
+            if v.shape().dims() != shape.as_slice() {
+                return Err(Error::shape(name, format!("{spec} must have shape {shape:?}, got {:?}", v.shape())));
+            }
+            if v.dtype() != options.dtype {
+                return Err(Error::dtype(
+                    name,
+                    format!("{spec} is {} but the options say {}", v.dtype(), options.dtype),
+                ));
+            }
+            vars.push(v.clone());
+        }
+        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
+    }
+
+    /// The layer over `vars`, given in the order of [`param_specs`].
+    fn assemble(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions, vars: Vec<Var>) -> RnnCore {
+        let mut it = vars.into_iter();
+        let mut params = Vec::with_capacity(options.num_layers * options.directions());
+        for _ in 0..options.num_layers * options.directions() {
+            let mut next = || it.next();
+            let (w_ih, w_hh) = (next(), next());
+            let (b_ih, b_hh) = if options.bias { (next(), next()) } else { (None, None) };
+            let w_hr = if options.proj_size > 0 { next() } else { None };
+            if let (Some(w_ih), Some(w_hh)) = (w_ih, w_hh) {
                 params.push(DirParams { w_ih, w_hh, b_ih, b_hh, w_hr });
             }
         }
-        Ok(RnnCore { mode, input_size, hidden_size, options, params, training: TrainingFlag::new() })
+        RnnCore { mode, input_size, hidden_size, options, params, training: TrainingFlag::new() }
     }
 
     /// The size of `h`: `proj_size` if there is a projection, else `hidden_size`.
@@ -72,21 +133,15 @@ impl RnnCore {
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
-        let dirs = self.options.directions();
         let mut out = Vec::new();
-        for (k, p) in self.params.iter().enumerate() {
-            let suffix = format!("_l{}{}", k / dirs, if k % dirs == 1 { "_reverse" } else { "" });
-            out.push((format!("weight_ih{suffix}"), p.w_ih.clone()));
-            out.push((format!("weight_hh{suffix}"), p.w_hh.clone()));
-            if let (Some(bi), Some(bh)) = (&p.b_ih, &p.b_hh) {
-                out.push((format!("bias_ih{suffix}"), bi.clone()));
-                out.push((format!("bias_hh{suffix}"), bh.clone()));
-            }
-            if let Some(w) = &p.w_hr {
-                out.push((format!("weight_hr{suffix}"), w.clone()));
-            }
+        for p in &self.params {
+            out.push(p.w_ih.clone());
+            out.push(p.w_hh.clone());
+            out.extend(p.b_ih.iter().chain(&p.b_hh).cloned());
+            out.extend(p.w_hr.iter().cloned());
         }
-        out
+        let specs = param_specs(self.mode, self.input_size, self.hidden_size, &self.options);
+        specs.into_iter().map(|(n, _)| n).zip(out).collect()
     }
 
     /// Checks a state's shape against `[layers * directions, (B,) size]`.
@@ -380,11 +435,27 @@ impl RNN {
 
     /// An RNN with the given options (`proj_size` must be 0).
     pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RNN> {
-        let mode = match options.nonlinearity {
+        Ok(RNN { core: RnnCore::new(Self::mode_of(&options), input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<RNN> {
+        Ok(RNN { core: RnnCore::from_params(Self::mode_of(&options), input_size, hidden_size, options, params)? })
+    }
+
+    fn mode_of(options: &RnnOptions) -> Mode {
+        match options.nonlinearity {
             Nonlinearity::Tanh => Mode::Tanh,
             Nonlinearity::Relu => Mode::Relu,
-        };
-        Ok(RNN { core: RnnCore::new(mode, input_size, hidden_size, options)? })
+        }
     }
 
     /// The output and final hidden states of the sequences `x`, from `h0` (`[layers *
@@ -443,6 +514,19 @@ impl LSTM {
     /// An LSTM with the given options.
     pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<LSTM> {
         Ok(LSTM { core: RnnCore::new(Mode::Lstm, input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<LSTM> {
+        Ok(LSTM { core: RnnCore::from_params(Mode::Lstm, input_size, hidden_size, options, params)? })
     }
 
     /// The output and final states of the sequences `x`, from `state = (h0, c0)`
@@ -518,6 +602,19 @@ impl GRU {
     /// A GRU with the given options (`proj_size` must be 0).
     pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<GRU> {
         Ok(GRU { core: RnnCore::new(Mode::Gru, input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<GRU> {
+        Ok(GRU { core: RnnCore::from_params(Mode::Gru, input_size, hidden_size, options, params)? })
     }
 
     /// The output and final hidden states of the sequences `x`, from `h0` or zeros; as

@@ -2,6 +2,7 @@
 //! names and initialisation, input and state checks, the loop over layers, directions and
 //! time steps, and the public layers with their return types.
 
+use super::fused::lstm_sequence;
 use super::lengths::StepMasks;
 use super::options::{Mode, Nonlinearity, RnnOptions, check_options};
 use super::step::{State, StepWeights, input_bias, step, step_bias};
@@ -279,6 +280,12 @@ impl RnnCore {
             batch as i64,
             -1,
         ])?;
+        if self.mode == Mode::Lstm && p.w_hr.is_none() {
+            let (h0, c0) = (&init.h, init.c.as_ref().unwrap_or(&init.h));
+            let lengths = masks.map(StepMasks::lengths);
+            let (out, h, c) = lstm_sequence(&gi, &p.w_hh, h0, c0, reverse, lengths)?;
+            return Ok((out, State { h, c: Some(c) }));
+        }
         let weights = StepWeights { w_hh: &p.w_hh, b_hh: step_bias(self.mode, p.b_hh.as_ref()), w_hr: p.w_hr.as_ref() };
         let mut state = init;
         let mut ys: Vec<Option<Var>> = vec![None; steps];

@@ -11,9 +11,15 @@ use super::step::State;
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
 
+/// Whether step `t` of a sequence of `len` real steps is padding.
+pub(crate) fn step_is_padding(t: usize, len: usize) -> bool {
+    t >= len
+}
+
 /// The masks of the steps where some sequence is padding (`None` at steps where every
 /// sequence is active, which then run unmasked).
 pub(crate) struct StepMasks {
+    lengths: Vec<usize>,
     steps: Vec<Option<StepMask>>,
 }
 
@@ -49,14 +55,19 @@ impl StepMasks {
                 out.push(None);
                 continue;
             }
-            let active: Vec<u8> = lengths.iter().map(|&n| u8::from(t < n)).collect();
+            let active: Vec<u8> = lengths.iter().map(|&n| u8::from(!step_is_padding(t, n))).collect();
             let padding: Vec<u8> = active.iter().map(|&a| 1 - a).collect();
             out.push(Some(StepMask {
                 active: Var::new(Tensor::from_vec(active, [batch, 1])?),
                 padding: Var::new(Tensor::from_vec(padding, [batch, 1])?),
             }));
         }
-        Ok(Some(StepMasks { steps: out }))
+        Ok(Some(StepMasks { lengths: lengths.to_vec(), steps: out }))
+    }
+
+    /// The sequences' lengths.
+    pub(crate) fn lengths(&self) -> &[usize] {
+        &self.lengths
     }
 
     /// The masks of step `t`, if some sequence is padding there.

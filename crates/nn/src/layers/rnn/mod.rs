@@ -4,9 +4,11 @@
 //! - `step.rs`: one time step of each recurrence, shared by cells and layers;
 //! - `cell.rs`: [`RNNCell`], [`LSTMCell`], [`GRUCell`];
 //! - `layer.rs`: the multi-layer, bidirectional driver and [`RNN`], [`LSTM`], [`GRU`];
+//! - `fused.rs`: the LSTM recurrence over a whole sequence as one recorded operation;
 //! - `lengths.rs`: padded batches of sequences of different lengths.
 
 mod cell;
+mod fused;
 mod layer;
 mod lengths;
 mod options;

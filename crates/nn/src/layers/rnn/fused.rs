@@ -7,22 +7,23 @@
 //! the recurrent weight's gradient is a single matrix product over all steps, and the
 //! per-step work is a handful of tensor kernels.
 //!
-//! The node's output holds, for every step `t` and sequence, the activated gates and the
-//! state after the step, `[i, f, g, o, c_t, h_t]` along the last dimension (`[T, B, 6H]`).
-//! The backward reads it (no recomputation) and is written with `Var` operations, so under
+//! The node's output holds, for every step `t`, the activated gates, the state after the
+//! step and `tanh(c_t)`, `[i, f, g, o, c_t, h_t, tanh(c_t)]` as `[T, 7, B, H]`, so that
+//! every slot of a step is one contiguous `[B, H]` block. The backward reads it (no
+//! recomputation) and is written with `Var` operations, so under
 //! `create_graph` it is recorded and differentiable again; otherwise the same operations
 //! run as plain kernels. Gradients arriving at the gate slots (which happens only when a
 //! backward through this node is itself differentiated) are included.
 //!
-//! With lengths, a sequence's padded steps carry its state unchanged and its gate slots are
-//! zero there (constants, so that nothing flows through them).
+//! With lengths, a sequence's padded steps carry its state unchanged and its gate and
+//! `tanh(c)` slots are zero there (constants, so that nothing flows through them).
 
 use super::lengths::step_is_padding;
 use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var};
 use ember_tensor::{Result, Tensor};
 
 /// One LSTM direction over `T` steps: inputs `gi` `[T, B, 4H]` (the input projection with
-/// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output `[T, B, 6H]`.
+/// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output `[T, 7, B, H]`.
 pub(crate) struct LstmSequence {
     /// Run from the last step to the first.
     pub(crate) reverse: bool,
@@ -30,14 +31,15 @@ pub(crate) struct LstmSequence {
     pub(crate) lengths: Option<Vec<usize>>,
 }
 
-/// The slots of the output's last dimension, in units of `H`.
+/// The slots of the output's second dimension.
 const I: usize = 0;
 const F: usize = 1;
 const G: usize = 2;
 const O: usize = 3;
 const C: usize = 4;
 const H: usize = 5;
-const SLOTS: usize = 6;
+const TC: usize = 6;
+const SLOTS: usize = 7;
 
 impl LstmSequence {
     /// The steps in the order they run.
@@ -57,11 +59,6 @@ impl LstmSequence {
     }
 }
 
-/// Slot `k` (of width `hidden`) of `y` along the last dimension.
-fn slot(y: &Tensor, k: usize, hidden: usize) -> Result<Tensor> {
-    y.narrow(-1, k * hidden, hidden)
-}
-
 impl Op for LstmSequence {
     fn name(&self) -> &str {
         "lstm_sequence"
@@ -70,41 +67,50 @@ impl Op for LstmSequence {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
         let (steps, batch, hidden) = (gi.shape()[0], gi.shape()[1], w_hh.shape()[1]);
-        let out = Tensor::zeros([steps, batch, SLOTS * hidden], gi.dtype())?;
+        let out = Tensor::zeros([steps, SLOTS, batch, hidden], gi.dtype())?;
         let w_t = w_hh.t()?;
         let (mut h, mut c) = (h0.clone(), c0.clone());
         for t in self.order(steps) {
             let a = h.matmul(&w_t)?;
             a.add_(&gi.select(0, t)?)?;
             let s = a.sigmoid();
-            let (i, f, o) = (slot(&s, I, hidden)?, slot(&s, F, hidden)?, slot(&s, O, hidden)?);
-            let g = slot(&a, G, hidden)?.tanh();
-            let c_new = f.mul(&c)?.add(&i.mul(&g)?)?;
-            let h_new = o.mul(&c_new.tanh())?;
             let y = out.select(0, t)?;
-            for (k, v) in [(I, &i), (F, &f), (G, &g), (O, &o)] {
-                slot(&y, k, hidden)?.copy_(v)?;
+            let part = |k: usize| a.narrow(-1, k * hidden, hidden);
+            let spart = |k: usize| s.narrow(-1, k * hidden, hidden);
+            for k in [I, F, O] {
+                y.select(0, k)?.copy_(&spart(k)?)?;
             }
+            y.select(0, G)?.copy_(&part(G)?.tanh())?;
+            let (i, f, g, o) = (y.select(0, I)?, y.select(0, F)?, y.select(0, G)?, y.select(0, O)?);
+            let c_new = f.mul(&c)?;
+            c_new.add_(&i.mul(&g)?)?;
+            let tc = c_new.tanh();
+            let h_new = o.mul(&tc)?;
             match self.padding(t)? {
                 Some(pad) => {
                     h = pad.where_cond(&h, &h_new)?;
                     c = pad.where_cond(&c, &c_new)?;
                     // Padded rows' gates are not part of the computation: zero constants.
-                    let gates = y.narrow(-1, 0, 4 * hidden)?;
-                    gates.masked_fill_(&pad, 0.0)?;
+                    y.select(0, TC)?.copy_(&tc)?;
+                    for k in [I, F, G, O, TC] {
+                        y.select(0, k)?.masked_fill_(&pad, 0.0)?;
+                    }
                 }
-                None => (h, c) = (h_new, c_new),
+                None => {
+                    y.select(0, TC)?.copy_(&tc)?;
+                    (h, c) = (h_new, c_new);
+                }
             }
-            slot(&y, C, hidden)?.copy_(&c)?;
-            slot(&y, H, hidden)?.copy_(&h)?;
+            y.select(0, C)?.copy_(&c)?;
+            y.select(0, H)?.copy_(&h)?;
         }
         Ok(out)
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
         let (w_hh, h0, c0, y) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.output()?);
-        let (steps, batch, hidden) = (y.shape()[0], y.shape()[1], w_hh.shape()[1]);
-        let vslot = |v: &Var, k: usize| v.narrow(-1, k * hidden, hidden);
+        let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
+        let vslot = |v: &Var, k: usize| v.select(0, k);
         let (mut dh, mut dc) = (Var::new(h0.value().zeros_like()), Var::new(c0.value().zeros_like()));
         let mut da: Vec<Option<Var>> = vec![None; steps];
         let mut h_prev_of: Vec<Option<Var>> = vec![None; steps];
@@ -118,12 +124,13 @@ impl Op for LstmSequence {
                     (vslot(&yp, H)?, vslot(&yp, C)?)
                 }
             };
-            let (i, f, g, o, c) = (vslot(&yt, I)?, vslot(&yt, F)?, vslot(&yt, G)?, vslot(&yt, O)?, vslot(&yt, C)?);
+            let (i, f, g, o) = (vslot(&yt, I)?, vslot(&yt, F)?, vslot(&yt, G)?, vslot(&yt, O)?);
             let dh_t = dh.add(&vslot(&gt, H)?)?;
             let dc_in = dc.add(&vslot(&gt, C)?)?;
-            let tc = c.tanh();
-            // d tanh(c) = 1 - tanh(c)^2
-            let dc_t = dc_in.add(&dh_t.mul(&o)?.mul(&tc.square().rsub_scalar(1.0))?)?;
+            let tc = vslot(&yt, TC)?;
+            // d tanh(c) = 1 - tanh(c)^2, for the path through h and for the tanh(c) slot.
+            let dtc = dh_t.mul(&o)?.add(&vslot(&gt, TC)?)?;
+            let dc_t = dc_in.add(&dtc.mul(&tc.square().rsub_scalar(1.0))?)?;
             let d_i = dc_t.mul(&g)?.add(&vslot(&gt, I)?)?;
             let d_f = dc_t.mul(&c_prev)?.add(&vslot(&gt, F)?)?;
             let d_g = dc_t.mul(&i)?.add(&vslot(&gt, G)?)?;
@@ -188,10 +195,8 @@ pub(crate) fn lstm_sequence(
         }
         None => None,
     };
-    let hidden = w_hh.shape()[1];
     let y = Var::apply_op(LstmSequence { reverse, lengths }, &[gi, w_hh, h0, c0])?;
-    let hs = y.narrow(-1, H * hidden, hidden)?;
-    let cs = y.narrow(-1, C * hidden, hidden)?;
+    let (hs, cs) = (y.select(1, H)?, y.select(1, C)?);
     let last = if reverse { 0 } else { steps - 1 };
     let (h_n, c_n) = (hs.select(0, last)?, cs.select(0, last)?);
     let output = match padding_mask {

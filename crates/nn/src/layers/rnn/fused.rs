@@ -68,7 +68,8 @@ impl Op for LstmSequence {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
         let (steps, batch, hidden) = (gi.shape()[0], gi.shape()[1], w_hh.shape()[1]);
         let out = Tensor::zeros([steps, SLOTS, batch, hidden], gi.dtype())?;
-        let w_t = w_hh.t()?;
+        // Each step multiplies by the transpose: lay it out once.
+        let w_t = w_hh.t()?.contiguous();
         let (mut h, mut c) = (h0.clone(), c0.clone());
         for t in self.order(steps) {
             let a = h.matmul(&w_t)?;

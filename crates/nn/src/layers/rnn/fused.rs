@@ -201,7 +201,7 @@ pub(crate) fn lstm_sequence(
     let last = if reverse { 0 } else { steps - 1 };
     let (h_n, c_n) = (hs.select(0, last)?, cs.select(0, last)?);
     let output = match padding_mask {
-        Some(m) => hs.masked_fill(&Var::new(m), 0.0)?,
+        Some(m) => hs.masked_fill(Var::new(m), 0.0)?,
         None => hs,
     };
     Ok((output, h_n, c_n))

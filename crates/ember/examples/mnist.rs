@@ -25,9 +25,9 @@ use std::time::Instant;
 /// Train an MLP on MNIST.
 #[derive(Parser)]
 struct Args {
-    /// Passes over the training set.
-    #[arg(long, default_value_t = 3)]
-    epochs: usize,
+    /// Passes over the training set (default: the quick start's own, 3 for the MLP).
+    #[arg(long)]
+    epochs: Option<usize>,
     /// Samples per optimisation step.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
@@ -40,9 +40,9 @@ struct Args {
     /// The directory with the MNIST IDX files (and SHA256SUMS).
     #[arg(long, default_value = "data/mnist")]
     data: PathBuf,
-    /// Where the model, the curves and the graph go.
-    #[arg(long, default_value = "runs/mnist")]
-    out: PathBuf,
+    /// Where the model, the curves and the graph go (default: runs/<example name>).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Seed of the global generator (initial weights and shuffling).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -64,21 +64,44 @@ struct History {
     test_accuracy: Vec<(f64, f64)>,
 }
 
+/// What differs between the quick starts that share this driver (this example and
+/// `mnist_lstm`, which includes this file).
+pub struct QuickStart<M: Module> {
+    /// The example's name: the default output directory is `runs/<name>`.
+    pub name: &'static str,
+    /// The model, as the log describes it.
+    pub describe: &'static str,
+    /// Builds a freshly initialised model.
+    pub build: fn() -> Result<M>,
+    /// The default number of epochs.
+    pub epochs: usize,
+    /// The saved model's file name, without extension.
+    pub file: &'static str,
+}
+
 fn main() -> Result<()> {
+    run(QuickStart { name: "mnist", describe: "784-256-128-10 MLP", build: mnist::mlp, epochs: 3, file: "mnist_mlp" })
+}
+
+/// Trains the quick start's model as the command line says.
+pub fn run<M: Module>(quick: QuickStart<M>) -> Result<()> {
     let args = Args::parse();
-    if args.batch_size == 0 || args.epochs == 0 {
+    let epochs = args.epochs.unwrap_or(quick.epochs);
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(quick.name));
+    if args.batch_size == 0 || epochs == 0 {
         return Err(ember::Error::invalid("mnist", "--epochs and --batch-size must be positive"));
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| ember::Error::io(&args.out, e))?;
+    std::fs::create_dir_all(&out).map_err(|e| ember::Error::io(&out, e))?;
     ember::manual_seed(args.seed);
 
     let train = mnist::load(&args.data, true)?;
     let test = mnist::load(&args.data, false)?;
     println!("MNIST: {} training and {} test images from {}", train.len(), test.len(), args.data.display());
 
-    let model = mnist::mlp()?;
+    let model = (quick.build)()?;
     println!(
-        "model: 784-256-128-10 MLP, {} parameters; Adam, lr {} ({}), batch {}",
+        "model: {}, {} parameters; Adam, lr {} ({}), batch {}",
+        quick.describe,
         model.num_parameters(),
         args.lr,
         match args.schedule {
@@ -90,20 +113,20 @@ fn main() -> Result<()> {
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: args.lr, ..Default::default() })?;
     let loader = mnist::loader(&train, args.batch_size, args.seed)?;
     // Cosine decay from the peak rate to zero over the whole run, one step per batch.
-    let mut cosine = CosineAnnealingLR::new(&mut opt, args.epochs * loader.len(), 0.0)?;
+    let mut cosine = CosineAnnealingLR::new(&mut opt, epochs * loader.len(), 0.0)?;
 
     let mut history = History { train_loss: Vec::new(), test_accuracy: Vec::new() };
     let steps = loader.len();
     let started = Instant::now();
     let mut accuracy = 0.0;
-    for epoch in 1..=args.epochs {
+    for epoch in 1..=epochs {
         let bar = ProgressBar::new(steps as u64);
         bar.set_style(
             ProgressStyle::with_template("epoch {prefix} [{bar:32}] {pos}/{len} {msg}")
                 .map_err(|e| ember::Error::invalid("mnist", e.to_string()))?
                 .progress_chars("=> "),
         );
-        bar.set_prefix(format!("{epoch}/{}", args.epochs));
+        bar.set_prefix(format!("{epoch}/{}", epochs));
         let epoch_start = Instant::now();
         let (mut window, mut window_n) = (0.0, 0usize);
         let schedule: Option<&mut dyn LrScheduler> = match args.schedule {
@@ -139,19 +162,19 @@ fn main() -> Result<()> {
     }
     println!("trained in {:.1} s", started.elapsed().as_secs_f64());
 
-    let model_path = args.out.join("mnist_mlp.safetensors");
+    let model_path = out.join(format!("{}.safetensors", quick.file));
     model.save(&model_path)?;
-    let reloaded = mnist::mlp()?;
+    let reloaded = (quick.build)()?;
     reloaded.load(&model_path)?;
     let again = mnist::evaluate(&reloaded, &test)?.accuracy;
     println!("saved {} (reloaded into a fresh model: {:.2}% test accuracy)", model_path.display(), 100.0 * again);
 
-    let plot_path = args.out.join("mnist_curves.svg");
-    plot(&plot_path, &history, args.epochs).map_err(|e| ember::Error::invalid("plot", e.to_string()))?;
+    let plot_path = out.join(format!("{}_curves.svg", quick.name));
+    plot(&plot_path, &history, epochs).map_err(|e| ember::Error::invalid("plot", e.to_string()))?;
     println!("wrote {}", plot_path.display());
 
     if args.graph {
-        write_graph(&model, &test, &args.out)?;
+        write_graph(&model, &test, &out)?;
     }
     println!("final test accuracy: {:.2}%", 100.0 * accuracy);
     // The data take 210 MiB (60,000 + 10,000 images of 784 f32); the rest is the program,

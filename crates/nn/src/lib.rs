@@ -12,6 +12,8 @@
 //!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
 //!   [`Flatten`], [`Identity`], [`Dropout`], and the activations [`ReLU`], [`LeakyReLU`],
 //!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
+//! - Recurrent layers (`layers/rnn/`): [`RNN`], [`LSTM`], [`GRU`] (multi-layer,
+//!   bidirectional, variable lengths) and the cells [`RNNCell`], [`LSTMCell`], [`GRUCell`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
 //!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
 //!   a [`Reduction`] and, where there are more options, an options struct with `Default`;
@@ -71,6 +73,7 @@ mod state_dict;
 pub use layers::{
     BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, Dropout2d, GroupNorm, GroupNormOptions, InstanceNorm2d,
     InstanceNormOptions, RMSNorm, RMSNormOptions, batch_norm, dropout2d, group_norm, instance_norm, rms_norm,
+    CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
 };
 pub use layers::{
     Children, Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, ConvTranspose, ConvTranspose1d,

@@ -15,6 +15,7 @@ mod instance_norm;
 mod linear;
 mod norm;
 mod rms_norm;
+mod rnn;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
@@ -34,3 +35,6 @@ pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
 pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};
+pub use rnn::{
+    CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
+};

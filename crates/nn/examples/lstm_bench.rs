@@ -1,0 +1,70 @@
+//! LSTM training speed: `LSTM(28, 128)` over 28 steps on a batch of 64 (MNIST rows as a
+//! sequence), a `Linear(128, 10)` head on the last hidden state, cross-entropy, backward
+//! and a plain SGD update, at 2 threads. The counterpart of tools/bench/lstm_torch.py.
+//!
+//! Prints the median step time and the training throughput:
+//!
+//!     lstm step_ms=... samples_per_s=...
+//!
+//! Run: `cargo run --release -p ember-nn --example lstm_bench` (with `EMBER_PROFILE=1`, also
+//! a per-operation profile of one step).
+
+use ember_autograd::{Var, no_grad};
+use ember_nn::{CrossEntropyOptions, LSTM, Linear, Module, RnnOptions, cross_entropy};
+use ember_tensor::{Result, Tensor, manual_seed};
+use std::time::Instant;
+
+const BATCH: usize = 64;
+const STEPS: usize = 28;
+const INPUT: usize = 28;
+const HIDDEN: usize = 128;
+const WARMUP: usize = 3;
+const REPS: usize = 20;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<()> {
+    ember_tensor::threading::set_num_threads(2)?;
+    manual_seed(0);
+    let lstm = LSTM::with_options(INPUT, HIDDEN, RnnOptions::default().batch_first(true))?;
+    let head = Linear::new(HIDDEN, 10)?;
+    let x = Var::new(Tensor::randn([BATCH, STEPS, INPUT])?);
+    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?;
+    let params: Vec<Var> = lstm.parameters().into_iter().chain(head.parameters()).collect();
+    let mut times = Vec::new();
+    for rep in 0..WARMUP + REPS {
+        let start = Instant::now();
+        let out = lstm.run(&x, None)?;
+        let logits = head.forward(&out.h_n.select(0, 0)?)?;
+        let loss = cross_entropy(&logits, &y, CrossEntropyOptions::default())?;
+        loss.backward()?;
+        no_grad(|| -> Result<()> {
+            for p in &params {
+                if let Some(g) = p.grad() {
+                    p.value().add_scaled_(&g, -0.01)?;
+                }
+                p.zero_grad();
+            }
+            Ok(())
+        })?;
+        if rep >= WARMUP {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    if std::env::var_os("EMBER_PROFILE").is_some() {
+        // One more step under the profiler: where the time goes, per operation.
+        let (result, prof) = ember_autograd::profile(|| -> Result<()> {
+            let out = lstm.run(&x, None)?;
+            let logits = head.forward(&out.h_n.select(0, 0)?)?;
+            cross_entropy(&logits, &y, CrossEntropyOptions::default())?.backward()
+        });
+        result?;
+        println!("{}", prof.table());
+    }
+    let step = median(times);
+    println!("lstm step_ms={:.3} samples_per_s={:.0}", step * 1e3, BATCH as f64 / step);
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! The LSTM recurrence over a whole sequence as one recorded operation.
+//!
+//! Unrolled step by step, an LSTM direction records a dozen operations per time step, and
+//! every step's slice of the precomputed input projection sends back a gradient of the
+//! full projection's size, which the engine then sums: for a 28-step sequence that is 28
+//! full-size additions per layer. As one node the recurrence has one gradient per input,
+//! the recurrent weight's gradient is a single matrix product over all steps, and the
+//! per-step work is a handful of tensor kernels.
+//!
+//! The node's output holds, for every step `t`, the activated gates, the state after the
+//! step and `tanh(c_t)`, `[i, f, g, o, c_t, h_t, tanh(c_t)]` as `[T, 7, B, H]`, so that
+//! every slot of a step is one contiguous `[B, H]` block. The backward reads it (no
+//! recomputation) and is written with `Var` operations, so under
+//! `create_graph` it is recorded and differentiable again; otherwise the same operations
+//! run as plain kernels. Gradients arriving at the gate slots (which happens only when a
+//! backward through this node is itself differentiated) are included.
+//!
+//! With lengths, a sequence's padded steps carry its state unchanged and its gate and
+//! `tanh(c)` slots are zero there (constants, so that nothing flows through them).
+
+use super::lengths::step_is_padding;
+use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var};
+use ember_tensor::{Result, Tensor};
+
+/// One LSTM direction over `T` steps: inputs `gi` `[T, B, 4H]` (the input projection with
+/// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output `[T, 7, B, H]`.
+pub(crate) struct LstmSequence {
+    /// Run from the last step to the first.
+    pub(crate) reverse: bool,
+    /// Each sequence's number of real steps, if some are shorter than `T`.
+    pub(crate) lengths: Option<Vec<usize>>,
+}
+
+/// The slots of the output's second dimension.
+const I: usize = 0;
+const F: usize = 1;
+const G: usize = 2;
+const O: usize = 3;
+const C: usize = 4;
+const H: usize = 5;
+const TC: usize = 6;
+const SLOTS: usize = 7;
+
+impl LstmSequence {
+    /// The steps in the order they run.
+    fn order(&self, steps: usize) -> Vec<usize> {
+        (0..steps).map(|i| if self.reverse { steps - 1 - i } else { i }).collect()
+    }
+
+    /// The `u8` `[B, 1]` mask of the sequences that are padding at step `t`, if any is.
+    fn padding(&self, t: usize) -> Result<Option<Tensor>> {
+        match &self.lengths {
+            Some(l) if l.iter().any(|&n| t >= n) => {
+                let m: Vec<u8> = l.iter().map(|&n| u8::from(step_is_padding(t, n))).collect();
+                Ok(Some(Tensor::from_vec(m, [l.len(), 1])?))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+impl Op for LstmSequence {
+    fn name(&self) -> &str {
+        "lstm_sequence"
+    }
+
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+        let (steps, batch, hidden) = (gi.shape()[0], gi.shape()[1], w_hh.shape()[1]);
+        let out = Tensor::zeros([steps, SLOTS, batch, hidden], gi.dtype())?;
+        // Each step multiplies by the transpose: lay it out once.
+        let w_t = w_hh.t()?.contiguous();
+        let (mut h, mut c) = (h0.clone(), c0.clone());
+        for t in self.order(steps) {
+            let a = h.matmul(&w_t)?;
+            a.add_(&gi.select(0, t)?)?;
+            let s = a.sigmoid();
+            let y = out.select(0, t)?;
+            let part = |k: usize| a.narrow(-1, k * hidden, hidden);
+            let spart = |k: usize| s.narrow(-1, k * hidden, hidden);
+            for k in [I, F, O] {
+                y.select(0, k)?.copy_(&spart(k)?)?;
+            }
+            y.select(0, G)?.copy_(&part(G)?.tanh())?;
+            let (i, f, g, o) = (y.select(0, I)?, y.select(0, F)?, y.select(0, G)?, y.select(0, O)?);
+            let c_new = f.mul(&c)?;
+            c_new.add_(&i.mul(&g)?)?;
+            let tc = c_new.tanh();
+            let h_new = o.mul(&tc)?;
+            match self.padding(t)? {
+                Some(pad) => {
+                    h = pad.where_cond(&h, &h_new)?;
+                    c = pad.where_cond(&c, &c_new)?;
+                    // Padded rows' gates are not part of the computation: zero constants.
+                    y.select(0, TC)?.copy_(&tc)?;
+                    for k in [I, F, G, O, TC] {
+                        y.select(0, k)?.masked_fill_(&pad, 0.0)?;
+                    }
+                }
+                None => {
+                    y.select(0, TC)?.copy_(&tc)?;
+                    (h, c) = (h_new, c_new);
+                }
+            }
+            y.select(0, C)?.copy_(&c)?;
+            y.select(0, H)?.copy_(&h)?;
+        }
+        Ok(out)
+    }
+
+    fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
+        let (w_hh, h0, c0, y) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.output()?);
+        let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
+        let vslot = |v: &Var, k: usize| v.select(0, k);
+        let (mut dh, mut dc) = (Var::new(h0.value().zeros_like()), Var::new(c0.value().zeros_like()));
+        let mut da: Vec<Option<Var>> = vec![None; steps];
+        let mut h_prev_of: Vec<Option<Var>> = vec![None; steps];
+        let order = self.order(steps);
+        for (n, &t) in order.iter().enumerate().rev() {
+            let (yt, gt) = (y.select(0, t)?, grad.select(0, t)?);
+            let (h_prev, c_prev) = match n {
+                0 => (h0.clone(), c0.clone()),
+                _ => {
+                    let yp = y.select(0, order[n - 1])?;
+                    (vslot(&yp, H)?, vslot(&yp, C)?)
+                }
+            };
+            let (i, f, g, o) = (vslot(&yt, I)?, vslot(&yt, F)?, vslot(&yt, G)?, vslot(&yt, O)?);
+            let dh_t = dh.add(&vslot(&gt, H)?)?;
+            let dc_in = dc.add(&vslot(&gt, C)?)?;
+            let tc = vslot(&yt, TC)?;
+            // d tanh(c) = 1 - tanh(c)^2, for the path through h and for the tanh(c) slot.
+            let dtc = dh_t.mul(&o)?.add(&vslot(&gt, TC)?)?;
+            let dc_t = dc_in.add(&dtc.mul(&tc.square().rsub_scalar(1.0))?)?;
+            let d_i = dc_t.mul(&g)?.add(&vslot(&gt, I)?)?;
+            let d_f = dc_t.mul(&c_prev)?.add(&vslot(&gt, F)?)?;
+            let d_g = dc_t.mul(&i)?.add(&vslot(&gt, G)?)?;
+            let d_o = dh_t.mul(&tc)?.add(&vslot(&gt, O)?)?;
+            let sig = |d: &Var, s: &Var| -> Result<Var> { d.mul(&s.mul(&s.rsub_scalar(1.0))?) };
+            let a = Var::cat(
+                &[&sig(&d_i, &i)?, &sig(&d_f, &f)?, &d_g.mul(&g.square().rsub_scalar(1.0))?, &sig(&d_o, &o)?],
+                1,
+            )?;
+            let dh_prev = a.matmul(&w_hh)?;
+            let dc_prev = dc_t.mul(&f)?;
+            match self.padding(t)? {
+                Some(pad) => {
+                    // Padded rows passed the state through: their gradient goes on as it is.
+                    let pad = Var::new(pad);
+                    dh = pad.where_cond(&dh_t, &dh_prev)?;
+                    dc = pad.where_cond(&dc_in, &dc_prev)?;
+                    da[t] = Some(a.masked_fill(&pad, 0.0)?);
+                }
+                None => {
+                    dh = dh_prev;
+                    dc = dc_prev;
+                    da[t] = Some(a);
+                }
+            }
+            h_prev_of[t] = Some(h_prev);
+        }
+        let da: Vec<Var> = da.into_iter().flatten().collect();
+        let h_prev: Vec<Var> = h_prev_of.into_iter().flatten().collect();
+        let d_gi = Var::stack(&da.iter().collect::<Vec<_>>(), 0)?;
+        let gw = if ctx.needs_input_grad(1) {
+            // Every step's contribution in one product: sum_t da_t^T h_{t-1}.
+            let hp = Var::stack(&h_prev.iter().collect::<Vec<_>>(), 0)?.reshape([steps * batch, hidden])?;
+            Some(d_gi.reshape([steps * batch, 4 * hidden])?.t()?.matmul(&hp)?)
+        } else {
+            None
+        };
+        Ok([Some(d_gi), gw, Some(dh), Some(dc)].into_iter().collect())
+    }
+
+    fn saves(&self) -> Saves {
+        Saves { inputs: 0b1110, output: true }
+    }
+}
+
+/// One LSTM direction over the whole sequence (see [`LstmSequence`]): the hidden states
+/// `[T, B, H]` (zero at padded steps), and the final `h` and `c`, each `[B, H]`.
+pub(crate) fn lstm_sequence(
+    gi: &Var,
+    w_hh: &Var,
+    h0: &Var,
+    c0: &Var,
+    reverse: bool,
+    lengths: Option<&[usize]>,
+) -> Result<(Var, Var, Var)> {
+    let lengths = lengths.filter(|l| l.iter().any(|&n| n < gi.shape()[0])).map(<[usize]>::to_vec);
+    let steps = gi.shape()[0];
+    let padding_mask = match &lengths {
+        Some(l) => {
+            let m: Vec<u8> = (0..steps).flat_map(|t| l.iter().map(move |&n| u8::from(step_is_padding(t, n)))).collect();
+            Some(Tensor::from_vec(m, [steps, l.len(), 1])?)
+        }
+        None => None,
+    };
+    let y = Var::apply_op(LstmSequence { reverse, lengths }, &[gi, w_hh, h0, c0])?;
+    let (hs, cs) = (y.select(1, H)?, y.select(1, C)?);
+    let last = if reverse { 0 } else { steps - 1 };
+    let (h_n, c_n) = (hs.select(0, last)?, cs.select(0, last)?);
+    let output = match padding_mask {
+        Some(m) => hs.masked_fill(Var::new(m), 0.0)?,
+        None => hs,
+    };
+    Ok((output, h_n, c_n))
+}

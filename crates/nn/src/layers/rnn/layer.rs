@@ -1,0 +1,644 @@
+//! The multi-layer driver behind [`RNN`], [`LSTM`] and [`GRU`]: parameters with PyTorch's
+//! names and initialisation, input and state checks, the loop over layers, directions and
+//! time steps, and the public layers with their return types.
+
+use super::fused::lstm_sequence;
+use super::lengths::StepMasks;
+use super::options::{Mode, Nonlinearity, RnnOptions, check_options};
+use super::step::{State, StepWeights, input_bias, step, step_bias};
+use crate::init;
+use crate::layers::dropout::dropout;
+use crate::module::{Module, TrainingFlag};
+use ember_autograd::Var;
+use ember_tensor::{Error, Result, Tensor};
+use std::fmt;
+
+/// The parameters of one direction of one layer.
+struct DirParams {
+    w_ih: Var,
+    w_hh: Var,
+    b_ih: Option<Var>,
+    b_hh: Option<Var>,
+    w_hr: Option<Var>,
+}
+
+/// The names and shapes of a layer's parameters, in PyTorch's state-dict order: per layer
+/// and direction `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`, `weight_hr`, suffixed
+/// `_l{k}` and `_reverse`.
+fn param_specs(mode: Mode, input_size: usize, hidden_size: usize, o: &RnnOptions) -> Vec<(String, Vec<usize>)> {
+    let gates = mode.gates() * hidden_size;
+    let h = if o.proj_size > 0 { o.proj_size } else { hidden_size };
+    let dirs = o.directions();
+    let mut out = Vec::new();
+    for layer in 0..o.num_layers {
+        let layer_in = if layer == 0 { input_size } else { h * dirs };
+        for dir in 0..dirs {
+            let suffix = format!("_l{layer}{}", if dir == 1 { "_reverse" } else { "" });
+            out.push((format!("weight_ih{suffix}"), vec![gates, layer_in]));
+            out.push((format!("weight_hh{suffix}"), vec![gates, h]));
+            if o.bias {
+                out.push((format!("bias_ih{suffix}"), vec![gates]));
+                out.push((format!("bias_hh{suffix}"), vec![gates]));
+            }
+            if o.proj_size > 0 {
+                out.push((format!("weight_hr{suffix}"), vec![o.proj_size, hidden_size]));
+            }
+        }
+    }
+    out
+}
+
+/// What the driver returns: the last layer's output and the final states.
+struct Run {
+    output: Var,
+    h_n: Var,
+    c_n: Option<Var>,
+}
+
+/// The shared implementation of the three layers.
+struct RnnCore {
+    mode: Mode,
+    input_size: usize,
+    hidden_size: usize,
+    options: RnnOptions,
+    /// `num_layers * directions` entries, layer-major (`l0`, `l0_reverse`, `l1`, ...).
+    params: Vec<DirParams>,
+    training: TrainingFlag,
+}
+
+impl RnnCore {
+    fn new(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RnnCore> {
+        check_options(mode.layer_name(), mode, hidden_size, &options)?;
+        // PyTorch draws every parameter from U(-1/sqrt(hidden), 1/sqrt(hidden)), in the
+        // order of the state dict.
+        let bound = 1.0 / (hidden_size as f64).sqrt();
+        let mut vars = Vec::new();
+        for (_, shape) in param_specs(mode, input_size, hidden_size, &options) {
+            vars.push(Var::param(init::uniform(&shape, bound, options.dtype)?));
+        }
+        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
+    }
+
+    /// A layer over the given parameters, named as in its state dict.
+    fn from_params(
+        mode: Mode,
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<RnnCore> {
+        let name = mode.layer_name();
+        check_options(name, mode, hidden_size, &options)?;
+        let specs = param_specs(mode, input_size, hidden_size, &options);
+        if let Some((extra, _)) = params.iter().find(|(n, _)| !specs.iter().any(|(s, _)| s == n)) {
+            return Err(Error::invalid(name, format!("unexpected parameter {extra:?}")));
+        }
+        let mut vars = Vec::with_capacity(specs.len());
+        for (spec, shape) in &specs {
+            let Some((_, v)) = params.iter().find(|(n, _)| n == spec) else {
+                return Err(Error::invalid(name, format!("missing parameter {spec:?}")));
+            };
+            if v.shape().dims() != shape.as_slice() {
+                return Err(Error::shape(name, format!("{spec} must have shape {shape:?}, got {:?}", v.shape())));
+            }
+            if v.dtype() != options.dtype {
+                return Err(Error::dtype(
+                    name,
+                    format!("{spec} is {} but the options say {}", v.dtype(), options.dtype),
+                ));
+            }
+            vars.push(v.clone());
+        }
+        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
+    }
+
+    /// The layer over `vars`, given in the order of [`param_specs`].
+    fn assemble(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions, vars: Vec<Var>) -> RnnCore {
+        let mut it = vars.into_iter();
+        let mut params = Vec::with_capacity(options.num_layers * options.directions());
+        for _ in 0..options.num_layers * options.directions() {
+            let mut next = || it.next();
+            let (w_ih, w_hh) = (next(), next());
+            let (b_ih, b_hh) = if options.bias { (next(), next()) } else { (None, None) };
+            let w_hr = if options.proj_size > 0 { next() } else { None };
+            if let (Some(w_ih), Some(w_hh)) = (w_ih, w_hh) {
+                params.push(DirParams { w_ih, w_hh, b_ih, b_hh, w_hr });
+            }
+        }
+        RnnCore { mode, input_size, hidden_size, options, params, training: TrainingFlag::new() }
+    }
+
+    /// The size of `h`: `proj_size` if there is a projection, else `hidden_size`.
+    fn out_hidden(&self) -> usize {
+        if self.options.proj_size > 0 { self.options.proj_size } else { self.hidden_size }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut out = Vec::new();
+        for p in &self.params {
+            out.push(p.w_ih.clone());
+            out.push(p.w_hh.clone());
+            out.extend(p.b_ih.iter().chain(&p.b_hh).cloned());
+            out.extend(p.w_hr.iter().cloned());
+        }
+        let specs = param_specs(self.mode, self.input_size, self.hidden_size, &self.options);
+        specs.into_iter().map(|(n, _)| n).zip(out).collect()
+    }
+
+    /// Checks a state's shape against `[layers * directions, (B,) size]`.
+    fn check_state(&self, what: &str, s: &Var, batch: Option<usize>, size: usize) -> Result<()> {
+        let name = self.mode.layer_name();
+        let ld = self.options.num_layers * self.options.directions();
+        let expected: Vec<usize> = match batch {
+            Some(b) => vec![ld, b, size],
+            None => vec![ld, size],
+        };
+        if s.shape().dims() != expected.as_slice() {
+            return Err(Error::shape(name, format!("expected {what} of shape {expected:?}, got {:?}", s.shape())));
+        }
+        if s.dtype() != self.options.dtype {
+            return Err(Error::dtype(
+                name,
+                format!("{what} is {} but the parameters are {}", s.dtype(), self.options.dtype),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs the layers over `x`, from the initial states `h0` (and `c0`) or zeros, with the
+    /// sequences' `lengths` if they differ.
+    fn run(&self, x: &Var, lengths: Option<&[usize]>, h0: Option<&Var>, c0: Option<&Var>) -> Result<Run> {
+        let name = self.mode.layer_name();
+        let o = &self.options;
+        let batched = match x.rank() {
+            3 => true,
+            2 => false,
+            _ => {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "expected an input of shape [{}, {}] (or [T, {}] unbatched), got {:?}",
+                        if o.batch_first { "B, T" } else { "T, B" },
+                        self.input_size,
+                        self.input_size,
+                        x.shape()
+                    ),
+                ));
+            }
+        };
+        if x.shape()[x.rank() - 1] != self.input_size {
+            return Err(Error::shape(
+                name,
+                format!(
+                    "input.size(-1) must be equal to input_size {}, got input of shape {:?}",
+                    self.input_size,
+                    x.shape()
+                ),
+            ));
+        }
+        if x.dtype() != o.dtype {
+            return Err(Error::dtype(name, format!("the input is {} but the parameters are {}", x.dtype(), o.dtype)));
+        }
+        // Time-major `[T, B, in]` from here on.
+        let x = if !batched {
+            x.unsqueeze(1)?
+        } else if o.batch_first {
+            x.transpose(0, 1)?
+        } else {
+            x.clone()
+        };
+        let (steps, batch) = (x.shape()[0], x.shape()[1]);
+        let state_batch = batched.then_some(batch);
+        let out_hidden = self.out_hidden();
+        if let Some(h) = h0 {
+            self.check_state("h0", h, state_batch, out_hidden)?;
+        }
+        if let Some(c) = c0 {
+            self.check_state("c0", c, state_batch, self.hidden_size)?;
+        }
+        // Unbatched states gain the batch dimension too.
+        let h0 = h0.map(|h| if batched { Ok(h.clone()) } else { h.unsqueeze(1) }).transpose()?;
+        let c0 = c0.map(|c| if batched { Ok(c.clone()) } else { c.unsqueeze(1) }).transpose()?;
+        let masks = match lengths {
+            Some(l) => StepMasks::new(name, l, steps, batch)?,
+            None => None,
+        };
+
+        let dirs = o.directions();
+        let mut layer_input = x;
+        let (mut h_n, mut c_n) = (Vec::new(), Vec::new());
+        for layer in 0..o.num_layers {
+            let mut outs = Vec::with_capacity(dirs);
+            for dir in 0..dirs {
+                let k = layer * dirs + dir;
+                let init = State {
+                    h: match &h0 {
+                        Some(h) => h.select(0, k)?,
+                        None => Var::new(Tensor::zeros([batch, out_hidden], o.dtype)?),
+                    },
+                    c: match (self.mode, &c0) {
+                        (Mode::Lstm, Some(c)) => Some(c.select(0, k)?),
+                        (Mode::Lstm, None) => Some(Var::new(Tensor::zeros([batch, self.hidden_size], o.dtype)?)),
+                        _ => None,
+                    },
+                };
+                let (out, last) = self.run_direction(&self.params[k], &layer_input, init, dir == 1, masks.as_ref())?;
+                outs.push(out);
+                h_n.push(last.h);
+                c_n.extend(last.c);
+            }
+            let out = if dirs == 2 { Var::cat(&[&outs[0], &outs[1]], 2)? } else { outs.remove(0) };
+            layer_input = if layer + 1 < o.num_layers { dropout(&out, o.dropout, self.training.get())? } else { out };
+        }
+        let stack = |v: &[Var]| Var::stack(&v.iter().collect::<Vec<_>>(), 0);
+        let (h_n, c_n) = (stack(&h_n)?, if c_n.is_empty() { None } else { Some(stack(&c_n)?) });
+        let output = layer_input;
+        Ok(if !batched {
+            Run { output: output.squeeze(1)?, h_n: h_n.squeeze(1)?, c_n: c_n.map(|c| c.squeeze(1)).transpose()? }
+        } else if o.batch_first {
+            Run { output: output.transpose(0, 1)?, h_n, c_n }
+        } else {
+            Run { output, h_n, c_n }
+        })
+    }
+
+    /// One direction of one layer over the time-major `x`: its output `[T, B, h]` and final
+    /// state.
+    fn run_direction(
+        &self,
+        p: &DirParams,
+        x: &Var,
+        init: State,
+        reverse: bool,
+        masks: Option<&StepMasks>,
+    ) -> Result<(Var, State)> {
+        let (steps, batch, features) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        // The input's contribution for every step at once: one matrix product.
+        let bias = input_bias(self.mode, p.b_ih.as_ref(), p.b_hh.as_ref())?;
+        let gi = x.reshape([steps * batch, features])?.linear(&p.w_ih, bias.as_ref())?.reshape([
+            steps as i64,
+            batch as i64,
+            -1,
+        ])?;
+        if self.mode == Mode::Lstm && p.w_hr.is_none() {
+            let (h0, c0) = (&init.h, init.c.as_ref().unwrap_or(&init.h));
+            let lengths = masks.map(StepMasks::lengths);
+            let (out, h, c) = lstm_sequence(&gi, &p.w_hh, h0, c0, reverse, lengths)?;
+            return Ok((out, State { h, c: Some(c) }));
+        }
+        let weights = StepWeights { w_hh: &p.w_hh, b_hh: step_bias(self.mode, p.b_hh.as_ref()), w_hr: p.w_hr.as_ref() };
+        let mut state = init;
+        let mut ys: Vec<Option<Var>> = vec![None; steps];
+        for i in 0..steps {
+            let t = if reverse { steps - 1 - i } else { i };
+            let new = step(self.mode, &gi.select(0, t)?, &state, &weights)?;
+            let mask = masks.and_then(|m| m.at(t));
+            let y = match mask {
+                Some(m) => m.zero_padding(&new.h)?,
+                None => new.h.clone(),
+            };
+            state = match mask {
+                Some(m) => m.keep(new, &state)?,
+                None => new,
+            };
+            ys[t] = Some(y);
+        }
+        let ys: Vec<Var> = ys.into_iter().flatten().collect();
+        let out = Var::stack(&ys.iter().collect::<Vec<_>>(), 0)?;
+        Ok((out, state))
+    }
+
+    fn repr(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        write!(f, "{}({}, {}", self.mode.layer_name(), self.input_size, self.hidden_size)?;
+        if o.proj_size > 0 {
+            write!(f, ", proj_size={}", o.proj_size)?;
+        }
+        if o.num_layers != 1 {
+            write!(f, ", num_layers={}", o.num_layers)?;
+        }
+        if self.mode == Mode::Relu {
+            write!(f, ", nonlinearity='relu'")?;
+        }
+        if !o.bias {
+            write!(f, ", bias=False")?;
+        }
+        if o.batch_first {
+            write!(f, ", batch_first=True")?;
+        }
+        if o.dropout != 0.0 {
+            write!(f, ", dropout={}", o.dropout)?;
+        }
+        if o.bidirectional {
+            write!(f, ", bidirectional=True")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// What [`RNN`] and [`GRU`] return: PyTorch's `(output, h_n)`.
+#[derive(Clone)]
+pub struct RnnOutput {
+    /// The last layer's `h` at every step: `[T, B, directions * hidden]` (`[B, T, ..]`
+    /// with `batch_first`, `[T, ..]` unbatched), the directions joined along the features.
+    pub output: Var,
+    /// Every layer's and direction's final `h`: `[layers * directions, B, hidden]`
+    /// (`[layers * directions, hidden]` unbatched), ordered `l0`, `l0_reverse`, `l1`, ...
+    pub h_n: Var,
+}
+
+/// What [`LSTM`] returns: PyTorch's `(output, (h_n, c_n))`.
+#[derive(Clone)]
+pub struct LstmOutput {
+    /// The last layer's `h` at every step, as in [`RnnOutput::output`] (`proj_size`
+    /// features per direction with a projection).
+    pub output: Var,
+    /// Every layer's and direction's final `h`: `[layers * directions, B, h]`, where `h` is
+    /// `proj_size` with a projection and `hidden_size` otherwise.
+    pub h_n: Var,
+    /// Every layer's and direction's final cell state: `[layers * directions, B, hidden]`.
+    pub c_n: Var,
+}
+
+macro_rules! layer_common {
+    ($Layer:ident) => {
+        impl $Layer {
+            /// The size of each input step's features.
+            pub fn input_size(&self) -> usize {
+                self.core.input_size
+            }
+
+            /// The size of the hidden state (of the cell state, for an LSTM with a
+            /// projection).
+            pub fn hidden_size(&self) -> usize {
+                self.core.hidden_size
+            }
+
+            /// The options the layer was built with.
+            pub fn options(&self) -> &RnnOptions {
+                &self.core.options
+            }
+        }
+
+        impl Module for $Layer {
+            /// The output alone (the final states are dropped): for use in a
+            /// [`Sequential`](crate::Sequential).
+            fn forward(&self, x: &Var) -> Result<Var> {
+                Ok(self.core.run(x, None, None, None)?.output)
+            }
+
+            fn named_parameters(&self) -> Vec<(String, Var)> {
+                self.core.named_parameters()
+            }
+
+            fn set_training(&self, on: bool) {
+                self.core.training.set(on);
+            }
+
+            fn is_training(&self) -> bool {
+                self.core.training.get()
+            }
+        }
+
+        impl fmt::Debug for $Layer {
+            /// PyTorch's repr: `LSTM(10, 20, num_layers=2, bidirectional=True)`.
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.core.repr(f)
+            }
+        }
+    };
+}
+
+/// A multi-layer Elman RNN, PyTorch's `nn.RNN`: `h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} +
+/// b_hh)` (or relu, with [`RnnOptions::nonlinearity`]).
+///
+/// Inputs are `[T, B, input_size]` (`[B, T, input_size]` with `batch_first`, `[T,
+/// input_size]` unbatched); [`run`](RNN::run) returns the output and the final states,
+/// [`run_with_lengths`](RNN::run_with_lengths) the same for a padded batch of sequences of
+/// different lengths. Parameters are named and initialised as in PyTorch: `weight_ih_l{k}`
+/// `[hidden, in]`, `weight_hh_l{k}` `[hidden, hidden]`, `bias_ih_l{k}`, `bias_hh_l{k}`
+/// (`..._reverse` for the backward direction), all `U(-1/sqrt(hidden), 1/sqrt(hidden))`.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{Nonlinearity, RNN, RnnOptions};
+/// use ember_tensor::Tensor;
+/// let rnn = RNN::with_options(4, 8, RnnOptions::default().num_layers(2).nonlinearity(Nonlinearity::Relu))?;
+/// let out = rnn.run(&Var::new(Tensor::randn([5, 3, 4])?), None)?;
+/// assert_eq!(out.output.shape().dims(), &[5, 3, 8]);
+/// assert_eq!(out.h_n.shape().dims(), &[2, 3, 8]);
+/// assert_eq!(format!("{rnn:?}"), "RNN(4, 8, num_layers=2, nonlinearity='relu')");
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub struct RNN {
+    core: RnnCore,
+}
+
+impl RNN {
+    /// A one-layer tanh RNN in `f32`.
+    pub fn new(input_size: usize, hidden_size: usize) -> Result<RNN> {
+        Self::with_options(input_size, hidden_size, RnnOptions::default())
+    }
+
+    /// An RNN with the given options (`proj_size` must be 0).
+    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RNN> {
+        Ok(RNN { core: RnnCore::new(Self::mode_of(&options), input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<RNN> {
+        Ok(RNN { core: RnnCore::from_params(Self::mode_of(&options), input_size, hidden_size, options, params)? })
+    }
+
+    fn mode_of(options: &RnnOptions) -> Mode {
+        match options.nonlinearity {
+            Nonlinearity::Tanh => Mode::Tanh,
+            Nonlinearity::Relu => Mode::Relu,
+        }
+    }
+
+    /// The output and final hidden states of the sequences `x`, from `h0` (`[layers *
+    /// directions, B, hidden]`, or `[layers * directions, hidden]` unbatched) or zeros.
+    pub fn run(&self, x: &Var, h0: Option<&Var>) -> Result<RnnOutput> {
+        let r = self.core.run(x, None, h0, None)?;
+        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+    }
+
+    /// [`run`](RNN::run) on a padded batch whose sequence `b` has `lengths[b]` real steps
+    /// (each in `1..=T`): see [`LSTM::run_with_lengths`].
+    pub fn run_with_lengths(&self, x: &Var, lengths: &[usize], h0: Option<&Var>) -> Result<RnnOutput> {
+        let r = self.core.run(x, Some(lengths), h0, None)?;
+        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+    }
+}
+
+/// A multi-layer long short-term memory, PyTorch's `nn.LSTM`, with PyTorch's gate order
+/// (input, forget, cell, output):
+///
+/// ```text
+/// i, f, g, o = split(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
+/// c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
+/// h_t = sigmoid(o) * tanh(c_t)            (then W_hr h_t with proj_size > 0)
+/// ```
+///
+/// Parameters: `weight_ih_l{k}` `[4 hidden, in]`, `weight_hh_l{k}` `[4 hidden, h]`,
+/// `bias_ih_l{k}`, `bias_hh_l{k}` `[4 hidden]`, `weight_hr_l{k}` `[proj_size, hidden]`
+/// with a projection, `..._reverse` for the backward direction; all drawn from
+/// `U(-1/sqrt(hidden), 1/sqrt(hidden))` in that order, as in PyTorch, so a PyTorch
+/// `state_dict` loads as it is.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::{LSTM, Module, RnnOptions};
+/// use ember_tensor::Tensor;
+/// let lstm = LSTM::with_options(4, 8, RnnOptions::default().num_layers(2).bidirectional(true).batch_first(true))?;
+/// let x = Var::new(Tensor::randn([3, 5, 4])?); // [B, T, features]
+/// let out = lstm.run(&x, None)?;
+/// assert_eq!(out.output.shape().dims(), &[3, 5, 16]);
+/// assert_eq!(out.h_n.shape().dims(), &[4, 3, 8]);
+/// assert_eq!(out.c_n.shape().dims(), &[4, 3, 8]);
+/// assert_eq!(lstm.state_dict().keys().nth(4), Some("weight_ih_l0_reverse"));
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub struct LSTM {
+    core: RnnCore,
+}
+
+impl LSTM {
+    /// A one-layer LSTM in `f32`.
+    pub fn new(input_size: usize, hidden_size: usize) -> Result<LSTM> {
+        Self::with_options(input_size, hidden_size, RnnOptions::default())
+    }
+
+    /// An LSTM with the given options.
+    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<LSTM> {
+        Ok(LSTM { core: RnnCore::new(Mode::Lstm, input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<LSTM> {
+        Ok(LSTM { core: RnnCore::from_params(Mode::Lstm, input_size, hidden_size, options, params)? })
+    }
+
+    /// The output and final states of the sequences `x`, from `state = (h0, c0)`
+    /// (`[layers * directions, B, h]` and `[layers * directions, B, hidden]`, without the
+    /// `B` unbatched) or zeros.
+    pub fn run(&self, x: &Var, state: Option<(&Var, &Var)>) -> Result<LstmOutput> {
+        self.finish(self.core.run(x, None, state.map(|s| s.0), state.map(|s| s.1))?)
+    }
+
+    /// [`run`](LSTM::run) on a padded batch whose sequence `b` has `lengths[b]` real steps
+    /// (each in `1..=T`; any order, no sorting needed): the padded steps change nothing.
+    /// Each sequence's `h_n` and `c_n` are its states at its own last step (for the
+    /// backward direction, after running from its last real step back to the first), and
+    /// the output is zero at padded positions, which is what PyTorch gives for
+    /// `pad_packed_sequence(lstm(pack_padded_sequence(x, lengths, enforce_sorted=False)),
+    /// total_length=T)`.
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_nn::LSTM;
+    /// use ember_tensor::Tensor;
+    /// let lstm = LSTM::new(2, 3)?;
+    /// let x = Tensor::randn([4, 2, 2])?; // T = 4, two sequences
+    /// let out = lstm.run_with_lengths(&Var::new(x.clone()), &[4, 2], None)?;
+    /// // The second sequence alone, two steps long, gives the same final state.
+    /// let alone = lstm.run(&Var::new(x.narrow(0, 0, 2)?.narrow(1, 1, 1)?), None)?;
+    /// let (a, b) = (out.h_n.value().narrow(1, 1, 1)?, alone.h_n.value());
+    /// assert!(a.sub(&b)?.abs().max_all()?.to_scalar::<f32>()? < 1e-6);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn run_with_lengths(&self, x: &Var, lengths: &[usize], state: Option<(&Var, &Var)>) -> Result<LstmOutput> {
+        self.finish(self.core.run(x, Some(lengths), state.map(|s| s.0), state.map(|s| s.1))?)
+    }
+
+    fn finish(&self, r: Run) -> Result<LstmOutput> {
+        let c_n = r.c_n.ok_or_else(|| Error::autograd("LSTM: the driver returned no cell state"))?;
+        Ok(LstmOutput { output: r.output, h_n: r.h_n, c_n })
+    }
+}
+
+/// A multi-layer gated recurrent unit, PyTorch's `nn.GRU`, with PyTorch's gate order
+/// (reset, update, new) and its placement of the reset gate:
+///
+/// ```text
+/// r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+/// z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+/// n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+/// h' = (1 - z) * n + z * h
+/// ```
+///
+/// Parameters as for [`LSTM`] with `3 hidden` rows and no projection.
+///
+/// ```
+/// use ember_autograd::Var;
+/// use ember_nn::GRU;
+/// use ember_tensor::Tensor;
+/// let gru = GRU::new(4, 6)?;
+/// let out = gru.run(&Var::new(Tensor::randn([7, 4])?), None)?; // unbatched
+/// assert_eq!(out.output.shape().dims(), &[7, 6]);
+/// assert_eq!(out.h_n.shape().dims(), &[1, 6]);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub struct GRU {
+    core: RnnCore,
+}
+
+impl GRU {
+    /// A one-layer GRU in `f32`.
+    pub fn new(input_size: usize, hidden_size: usize) -> Result<GRU> {
+        Self::with_options(input_size, hidden_size, RnnOptions::default())
+    }
+
+    /// A GRU with the given options (`proj_size` must be 0).
+    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<GRU> {
+        Ok(GRU { core: RnnCore::new(Mode::Gru, input_size, hidden_size, options)? })
+    }
+
+    /// A layer over existing parameter `Var`s (shared with their other holders), named
+    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
+    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
+    /// with its shape and the options' dtype.
+    pub fn from_params(
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        params: Vec<(String, Var)>,
+    ) -> Result<GRU> {
+        Ok(GRU { core: RnnCore::from_params(Mode::Gru, input_size, hidden_size, options, params)? })
+    }
+
+    /// The output and final hidden states of the sequences `x`, from `h0` or zeros; as
+    /// [`RNN::run`].
+    pub fn run(&self, x: &Var, h0: Option<&Var>) -> Result<RnnOutput> {
+        let r = self.core.run(x, None, h0, None)?;
+        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+    }
+
+    /// [`run`](GRU::run) on a padded batch of sequences of `lengths`: see
+    /// [`LSTM::run_with_lengths`].
+    pub fn run_with_lengths(&self, x: &Var, lengths: &[usize], h0: Option<&Var>) -> Result<RnnOutput> {
+        let r = self.core.run(x, Some(lengths), h0, None)?;
+        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+    }
+}
+
+layer_common!(RNN);
+layer_common!(LSTM);
+layer_common!(GRU);

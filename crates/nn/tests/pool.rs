@@ -24,7 +24,7 @@ fn dims(m: &dyn Module, x: &Var) -> Vec<usize> {
 fn layers_give_pytorch_shapes() {
     let x = input(&[2, 3, 24, 24]);
     assert_eq!(dims(&MaxPool2d::new(2), &x), [2, 3, 12, 12]);
-    assert_eq!(dims(&MaxPool2d::new(3).stride(2).padding(1).ceil_mode(true), &x), [2, 3, 12, 12]);
+    assert_eq!(dims(&MaxPool2d::new(3).stride(2).padding(1).ceil_mode(true), &x), [2, 3, 13, 13]);
     assert_eq!(dims(&MaxPool2d::new(2).dilation(2).stride(1), &x), [2, 3, 22, 22]);
     assert_eq!(dims(&AvgPool2d::new([2, 4]).stride([2, 3]), &x), [2, 3, 12, 7]);
     assert_eq!(dims(&AdaptiveAvgPool2d::new([5, 7]), &x), [2, 3, 5, 7]);
@@ -76,7 +76,7 @@ fn small_values_match_hand_computation() {
     assert_eq!(y.value().to_vec::<f64>().unwrap(), vec![5.0, 5.0, 8.0, 7.0]);
     assert_eq!(i.to_vec::<i64>().unwrap(), vec![1, 1, 6, 8]);
     let a = AvgPool2d::new(2).stride(1).forward(&x).unwrap();
-    assert_eq!(a.value().to_vec::<f64>().unwrap(), vec![2.25, 3.5, 5.75, 5.0]);
+    assert_eq!(a.value().to_vec::<f64>().unwrap(), vec![2.25, 3.5, 4.25, 5.0]);
     // Adaptive 3 -> 2 windows overlap: rows 0..2 and 1..3.
     let m = AdaptiveMaxPool2d::new(2).forward(&x).unwrap();
     assert_eq!(m.value().to_vec::<f64>().unwrap(), vec![5.0, 5.0, 8.0, 7.0]);

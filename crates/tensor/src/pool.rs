@@ -523,8 +523,8 @@ fn nearest_axis(input: usize, out: usize, scale: Option<f64>) -> AxisTaps {
 trait Real: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> {
     fn of(v: f64) -> Self;
     fn of_usize(v: usize) -> Self;
-    fn mul(self, o: Self) -> Self;
-    fn div(self, o: Self) -> Self;
+    fn times(self, o: Self) -> Self;
+    fn over(self, o: Self) -> Self;
     fn floor_index(self) -> i64;
     fn get(self) -> f64;
 }
@@ -538,10 +538,10 @@ macro_rules! real {
             fn of_usize(v: usize) -> Self {
                 v as $t
             }
-            fn mul(self, o: Self) -> Self {
+            fn times(self, o: Self) -> Self {
                 self * o
             }
-            fn div(self, o: Self) -> Self {
+            fn over(self, o: Self) -> Self {
                 self / o
             }
             fn floor_index(self) -> i64 {
@@ -562,18 +562,18 @@ real!(f64);
 fn linear_axis<R: Real>(input: usize, out: usize, align_corners: bool, scale: Option<f64>) -> AxisTaps {
     let mut taps = AxisTaps::new(input);
     let ratio = if align_corners {
-        if out > 1 { R::of_usize(input - 1).div(R::of_usize(out - 1)) } else { R::of(0.0) }
+        if out > 1 { R::of_usize(input - 1).over(R::of_usize(out - 1)) } else { R::of(0.0) }
     } else {
         match scale {
             Some(s) if s > 0.0 => R::of(1.0 / s),
-            _ => R::of_usize(input).div(R::of_usize(out)),
+            _ => R::of_usize(input).over(R::of_usize(out)),
         }
     };
     for o in 0..out {
         let real = if align_corners {
-            ratio.mul(R::of_usize(o))
+            ratio.times(R::of_usize(o))
         } else {
-            let r = ratio.mul(R::of_usize(o) + R::of(0.5)) - R::of(0.5);
+            let r = ratio.times(R::of_usize(o) + R::of(0.5)) - R::of(0.5);
             if r < R::of(0.0) { R::of(0.0) } else { r }
         };
         let i0 = real.floor_index().min(input as i64 - 1).max(0);

@@ -167,10 +167,9 @@ pub(crate) fn max_pool2d(s: &CpuStorage, l: &Layout, win: &PoolWindows) -> Resul
 #[inline]
 fn pool_two_by_two<T: FloatElement>(x: &[T], base: usize, row: usize, ow: usize, vals: &mut [T], idx: &mut [i64]) {
     let w = 2 * ow;
-    let width = if ow == 0 { 0 } else { w };
     for (y, (vrow, irow)) in vals.chunks_mut(ow.max(1)).zip(idx.chunks_mut(ow.max(1))).enumerate() {
-        let top = &x[base + 2 * y * row..][..width];
-        let bottom = &x[base + (2 * y + 1) * row..][..width];
+        let top = &x[base + 2 * y * row..][..w];
+        let bottom = &x[base + (2 * y + 1) * row..][..w];
         for xo in 0..ow {
             let c = 2 * xo;
             let cand = [top[c], top[c + 1], bottom[c], bottom[c + 1]];

@@ -130,11 +130,14 @@ fn bad_arguments_are_errors_naming_the_op() {
     assert!(e.contains("float"), "{e}");
 }
 
+/// A named operation on a `Var`.
+type NamedOp = (&'static str, Box<dyn Fn(&Var) -> Var>);
+
 #[test]
 fn f32_and_f64_agree() {
     let x64 = Var::new(Tensor::randn([3, 2, 9, 7]).unwrap().to_dtype(DType::F64));
     let x32 = Var::new(x64.value().to_dtype(DType::F32));
-    let ops: Vec<(&str, Box<dyn Fn(&Var) -> Var>)> = vec![
+    let ops: Vec<NamedOp> = vec![
         ("max", Box::new(|x: &Var| F::max_pool2d(x, &MaxPoolArgs::new(3).stride(2).ceil_mode(true)).unwrap())),
         ("avg", Box::new(|x: &Var| F::avg_pool2d(x, &AvgPoolArgs::new(2).padding(1)).unwrap())),
         ("adaptive", Box::new(|x: &Var| F::adaptive_avg_pool2d(x, [4, 3]).unwrap())),

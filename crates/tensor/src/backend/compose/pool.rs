@@ -40,7 +40,7 @@ pub(crate) fn max_pool2d<B: Backend + ?Sized>(
     let source = Buffer::<i64>::from_fn(op, oh * ow * taps, |e| {
         let (p, t) = (e / taps, e % taps);
         let ((r0, rn), (c0, cn)) = (rows.windows[p / ow], cols.windows[p % ow]);
-        let (i, j) = if cn == 0 { (rn, 0) } else { (t / cn, t % cn) };
+        let (i, j) = t.checked_div(cn).map_or((rn, 0), |i| (i, t % cn));
         if i < rn && j < cn { ((r0 + i * rows.step) * w + c0 + j * cols.step) as i64 } else { pad }
     })?;
     let source = b.upload(CpuStorage::from(source))?;

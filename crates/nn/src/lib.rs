@@ -10,7 +10,9 @@
 //!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
 //! - Layers (`layers/`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`] (and
 //!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
-//!   [`Flatten`], [`Identity`], [`Dropout`], and the activations [`ReLU`], [`LeakyReLU`],
+//!   [`Flatten`], [`Unflatten`], [`Identity`], [`Dropout`], the pools ([`MaxPool2d`],
+//!   [`AvgPool2d`], [`AdaptiveAvgPool2d`], ... in `layers/pool.rs`), [`Upsample`], and the
+//!   activations [`ReLU`], [`LeakyReLU`],
 //!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
 //! - Recurrent layers (`layers/rnn/`): [`RNN`], [`LSTM`], [`GRU`] (multi-layer,
 //!   bidirectional, variable lengths) and the cells [`RNNCell`], [`LSTMCell`], [`GRUCell`].
@@ -71,9 +73,11 @@ mod serialize;
 mod state_dict;
 
 pub use layers::{
-    BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, Dropout2d, GroupNorm, GroupNormOptions, InstanceNorm2d,
-    InstanceNormOptions, RMSNorm, RMSNormOptions, batch_norm, dropout2d, group_norm, instance_norm, rms_norm,
-    CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d,
+    BatchNormOptions, CellOptions, Dropout2d, GRU, GRUCell, GroupNorm, GroupNormOptions, InstanceNorm2d,
+    InstanceNormOptions, LSTM, LSTMCell, LstmOutput, LstmState, MaxPool1d, MaxPool2d, Nonlinearity, RMSNorm,
+    RMSNormOptions, RNN, RNNCell, RnnOptions, RnnOutput, Unflatten, Upsample, batch_norm, dropout2d, group_norm,
+    instance_norm, rms_norm,
 };
 pub use layers::{
     Children, Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, ConvTranspose, ConvTranspose1d,
@@ -97,6 +101,10 @@ pub use state_dict::StateDict;
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument
 /// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
+    pub use crate::layers::{
+        adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
+        avg_pool2d, interpolate, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,
+    };
     pub use crate::layers::{batch_norm, dropout2d, group_norm, instance_norm, rms_norm};
     pub use crate::layers::{
         conv_transpose1d, conv_transpose2d, conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
@@ -104,6 +112,7 @@ pub mod functional {
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };
+    pub use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
     pub use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 }
 

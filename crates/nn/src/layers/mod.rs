@@ -14,8 +14,11 @@ mod identity;
 mod instance_norm;
 mod linear;
 mod norm;
+mod pool;
 mod rms_norm;
 mod rnn;
+mod unflatten;
+mod upsample;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
@@ -34,7 +37,14 @@ pub use identity::Identity;
 pub use instance_norm::{InstanceNorm2d, InstanceNormOptions, instance_norm};
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
+pub use pool::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
+    avg_pool2d, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,
+};
 pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};
 pub use rnn::{
     CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
 };
+pub use unflatten::Unflatten;
+pub use upsample::{Upsample, interpolate};

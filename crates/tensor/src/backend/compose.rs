@@ -7,6 +7,7 @@
 
 pub(super) mod conv;
 pub(super) mod norm;
+pub(super) mod pool;
 
 use super::{Backend, BinaryOp, ClassLoss, ClassScores, LossReduction, ReduceOp, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};

@@ -13,6 +13,7 @@ mod loss;
 mod norm;
 mod operators;
 mod optim;
+mod pool;
 mod reduce;
 mod unary;
 mod view;

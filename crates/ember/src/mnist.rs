@@ -1,5 +1,6 @@
-//! The MNIST quick start as a library: the model, the data, one training epoch and the
-//! evaluation, shared by `examples/mnist.rs`, the CI smoke test and the training benchmark.
+//! The MNIST quick starts as a library: the models (MLP and CNN), the data, one training
+//! epoch and the evaluation, shared by `examples/mnist.rs`, `examples/mnist_cnn.rs`, the CI smoke tests
+//! and the training benchmarks.
 //!
 //! ```no_run
 //! use ember::mnist;
@@ -16,7 +17,10 @@
 
 use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Mnist, PixelMap, Split, TensorDataset};
-use crate::nn::{CrossEntropyOptions, Linear, Module, ReLU, Sequential, cross_entropy};
+use crate::nn::{
+    Conv2d, Conv2dOptions, CrossEntropyOptions, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential, Unflatten,
+    cross_entropy,
+};
 use crate::optim::{LrScheduler, Optimizer};
 use crate::tensor::{Error, Result, Tensor};
 use std::path::Path;
@@ -79,6 +83,48 @@ pub fn mlp() -> Result<Sequential> {
         .add(Linear::new(LAYERS[1], LAYERS[2])?)
         .add(ReLU)
         .add(Linear::new(LAYERS[2], LAYERS[3])?))
+}
+
+/// The CNN quick start's model, with PyTorch's default initialisation from ember's global
+/// generator. It takes the flattened `[N, 784]` images of [`Data`] and unflattens them to
+/// `[N, 1, 28, 28]`; then two 5x5 convolutions padded to keep the size (16 and 32
+/// channels), each followed by ReLU and 2x2 max pooling, and a 1568-128-10 classifier.
+/// Its `state_dict` names are those of the same `nn.Sequential` in PyTorch (`1.weight`,
+/// `4.weight`, `8.weight`, `10.weight`, with biases).
+pub fn cnn() -> Result<Sequential> {
+    let conv = |i, o| Conv2d::with_options(i, o, 5, Conv2dOptions::default().padding(2));
+    Ok(Sequential::new()
+        .add(Unflatten::new(1, [1, 28, 28]))
+        .add(conv(1, 16)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(conv(16, 32)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(32 * 7 * 7, 128)?)
+        .add(ReLU)
+        .add(Linear::new(128, 10)?))
+}
+
+/// LeNet-5 as the benchmarks train it, with PyTorch's default initialisation: the
+/// flattened images unflattened to `[N, 1, 28, 28]`, conv 1->6 5x5, ReLU, 2x2 max pool,
+/// conv 6->16 5x5, ReLU, 2x2 max pool, then 256-120-84-10 with ReLU between.
+pub fn lenet5() -> Result<Sequential> {
+    Ok(Sequential::new()
+        .add(Unflatten::new(1, [1, 28, 28]))
+        .add(Conv2d::new(1, 6, 5)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Conv2d::new(6, 16, 5)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(16 * 4 * 4, 120)?)
+        .add(ReLU)
+        .add(Linear::new(120, 84)?)
+        .add(ReLU)
+        .add(Linear::new(84, 10)?))
 }
 
 /// A shuffling loader over `data` in batches of `batch_size` (the last batch may be short).

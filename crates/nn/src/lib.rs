@@ -10,7 +10,9 @@
 //!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
 //! - Layers (`layers/`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`] (and
 //!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
-//!   [`Flatten`], [`Identity`], [`Dropout`], and the activations [`ReLU`], [`LeakyReLU`],
+//!   [`Flatten`], [`Unflatten`], [`Identity`], [`Dropout`], the pools ([`MaxPool2d`],
+//!   [`AvgPool2d`], [`AdaptiveAvgPool2d`], ... in `layers/pool.rs`), [`Upsample`], and the
+//!   activations [`ReLU`], [`LeakyReLU`],
 //!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
 //!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
@@ -69,6 +71,10 @@ mod serialize;
 mod state_dict;
 
 pub use layers::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, Unflatten,
+    Upsample,
+};
+pub use layers::{
     Children, Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, ConvTranspose, ConvTranspose1d,
     ConvTranspose1dOptions, ConvTranspose2d, ConvTranspose2dOptions, ConvTransposeOptions, Dropout, Embedding,
     EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm, LayerNormOptions, LeakyReLU, Linear,
@@ -91,11 +97,16 @@ pub use state_dict::StateDict;
 /// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
     pub use crate::layers::{
+        adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
+        avg_pool2d, interpolate, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,
+    };
+    pub use crate::layers::{
         conv_transpose1d, conv_transpose2d, conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
     };
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };
+    pub use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
     pub use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 }
 

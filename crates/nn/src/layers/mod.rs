@@ -11,6 +11,9 @@ mod fold;
 mod identity;
 mod linear;
 mod norm;
+mod pool;
+mod unflatten;
+mod upsample;
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use container::{Children, Sequential};
@@ -26,3 +29,10 @@ pub use fold::{fold, unfold};
 pub use identity::Identity;
 pub use linear::{Linear, LinearOptions};
 pub use norm::{LayerNorm, LayerNormOptions, layer_norm};
+pub use pool::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
+    avg_pool2d, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,
+};
+pub use unflatten::Unflatten;
+pub use upsample::{Upsample, interpolate};

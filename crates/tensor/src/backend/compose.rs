@@ -6,6 +6,7 @@
 //! them. The sliding-window kernels (convolutions, `unfold`, `fold`) are in `compose/conv.rs`.
 
 pub(super) mod conv;
+pub(super) mod pool;
 
 use super::{Backend, BinaryOp, ClassLoss, ClassScores, LossReduction, ReduceOp, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};

@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod loss;
 mod op_kinds;
 pub mod optim;
+pub mod pool;
 pub(crate) mod validate;
 
 use crate::layout::Layout;
@@ -23,6 +24,7 @@ pub use conv::{ConvGeometry, SlidingWindow};
 pub use loss::{ClassLoss, ClassScores, LossReduction};
 pub use op_kinds::{CmpOp, ReduceOp};
 pub use optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+pub use pool::{AxisTaps, AxisWindows, PoolWindows, Resample};
 
 /// A storage with the layout through which an operation reads it.
 pub type View<'a> = (&'a Storage, &'a Layout);
@@ -198,6 +200,40 @@ pub trait Backend: Send + Sync + 'static {
     /// The default is the matching `scatter_add`.
     fn fold(&self, input: View<'_>, window: &SlidingWindow) -> Result<Storage> {
         compose::conv::fold(self, input, window)
+    }
+
+    /// Max pooling of float planes `input` (`[N, C, h, w]`) over `windows`: the largest
+    /// value of each window (NaN where the window holds one, `-inf` for an empty window) and
+    /// its position `i * w + j` in its plane (`i64`, the first maximum, as PyTorch), both
+    /// `[N, C, oh, ow]`.
+    ///
+    /// The default gathers every window (padded with `-inf`) and reduces it.
+    fn max_pool2d(&self, input: View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
+        compose::pool::max_pool2d(self, input, windows)
+    }
+    /// `out[n, c, p] = src[n, c, index[n, c, p]]` over flattened planes: `src` is
+    /// `[N, C, h, w]` (float), `index` `[N, C, oh, ow]` (`i64`, each below `h * w`); the
+    /// result has `index`'s shape. The adjoint of [`Backend::scatter_planes`].
+    ///
+    /// The default is a flat `gather`.
+    fn gather_planes(&self, src: View<'_>, index: View<'_>) -> Result<Storage> {
+        compose::pool::gather_planes(self, src, index)
+    }
+    /// Zero planes of extent `plane` (`[N, C, h, w]`) with each element of `src`
+    /// (`[N, C, oh, ow]`, float) added at the flat position `index` (`i64`, of `src`'s
+    /// shape) names in its plane: the gradient of max pooling.
+    ///
+    /// The default is a flat `scatter_add`.
+    fn scatter_planes(&self, src: View<'_>, index: View<'_>, plane: [usize; 2]) -> Result<Storage> {
+        compose::pool::scatter_planes(self, src, index, plane)
+    }
+    /// A separable linear map ([`Resample`]) of float planes `input` (`[N, C, h, w]`):
+    /// `[N, C, oh, ow]`. Average pooling, adaptive averages and interpolation are such maps,
+    /// and so are their gradients ([`Resample::transpose`]).
+    ///
+    /// The default multiplies each plane by the two dense matrices.
+    fn resample2d(&self, input: View<'_>, map: &Resample) -> Result<Storage> {
+        compose::pool::resample2d(self, input, map)
     }
 
     /// `numel` samples of `dist` in the float `dtype`, drawn from the global generator

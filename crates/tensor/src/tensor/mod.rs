@@ -12,6 +12,7 @@ mod locks;
 mod loss;
 mod operators;
 mod optim;
+mod pool;
 mod reduce;
 mod unary;
 mod view;

@@ -16,6 +16,7 @@ mod join;
 mod matmul;
 mod norm;
 mod optim;
+mod pool;
 mod random;
 mod reduce;
 mod softmax;
@@ -25,6 +26,7 @@ pub(crate) mod unary;
 pub(crate) use reduce::reduced_shape;
 
 use super::conv::{Role, check_views, check_window_view};
+use super::pool::{PoolWindows, Resample, check_planes};
 use super::{
     AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ConvGeometry, ReduceOp, RmsPropState, RmsPropStep,
     SgdStep, SlidingWindow, Target, UnaryOp, View, validate,
@@ -297,6 +299,54 @@ impl Backend for CpuBackend {
         let _mode = float_mode::enter();
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
         wrap(im2col::fold(cpu(s), &l, window, (n, c)))
+    }
+
+    fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
+        windows.check("max_pool2d")?;
+        let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
+        let _mode = float_mode::enter();
+        let (values, index) = pool::max_pool2d(cpu(s), &l, windows)?;
+        Ok((Storage::Cpu(values), Storage::Cpu(index)))
+    }
+
+    fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
+        let op = "max_pool2d_backward";
+        let li = validate::view(op, si, li)?;
+        let out = li.shape().dims();
+        if out.len() != 4 {
+            return Err(Error::shape(op, format!("expected a 4-d index, got shape {}", li.shape())));
+        }
+        let plane = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
+        let l = check_planes(op, s, l, plane, [out[2], out[3]], None)?;
+        if l.shape()[..2] != out[..2] || si.dtype() != DType::I64 {
+            return Err(Error::shape(
+                op,
+                format!("an index of shape {} does not fit planes of shape {}", li.shape(), l.shape()),
+            ));
+        }
+        wrap(pool::gather_planes((cpu(s), &l), (cpu(si), &li)))
+    }
+
+    fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
+        let op = "max_pool2d_backward";
+        let from = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
+        let l = check_planes(op, s, l, from, plane, None)?;
+        let li = check_planes(op, si, li, from, from, Some(DType::I64))?;
+        if l.shape() != li.shape() {
+            return Err(Error::shape(
+                op,
+                format!("an index of shape {} does not fit values of shape {}", li.shape(), l.shape()),
+            ));
+        }
+        let _mode = float_mode::enter();
+        wrap(pool::scatter_planes((cpu(s), &l), (cpu(si), &li), plane))
+    }
+
+    fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
+        map.check("resample2d")?;
+        let l = check_planes("resample2d", s, l, map.input(), map.output(), None)?;
+        let _mode = float_mode::enter();
+        wrap(pool::resample2d(cpu(s), &l, map))
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {

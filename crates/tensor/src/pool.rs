@@ -1,0 +1,723 @@
+//! The arguments of pooling and interpolation, and their resolution into the maps a backend
+//! computes with ([`PoolWindows`], [`Resample`]), with PyTorch's output-size rules, index
+//! rules and errors.
+//!
+//! Every operation works on `[N, C, h, w]` planes underneath: a 1-d operation is the 2-d one
+//! over a height of 1, and an unbatched input gets a batch of 1 ([`PoolPlan`]), so errors
+//! name the shapes the caller passed while the kernels see one layout.
+//!
+//! ```
+//! use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
+//! let args = MaxPoolArgs::<2>::new(3).stride(2).padding(1);
+//! assert_eq!((args.kernel_size, args.stride, args.padding), ([3, 3], Some([2, 2]), [1, 1]));
+//! let avg = AvgPoolArgs::<1>::new(2).count_include_pad(false);
+//! assert!(!avg.count_include_pad);
+//! ```
+
+use crate::backend::{AxisTaps, AxisWindows, PoolWindows, Resample};
+use crate::conv::Spatial;
+use crate::shape::Shape;
+use crate::{DType, Error, Result};
+
+/// The arguments of `max_pool1d` / `max_pool2d` (PyTorch's names and defaults: the stride
+/// defaults to the kernel size, no padding, dilation 1, floor rounding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MaxPoolArgs<const D: usize> {
+    /// The window's extents.
+    pub kernel_size: [usize; D],
+    /// The step between windows; `None` is the kernel size.
+    pub stride: Option<[usize; D]>,
+    /// Implicit `-inf` on both sides, at most half the kernel size.
+    pub padding: [usize; D],
+    /// The spacing between the window's taps.
+    pub dilation: [usize; D],
+    /// Round the output size up, keeping a last window that starts inside the input or the
+    /// left padding.
+    pub ceil_mode: bool,
+}
+
+impl<const D: usize> MaxPoolArgs<D> {
+    /// A window of `kernel_size`, with the other arguments at their defaults.
+    pub fn new(kernel_size: impl Spatial<D>) -> Self {
+        MaxPoolArgs {
+            kernel_size: kernel_size.spatial(),
+            stride: None,
+            padding: [0; D],
+            dilation: [1; D],
+            ceil_mode: false,
+        }
+    }
+    /// Sets the stride.
+    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
+        self.stride = Some(stride.spatial());
+        self
+    }
+    /// Sets the padding.
+    pub fn padding(mut self, padding: impl Spatial<D>) -> Self {
+        self.padding = padding.spatial();
+        self
+    }
+    /// Sets the dilation.
+    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
+        self.dilation = dilation.spatial();
+        self
+    }
+    /// Sets `ceil_mode`.
+    pub fn ceil_mode(mut self, on: bool) -> Self {
+        self.ceil_mode = on;
+        self
+    }
+}
+
+/// The arguments of `avg_pool1d` / `avg_pool2d` (PyTorch's names and defaults: the stride
+/// defaults to the kernel size, no padding, floor rounding, padding counted in the divisor,
+/// no divisor override).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AvgPoolArgs<const D: usize> {
+    /// The window's extents.
+    pub kernel_size: [usize; D],
+    /// The step between windows; `None` is the kernel size.
+    pub stride: Option<[usize; D]>,
+    /// Implicit zeros on both sides, at most half the kernel size.
+    pub padding: [usize; D],
+    /// Round the output size up (see [`MaxPoolArgs::ceil_mode`]).
+    pub ceil_mode: bool,
+    /// Divide by the window's size including padding (but not the part of a `ceil_mode`
+    /// window past the padding); else by the number of input elements it covers.
+    pub count_include_pad: bool,
+    /// Divide every window by this instead (2-d only in PyTorch).
+    pub divisor_override: Option<usize>,
+}
+
+impl<const D: usize> AvgPoolArgs<D> {
+    /// A window of `kernel_size`, with the other arguments at their defaults.
+    pub fn new(kernel_size: impl Spatial<D>) -> Self {
+        AvgPoolArgs {
+            kernel_size: kernel_size.spatial(),
+            stride: None,
+            padding: [0; D],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+    /// Sets the stride.
+    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
+        self.stride = Some(stride.spatial());
+        self
+    }
+    /// Sets the padding.
+    pub fn padding(mut self, padding: impl Spatial<D>) -> Self {
+        self.padding = padding.spatial();
+        self
+    }
+    /// Sets `ceil_mode`.
+    pub fn ceil_mode(mut self, on: bool) -> Self {
+        self.ceil_mode = on;
+        self
+    }
+    /// Sets `count_include_pad`.
+    pub fn count_include_pad(mut self, on: bool) -> Self {
+        self.count_include_pad = on;
+        self
+    }
+    /// Sets `divisor_override`.
+    pub fn divisor_override(mut self, divisor: usize) -> Self {
+        self.divisor_override = Some(divisor);
+        self
+    }
+}
+
+/// How `interpolate` computes its samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum InterpolateMode {
+    /// PyTorch's legacy `"nearest"`: source index `floor(dst * scale)`, where `scale` is
+    /// `1 / scale_factor` when a scale factor is used, else `input / output`.
+    #[default]
+    Nearest,
+    /// `"linear"`, for `[N, C, L]` inputs.
+    Linear,
+    /// `"bilinear"`, for `[N, C, H, W]` inputs.
+    Bilinear,
+}
+
+impl InterpolateMode {
+    fn name(self) -> &'static str {
+        match self {
+            InterpolateMode::Nearest => "nearest",
+            InterpolateMode::Linear => "linear",
+            InterpolateMode::Bilinear => "bilinear",
+        }
+    }
+}
+
+impl std::str::FromStr for InterpolateMode {
+    type Err = Error;
+
+    /// PyTorch's mode strings: `"nearest"`, `"linear"`, `"bilinear"`.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "nearest" => Ok(InterpolateMode::Nearest),
+            "linear" => Ok(InterpolateMode::Linear),
+            "bilinear" => Ok(InterpolateMode::Bilinear),
+            other => Err(Error::invalid("interpolate", format!("unsupported mode '{other}'"))),
+        }
+    }
+}
+
+/// The arguments of `interpolate` (PyTorch's `F.interpolate`): exactly one of `size` and
+/// `scale_factor` (one value for every spatial dimension, or one each).
+///
+/// ```
+/// use ember_tensor::pool::{InterpolateArgs, InterpolateMode};
+/// let up = InterpolateArgs::scale_factor([2.0]).mode(InterpolateMode::Bilinear).align_corners(false);
+/// assert_eq!(up.scale_factor, Some(vec![2.0]));
+/// let to = InterpolateArgs::size([7, 9]);
+/// assert_eq!(to.mode, InterpolateMode::Nearest);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InterpolateArgs {
+    /// The output's spatial size.
+    pub size: Option<Vec<usize>>,
+    /// The factor each spatial dimension is scaled by (the size is rounded down).
+    pub scale_factor: Option<Vec<f64>>,
+    /// The sampling mode.
+    pub mode: InterpolateMode,
+    /// For the linear modes: map the corner pixels' centres onto each other (`true`) or the
+    /// corners themselves (`false`, the default). Must be `None` for `Nearest`.
+    pub align_corners: Option<bool>,
+    /// With a scale factor: compute the source positions from the rounded output size
+    /// (`true`) rather than from the factor itself (the default).
+    pub recompute_scale_factor: Option<bool>,
+}
+
+impl InterpolateArgs {
+    /// An output of `size` (one value for every spatial dimension, or one each).
+    pub fn size(size: impl Into<Vec<usize>>) -> Self {
+        InterpolateArgs { size: Some(size.into()), ..Default::default() }
+    }
+    /// An output scaled by `scale_factor` (one value for every spatial dimension, or one
+    /// each).
+    pub fn scale_factor(scale_factor: impl Into<Vec<f64>>) -> Self {
+        InterpolateArgs { scale_factor: Some(scale_factor.into()), ..Default::default() }
+    }
+    /// Sets the mode.
+    pub fn mode(mut self, mode: InterpolateMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// Sets `align_corners`.
+    pub fn align_corners(mut self, on: bool) -> Self {
+        self.align_corners = Some(on);
+        self
+    }
+    /// Sets `recompute_scale_factor`.
+    pub fn recompute_scale_factor(mut self, on: bool) -> Self {
+        self.recompute_scale_factor = Some(on);
+        self
+    }
+}
+
+/// A pooling or interpolation resolved for the kernels: the 4-d view of the input they
+/// read, the map, and the shape of the result as the caller sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolPlan<M> {
+    /// The input as `[N, C, h, w]`.
+    pub input: Shape,
+    /// What the kernel computes.
+    pub map: M,
+    /// The result's shape, of the input's rank.
+    pub output: Shape,
+}
+
+/// The input of a `D`-dimensional operation lifted to `[N, C, h, w]`, and the shape of the
+/// result for output extents `[oh, ow]`.
+struct Lifted {
+    input: [usize; 4],
+    prefix: Vec<usize>,
+    one_d: bool,
+}
+
+impl Lifted {
+    fn output(&self, out: [usize; 2]) -> Shape {
+        let mut dims = self.prefix.clone();
+        if self.one_d {
+            dims.push(out[1]);
+        } else {
+            dims.extend(out);
+        }
+        Shape::from(dims)
+    }
+
+    /// `(C x h x w)` as PyTorch prints sizes in its errors (the 2-d view for 1-d ops).
+    fn sizes(&self, out: Option<[usize; 2]>) -> String {
+        let [_, c, h, w] = self.input;
+        let [h, w] = out.unwrap_or([h, w]);
+        format!("({c}x{h}x{w})")
+    }
+}
+
+/// Checks the rank (`D + 1` unbatched or `D + 2` batched, when `unbatched` allows the
+/// former) and that no dimension but the batch is empty.
+fn lift<const D: usize>(op: &'static str, input: &[usize], unbatched: bool) -> Result<Lifted> {
+    let batched = input.len() == D + 2;
+    let ok_rank = batched || (unbatched && input.len() == D + 1);
+    let first = if batched { 1 } else { 0 };
+    if !ok_rank || input[first.min(input.len())..].contains(&0) {
+        let ranks = if unbatched { format!("{}D or {}D", D + 1, D + 2) } else { format!("{}D", D + 2) };
+        return Err(Error::shape(
+            op,
+            format!(
+                "expected a {ranks} (batch mode) tensor with non-zero sizes except an optional batch of 0, but got: {input:?}"
+            ),
+        ));
+    }
+    let n = if batched { input[0] } else { 1 };
+    let c = input[first];
+    let spatial = &input[first + 1..];
+    let (h, w) = if D == 1 { (1, spatial[0]) } else { (spatial[0], spatial[1]) };
+    Ok(Lifted { input: [n, c, h, w], prefix: input[..first + 1].to_vec(), one_d: D == 1 })
+}
+
+/// Lifts per-dimension arguments of a `D`-dimensional op to two dimensions (`fill` on the
+/// added height).
+fn two<const D: usize>(v: [usize; D], fill: usize) -> [usize; 2] {
+    if D == 1 { [fill, v[0]] } else { [v[0], v[D - 1]] }
+}
+
+/// PyTorch's pooling output size: `floor` (or, with `ceil`, `ceil`) of
+/// `(input + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1`, where a `ceil` window
+/// must start inside the input or the left padding.
+fn pooled_extent(input: usize, kernel: usize, pad: usize, stride: usize, dilation: usize, ceil: bool) -> i64 {
+    let (i, k, p, s, d) = (input as i64, kernel as i64, pad as i64, stride as i64, dilation as i64);
+    let span = i + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
+    let mut out = span.div_euclid(s) + 1;
+    if ceil && (out - 1) * s >= i + p {
+        out -= 1;
+    }
+    out
+}
+
+/// The checks PyTorch makes on a window's arguments, and the output extents `[oh, ow]`.
+fn window_extents(
+    op: &'static str,
+    lifted: &Lifted,
+    (kernel, stride, padding, dilation): ([usize; 2], [usize; 2], [usize; 2], [usize; 2]),
+    ceil: bool,
+) -> Result<[usize; 2]> {
+    if kernel.contains(&0) {
+        return Err(Error::invalid(op, format!("kernel size should be greater than zero, but got {kernel:?}")));
+    }
+    if stride.contains(&0) {
+        return Err(Error::invalid(op, format!("stride should not be zero, but got {stride:?}")));
+    }
+    if dilation.contains(&0) {
+        return Err(Error::invalid(op, format!("dilation should be greater than zero, but got {dilation:?}")));
+    }
+    for d in 0..2 {
+        let effective = (kernel[d] - 1).saturating_mul(dilation[d]).saturating_add(1);
+        if padding[d] > effective / 2 || padding[d] > kernel[d] / 2 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "padding should be at most half of effective kernel size, but got padding={}, kernel_size={} and dilation={}",
+                    padding[d], kernel[d], dilation[d]
+                ),
+            ));
+        }
+    }
+    let [_, _, h, w] = lifted.input;
+    let big = |v: usize| v >= 1 << 40;
+    if [h, w].into_iter().chain(kernel).chain(stride).chain(padding).chain(dilation).any(big) {
+        return Err(Error::invalid(op, "window arguments and sizes must be below 2^40"));
+    }
+    let oh = pooled_extent(h, kernel[0], padding[0], stride[0], dilation[0], ceil);
+    let ow = pooled_extent(w, kernel[1], padding[1], stride[1], dilation[1], ceil);
+    if oh < 1 || ow < 1 {
+        let (c, oh, ow) = (lifted.input[1], oh.max(0), ow.max(0));
+        return Err(Error::shape(
+            op,
+            format!(
+                "Given input size: {}. Calculated output size: ({c}x{oh}x{ow}). Output size is too small",
+                lifted.sizes(None)
+            ),
+        ));
+    }
+    Ok([oh as usize, ow as usize])
+}
+
+/// The windows of one dimension of a max pool.
+fn max_axis(input: usize, out: usize, kernel: usize, stride: usize, pad: usize, dilation: usize) -> AxisWindows {
+    let (i, k, d) = (input as i64, kernel as i64, dilation as i64);
+    let windows = (0..out as i64)
+        .map(|o| {
+            let start = o * stride as i64 - pad as i64;
+            // The first and last taps `start + j * d` inside `0..input`.
+            let first = if start < 0 { (-start + d - 1) / d } else { 0 };
+            let last = if start > i - 1 { -1 } else { ((i - 1 - start) / d).min(k - 1) };
+            if last < first { (0, 0) } else { ((start + first * d) as usize, (last - first + 1) as usize) }
+        })
+        .collect();
+    AxisWindows { input, step: dilation, windows }
+}
+
+/// Resolves `max_pool1d` / `max_pool2d` (`D` = 1, 2) for an input of shape `input`
+/// (`[N, C, ..]` or unbatched `[C, ..]`).
+pub fn max_pool_plan<const D: usize>(
+    op: &'static str,
+    input: &[usize],
+    args: &MaxPoolArgs<D>,
+) -> Result<PoolPlan<PoolWindows>> {
+    let lifted = lift::<D>(op, input, true)?;
+    let kernel = two(args.kernel_size, 1);
+    let stride = two(args.stride.unwrap_or(args.kernel_size), 1);
+    let (padding, dilation) = (two(args.padding, 0), two(args.dilation, 1));
+    let [oh, ow] = window_extents(op, &lifted, (kernel, stride, padding, dilation), args.ceil_mode)?;
+    let [_, _, h, w] = lifted.input;
+    let map = PoolWindows {
+        rows: max_axis(h, oh, kernel[0], stride[0], padding[0], dilation[0]),
+        cols: max_axis(w, ow, kernel[1], stride[1], padding[1], dilation[1]),
+    };
+    Ok(PoolPlan { input: Shape::from(lifted.input), map, output: lifted.output([oh, ow]) })
+}
+
+/// One dimension of an average pool: PyTorch's window clipped to the input, each tap
+/// weighted by `1 / divisor` (the window's length clipped to the padded input with
+/// `count_include_pad`, else clipped to the input; or `1` when `unit`).
+fn avg_axis(
+    input: usize,
+    out: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    include_pad: bool,
+    unit: bool,
+) -> AxisTaps {
+    let mut taps = AxisTaps::new(input);
+    let (i, p) = (input as i64, pad as i64);
+    for o in 0..out as i64 {
+        let start = o * stride as i64 - p;
+        let end = (start + kernel as i64).min(i + p);
+        let padded_len = end - start;
+        let (start, end) = (start.max(0), end.min(i));
+        let divisor = if include_pad { padded_len } else { end - start };
+        let weight = if unit { 1.0 } else { 1.0 / divisor.max(1) as f64 };
+        taps.push((start..end.max(start)).map(|t| (t as usize, weight)));
+    }
+    taps
+}
+
+/// Resolves `avg_pool1d` / `avg_pool2d` for an input of shape `input`.
+pub fn avg_pool_plan<const D: usize>(
+    op: &'static str,
+    input: &[usize],
+    args: &AvgPoolArgs<D>,
+) -> Result<PoolPlan<Resample>> {
+    let lifted = lift::<D>(op, input, true)?;
+    let kernel = two(args.kernel_size, 1);
+    let stride = two(args.stride.unwrap_or(args.kernel_size), 1);
+    let padding = two(args.padding, 0);
+    if args.divisor_override == Some(0) {
+        return Err(Error::invalid(op, "divisor must be not zero"));
+    }
+    let [oh, ow] = window_extents(op, &lifted, (kernel, stride, padding, [1, 1]), args.ceil_mode)?;
+    let [_, _, h, w] = lifted.input;
+    let unit = args.divisor_override.is_some();
+    let mut rows = avg_axis(h, oh, kernel[0], stride[0], padding[0], args.count_include_pad, unit);
+    let cols = avg_axis(w, ow, kernel[1], stride[1], padding[1], args.count_include_pad, unit);
+    if let Some(d) = args.divisor_override {
+        rows.weight.iter_mut().for_each(|v| *v = 1.0 / d as f64);
+    }
+    Ok(PoolPlan { input: Shape::from(lifted.input), map: Resample { rows, cols }, output: lifted.output([oh, ow]) })
+}
+
+/// PyTorch's adaptive window of output `o` of `out` over `input`:
+/// `floor(o * input / out)..ceil((o + 1) * input / out)`.
+fn adaptive_window(o: usize, out: usize, input: usize) -> (usize, usize) {
+    let start = o * input / out;
+    let end = ((o + 1) * input).div_ceil(out);
+    (start, end)
+}
+
+/// Checks an adaptive pool's input and output size; returns the lifted input.
+fn adaptive_lift<const D: usize>(op: &'static str, input: &[usize], size: [usize; D]) -> Result<Lifted> {
+    let lifted = lift::<D>(op, input, true)?;
+    let [_, _, h, w] = lifted.input;
+    if h.max(w).max(size.into_iter().max().unwrap_or(0)) >= 1 << 32 {
+        return Err(Error::invalid(op, "sizes must be below 2^32"));
+    }
+    Ok(lifted)
+}
+
+/// Resolves `adaptive_avg_pool1d` / `adaptive_avg_pool2d` to an output of `size`.
+pub fn adaptive_avg_pool_plan<const D: usize>(
+    op: &'static str,
+    input: &[usize],
+    size: [usize; D],
+) -> Result<PoolPlan<Resample>> {
+    let lifted = adaptive_lift::<D>(op, input, size)?;
+    let [_, _, h, w] = lifted.input;
+    let [oh, ow] = two(size, 1);
+    let axis = |input: usize, out: usize| {
+        let mut taps = AxisTaps::new(input);
+        for o in 0..out {
+            let (s, e) = adaptive_window(o, out, input);
+            let wt = 1.0 / (e - s).max(1) as f64;
+            taps.push((s..e).map(|t| (t, wt)));
+        }
+        taps
+    };
+    let map = Resample { rows: axis(h, oh), cols: axis(w, ow) };
+    Ok(PoolPlan { input: Shape::from(lifted.input), map, output: lifted.output([oh, ow]) })
+}
+
+/// Resolves `adaptive_max_pool1d` / `adaptive_max_pool2d` to an output of `size`.
+pub fn adaptive_max_pool_plan<const D: usize>(
+    op: &'static str,
+    input: &[usize],
+    size: [usize; D],
+) -> Result<PoolPlan<PoolWindows>> {
+    let lifted = adaptive_lift::<D>(op, input, size)?;
+    let [_, _, h, w] = lifted.input;
+    let [oh, ow] = two(size, 1);
+    let axis = |input: usize, out: usize| AxisWindows {
+        input,
+        step: 1,
+        windows: (0..out).map(|o| adaptive_window(o, out, input)).map(|(s, e)| (s, e - s)).collect(),
+    };
+    let map = PoolWindows { rows: axis(h, oh), cols: axis(w, ow) };
+    Ok(PoolPlan { input: Shape::from(lifted.input), map, output: lifted.output([oh, ow]) })
+}
+
+/// `values` as one per spatial dimension (a single value repeats).
+fn per_dim<T: Copy>(values: &[T], dims: usize) -> Option<Vec<T>> {
+    match values.len() {
+        1 => Some(vec![values[0]; dims]),
+        n if n == dims => Some(values.to_vec()),
+        _ => None,
+    }
+}
+
+/// One dimension of nearest interpolation, PyTorch's legacy rule, in `f32` as PyTorch
+/// computes it.
+fn nearest_axis(input: usize, out: usize, scale: Option<f64>) -> AxisTaps {
+    let mut taps = AxisTaps::new(input);
+    let ratio = match scale {
+        Some(s) if s > 0.0 => (1.0 / s) as f32,
+        _ => input as f32 / out as f32,
+    };
+    for o in 0..out {
+        let src = if out == input {
+            o
+        } else if out == 2 * input {
+            o >> 1
+        } else {
+            ((o as f32 * ratio).floor() as usize).min(input - 1)
+        };
+        taps.push([(src, 1.0)]);
+    }
+    taps
+}
+
+/// Arithmetic in the element type, for source positions computed as PyTorch does.
+trait Real: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> {
+    fn of(v: f64) -> Self;
+    fn of_usize(v: usize) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn floor_index(self) -> i64;
+    fn get(self) -> f64;
+}
+
+macro_rules! real {
+    ($t:ty) => {
+        impl Real for $t {
+            fn of(v: f64) -> Self {
+                v as $t
+            }
+            fn of_usize(v: usize) -> Self {
+                v as $t
+            }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn div(self, o: Self) -> Self {
+                self / o
+            }
+            fn floor_index(self) -> i64 {
+                self.floor() as i64
+            }
+            fn get(self) -> f64 {
+                self as f64
+            }
+        }
+    };
+}
+real!(f32);
+real!(f64);
+
+/// One dimension of linear interpolation: PyTorch's source index (`align_corners` maps the
+/// end pixels' centres onto each other; otherwise half-pixel centres, clamped at 0) and
+/// its two neighbours, in the precision of the element type `R`.
+fn linear_axis<R: Real>(input: usize, out: usize, align_corners: bool, scale: Option<f64>) -> AxisTaps {
+    let mut taps = AxisTaps::new(input);
+    let ratio = if align_corners {
+        if out > 1 { R::of_usize(input - 1).div(R::of_usize(out - 1)) } else { R::of(0.0) }
+    } else {
+        match scale {
+            Some(s) if s > 0.0 => R::of(1.0 / s),
+            _ => R::of_usize(input).div(R::of_usize(out)),
+        }
+    };
+    for o in 0..out {
+        let real = if align_corners {
+            ratio.mul(R::of_usize(o))
+        } else {
+            let r = ratio.mul(R::of_usize(o) + R::of(0.5)) - R::of(0.5);
+            if r < R::of(0.0) { R::of(0.0) } else { r }
+        };
+        let i0 = real.floor_index().min(input as i64 - 1).max(0);
+        let mut lambda = real - R::of(i0 as f64);
+        if lambda < R::of(0.0) {
+            lambda = R::of(0.0);
+        }
+        if lambda > R::of(1.0) {
+            lambda = R::of(1.0);
+        }
+        let i1 = if i0 < input as i64 - 1 { i0 + 1 } else { i0 };
+        let l0 = R::of(1.0) - lambda;
+        taps.push([(i0 as usize, l0.get()), (i1 as usize, lambda.get())]);
+    }
+    taps
+}
+
+/// Resolves `interpolate` for an input of shape `input` (`[N, C, L]` or `[N, C, H, W]`) and
+/// dtype `dtype` (linear weights are computed in its precision, as PyTorch does).
+pub fn interpolate_plan(input: &[usize], args: &InterpolateArgs, dtype: DType) -> Result<PoolPlan<Resample>> {
+    let op = "interpolate";
+    let rank = input.len();
+    if !(3..=4).contains(&rank) {
+        return Err(Error::shape(
+            op,
+            format!("expected a 3D (N, C, L) or 4D (N, C, H, W) input, but got shape {input:?}"),
+        ));
+    }
+    let dims = rank - 2;
+    let mode = args.mode;
+    if mode == InterpolateMode::Nearest && args.align_corners.is_some() {
+        return Err(Error::invalid(
+            op,
+            "align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear",
+        ));
+    }
+    match (mode, rank) {
+        (InterpolateMode::Linear, 4) | (InterpolateMode::Bilinear, 3) => {
+            let need = if mode == InterpolateMode::Linear { 3 } else { 4 };
+            return Err(Error::shape(op, format!("Got {rank}D input, but {} mode needs {need}D input", mode.name())));
+        }
+        _ => {}
+    }
+    let spatial = &input[2..];
+    let (size, scales): (Vec<usize>, Option<Vec<f64>>) = match (&args.size, &args.scale_factor) {
+        (Some(_), Some(_)) => return Err(Error::invalid(op, "only one of size or scale_factor should be defined")),
+        (None, None) => return Err(Error::invalid(op, "either size or scale_factor should be defined")),
+        (Some(s), None) => {
+            let s = per_dim(s, dims).ok_or_else(|| {
+                Error::shape(
+                    op,
+                    format!(
+                        "Input and output must have the same number of spatial dimensions, but got input with spatial dimensions of {spatial:?} and output size of {s:?}"
+                    ),
+                )
+            })?;
+            (s, None)
+        }
+        (None, Some(f)) => {
+            let f = per_dim(f, dims).ok_or_else(|| {
+                Error::shape(
+                    op,
+                    format!(
+                        "Input and scale_factor must have the same number of spatial dimensions, but got input with spatial dimensions of {spatial:?} and scale_factor of {f:?}"
+                    ),
+                )
+            })?;
+            if f.iter().any(|v| !v.is_finite() || *v < 0.0) {
+                return Err(Error::invalid(op, format!("scale factors must be finite and non-negative, got {f:?}")));
+            }
+            let size = spatial.iter().zip(&f).map(|(&i, &s)| (i as f64 * s).floor() as usize).collect();
+            let keep = !args.recompute_scale_factor.unwrap_or(false);
+            (size, keep.then_some(f))
+        }
+    };
+    let too_big = spatial.iter().chain(&size).any(|&v| v >= 1 << 32);
+    if spatial.contains(&0) || size.contains(&0) || too_big {
+        let names = if dims == 1 { vec!["W"] } else { vec!["H", "W"] };
+        let show = |v: &[usize]| names.iter().zip(v).map(|(n, v)| format!("{n}: {v}")).collect::<Vec<_>>().join(", ");
+        return Err(Error::shape(
+            op,
+            format!(
+                "Input and output sizes should be greater than 0, but got input ({}) output ({})",
+                show(spatial),
+                show(&size)
+            ),
+        ));
+    }
+    let align = args.align_corners.unwrap_or(false);
+    let axis = |d: usize| {
+        let (i, o) = (spatial[d], size[d]);
+        let s = scales.as_ref().map(|f| f[d]);
+        match (mode, dtype) {
+            (InterpolateMode::Nearest, _) => nearest_axis(i, o, s),
+            (_, DType::F32) => linear_axis::<f32>(i, o, align, s),
+            _ => linear_axis::<f64>(i, o, align, s),
+        }
+    };
+    let (n, c) = (input[0], input[1]);
+    let (map, in4) = if dims == 1 {
+        let mut rows = AxisTaps::new(1);
+        rows.push([(0, 1.0)]);
+        (Resample { rows, cols: axis(0) }, [n, c, 1, spatial[0]])
+    } else {
+        (Resample { rows: axis(0), cols: axis(1) }, [n, c, spatial[0], spatial[1]])
+    };
+    let mut output = vec![n, c];
+    output.extend(&size);
+    Ok(PoolPlan { input: Shape::from(in4), map, output: Shape::from(output) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_sizes_follow_pytorch() {
+        let p = max_pool_plan("max_pool2d", &[1, 1, 5, 5], &MaxPoolArgs::<2>::new(2).ceil_mode(true)).unwrap();
+        assert_eq!(p.output.dims(), &[1, 1, 3, 3]);
+        let a = MaxPoolArgs::<2>::new(3).stride(2).padding(1).ceil_mode(true);
+        assert_eq!(max_pool_plan("max_pool2d", &[1, 5, 5], &a).unwrap().output.dims(), &[1, 3, 3]);
+        // The last ceil window would start in the right padding: dropped.
+        let a = MaxPoolArgs::<1>::new(2).stride(2).padding(1).ceil_mode(true);
+        assert_eq!(max_pool_plan("max_pool1d", &[1, 1, 4], &a).unwrap().output.dims(), &[1, 1, 3]);
+        let p = max_pool_plan("max_pool2d", &[1, 1, 9, 9], &MaxPoolArgs::<2>::new(2).dilation(3).padding(1)).unwrap();
+        assert_eq!(p.output.dims(), &[1, 1, 4, 4]);
+        assert_eq!(p.map.rows.windows[0], (2, 1));
+        let p = adaptive_max_pool_plan("adaptive_max_pool1d", &[1, 1, 5], [3]).unwrap();
+        assert_eq!(p.map.cols.windows, vec![(0, 2), (1, 3), (3, 2)]);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let err = |r: Result<PoolPlan<PoolWindows>>| r.unwrap_err().to_string();
+        assert!(
+            err(max_pool_plan("max_pool2d", &[1, 1, 4, 4], &MaxPoolArgs::<2>::new(3).padding(2)))
+                .contains("at most half")
+        );
+        assert!(err(max_pool_plan("max_pool2d", &[1, 1, 4, 4], &MaxPoolArgs::<2>::new(5))).contains("too small"));
+        assert!(err(max_pool_plan("max_pool2d", &[4, 4], &MaxPoolArgs::<2>::new(2))).contains("[4, 4]"));
+        assert!(err(max_pool_plan("max_pool2d", &[1, 0, 4, 4], &MaxPoolArgs::<2>::new(2))).contains("[1, 0, 4, 4]"));
+        assert!(max_pool_plan("max_pool2d", &[0, 1, 4, 4], &MaxPoolArgs::<2>::new(2)).is_ok());
+        let up = InterpolateArgs::size([2]).align_corners(true);
+        assert!(interpolate_plan(&[1, 1, 4], &up, DType::F32).unwrap_err().to_string().contains("align_corners"));
+        assert!(interpolate_plan(&[1, 1, 4], &InterpolateArgs::default(), DType::F32).is_err());
+    }
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# MNIST MLP training throughput, ember (eager and traced) vs PyTorch, on this machine, both
-# at 2 threads, alternating rounds so that load changes hit both sides alike:
+# MNIST training throughput, ember (eager and traced) vs PyTorch, on this machine, both at
+# 2 threads, alternating rounds so that load changes hit both sides alike:
 #
 #   tools/bench/mlp_train.sh [ROUNDS] [EPOCHS]
+#   MODEL=lenet tools/bench/mlp_train.sh 3 2     # LeNet-5 (MODEL=cnn: the CNN quick start's model)
 #
 # Each round runs ember's `train_bench` example (eager, then traced) and
 # tools/bench/mlp_train.py for batch 64 and 256; the table shows the median over rounds of
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
 epochs="${2:-3}"
 python="${PYTHON:-.venv-torch/bin/python}"
+model="${MODEL:-mlp}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -20,11 +22,11 @@ cargo build --release -q -p ember --example train_bench
 bin="${CARGO_TARGET_DIR:-target}/release/examples/train_bench"
 for r in $(seq 1 "$rounds"); do
     if (( r % 2 )); then
-        "$bin" --epochs "$epochs" --traced >>"$out/runs"
-        "$python" tools/bench/mlp_train.py --epochs "$epochs" >>"$out/runs"
+        "$bin" --model "$model" --epochs "$epochs" --traced >>"$out/runs"
+        "$python" tools/bench/mlp_train.py --model "$model" --epochs "$epochs" >>"$out/runs"
     else
-        "$python" tools/bench/mlp_train.py --epochs "$epochs" >>"$out/runs"
-        "$bin" --epochs "$epochs" --traced --traced-first >>"$out/runs"
+        "$python" tools/bench/mlp_train.py --model "$model" --epochs "$epochs" >>"$out/runs"
+        "$bin" --model "$model" --epochs "$epochs" --traced --traced-first >>"$out/runs"
     fi
 done
 

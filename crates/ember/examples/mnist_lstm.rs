@@ -6,24 +6,25 @@
 //! ```text
 //! cargo run --release --example mnist_lstm -- [--epochs 5] [--batch-size 64] [--lr 1e-3]
 //!     [--schedule cosine|constant] [--data data/mnist] [--out runs/mnist_lstm] [--seed 0]
+//!     [--train-images N] [--graph]
 //! ```
 //!
-//! The options are those of the `mnist` example, whose driver this one includes. With the
+//! The options are those of the `mnist` example, whose driver (`examples/common`) this one
+//! shares. With the
 //! defaults (5 epochs, Adam at 1e-3 with cosine decay, batch 64, seed 0) the test accuracy
 //! was 96.65% after the first epoch and 98.67% at the end, in about 3.5 minutes at 2 cores.
 
-#[path = "mnist.rs"]
-#[allow(dead_code)] // the MLP quick start's own `main`
-mod quick_start;
+mod common;
 
-use quick_start::{QuickStart, run};
+use common::quick_start::{self, Example};
 
 fn main() -> ember::Result<()> {
-    run(QuickStart {
+    quick_start::main(Example {
         name: "mnist_lstm",
-        describe: "LSTM(28, 128) over the 28 rows, Linear(128, 10) on the last hidden state",
-        build: ember::mnist::lstm_classifier,
+        checkpoint: "mnist_lstm",
+        description: "LSTM(28, 128) over the 28 rows, Linear(128, 10) on the last hidden state",
         epochs: 5,
-        file: "mnist_lstm",
-    })
+        build: ember::mnist::lstm_classifier,
+    })?;
+    Ok(())
 }

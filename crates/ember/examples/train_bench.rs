@@ -1,25 +1,51 @@
-//! Training throughput of the MNIST quick-start MLP (784-256-128-10, Adam 1e-3), in samples
-//! per second, for `tools/bench/mlp_train.sh` (which runs PyTorch's equivalent next to it).
+//! Training throughput on MNIST with Adam 1e-3, in samples per second, for
+//! `tools/bench/mlp_train.sh` (which runs PyTorch's equivalent next to it): the quick-start
+//! MLP (784-256-128-10), LeNet-5 or the CNN quick start's model (`--model`).
 //!
 //! For each batch size: one warm-up epoch, then the median over `--epochs` timed epochs of
 //! shuffled batches from the in-memory training set. `--traced` also times the same steps
 //! with the model and loss traced once (static mode) and re-run by setting values.
 //!
 //! ```text
-//! cargo run --release --example train_bench -- [--batch 64 --batch 256] [--epochs 3] [--traced] [--no-pool]
+//! cargo run --release --example train_bench -- [--model mlp|lenet|cnn] [--batch 64 --batch 256]
+//!     [--epochs 3] [--traced] [--no-pool]
 //! ```
 
 use clap::Parser;
 use ember::autograd::{CachedLoss, Traced, Var};
 use ember::mnist;
-use ember::nn::{CrossEntropyOptions, Module, cross_entropy};
+use ember::nn::{CrossEntropyOptions, Module, Sequential, cross_entropy};
 use ember::optim::{Adam, AdamConfig, Optimizer};
 use ember::{Result, Tensor};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The models to measure.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Model {
+    /// The quick-start MLP, 784-256-128-10.
+    Mlp,
+    /// LeNet-5 ([`mnist::lenet5`]).
+    Lenet,
+    /// The CNN quick start's model ([`mnist::cnn`]).
+    Cnn,
+}
+
+impl Model {
+    fn build(self) -> Result<Sequential> {
+        match self {
+            Model::Mlp => mnist::mlp(),
+            Model::Lenet => mnist::lenet5(),
+            Model::Cnn => mnist::cnn(),
+        }
+    }
+}
+
 #[derive(Parser)]
 struct Args {
+    /// The model to train.
+    #[arg(long, value_enum, default_value_t = Model::Mlp)]
+    model: Model,
     /// Batch sizes to measure.
     #[arg(long = "batch", default_values_t = [64usize, 256])]
     batches: Vec<usize>,
@@ -74,17 +100,17 @@ fn measure(
 }
 
 /// Samples per second of eager training: a new graph every step.
-fn eager_rate(train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
+fn eager_rate(model: Model, train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
     ember::manual_seed(0);
-    let model = mnist::mlp()?;
+    let model = model.build()?;
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
     measure(train, batch, epochs, |x, y| mnist::train_step(&model, &mut opt, x, y).map(|_| ()))
 }
 
 /// Samples per second of static-mode training: the model and loss traced once, then re-run.
-fn traced_rate(train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
+fn traced_rate(model: Model, train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
     ember::manual_seed(0);
-    let model = Arc::new(mnist::mlp()?);
+    let model = Arc::new(model.build()?);
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
     let m = model.clone();
     let traced = Traced::new(move |x: &Var| m.forward(x));
@@ -116,8 +142,11 @@ fn main() -> Result<()> {
             }
         }
         for traced in order {
-            let rate =
-                if traced { traced_rate(&train, batch, args.epochs)? } else { eager_rate(&train, batch, args.epochs)? };
+            let rate = if traced {
+                traced_rate(args.model, &train, batch, args.epochs)?
+            } else {
+                eager_rate(args.model, &train, batch, args.epochs)?
+            };
             println!("{}\t{batch}\t{rate:.0}", if traced { "traced" } else { "eager" });
         }
     }

@@ -1,6 +1,7 @@
-//! The MNIST quick start as a library: the models (the MLP and the row-by-row LSTM), the
-//! data, one training epoch and the evaluation, shared by `examples/mnist.rs`,
-//! `examples/mnist_lstm.rs`, the CI smoke tests and the training benchmark.
+//! The MNIST quick starts as a library: the models (the MLP, the CNN, LeNet-5 and the
+//! row-by-row LSTM), the data, one training epoch and the evaluation, shared by the
+//! `mnist`, `mnist_cnn` and `mnist_lstm` examples, the CI smoke tests and the training
+//! benchmarks.
 //!
 //! ```no_run
 //! use ember::mnist;
@@ -17,7 +18,10 @@
 
 use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Mnist, PixelMap, Split, TensorDataset};
-use crate::nn::{CrossEntropyOptions, LSTM, Linear, Module, ReLU, RnnOptions, Sequential, cross_entropy};
+use crate::nn::{
+    Conv2d, Conv2dOptions, CrossEntropyOptions, Flatten, LSTM, Linear, MaxPool2d, Module, ReLU, RnnOptions, Sequential,
+    Unflatten, cross_entropy,
+};
 use crate::optim::{LrScheduler, Optimizer};
 use crate::tensor::{Error, Result, Tensor};
 use std::path::Path;
@@ -124,6 +128,48 @@ impl Module for LstmClassifier {
     fn is_training(&self) -> bool {
         self.lstm.is_training()
     }
+}
+
+/// The CNN quick start's model, with PyTorch's default initialisation from ember's global
+/// generator. It takes the flattened `[N, 784]` images of [`Data`] and unflattens them to
+/// `[N, 1, 28, 28]`; then two 5x5 convolutions padded to keep the size (16 and 32
+/// channels), each followed by ReLU and 2x2 max pooling, and a 1568-128-10 classifier.
+/// Its `state_dict` names are those of the same `nn.Sequential` in PyTorch (`1.weight`,
+/// `4.weight`, `8.weight`, `10.weight`, with biases).
+pub fn cnn() -> Result<Sequential> {
+    let conv = |i, o| Conv2d::with_options(i, o, 5, Conv2dOptions::default().padding(2));
+    Ok(Sequential::new()
+        .add(Unflatten::new(1, [1, 28, 28]))
+        .add(conv(1, 16)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(conv(16, 32)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(32 * 7 * 7, 128)?)
+        .add(ReLU)
+        .add(Linear::new(128, 10)?))
+}
+
+/// LeNet-5 as the benchmarks train it, with PyTorch's default initialisation: the
+/// flattened images unflattened to `[N, 1, 28, 28]`, conv 1->6 5x5, ReLU, 2x2 max pool,
+/// conv 6->16 5x5, ReLU, 2x2 max pool, then 256-120-84-10 with ReLU between.
+pub fn lenet5() -> Result<Sequential> {
+    Ok(Sequential::new()
+        .add(Unflatten::new(1, [1, 28, 28]))
+        .add(Conv2d::new(1, 6, 5)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Conv2d::new(6, 16, 5)?)
+        .add(ReLU)
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(16 * 4 * 4, 120)?)
+        .add(ReLU)
+        .add(Linear::new(120, 84)?)
+        .add(ReLU)
+        .add(Linear::new(84, 10)?))
 }
 
 /// A shuffling loader over `data` in batches of `batch_size` (the last batch may be short).

@@ -155,8 +155,7 @@ impl Module for GroupNorm {
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
-        let named = [("weight", &self.weight), ("bias", &self.bias)];
-        named.into_iter().filter_map(|(n, p)| p.as_ref().map(|p| (n.to_string(), p.clone()))).collect()
+        super::weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
     }
 
     fn set_training(&self, on: bool) {

@@ -154,11 +154,7 @@ impl Module for Linear {
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut out = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            out.push(("bias".to_string(), b.clone()));
-        }
-        out
+        super::weight_and_bias(Some(&self.weight), self.bias.as_ref())
     }
 
     fn set_training(&self, on: bool) {

@@ -20,6 +20,18 @@ mod rnn;
 mod unflatten;
 mod upsample;
 
+/// A layer's `weight` and `bias` under PyTorch's names, leaving out the absent ones (no bias,
+/// or no affine parameters).
+fn weight_and_bias(
+    weight: Option<&ember_autograd::Var>,
+    bias: Option<&ember_autograd::Var>,
+) -> Vec<(String, ember_autograd::Var)> {
+    [("weight", weight), ("bias", bias)]
+        .into_iter()
+        .filter_map(|(n, p)| p.map(|p| (n.to_string(), p.clone())))
+        .collect()
+}
+
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
 pub use container::{Children, Sequential};

@@ -2,7 +2,7 @@
 //! corresponding layer, with PyTorch's parameters (`weight_ih`, `weight_hh`, `bias_ih`,
 //! `bias_hh`), initialisation and unbatched inputs.
 
-use super::options::{CellOptions, Mode, Nonlinearity, RnnOptions, check_options};
+use super::options::{CellOptions, Mode, RnnOptions, check_options};
 use super::step::{State, StepWeights, input_bias, step, step_bias};
 use crate::init;
 use crate::module::{Module, TrainingFlag};
@@ -256,7 +256,7 @@ impl RNNCell {
 
     /// A cell with the given options.
     pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<RNNCell> {
-        Ok(RNNCell { core: CellCore::new(Self::mode_of(&options), input_size, hidden_size, options)? })
+        Ok(RNNCell { core: CellCore::new(options.nonlinearity.into(), input_size, hidden_size, options)? })
     }
 
     /// A cell over existing parameter `Var`s (shared with their other holders), named as
@@ -268,14 +268,9 @@ impl RNNCell {
         options: CellOptions,
         params: Vec<(String, Var)>,
     ) -> Result<RNNCell> {
-        Ok(RNNCell { core: CellCore::from_params(Self::mode_of(&options), input_size, hidden_size, options, params)? })
-    }
-
-    fn mode_of(options: &CellOptions) -> Mode {
-        match options.nonlinearity {
-            Nonlinearity::Tanh => Mode::Tanh,
-            Nonlinearity::Relu => Mode::Relu,
-        }
+        Ok(RNNCell {
+            core: CellCore::from_params(options.nonlinearity.into(), input_size, hidden_size, options, params)?,
+        })
     }
 
     /// The next hidden state from input `x` and hidden state `h` (zeros if `None`).

@@ -4,7 +4,7 @@
 
 use super::fused::lstm_sequence;
 use super::lengths::StepMasks;
-use super::options::{Mode, Nonlinearity, RnnOptions, check_options};
+use super::options::{Mode, RnnOptions, check_options};
 use super::step::{State, StepWeights, input_bias, step, step_bias};
 use crate::init;
 use crate::layers::dropout::dropout;
@@ -442,7 +442,7 @@ impl RNN {
 
     /// An RNN with the given options (`proj_size` must be 0).
     pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RNN> {
-        Ok(RNN { core: RnnCore::new(Self::mode_of(&options), input_size, hidden_size, options)? })
+        Ok(RNN { core: RnnCore::new(options.nonlinearity.into(), input_size, hidden_size, options)? })
     }
 
     /// A layer over existing parameter `Var`s (shared with their other holders), named
@@ -455,14 +455,7 @@ impl RNN {
         options: RnnOptions,
         params: Vec<(String, Var)>,
     ) -> Result<RNN> {
-        Ok(RNN { core: RnnCore::from_params(Self::mode_of(&options), input_size, hidden_size, options, params)? })
-    }
-
-    fn mode_of(options: &RnnOptions) -> Mode {
-        match options.nonlinearity {
-            Nonlinearity::Tanh => Mode::Tanh,
-            Nonlinearity::Relu => Mode::Relu,
-        }
+        Ok(RNN { core: RnnCore::from_params(options.nonlinearity.into(), input_size, hidden_size, options, params)? })
     }
 
     /// The output and final hidden states of the sequences `x`, from `h0` (`[layers *

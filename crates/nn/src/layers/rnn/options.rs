@@ -130,6 +130,16 @@ pub(crate) enum Mode {
     Gru,
 }
 
+impl From<Nonlinearity> for Mode {
+    /// The plain recurrence with this nonlinearity.
+    fn from(n: Nonlinearity) -> Mode {
+        match n {
+            Nonlinearity::Tanh => Mode::Tanh,
+            Nonlinearity::Relu => Mode::Relu,
+        }
+    }
+}
+
 impl Mode {
     /// How many blocks of `hidden_size` rows the weights stack.
     pub(crate) fn gates(self) -> usize {

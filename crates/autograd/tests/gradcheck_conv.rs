@@ -8,64 +8,9 @@
 //! `create_graph` (for every input, against a random output gradient that is itself an
 //! input), which needs each backward formula to be a differentiable, correct composition.
 
-use ember_autograd::{Var, enable_grad, grad, gradcheck};
-use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Padding, Result, Tensor, UnfoldArgs, manual_seed};
-use std::sync::Mutex;
-
-/// The tests of this file run on several threads but draw from ember's one global
-/// generator: the lock makes every input the same on every run.
-static RNG: Mutex<()> = Mutex::new(());
-
-fn normal(seed: u64, shape: &[usize]) -> Tensor {
-    let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
-    manual_seed(seed);
-    Tensor::normal(shape, 0.0, 1.0, DType::F64).unwrap()
-}
-
-/// The same values stored with the last two dimensions swapped, read through a transpose.
-fn transposed(t: &Tensor) -> Tensor {
-    let r = t.rank();
-    t.transpose(r - 2, r - 1).unwrap().contiguous().transpose(r - 2, r - 1).unwrap()
-}
-
-#[track_caller]
-fn check(name: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
-    if let Err(e) = gradcheck(f, inputs, 1e-6, 1e-7, 1e-5) {
-        panic!("{name}: {e}");
-    }
-}
-
-/// The gradient of `sum(op(xs) * w)` with respect to every `xs`, flattened and joined,
-/// with `create_graph`: its gradcheck checks `op`'s backward's backward.
-fn first_derivative(xs: &[Var], w: &Var, op: &impl Fn(&[Var]) -> Result<Var>) -> Result<Var> {
-    enable_grad(|| {
-        // In gradcheck's numerical pass the inputs are constants: make them parameters so
-        // that there is a graph to differentiate.
-        let xs: Vec<Var> =
-            xs.iter().map(|x| if x.requires_grad() { x.clone() } else { Var::param(x.value()) }).collect();
-        let y = op(&xs)?;
-        let refs: Vec<&Var> = xs.iter().collect();
-        let grads = grad(&[&y], &refs, &[w], false, true)?;
-        let flat: Vec<Var> = grads
-            .into_iter()
-            .zip(&xs)
-            .map(|(g, x)| g.unwrap_or_else(|| Var::new(x.value().zeros_like())).flatten_all())
-            .collect();
-        Var::cat(&flat.iter().collect::<Vec<_>>(), 0)
-    })
-}
-
-/// First- and second-order gradcheck of `op` at `xs`.
-#[track_caller]
-fn check_both(name: &str, op: impl Fn(&[Var]) -> Result<Var>, xs: &[Tensor], seed: u64) {
-    check(name, &op, xs);
-    let vars: Vec<Var> = xs.iter().map(|t| Var::new(t.clone())).collect();
-    let out = op(&vars).unwrap().shape();
-    let mut inputs = xs.to_vec();
-    inputs.push(normal(seed, out.dims()));
-    let n = xs.len();
-    check(&format!("second order: {name}"), |v| first_derivative(&v[..n], &v[n], &op), &inputs);
-}
+use ember_autograd::{Var, enable_grad, grad};
+use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Result, UnfoldArgs};
+use ember_testing::gradcheck::{check, check_both, normal, transposed};
 
 /// A case: its name, the input and weight shapes, whether there is a bias, the arguments.
 type Case<A> = (&'static str, [usize; 4], [usize; 4], bool, A);

@@ -7,33 +7,10 @@
 //! Max pooling is checked at inputs without ties (normal samples), where the maximum of each
 //! window is unique and the function is differentiable.
 
-use ember_autograd::{Var, enable_grad, grad, gradcheck};
+use ember_autograd::{Var, enable_grad, grad};
 use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
-use ember_tensor::{DType, Result, Tensor, manual_seed};
-use std::sync::Mutex;
-
-/// The tests of this file run on several threads but draw from ember's one global
-/// generator: the lock makes every input the same on every run.
-static RNG: Mutex<()> = Mutex::new(());
-
-fn normal(seed: u64, shape: &[usize]) -> Tensor {
-    let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
-    manual_seed(seed);
-    Tensor::normal(shape, 0.0, 1.0, DType::F64).unwrap()
-}
-
-/// The same values stored with the last two dimensions swapped, read through a transpose.
-fn transposed(t: &Tensor) -> Tensor {
-    let r = t.rank();
-    t.transpose(r - 2, r - 1).unwrap().contiguous().transpose(r - 2, r - 1).unwrap()
-}
-
-#[track_caller]
-fn check(name: &str, f: impl Fn(&[Var]) -> Result<Var>, inputs: &[Tensor]) {
-    if let Err(e) = gradcheck(f, inputs, 1e-6, 1e-7, 1e-5) {
-        panic!("{name}: {e}");
-    }
-}
+use ember_tensor::{Result, Tensor};
+use ember_testing::gradcheck::{check, normal, transposed};
 
 /// The gradient of `sum(op(x) * w)` with respect to `x`, with `create_graph`: its
 /// gradcheck (in `x` and `w`) checks `op`'s backward's backward.

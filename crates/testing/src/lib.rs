@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod elementwise;
 pub mod fixture;
+pub mod gradcheck;
 pub mod scenario;
 
 pub use compare::{Tolerance, tensor_mismatch};

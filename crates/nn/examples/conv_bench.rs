@@ -9,7 +9,12 @@
 //!
 //!     c=64 hw=56 forward_ms=... forward_backward_ms=... pool_misses=0
 //!
-//! Run: `cargo run --release -p ember-nn --example conv_bench`.
+//! With `--lenet` it measures LeNet-5's two convolutions instead, on a batch of 64:
+//! `Conv2d(1, 6, 5)` on 28x28 and `Conv2d(6, 16, 5)` on 12x12 (small images,
+//! where copying windows costs as much as the products). `--threads N` sets the threads,
+//! `--reps N` the measured repetitions (default 9).
+//!
+//! Run: `cargo run --release -p ember-nn --example conv_bench [-- --lenet]`.
 
 use ember_autograd::Var;
 use ember_nn::{Conv2d, Conv2dOptions, Module};
@@ -17,11 +22,29 @@ use ember_tensor::storage::memory_stats;
 use ember_tensor::{Result, Tensor, manual_seed};
 use std::time::Instant;
 
-const BATCH: usize = 8;
 const WARMUP: usize = 2;
-const REPS: usize = 9;
-/// (channels, height and width): ResNet's second and third stages.
-const SHAPES: [(usize, usize); 2] = [(64, 56), (128, 28)];
+
+/// One measured layer: batch, input and output channels, kernel, padding, input size.
+struct Shape {
+    batch: usize,
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+    padding: usize,
+    hw: usize,
+}
+
+/// ResNet's second and third stages: `Conv2d(c, c, 3, padding=1)` on a batch of 8.
+const RESNET: [Shape; 2] = [
+    Shape { batch: 8, c_in: 64, c_out: 64, kernel: 3, padding: 1, hw: 56 },
+    Shape { batch: 8, c_in: 128, c_out: 128, kernel: 3, padding: 1, hw: 28 },
+];
+
+/// LeNet-5's convolutions on a batch of 64.
+const LENET: [Shape; 2] = [
+    Shape { batch: 64, c_in: 1, c_out: 6, kernel: 5, padding: 0, hw: 28 },
+    Shape { batch: 64, c_in: 6, c_out: 16, kernel: 5, padding: 0, hw: 12 },
+];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -29,15 +52,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> Result<()> {
-    ember_tensor::threading::set_num_threads(2)?;
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str, default: usize| {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(default)
+    };
+    let (threads, reps) = (flag("--threads", 2), flag("--reps", 9));
+    let shapes = if args.iter().any(|a| a == "--lenet") { &LENET } else { &RESNET };
+    ember_tensor::threading::set_num_threads(threads)?;
     manual_seed(0);
-    for (c, hw) in SHAPES {
-        let conv = Conv2d::with_options(c, c, 3, Conv2dOptions::default().padding(1))?;
-        let x = Var::param(Tensor::randn([BATCH, c, hw, hw])?);
-        let gy = Tensor::randn([BATCH, c, hw, hw])?;
+    for &Shape { batch, c_in, c_out, kernel, padding, hw } in shapes {
+        let conv = Conv2d::with_options(c_in, c_out, kernel, Conv2dOptions::default().padding(padding))?;
+        let x = Var::param(Tensor::randn([batch, c_in, hw, hw])?);
+        let y = conv.forward(&x)?;
+        let gy = Tensor::randn(y.shape().dims())?;
         let (mut forward, mut total) = (vec![], vec![]);
         let mut misses = 0;
-        for rep in 0..WARMUP + REPS {
+        for rep in 0..WARMUP + reps {
             if rep == WARMUP {
                 misses = memory_stats().pool_misses;
             }
@@ -55,7 +85,7 @@ fn main() -> Result<()> {
             }
         }
         println!(
-            "c={c} hw={hw} forward_ms={:.3} forward_backward_ms={:.3} pool_misses={}",
+            "c={c_in}->{c_out} k={kernel} hw={hw} forward_ms={:.3} forward_backward_ms={:.3} pool_misses={}",
             median(forward) * 1e3,
             median(total) * 1e3,
             memory_stats().pool_misses - misses

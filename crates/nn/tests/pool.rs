@@ -156,3 +156,31 @@ fn f32_and_f64_agree() {
         }
     }
 }
+
+#[test]
+fn two_by_two_max_pool_follows_pytorch_on_ties_nan_and_infinities() {
+    // The 2x2 stride-2 pool has a loop of its own for unit column strides; a transposed view
+    // takes the general loop. Both must pick the same value and index: the first of equal
+    // maxima, and a NaN wherever one occurs (the last one in the window).
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    #[rustfmt::skip]
+    let rows: Vec<f32> = vec![
+        1.0, 1.0,   nan, 2.0,   -inf, -inf,   3.0, 0.0,
+        1.0, 0.5,   4.0, nan,   -inf, -inf,   0.0, 3.0,
+        nan, nan,   inf, 5.0,   2.0, 7.0,     -1.0, -1.0,
+        0.0, 1.0,   inf, inf,   7.0, 2.0,     -1.0, -2.0,
+    ];
+    let x = Tensor::from_vec(rows.clone(), [1, 1, 4, 8]).unwrap();
+    // The same values behind a transposed view: column stride 4.
+    let stored: Vec<f32> = (0..32).map(|k| rows[(k % 4) * 8 + k / 4]).collect();
+    let t = Tensor::from_vec(stored, [1, 1, 8, 4]).unwrap().transpose(2, 3).unwrap();
+    let args = MaxPoolArgs::new(2);
+    let (fast, fast_at) = F::max_pool2d_with_indices(&Var::new(x), &args).unwrap();
+    let (general, general_at) = F::max_pool2d_with_indices(&Var::new(t), &args).unwrap();
+    let bits = |v: &Var| v.value().to_vec::<f32>().unwrap().iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&fast), bits(&general));
+    assert_eq!(fast_at.to_vec::<i64>().unwrap(), general_at.to_vec::<i64>().unwrap());
+    let at = fast_at.to_vec::<i64>().unwrap();
+    // Ties keep the first; NaN wins (the later one); -inf everywhere keeps tap 0; inf ties.
+    assert_eq!(at, [0, 11, 4, 6, 17, 18, 21, 22]);
+}

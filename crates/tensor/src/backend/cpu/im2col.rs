@@ -48,7 +48,7 @@ fn inside(out: usize, input: usize, stride: usize, offset: usize, pad: usize) ->
 /// Calls `f(offset_in_row, x_range, source_row)` for each output row met by positions
 /// `cols` (`y * ow + x`), for tap `(i, j)`: `x_range` are the row's positions, and
 /// `source_row` the input row they read (`None` where it lies in the padding).
-#[inline]
+#[inline(always)]
 fn for_each_row(
     w: &SlidingWindow,
     cols: &Range<usize>,
@@ -56,13 +56,60 @@ fn for_each_row(
     mut f: impl FnMut(usize, Range<usize>, Option<usize>),
 ) {
     let ow = w.output[1];
+    // One division per call, not per row: small images have many short rows per block.
+    let (mut y, mut x0) = (cols.start / ow.max(1), cols.start % ow.max(1));
     let mut l = cols.start;
     while l < cols.end {
-        let (y, x0) = (l / ow, l % ow);
         let x1 = ow.min(x0 + (cols.end - l));
         let iy = (y * w.stride[0] + i * w.dilation[0]).checked_sub(w.padding[0]).filter(|&r| r < w.input[0]);
         f(l - cols.start, x0..x1, iy);
         l += x1 - x0;
+        (y, x0) = (y + 1, 0);
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short runs of small images, without a call into
+/// `memcpy` per run: runs of 8 or more move as 8-element blocks (the last one overlapping),
+/// shorter ones as at most two overlapping pairs of 4, 2 or 1.
+#[inline(always)]
+fn copy_run<T: Copy>(dst: &mut [T], src: &[T]) {
+    let n = dst.len();
+    let src = &src[..n];
+    if n >= 64 {
+        dst.copy_from_slice(src);
+    } else if n >= 8 {
+        let mut k = 0;
+        while k + 8 <= n {
+            copy_fixed::<T, 8>(&mut dst[k..], &src[k..]);
+            k += 8;
+        }
+        if k < n {
+            copy_fixed::<T, 8>(&mut dst[n - 8..], &src[n - 8..]);
+        }
+    } else if n >= 4 {
+        copy_fixed::<T, 4>(dst, src);
+        copy_fixed::<T, 4>(&mut dst[n - 4..], &src[n - 4..]);
+    } else if n >= 2 {
+        copy_fixed::<T, 2>(dst, src);
+        copy_fixed::<T, 2>(&mut dst[n - 2..], &src[n - 2..]);
+    } else if n == 1 {
+        dst[0] = src[0];
+    }
+}
+
+/// Copies the first `N` elements of `src` to `dst`, as a fixed-size move.
+#[inline(always)]
+fn copy_fixed<T: Copy, const N: usize>(dst: &mut [T], src: &[T]) {
+    // A constant length: compiled to register moves, not a call.
+    dst[..N].copy_from_slice(&src[..N]);
+}
+
+/// Fills `dst` with zeros; a no-op (no call into `memset`) when it is empty, as the padding
+/// around most runs is.
+#[inline(always)]
+fn zero_run<T: Element>(dst: &mut [T]) {
+    if !dst.is_empty() {
+        dst.fill(T::ZERO);
     }
 }
 
@@ -90,20 +137,20 @@ pub(super) fn im2col_block<T: Element>(
                 for_each_row(w, &cols, i, |at, xs, iy| {
                     let seg = &mut out[at..at + xs.len()];
                     let Some(iy) = iy else {
-                        seg.fill(T::ZERO);
+                        zero_run(seg);
                         return;
                     };
                     let a = valid.start.clamp(xs.start, xs.end);
                     let b = valid.end.clamp(a, xs.end);
-                    seg[..a - xs.start].fill(T::ZERO);
-                    seg[b - xs.start..].fill(T::ZERO);
+                    zero_run(&mut seg[..a - xs.start]);
+                    zero_run(&mut seg[b - xs.start..]);
                     if a == b {
                         return;
                     }
                     let first = plane + iy * src.row + (a * w.stride[1] + offset - w.padding[1]) * src.col;
                     let run = &mut seg[a - xs.start..b - xs.start];
                     if step == 1 {
-                        run.copy_from_slice(&src.data[first..first + run.len()]);
+                        copy_run(run, &src.data[first..]);
                     } else {
                         for (k, v) in run.iter_mut().enumerate() {
                             *v = src.data[first + k * step];

@@ -14,6 +14,7 @@ use crate::dtype::FloatElement;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
+use multiversion::multiversion;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -170,19 +171,28 @@ fn pool_two_by_two<T: FloatElement>(x: &[T], base: usize, row: usize, ow: usize,
     for (y, (vrow, irow)) in vals.chunks_mut(ow.max(1)).zip(idx.chunks_mut(ow.max(1))).enumerate() {
         let top = &x[base + 2 * y * row..][..w];
         let bottom = &x[base + (2 * y + 1) * row..][..w];
-        for xo in 0..ow {
-            let c = 2 * xo;
-            let cand = [top[c], top[c + 1], bottom[c], bottom[c + 1]];
-            let mut k = 0;
-            for t in 1..4 {
-                if cand[t] > cand[k] || cand[t].is_nan() {
-                    k = t;
-                }
-            }
-            // Still -inf (or NaN at tap 0): the rule above with a -inf start keeps tap 0.
-            vrow[xo] = cand[k];
-            irow[xo] = ((2 * y + k / 2) * w + c + k % 2) as i64;
+        pool_row_two_by_two(top, bottom, (2 * y * w) as i64, w as i64, vrow, irow);
+    }
+}
+
+/// One output row of [`pool_two_by_two`]: `top` and `bottom` are the window rows, `first`
+/// the plane index of `top[0]` and `w` the plane's width. Written as selects, not branches,
+/// so that it compiles to vector code.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn pool_row_two_by_two<T: FloatElement>(top: &[T], bottom: &[T], first: i64, w: i64, vals: &mut [T], idx: &mut [i64]) {
+    let pairs = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+    for (xo, ((t, b), (v, i))) in pairs.zip(vals.iter_mut().zip(idx.iter_mut())).enumerate() {
+        // PyTorch's rule, taps in row-major order from a start of tap 0: a larger value or
+        // any NaN takes the place.
+        let (mut best, mut at) = (t[0], 0);
+        for (cand, offset) in [(t[1], 1), (b[0], w), (b[1], w + 1)] {
+            #[allow(clippy::eq_op)] // `c != c`: NaN, without a call the vectoriser cannot see through
+            let take = cand > best || cand != cand;
+            best = if take { cand } else { best };
+            at = if take { offset } else { at };
         }
+        *v = best;
+        *i = first + 2 * xo as i64 + at;
     }
 }
 

@@ -5,6 +5,7 @@
 //! are already consistent. A backend only computes. Adding a device means implementing
 //! this trait and adding a [`crate::storage::Storage`] variant; callers do not change.
 
+pub mod attention;
 mod compose;
 pub mod conv;
 pub mod cpu;
@@ -21,6 +22,7 @@ use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result, Scalar};
 
 pub use crate::ops::{BinaryOp, UnaryOp};
+pub use attention::{Attention, AttentionShapes, check_attention};
 pub use conv::{ConvGeometry, SlidingWindow};
 pub use loss::{ClassLoss, ClassScores, LossReduction};
 pub use op_kinds::{CmpOp, ReduceOp};

@@ -13,6 +13,7 @@
 //! probabilities `p = e^(s - lse)` from it block by block, so neither pass keeps the
 //! `[.., L, S]` scores.
 
+use crate::layout::Layout;
 use crate::shape::{Shape, broadcast_shapes};
 use crate::{DType, Error, Result};
 
@@ -128,6 +129,44 @@ pub fn check_attention(
                 format!("attn_mask of shape {m} does not broadcast to the attention scores' shape {scores}"),
             ));
         }
+    }
+    Ok(shapes)
+}
+
+/// Checks the views a backend's attention kernel gets: `q` `[batch.., L, E]`, `k`
+/// `[batch.., S, E]`, `v` `[batch.., S, Ev]` with one batch shape (already broadcast), a
+/// mask of the scores' shape, and for the backward the output and incoming gradient
+/// `[batch.., L, Ev]` and log-sum-exp `[batch.., L]` of the query's dtype.
+pub(crate) fn check_views(
+    [q, k, v]: [(DType, &Layout); 3],
+    mask: Option<(DType, &Layout)>,
+    saved: Option<[(DType, &Layout); 3]>,
+) -> Result<AttentionShapes> {
+    let shapes =
+        check_attention((q.1.shape(), q.0), (k.1.shape(), k.0), (v.1.shape(), v.0), mask.map(|(d, l)| (l.shape(), d)))?;
+    let expect = |what: &str, got: &Shape, want: Shape| {
+        if *got == want {
+            Ok(())
+        } else {
+            Err(Error::shape(OP, format!("expected the {what} to have shape {want}, got {got}")))
+        }
+    };
+    expect("query", q.1.shape(), shapes.with_last(&[shapes.l, shapes.e]))?;
+    expect("key", k.1.shape(), shapes.with_last(&[shapes.s, shapes.e]))?;
+    expect("value", v.1.shape(), shapes.with_last(&[shapes.s, shapes.ev]))?;
+    if let Some((_, m)) = mask {
+        expect("mask", m.shape(), shapes.scores())?;
+    }
+    if let Some([(od, o), (ld, l), (gd, g)]) = saved {
+        if od != q.0 || ld != q.0 || gd != q.0 {
+            return Err(Error::dtype(
+                OP,
+                format!("expected the saved tensors and gradient in {}, got {od}, {ld} and {gd}", q.0),
+            ));
+        }
+        expect("output", o.shape(), shapes.output())?;
+        expect("log-sum-exp", l.shape(), shapes.rows())?;
+        expect("gradient", g.shape(), shapes.output())?;
     }
     Ok(shapes)
 }

@@ -32,6 +32,10 @@ const BQ: usize = 64;
 /// Keys per block.
 const BK: usize = 256;
 
+/// Multiply-adds below which a call runs on the calling thread: waking helpers costs tens
+/// of microseconds, more than a few small heads take.
+const PARALLEL_WORK: usize = 1 << 18;
+
 /// The mask as the kernel reads it.
 enum Mask<'a, T> {
     None,
@@ -146,6 +150,11 @@ struct Dims {
 }
 
 impl Dims {
+    /// Multiply-adds of the forward's two products.
+    fn work(&self) -> usize {
+        self.batch.saturating_mul(self.l).saturating_mul(self.s).saturating_mul(self.e + self.ev)
+    }
+
     /// The keys query block `i0..i0 + rows` can see.
     fn keys(&self, i0: usize, rows: usize, causal: bool) -> usize {
         if causal { self.s.min(i0 + rows) } else { self.s }
@@ -240,7 +249,7 @@ fn forward_typed<T: FloatElement>(
         }
     };
     let n = d.batch * blocks;
-    if n > 1 && threads() > 1 {
+    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
         par_for(n, task);
     } else {
         (0..n).for_each(task);
@@ -278,9 +287,9 @@ fn backward_typed<T: FloatElement>(
         let (b, c) = (t / chunks, t % chunks);
         // SAFETY: chunk (b, c) alone writes partial sum b * chunks + c of dk and dv.
         let (dkp, dvp) = unsafe { (pk.part(t * d.s * d.e, d.s * d.e), pv.part(t * d.s * d.ev, d.s * d.ev)) };
-        let mut p = vec![T::ZERO; BQ * BK];
-        let mut ds = vec![T::ZERO; BQ * BK];
-        let mut dd = vec![T::ZERO; BQ];
+        // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack.
+        let (mut p, mut ds) = (vec![T::ZERO; BQ * BK].into_boxed_slice(), vec![T::ZERO; BQ * BK].into_boxed_slice());
+        let mut dd = [T::ZERO; BQ];
         for qb in c * per_chunk..((c + 1) * per_chunk).min(blocks) {
             let i0 = qb * BQ;
             let rows = BQ.min(d.l - i0);
@@ -325,7 +334,7 @@ fn backward_typed<T: FloatElement>(
         }
     };
     let n = d.batch * chunks;
-    if n > 1 && threads() > 1 {
+    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
         par_for(n, task);
     } else {
         (0..n).for_each(task);

@@ -101,6 +101,7 @@ pub use state_dict::StateDict;
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument
 /// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
+    pub use crate::layers::{SdpaArgs, scaled_dot_product_attention};
     pub use crate::layers::{
         adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
         avg_pool2d, interpolate, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,

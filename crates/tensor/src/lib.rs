@@ -46,6 +46,7 @@ pub mod storage;
 mod tensor;
 pub mod threading;
 
+pub use backend::{Attention, AttentionShapes, check_attention};
 pub use backend::{BinaryOp, ClassLoss, ClassScores, CmpOp, LossReduction, ReduceOp, UnaryOp};
 pub use conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 pub use device::Device;

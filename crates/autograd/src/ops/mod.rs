@@ -3,6 +3,7 @@
 //! `Var` operations, so that it can be differentiated again) side by side, plus the `Var`
 //! method that applies it.
 
+mod attention;
 mod binary;
 mod compare;
 mod conv;

@@ -17,6 +17,7 @@ mod norm;
 mod pool;
 mod rms_norm;
 mod rnn;
+mod sdpa;
 mod unflatten;
 mod upsample;
 
@@ -58,5 +59,6 @@ pub use rms_norm::{RMSNorm, RMSNormOptions, rms_norm};
 pub use rnn::{
     CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
 };
+pub use sdpa::{SdpaArgs, scaled_dot_product_attention};
 pub use unflatten::Unflatten;
 pub use upsample::{Upsample, interpolate};

@@ -5,6 +5,7 @@
 //! convolutions their column matrices), which is why the CPU backend overrides every one of
 //! them. The sliding-window kernels (convolutions, `unfold`, `fold`) are in `compose/conv.rs`.
 
+pub(super) mod attention;
 pub(super) mod conv;
 pub(super) mod norm;
 pub(super) mod pool;

@@ -5,6 +5,7 @@
 //! are already consistent. A backend only computes. Adding a device means implementing
 //! this trait and adding a [`crate::storage::Storage`] variant; callers do not change.
 
+pub mod attention;
 mod compose;
 pub mod conv;
 pub mod cpu;
@@ -21,6 +22,7 @@ use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result, Scalar};
 
 pub use crate::ops::{BinaryOp, UnaryOp};
+pub use attention::{Attention, AttentionShapes, check_attention};
 pub use conv::{ConvGeometry, SlidingWindow};
 pub use loss::{ClassLoss, ClassScores, LossReduction};
 pub use op_kinds::{CmpOp, ReduceOp};
@@ -33,7 +35,7 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 /// The kernels a device provides. See the module docs for the division of labour.
 ///
 /// The heavy kernels (`softmax`, `matmul`, `masked_fill`, `triangle`, `class_loss` and its
-/// backward, the convolutions, `unfold` and `fold`) have default bodies
+/// backward, `attention` and its backward, the convolutions, `unfold` and `fold`) have default bodies
 /// composed from the others (see docs/design.md, "How to add a heavy op"), so a new backend
 /// can start from the elementwise, reduction and creation kernels and override the heavy
 /// ones with fused kernels later; the CPU backend overrides all of them.
@@ -111,6 +113,31 @@ pub trait Backend: Send + Sync + 'static {
         loss: &ClassLoss,
     ) -> Result<Storage> {
         compose::class_loss_backward(self, scores, target, grad, loss)
+    }
+    /// Scaled dot-product attention (see [`attention`]) of `[q, k, v]`
+    /// (`[batch.., L, E]`, `[batch.., S, E]`, `[batch.., S, Ev]`, one float dtype, batch
+    /// dimensions already broadcast) with an optional `mask` of the scores' shape
+    /// `[batch.., L, S]` (`u8`: non-zero takes part; or the query's dtype: added): the
+    /// output `[batch.., L, Ev]` and each query row's log-sum-exp `[batch.., L]`.
+    ///
+    /// The default composes it from `matmul`, `binary`, `unary`, `reduce` and `where_cond`,
+    /// holding the whole `[batch.., L, S]` scores.
+    fn attention(&self, qkv: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
+        compose::attention::forward(self, qkv, mask, spec)
+    }
+    /// The gradients of [`Backend::attention`] with respect to `[q, k, v]` (their shapes),
+    /// given what its forward returned and the incoming gradient: `saved` is
+    /// `[output, lse, grad]`.
+    ///
+    /// The default composes it like the forward.
+    fn attention_backward(
+        &self,
+        qkv: [View<'_>; 3],
+        mask: Option<View<'_>>,
+        saved: [View<'_>; 3],
+        spec: &Attention,
+    ) -> Result<[Storage; 3]> {
+        compose::attention::backward(self, qkv, mask, saved, spec)
     }
     /// Batched matrix product. `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with
     /// identical (already broadcast) batch dimensions; the result is `[batch.., m, n]`.

@@ -1,5 +1,6 @@
 //! The [`Tensor`] type: a cheap handle to shared storage seen through a layout.
 
+mod attention;
 mod conditional;
 mod conv;
 mod create;

@@ -215,3 +215,67 @@ pub(crate) fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -
         )),
     }
 }
+
+/// One block product on the calling thread for kernels that tile their own work (attention):
+/// `dst[m, n] = scale * a[m, k] @ b[k, n]`, or with `accumulate`
+/// `dst[m, n] += scale * a[m, k] @ b[k, n]`. Each operand is a slice starting at its first
+/// element with its row and column strides; `dst` has unit column stride and rows `dst_rs`
+/// apart.
+///
+/// # Panics
+/// If an operand does not hold every element its strides address: the callers derive the
+/// strides from the slices they pass, so this is an internal invariant.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block_product<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    accumulate: bool,
+    (a, ars, acs): (&[T], usize, usize),
+    (b, brs, bcs): (&[T], usize, usize),
+    scale: T,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs + 1;
+    assert!(dst.len() >= reach(m, n, dst_rs, 1), "block_product: destination too short");
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(T::ZERO);
+            }
+        }
+        return;
+    }
+    assert!(a.len() >= reach(m, k, ars, acs) && b.len() >= reach(k, n, brs, bcs), "block_product: operand too short");
+    let am = Mat { ptr: a.as_ptr(), rs: ars as isize, cs: acs as isize };
+    let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
+    // SAFETY: the assertions above keep every addressed element inside its slice, and `dst`
+    // is a unique borrow, so it overlaps neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            am.ptr,
+            am.cs,
+            am.rs,
+            bm.ptr,
+            bm.cs,
+            bm.rs,
+            if accumulate { T::ONE } else { T::ZERO },
+            scale,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}

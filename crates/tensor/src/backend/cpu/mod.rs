@@ -4,6 +4,7 @@
 //! `gemm` for matrix products (split into blocks over the same threads) and for
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
+mod attention;
 mod binary;
 mod channel_norm;
 mod class_loss;
@@ -26,6 +27,7 @@ pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;
 
+use super::attention::{Attention, check_views as check_attention_views};
 use super::conv::{Role, check_views, check_window_view};
 use super::norm as norm_check;
 use super::pool::{PoolWindows, Resample, check_planes};
@@ -204,6 +206,43 @@ impl Backend for CpuBackend {
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
         wrap(class_loss::backward((cpu(s), &l), (cpu(t), &lt), (cpu(g), &lg), loss))
+    }
+
+    fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
+        let _mode = float_mode::enter();
+        let op = super::attention::OP;
+        let (lq, lk, lv) =
+            (validate::view(op, q.0, q.1)?, validate::view(op, k.0, k.1)?, validate::view(op, v.0, v.1)?);
+        let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
+        let views = [(q.0.dtype(), &*lq), (k.0.dtype(), &*lk), (v.0.dtype(), &*lv)];
+        check_attention_views(views, mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)), None)?;
+        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| (cpu(s), l));
+        let [out, lse] = attention::forward((cpu(q.0), &lq), (cpu(k.0), &lk), (cpu(v.0), &lv), m, spec)?;
+        Ok([Storage::Cpu(out), Storage::Cpu(lse)])
+    }
+
+    fn attention_backward(
+        &self,
+        [q, k, v]: [View<'_>; 3],
+        mask: Option<View<'_>>,
+        [o, lse, g]: [View<'_>; 3],
+        spec: &Attention,
+    ) -> Result<[Storage; 3]> {
+        let _mode = float_mode::enter();
+        let op = super::attention::OP;
+        let ls: Vec<_> = [q, k, v, o, lse, g].iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<_>>()?;
+        let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
+        let d = |i: usize| [q, k, v, o, lse, g][i].0.dtype();
+        check_attention_views(
+            [(d(0), &*ls[0]), (d(1), &*ls[1]), (d(2), &*ls[2])],
+            mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)),
+            Some([(d(3), &*ls[3]), (d(4), &*ls[4]), (d(5), &*ls[5])]),
+        )?;
+        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| (cpu(s), l));
+        let st = [q, k, v, o, lse, g];
+        let ops = std::array::from_fn(|i| (cpu(st[i].0), &*ls[i]));
+        let [dq, dk, dv] = attention::backward(ops, m, spec)?;
+        Ok([Storage::Cpu(dq), Storage::Cpu(dk), Storage::Cpu(dv)])
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {

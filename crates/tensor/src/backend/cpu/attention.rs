@@ -1,0 +1,458 @@
+//! Memory-efficient scaled dot-product attention (flash-attention style): the scores exist
+//! one `[BQ, BK]` block at a time, forward and backward.
+//!
+//! Forward, per batch matrix and block of `BQ` query rows: for each block of `BK` keys, the
+//! block's scores `scale * q k^T` (one `gemm`), masked; an online softmax keeps each row's
+//! running maximum `m` and sum `l` of `e^(s - m)` and rescales the row's output accumulator
+//! when the maximum grows; the accumulator gains `p @ v` (one `gemm`). The output is the
+//! accumulator over `l`, and each row's log-sum-exp `m + ln l` is saved.
+//!
+//! Backward, per batch matrix and chunk of query blocks: each key block's probabilities are
+//! recomputed as `e^(s - lse)`; with `D = rowsum(dO * O)`, `dS = P * (dO v^T - D)`, and
+//! `dq += scale dS k`, `dk += scale dS^T q`, `dv += P^T dO` (four `gemm`s per block). A
+//! chunk's `dk` and `dv` are private partial sums, added up at the end, so chunks of one
+//! matrix run in parallel.
+//!
+//! Query, key, value, output and gradient are read as contiguous `[B, rows, cols]` (a
+//! strided view is copied first, which costs no more memory than the operand); the mask
+//! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
+
+use super::class_loss::Contiguous;
+use super::iter::{GRAIN_CHEAP, par_for, threads};
+use super::matmul::block_product;
+use crate::backend::attention::{Attention, OP};
+use crate::dtype::FloatElement;
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+use multiversion::multiversion;
+
+/// Query rows per block.
+const BQ: usize = 64;
+/// Keys per block.
+const BK: usize = 256;
+
+/// Multiply-adds below which a call runs on the calling thread: waking helpers costs tens
+/// of microseconds, more than a few small heads take.
+const PARALLEL_WORK: usize = 1 << 18;
+
+/// The mask as the kernel reads it.
+enum Mask<'a, T> {
+    None,
+    /// Non-zero where the key takes part.
+    Bool(&'a [u8], &'a Layout),
+    /// Added to the scores.
+    Float(&'a [T], &'a Layout),
+}
+
+/// Where batch matrix `b` of a `[batch.., rows, cols]` layout starts.
+fn batch_offset(l: &Layout, mut b: usize) -> usize {
+    let r = l.rank();
+    let mut off = l.offset();
+    for d in (0..r - 2).rev() {
+        let n = l.shape()[d];
+        off += (b % n) * l.strides()[d];
+        b /= n;
+    }
+    off
+}
+
+impl<T: FloatElement> Mask<'_, T> {
+    /// Applies the mask (and the causal triangle) to block `s` (`rows x cols`, row stride
+    /// `cols`) of batch `b` starting at query `i0` and key `j0`.
+    fn apply(&self, s: &mut [T], b: usize, (i0, rows): (usize, usize), (j0, cols): (usize, usize), causal: bool) {
+        let neg = T::from_f64(f64::NEG_INFINITY);
+        match self {
+            Mask::None => {}
+            Mask::Bool(m, l) => {
+                let (off, rs, cs) = (batch_offset(l, b), l.strides()[l.rank() - 2], l.strides()[l.rank() - 1]);
+                for r in 0..rows {
+                    let base = off + (i0 + r) * rs + j0 * cs;
+                    for (c, x) in s[r * cols..(r + 1) * cols].iter_mut().enumerate() {
+                        if m[base + c * cs] == 0 {
+                            *x = neg;
+                        }
+                    }
+                }
+            }
+            Mask::Float(m, l) => {
+                let (off, rs, cs) = (batch_offset(l, b), l.strides()[l.rank() - 2], l.strides()[l.rank() - 1]);
+                for r in 0..rows {
+                    let base = off + (i0 + r) * rs + j0 * cs;
+                    for (c, x) in s[r * cols..(r + 1) * cols].iter_mut().enumerate() {
+                        *x = *x + m[base + c * cs];
+                    }
+                }
+            }
+        }
+        if causal {
+            for r in 0..rows {
+                // Query i sees keys 0..=i.
+                let first = (i0 + r + 1).saturating_sub(j0).min(cols);
+                s[r * cols + first..(r + 1) * cols].fill(neg);
+            }
+        }
+    }
+}
+
+/// The largest element of a row (`-inf` for an empty one).
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn row_max<T: FloatElement>(row: &[T]) -> T {
+    let mut acc = [T::from_f64(f64::NEG_INFINITY); 16];
+    let (chunks, tail) = row.as_chunks::<16>();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
+        }
+    }
+    let mut m = acc.iter().fold(T::from_f64(f64::NEG_INFINITY), |a, &b| if b > a { b } else { a });
+    for &v in tail {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
+/// `row[j] = e^(row[j] - shift)` in place, returning the sum. `-inf` entries give 0.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
+    let mut acc = [T::ZERO; 16];
+    let (chunks, tail) = row.as_chunks_mut::<16>();
+    for c in chunks {
+        for i in 0..16 {
+            c[i] = (c[i] - shift).exp();
+            acc[i] = acc[i] + c[i];
+        }
+    }
+    let mut sum = acc.iter().fold(T::ZERO, |a, &b| a + b);
+    for v in tail {
+        *v = (*v - shift).exp();
+        sum = sum + *v;
+    }
+    sum
+}
+
+/// `ds[j] = p[j] * (ds[j] - d)` in place.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn score_grad<T: FloatElement>(ds: &mut [T], p: &[T], d: T) {
+    for (x, &pv) in ds.iter_mut().zip(p) {
+        *x = pv * (*x - d);
+    }
+}
+
+/// The sizes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    batch: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+impl Dims {
+    /// Multiply-adds of the forward's two products.
+    fn work(&self) -> usize {
+        self.batch.saturating_mul(self.l).saturating_mul(self.s).saturating_mul(self.e + self.ev)
+    }
+
+    /// The keys query block `i0..i0 + rows` can see.
+    fn keys(&self, i0: usize, rows: usize, causal: bool) -> usize {
+        if causal { self.s.min(i0 + rows) } else { self.s }
+    }
+}
+
+/// A raw pointer handed to parallel tasks that write disjoint parts of its buffer.
+#[derive(Clone, Copy)]
+struct Out<T>(*mut T);
+// SAFETY: every task writes only the rows of its own (batch, query block) or its own
+// partial sum, as the callers say at each use.
+unsafe impl<T> Send for Out<T> {}
+unsafe impl<T> Sync for Out<T> {}
+
+impl<T> Out<T> {
+    /// `len` elements from `start`.
+    ///
+    /// # Safety
+    /// The range lies in the buffer, and no other task touches it meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+fn forward_typed<T: FloatElement>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mask: &Mask<'_, T>,
+    d: Dims,
+    spec: &Attention,
+) -> Result<(Buffer<T>, Buffer<T>)> {
+    let mut out = Buffer::<T>::zeros(OP, d.batch * d.l * d.ev)?;
+    let mut lse = Buffer::<T>::zeros(OP, d.batch * d.l)?;
+    let blocks = d.l.div_ceil(BQ);
+    let (po, pl) = (Out(out.as_mut_ptr()), Out(lse.as_mut_ptr()));
+    let scale = T::from_f64(spec.scale);
+    let neg = T::from_f64(f64::NEG_INFINITY);
+    let task = |t: usize| {
+        let (b, qb) = (t / blocks, t % blocks);
+        let i0 = qb * BQ;
+        let rows = BQ.min(d.l - i0);
+        // SAFETY: task (b, qb) alone writes rows i0..i0 + rows of batch b.
+        let (acc, lrow) = unsafe { (po.part((b * d.l + i0) * d.ev, rows * d.ev), pl.part(b * d.l + i0, rows)) };
+        let qm = &q[(b * d.l + i0) * d.e..];
+        let mut s = vec![T::ZERO; rows * BK];
+        let mut m = vec![neg; rows];
+        let mut sum = vec![T::ZERO; rows];
+        let keys = d.keys(i0, rows, spec.causal);
+        for j0 in (0..keys).step_by(BK) {
+            let cols = BK.min(keys - j0);
+            let s = &mut s[..rows * cols];
+            let km = &k[(b * d.s + j0) * d.e..];
+            block_product(rows, cols, d.e, s, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
+            mask.apply(s, b, (i0, rows), (j0, cols), spec.causal);
+            for r in 0..rows {
+                let row = &mut s[r * cols..(r + 1) * cols];
+                let top = row_max(row);
+                let new_m = if top > m[r] { top } else { m[r] };
+                if new_m == neg {
+                    // Nothing seen yet in this row: its probabilities are all 0.
+                    row.fill(T::ZERO);
+                    continue;
+                }
+                let add = exp_sub(row, new_m);
+                if m[r] != new_m {
+                    let corr = if m[r] == neg { T::ZERO } else { (m[r] - new_m).exp() };
+                    sum[r] = sum[r] * corr;
+                    for a in &mut acc[r * d.ev..(r + 1) * d.ev] {
+                        *a = *a * corr;
+                    }
+                    m[r] = new_m;
+                }
+                sum[r] = sum[r] + add;
+            }
+            let vm = &v[(b * d.s + j0) * d.ev..];
+            block_product(rows, d.ev, cols, acc, d.ev, true, (s, cols, 1), (vm, d.ev, 1), T::ONE);
+        }
+        for r in 0..rows {
+            if sum[r] > T::ZERO {
+                let inv = T::ONE / sum[r];
+                for a in &mut acc[r * d.ev..(r + 1) * d.ev] {
+                    *a = *a * inv;
+                }
+                lrow[r] = m[r] + sum[r].ln();
+            } else {
+                // No key to attend to: the output stays 0.
+                lrow[r] = neg;
+            }
+        }
+    };
+    let n = d.batch * blocks;
+    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
+        par_for(n, task);
+    } else {
+        (0..n).for_each(task);
+    }
+    Ok((out, lse))
+}
+
+/// The operands of the backward, contiguous.
+struct Saved<'a, T> {
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    out: &'a [T],
+    lse: &'a [T],
+    grad: &'a [T],
+}
+
+fn backward_typed<T: FloatElement>(
+    x: &Saved<'_, T>,
+    mask: &Mask<'_, T>,
+    d: Dims,
+    spec: &Attention,
+) -> Result<[Buffer<T>; 3]> {
+    let blocks = d.l.div_ceil(BQ);
+    // Enough chunks for every thread to have work, each of whole query blocks.
+    let chunks = (4 * threads()).div_ceil(d.batch.max(1)).clamp(1, blocks.max(1));
+    let per_chunk = blocks.div_ceil(chunks);
+    let chunks = blocks.div_ceil(per_chunk.max(1)).max(1);
+    let mut dq = Buffer::<T>::zeros(OP, d.batch * d.l * d.e)?;
+    let mut dk = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.e)?;
+    let mut dv = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.ev)?;
+    let (pq, pk, pv) = (Out(dq.as_mut_ptr()), Out(dk.as_mut_ptr()), Out(dv.as_mut_ptr()));
+    let scale = T::from_f64(spec.scale);
+    let task = |t: usize| {
+        let (b, c) = (t / chunks, t % chunks);
+        // SAFETY: chunk (b, c) alone writes partial sum b * chunks + c of dk and dv.
+        let (dkp, dvp) = unsafe { (pk.part(t * d.s * d.e, d.s * d.e), pv.part(t * d.s * d.ev, d.s * d.ev)) };
+        // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack.
+        let (mut p, mut ds) = (vec![T::ZERO; BQ * BK].into_boxed_slice(), vec![T::ZERO; BQ * BK].into_boxed_slice());
+        let mut dd = [T::ZERO; BQ];
+        for qb in c * per_chunk..((c + 1) * per_chunk).min(blocks) {
+            let i0 = qb * BQ;
+            let rows = BQ.min(d.l - i0);
+            // SAFETY: query block qb of batch b belongs to this chunk alone.
+            let dqm = unsafe { pq.part((b * d.l + i0) * d.e, rows * d.e) };
+            let qm = &x.q[(b * d.l + i0) * d.e..(b * d.l + i0 + rows) * d.e];
+            let gm = &x.grad[(b * d.l + i0) * d.ev..(b * d.l + i0 + rows) * d.ev];
+            let om = &x.out[(b * d.l + i0) * d.ev..(b * d.l + i0 + rows) * d.ev];
+            let lse = &x.lse[b * d.l + i0..b * d.l + i0 + rows];
+            for r in 0..rows {
+                let (g, o) = (&gm[r * d.ev..(r + 1) * d.ev], &om[r * d.ev..(r + 1) * d.ev]);
+                dd[r] = g.iter().zip(o).fold(T::ZERO, |a, (&g, &o)| a + g * o);
+            }
+            let keys = d.keys(i0, rows, spec.causal);
+            for j0 in (0..keys).step_by(BK) {
+                let cols = BK.min(keys - j0);
+                let (p, ds) = (&mut p[..rows * cols], &mut ds[..rows * cols]);
+                let km = &x.k[(b * d.s + j0) * d.e..];
+                let vm = &x.v[(b * d.s + j0) * d.ev..];
+                block_product(rows, cols, d.e, p, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
+                mask.apply(p, b, (i0, rows), (j0, cols), spec.causal);
+                for r in 0..rows {
+                    let row = &mut p[r * cols..(r + 1) * cols];
+                    if lse[r] == T::from_f64(f64::NEG_INFINITY) {
+                        row.fill(T::ZERO);
+                    } else {
+                        exp_sub(row, lse[r]);
+                    }
+                }
+                // dv[j0..] += P^T dO
+                let dvm = &mut dvp[j0 * d.ev..(j0 + cols) * d.ev];
+                block_product(cols, d.ev, rows, dvm, d.ev, true, (p, 1, cols), (gm, d.ev, 1), T::ONE);
+                // dS = P * (dO v^T - D)
+                block_product(rows, cols, d.ev, ds, cols, false, (gm, d.ev, 1), (vm, 1, d.ev), T::ONE);
+                for r in 0..rows {
+                    score_grad(&mut ds[r * cols..(r + 1) * cols], &p[r * cols..(r + 1) * cols], dd[r]);
+                }
+                block_product(rows, d.e, cols, dqm, d.e, true, (ds, cols, 1), (km, d.e, 1), scale);
+                let dkm = &mut dkp[j0 * d.e..(j0 + cols) * d.e];
+                block_product(cols, d.e, rows, dkm, d.e, true, (ds, 1, cols), (qm, d.e, 1), scale);
+            }
+        }
+    };
+    let n = d.batch * chunks;
+    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
+        par_for(n, task);
+    } else {
+        (0..n).for_each(task);
+    }
+    Ok([dq, sum_chunks(dk, chunks, d.s * d.e)?, sum_chunks(dv, chunks, d.s * d.ev)?])
+}
+
+/// `[batch * chunks, len]` partial sums added up over the chunks: `[batch, len]`.
+fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: usize) -> Result<Buffer<T>> {
+    if chunks == 1 {
+        return Ok(parts);
+    }
+    let batch = parts.len() / (chunks * len).max(1);
+    let mut out = Buffer::<T>::zeros(OP, batch * len)?;
+    for (b, o) in out.chunks_mut(len.max(1)).enumerate() {
+        for c in 0..chunks {
+            let part = &parts[(b * chunks + c) * len..(b * chunks + c + 1) * len];
+            for (x, &y) in o.iter_mut().zip(part) {
+                *x = *x + y;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `[batch.., rows, cols]` as its batch count and the contiguous elements.
+fn contiguous<'a, T: FloatElement>(s: &'a CpuStorage, l: &Layout) -> Result<Contiguous<'a, T>> {
+    let data = s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected dtype {}", s.dtype())))?;
+    Contiguous::of(OP, data, l, GRAIN_CHEAP)
+}
+
+fn mask_of<'a, T: FloatElement>(m: Option<(&'a CpuStorage, &'a Layout)>) -> Result<Mask<'a, T>> {
+    Ok(match m {
+        None => Mask::None,
+        Some((s, l)) => match s.as_slice::<u8>() {
+            Some(b) => Mask::Bool(b, l),
+            None => Mask::Float(
+                s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected mask dtype {}", s.dtype())))?,
+                l,
+            ),
+        },
+    })
+}
+
+fn dims(q: &Layout, k: &Layout, v: &Layout) -> Dims {
+    let r = q.rank();
+    Dims {
+        batch: q.shape()[..r - 2].iter().product(),
+        l: q.shape()[r - 2],
+        s: k.shape()[r - 2],
+        e: q.shape()[r - 1],
+        ev: v.shape()[r - 1],
+    }
+}
+
+/// The output and per-row log-sum-exp of checked operands (see
+/// [`crate::backend::Backend::attention`]).
+pub(crate) fn forward(
+    (q, lq): (&CpuStorage, &Layout),
+    (k, lk): (&CpuStorage, &Layout),
+    (v, lv): (&CpuStorage, &Layout),
+    mask: Option<(&CpuStorage, &Layout)>,
+    spec: &Attention,
+) -> Result<[CpuStorage; 2]> {
+    fn go<T: FloatElement>(
+        q: (&CpuStorage, &Layout),
+        k: (&CpuStorage, &Layout),
+        v: (&CpuStorage, &Layout),
+        mask: Option<(&CpuStorage, &Layout)>,
+        spec: &Attention,
+    ) -> Result<[CpuStorage; 2]>
+    where
+        Buffer<T>: Into<CpuStorage>,
+    {
+        let (cq, ck, cv) = (contiguous::<T>(q.0, q.1)?, contiguous::<T>(k.0, k.1)?, contiguous::<T>(v.0, v.1)?);
+        let d = dims(q.1, k.1, v.1);
+        let (out, lse) = forward_typed(cq.slice(), ck.slice(), cv.slice(), &mask_of::<T>(mask)?, d, spec)?;
+        Ok([out.into(), lse.into()])
+    }
+    match q {
+        CpuStorage::F32(_) => go::<f32>((q, lq), (k, lk), (v, lv), mask, spec),
+        CpuStorage::F64(_) => go::<f64>((q, lq), (k, lk), (v, lv), mask, spec),
+        _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.dtype()))),
+    }
+}
+
+/// The gradients with respect to query, key and value of checked operands (see
+/// [`crate::backend::Backend::attention_backward`]).
+pub(crate) fn backward(
+    [q, k, v, out, lse, grad]: [(&CpuStorage, &Layout); 6],
+    mask: Option<(&CpuStorage, &Layout)>,
+    spec: &Attention,
+) -> Result<[CpuStorage; 3]> {
+    fn go<T: FloatElement>(
+        ops: [(&CpuStorage, &Layout); 6],
+        mask: Option<(&CpuStorage, &Layout)>,
+        spec: &Attention,
+    ) -> Result<[CpuStorage; 3]>
+    where
+        Buffer<T>: Into<CpuStorage>,
+    {
+        let c: Vec<Contiguous<'_, T>> = ops.iter().map(|(s, l)| contiguous::<T>(s, l)).collect::<Result<_>>()?;
+        let saved = Saved {
+            q: c[0].slice(),
+            k: c[1].slice(),
+            v: c[2].slice(),
+            out: c[3].slice(),
+            lse: c[4].slice(),
+            grad: c[5].slice(),
+        };
+        let d = dims(ops[0].1, ops[1].1, ops[2].1);
+        let [dq, dk, dv] = backward_typed(&saved, &mask_of::<T>(mask)?, d, spec)?;
+        Ok([dq.into(), dk.into(), dv.into()])
+    }
+    let ops = [q, k, v, out, lse, grad];
+    match q.0 {
+        CpuStorage::F32(_) => go::<f32>(ops, mask, spec),
+        CpuStorage::F64(_) => go::<f64>(ops, mask, spec),
+        _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.0.dtype()))),
+    }
+}

@@ -86,6 +86,11 @@ pub use layers::{
     LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, conv_transpose1d, conv_transpose2d,
     conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
 };
+pub use layers::{
+    DecoderMasks, EncoderMasks, MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions,
+    MultiheadAttentionOutput, TransformerActivation, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+    TransformerEncoderLayer, TransformerLayerOptions, generate_square_subsequent_mask,
+};
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
     L1Loss, Loss, MSELoss, NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits,

@@ -264,10 +264,9 @@ impl MultiheadAttention {
         let (batch_dim, seq_dim) = if self.batch_first { (0, 1) } else { (1, 0) };
         let lift = |x: &Var| if unbatched { x.unsqueeze(batch_dim) } else { Ok(x.clone()) };
         let (qx, kx, vx) = (lift(query)?, lift(key)?, lift(value)?);
-        let self_attention = query.same_node(key) && key.same_node(value);
         let n = qx.shape()[batch_dim];
         let (target, source) = (qx.shape()[seq_dim], kx.shape()[seq_dim]);
-        let (q, mut k, mut v) = self.project(&qx, &kx, &vx, self_attention)?;
+        let (q, mut k, mut v) = self.project(&qx, &kx, &vx)?;
 
         let mut extra = 0;
         if let Some((bias_k, bias_v)) = &self.bias_kv {
@@ -355,15 +354,13 @@ impl MultiheadAttention {
     }
 
     /// The projected queries, keys and values, in the inputs' layout.
-    fn project(&self, q: &Var, k: &Var, v: &Var, self_attention: bool) -> Result<(Var, Var, Var)> {
+    fn project(&self, q: &Var, k: &Var, v: &Var) -> Result<(Var, Var, Var)> {
         let e = self.embed_dim;
         let bias = |i: usize| self.in_proj_bias.as_ref().map(|b| b.narrow(0, i * e, e)).transpose();
         match &self.in_proj {
-            InProjection::Packed(w) if self_attention => {
-                // One product for all three, then views of its thirds.
-                let qkv = q.linear(w, self.in_proj_bias.as_ref())?.chunk(3, -1)?;
-                Ok((qkv[0].clone(), qkv[1].clone(), qkv[2].clone()))
-            }
+            // Three products with thirds of the packed weight rather than one product cut
+            // into thirds: the backward then adds three input gradients instead of
+            // embedding each third's gradient into a zero tensor three times as large.
             InProjection::Packed(w) => {
                 let part = |x: &Var, i: usize| x.linear(&w.narrow(0, i * e, e)?, bias(i)?.as_ref());
                 Ok((part(q, 0)?, part(k, 1)?, part(v, 2)?))

@@ -59,7 +59,7 @@ pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
 /// ```
 /// use ember_nn::init::xavier_uniform;
 /// use ember_tensor::DType;
-/// let w = xavier_uniform(&[12, 4], DType::F32)?;
+/// let w = xavier_uniform(&[20, 4], DType::F32)?; // sqrt(6 / (4 + 20)) = 0.5
 /// assert!(w.to_vec::<f32>()?.iter().all(|v| v.abs() <= 0.5));
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```

@@ -1,6 +1,6 @@
 //! The CI smoke training of the patch Transformer: one epoch on the first 4,000 MNIST
-//! training images must reach 45% on (a Transformer learns more slowly than the LSTM at first; chance is 10%) the first 2,000 test images, and the saved model
-//! must reload into a fresh one with the same accuracy. (A correctness check; the full
+//! training images must reach 45% on the first 2,000 test images (a Transformer starts
+//! more slowly than the LSTM; chance is 10%), and the saved model must reload into a fresh one with the same accuracy. (A correctness check; the full
 //! run is `cargo run --release --example mnist_vit`.)
 
 use ember::mnist;

@@ -1,6 +1,6 @@
-//! The MNIST quick starts as a library: the models (the MLP, the CNN, LeNet-5 and the
-//! row-by-row LSTM), the data, one training epoch and the evaluation, shared by the
-//! `mnist`, `mnist_cnn` and `mnist_lstm` examples, the CI smoke tests and the training
+//! The MNIST quick starts as a library: the models (the MLP, the CNN, LeNet-5, the
+//! row-by-row LSTM and the patch Transformer), the data, one training epoch and the
+//! evaluation, shared by the `mnist`, `mnist_cnn`, `mnist_lstm` and `mnist_vit` examples, the CI smoke tests and the training
 //! benchmarks.
 //!
 //! ```no_run
@@ -19,8 +19,9 @@
 use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Mnist, PixelMap, Split, TensorDataset};
 use crate::nn::{
-    Conv2d, Conv2dOptions, CrossEntropyOptions, Flatten, LSTM, Linear, MaxPool2d, Module, ReLU, RnnOptions, Sequential,
-    Unflatten, cross_entropy,
+    Conv2d, Conv2dOptions, CrossEntropyOptions, Flatten, LSTM, LayerNorm, Linear, MaxPool2d, Module, ReLU, RnnOptions,
+    Sequential, TransformerActivation, TransformerEncoder, TransformerEncoderLayer, TransformerLayerOptions, Unflatten,
+    cross_entropy,
 };
 use crate::optim::{LrScheduler, Optimizer};
 use crate::tensor::{Error, Result, Tensor};
@@ -127,6 +128,80 @@ impl Module for LstmClassifier {
 
     fn is_training(&self) -> bool {
         self.lstm.is_training()
+    }
+}
+
+/// The width of [`vit_classifier`]'s tokens.
+pub const VIT_DIM: usize = 64;
+
+/// A small vision Transformer: each image is cut into 16 patches of 7x7 pixels, each patch
+/// embedded linearly, a learned class token put in front and learned position embeddings
+/// added; a pre-norm [`TransformerEncoder`] (3 layers, 4 heads, feed-forward 128, GELU, no
+/// dropout) with a final norm reads the 17 tokens, and a linear head classifies the class
+/// token. Its inputs are the flattened `[N, 784]` images of [`Data`]; its state-dict names
+/// are `patch_embed.*`, `class_token`, `pos_embed`, `encoder.layers.{i}.*`,
+/// `encoder.norm.*` and `head.*`.
+pub struct VitClassifier {
+    patch_embed: Linear,
+    class_token: Var,
+    pos_embed: Var,
+    encoder: TransformerEncoder,
+    head: Linear,
+}
+
+/// The patch Transformer of `mnist_vit`: PyTorch's default initialisation for the layers,
+/// `N(0, 0.02^2)` for the class token and position embeddings (as ViT does), from ember's
+/// global generator.
+pub fn vit_classifier() -> Result<VitClassifier> {
+    let patch_embed = Linear::new(49, VIT_DIM)?;
+    let class_token = Var::param(Tensor::normal([1, 1, VIT_DIM], 0.0, 0.02, crate::DType::F32)?);
+    let pos_embed = Var::param(Tensor::normal([1, 17, VIT_DIM], 0.0, 0.02, crate::DType::F32)?);
+    let options = TransformerLayerOptions {
+        dim_feedforward: 2 * VIT_DIM,
+        dropout: 0.0,
+        activation: TransformerActivation::GELU,
+        batch_first: true,
+        norm_first: true,
+        ..Default::default()
+    };
+    let layer = TransformerEncoderLayer::with_options(VIT_DIM, 4, options)?;
+    let encoder = TransformerEncoder::new(layer, 3, Some(LayerNorm::new(&[VIT_DIM])?))?;
+    let head = Linear::new(VIT_DIM, LAYERS[3])?;
+    Ok(VitClassifier { patch_embed, class_token, pos_embed, encoder, head })
+}
+
+impl Module for VitClassifier {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        let n = x.shape().dims().first().copied().unwrap_or(0);
+        // [N, 784] -> [N, 4 patch rows, 7, 4 patch columns, 7] -> [N, 16 patches, 49 pixels].
+        let patches = x.reshape([n, 4, 7, 4, 7])?.permute(&[0, 1, 3, 2, 4])?.reshape([n, 16, 49])?;
+        let tokens = self.patch_embed.forward(&patches)?;
+        let class = self.class_token.expand([n, 1, VIT_DIM])?;
+        let tokens = Var::cat(&[&class, &tokens], 1)?.add(&self.pos_embed)?;
+        let encoded = self.encoder.forward(&tokens)?;
+        self.head.forward(&encoded.select(1, 0)?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let prefixed = |k: &str, m: &dyn Module| {
+            m.named_parameters().into_iter().map(|(n, v)| (format!("{k}.{n}"), v)).collect::<Vec<_>>()
+        };
+        let mut params = prefixed("patch_embed", &self.patch_embed);
+        params.push(("class_token".to_string(), self.class_token.clone()));
+        params.push(("pos_embed".to_string(), self.pos_embed.clone()));
+        params.extend(prefixed("encoder", &self.encoder));
+        params.extend(prefixed("head", &self.head));
+        params
+    }
+
+    fn set_training(&self, on: bool) {
+        self.encoder.set_training(on);
+        self.patch_embed.set_training(on);
+        self.head.set_training(on);
+    }
+
+    fn is_training(&self) -> bool {
+        self.encoder.is_training()
     }
 }
 

@@ -37,3 +37,43 @@ pub fn uniform(shape: &[usize], bound: f64, dtype: DType) -> Result<Tensor> {
     }
     Tensor::uniform(shape, -bound, bound, dtype)
 }
+
+/// The fan-in and fan-out of a weight of `shape`, as PyTorch's
+/// `_calculate_fan_in_and_fan_out` computes them: the second and first extents, each times
+/// the receptive field (the extents after the second). Fewer than 2 dimensions is an error.
+pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
+    match shape {
+        [out, inputs, field @ ..] => {
+            let field = field.iter().product::<usize>();
+            Ok((inputs * field, out * field))
+        }
+        _ => Err(Error::shape(
+            "init::fans",
+            format!("fan in and fan out need at least 2 dimensions, got shape {shape:?}"),
+        )),
+    }
+}
+
+/// PyTorch's `xavier_uniform_` (gain 1): `U(-b, b)` with `b = sqrt(6 / (fan_in + fan_out))`.
+///
+/// ```
+/// use ember_nn::init::xavier_uniform;
+/// use ember_tensor::DType;
+/// let w = xavier_uniform(&[20, 4], DType::F32)?; // sqrt(6 / (4 + 20)) = 0.5
+/// assert!(w.to_vec::<f32>()?.iter().all(|v| v.abs() <= 0.5));
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn xavier_uniform(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    let (fan_in, fan_out) = fans(shape)?;
+    let total = fan_in + fan_out;
+    let bound = if total == 0 { 0.0 } else { (6.0 / total as f64).sqrt() };
+    uniform(shape, bound, dtype)
+}
+
+/// PyTorch's `xavier_normal_` (gain 1): `N(0, s^2)` with `s = sqrt(2 / (fan_in + fan_out))`.
+pub fn xavier_normal(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    let (fan_in, fan_out) = fans(shape)?;
+    let total = fan_in + fan_out;
+    let std = if total == 0 { 0.0 } else { (2.0 / total as f64).sqrt() };
+    Tensor::normal(shape, 0.0, std, dtype)
+}

@@ -16,6 +16,10 @@
 //!   [`GELU`], [`SiLU`], [`Sigmoid`], [`Tanh`], [`Softmax`], [`LogSoftmax`].
 //! - Recurrent layers (`layers/rnn/`): [`RNN`], [`LSTM`], [`GRU`] (multi-layer,
 //!   bidirectional, variable lengths) and the cells [`RNNCell`], [`LSTMCell`], [`GRUCell`].
+//! - Attention (`layers/attention/`): [`MultiheadAttention`] and
+//!   [`generate_square_subsequent_mask`]; Transformer layers (`layers/transformer/`):
+//!   [`TransformerEncoderLayer`], [`TransformerEncoder`], [`TransformerDecoderLayer`],
+//!   [`TransformerDecoder`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
 //!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
 //!   a [`Reduction`] and, where there are more options, an options struct with `Default`;
@@ -85,6 +89,11 @@ pub use layers::{
     EmbeddingOptions, Flatten, GELU, GeluApproximation, Identity, LayerNorm, LayerNormOptions, LeakyReLU, Linear,
     LinearOptions, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, conv_transpose1d, conv_transpose2d,
     conv1d, conv2d, dropout, embedding, fold, layer_norm, unfold,
+};
+pub use layers::{
+    DecoderMasks, EncoderMasks, MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions,
+    MultiheadAttentionOutput, TransformerActivation, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+    TransformerEncoderLayer, TransformerLayerOptions, generate_square_subsequent_mask,
 };
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,

@@ -57,3 +57,23 @@ fn dropout_masks_are_reproducible_under_manual_seed() {
     assert_eq!(first, again);
     assert_ne!(first, second, "each call draws a fresh mask");
 }
+
+#[test]
+fn multihead_attention_draws_in_pytorchs_order() {
+    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let options = ember_nn::MultiheadAttentionOptions { add_bias_kv: true, ..Default::default() };
+    manual_seed(5);
+    let mha = ember_nn::MultiheadAttention::with_options(4, 2, options).unwrap();
+    // out_proj's Linear (weight, then a bias that is zeroed), in_proj (Xavier), bias_k, bias_v.
+    manual_seed(5);
+    let out_w = Tensor::uniform([4, 4], -0.5, 0.5, DType::F32).unwrap();
+    Tensor::uniform([4], -0.5, 0.5, DType::F32).unwrap();
+    let bound = (6.0f64 / 16.0).sqrt();
+    let in_w = Tensor::uniform([12, 4], -bound, bound, DType::F32).unwrap();
+    let bias_k = Tensor::normal([1, 1, 4], 0.0, (2.0f64 / 8.0).sqrt(), DType::F32).unwrap();
+    let get = |t: &Tensor| t.to_vec::<f32>().unwrap();
+    assert_eq!(get(&mha.out_proj().weight().value()), get(&out_w));
+    assert_eq!(get(&mha.in_proj_weight().unwrap().value()), get(&in_w));
+    assert_eq!(get(&mha.bias_kv().unwrap().0.value()), get(&bias_k));
+    assert!(get(&mha.out_proj().bias().unwrap().value()).iter().all(|&v| v == 0.0));
+}

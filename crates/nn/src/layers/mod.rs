@@ -1,6 +1,7 @@
 //! The layers, one file per concern.
 
 mod activation;
+mod attention;
 mod batch_norm;
 mod container;
 mod conv;
@@ -18,6 +19,7 @@ mod pool;
 mod rms_norm;
 mod rnn;
 mod sdpa;
+mod transformer;
 mod unflatten;
 mod upsample;
 
@@ -34,6 +36,10 @@ fn weight_and_bias(
 }
 
 pub use activation::{GELU, GeluApproximation, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use attention::{
+    MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions, MultiheadAttentionOutput,
+    generate_square_subsequent_mask,
+};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, batch_norm};
 pub use container::{Children, Sequential};
 pub use conv::{Conv, Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvOptions, conv1d, conv2d};
@@ -60,5 +66,9 @@ pub use rnn::{
     CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
 };
 pub use sdpa::{SdpaArgs, scaled_dot_product_attention};
+pub use transformer::{
+    DecoderMasks, EncoderMasks, TransformerActivation, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+    TransformerEncoderLayer, TransformerLayerOptions,
+};
 pub use unflatten::Unflatten;
 pub use upsample::{Upsample, interpolate};

@@ -1,0 +1,71 @@
+//! Transformer encoder training speed: 4 `TransformerEncoderLayer`s (d_model 128, 4 heads,
+//! feed-forward 512, batch first, dropout 0) over sequences of 64 on a batch of 32, the
+//! mean over the sequence, a `Linear(128, 10)` head, cross-entropy, backward and an Adam
+//! step, at 2 threads. The counterpart of tools/bench/transformer_torch.py.
+//!
+//! Prints the median step time and the training throughput:
+//!
+//!     transformer step_ms=... samples_per_s=...
+//!
+//! Run: `cargo run --release --example transformer_bench` (with `EMBER_PROFILE=1`, also a
+//! per-operation profile of one step).
+
+use ember::autograd::Var;
+use ember::nn::{
+    CrossEntropyOptions, Linear, Module, TransformerEncoder, TransformerEncoderLayer, TransformerLayerOptions,
+    cross_entropy,
+};
+use ember::optim::{Adam, AdamConfig, Optimizer};
+use ember::{Result, Tensor, manual_seed};
+use std::time::Instant;
+
+const BATCH: usize = 32;
+const SEQ: usize = 64;
+const D_MODEL: usize = 128;
+const HEADS: usize = 4;
+const FF: usize = 512;
+const LAYERS: usize = 4;
+const WARMUP: usize = 3;
+const REPS: usize = 15;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<()> {
+    ember::tensor::threading::set_num_threads(2)?;
+    manual_seed(0);
+    let options =
+        TransformerLayerOptions { dim_feedforward: FF, dropout: 0.0, batch_first: true, ..Default::default() };
+    let encoder =
+        TransformerEncoder::new(TransformerEncoderLayer::with_options(D_MODEL, HEADS, options)?, LAYERS, None)?;
+    let head = Linear::new(D_MODEL, 10)?;
+    let x = Var::new(Tensor::randn([BATCH, SEQ, D_MODEL])?);
+    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?;
+    let params: Vec<Var> = encoder.parameters().into_iter().chain(head.parameters()).collect();
+    let mut adam = Adam::new(params, AdamConfig { lr: 1e-4, ..Default::default() })?;
+    let step = |adam: &mut Adam| -> Result<()> {
+        let pooled = encoder.forward(&x)?.mean(1, false)?;
+        let loss = cross_entropy(&head.forward(&pooled)?, &y, CrossEntropyOptions::default())?;
+        adam.zero_grad();
+        loss.backward()?;
+        adam.step()
+    };
+    let mut times = Vec::new();
+    for rep in 0..WARMUP + REPS {
+        let start = Instant::now();
+        step(&mut adam)?;
+        if rep >= WARMUP {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    if std::env::var_os("EMBER_PROFILE").is_some() {
+        let (result, prof) = ember::autograd::profile(|| step(&mut adam));
+        result?;
+        println!("{}", prof.table());
+    }
+    let t = median(times);
+    println!("transformer step_ms={:.3} samples_per_s={:.0}", t * 1e3, BATCH as f64 / t);
+    Ok(())
+}

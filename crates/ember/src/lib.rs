@@ -28,6 +28,7 @@
 
 pub mod gan;
 pub mod mnist;
+pub mod multitask;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;

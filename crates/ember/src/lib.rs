@@ -29,6 +29,7 @@
 pub mod gan;
 pub mod mnist;
 pub mod multitask;
+pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;

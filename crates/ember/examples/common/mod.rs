@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod image;
 pub mod plot;
 pub mod progress;
 pub mod quick_start;

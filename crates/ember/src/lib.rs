@@ -26,6 +26,8 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod actor_critic;
+pub mod cartpole;
 pub mod gan;
 pub mod mnist;
 pub mod multitask;

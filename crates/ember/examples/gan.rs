@@ -68,7 +68,7 @@ struct Args {
     /// always eager).
     #[arg(long)]
     eager: bool,
-    /// Generator steps (default 3000 for the MLP, 800 for DCGAN; a quarter of that with
+    /// Generator steps (default 3000 for the MLP, 600 for DCGAN; a quarter of that with
     /// WGAN-GP, whose critic takes several steps per generator step).
     #[arg(long)]
     steps: Option<usize>,
@@ -132,7 +132,7 @@ fn main() -> Result<()> {
     let out = args.common.start("gan")?;
     let wgan = args.loss == Objective::WganGp;
     let critic_steps = args.critic_steps.unwrap_or(if wgan { 5 } else { 1 }).max(1);
-    let base_steps = if args.arch == Arch::Dcgan { 800 } else { 3000 };
+    let base_steps = if args.arch == Arch::Dcgan { 600 } else { 3000 };
     let steps = args.steps.unwrap_or(if wgan { base_steps / 4 } else { base_steps });
     let lr = args.lr.unwrap_or(if args.arch == Arch::Dcgan { 2e-4 } else { 1e-3 });
     let images = gan::load_images(&args.common.data, args.images)?;

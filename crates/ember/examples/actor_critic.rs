@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example actor_critic -- [--envs 16] [--horizon 16] [--lr 1e-3]
 //!     [--gamma 0.99] [--entropy 0.01] [--max-updates 3000] [--eval-every 50]
-//!     [--out runs/actor_critic] [--seed 0]
+//!     [--print-every 100] [--out runs/actor_critic] [--seed 0]
 //! ```
 //!
 //! The policy and value losses are **summed** and backpropagated once rather than
@@ -16,8 +16,9 @@
 //! gradients (the multitask example checks this) and the sum saves a second pass through
 //! the trunk. The module documentation of `ember::actor_critic` says more.
 //!
-//! It prints the mean training return every `--eval-every` updates with the greedy
-//! evaluation, and draws the returns to `<out>/actor_critic_returns.svg`.
+//! It prints the mean return of the last `--print-every` training episodes every that many
+//! episodes and the greedy evaluation every `--eval-every` updates, and draws the returns
+//! to `<out>/actor_critic_returns.svg`.
 
 mod common;
 
@@ -49,15 +50,22 @@ struct Args {
     /// The most updates before giving up.
     #[arg(long, default_value_t = Config::default().max_updates)]
     max_updates: usize,
-    /// Evaluate and print every this many updates.
+    /// Evaluate the greedy policy (100 episodes) every this many updates.
     #[arg(long, default_value_t = Config::default().eval_every)]
     eval_every: usize,
+    /// Print the mean training return every this many finished episodes (and after
+    /// every evaluation).
+    #[arg(long, default_value_t = 100)]
+    print_every: usize,
     #[command(flatten)]
     common: Common,
 }
 
 fn main() -> ember::Result<()> {
     let args = Args::parse();
+    if args.print_every == 0 {
+        return Err(ember::Error::invalid("actor_critic", "--print-every must be positive"));
+    }
     let out = args.common.start("actor_critic")?;
     let config = Config {
         envs: args.envs,
@@ -83,14 +91,26 @@ fn main() -> ember::Result<()> {
         config.max_grad_norm,
         h = config.hidden
     );
-    println!("update   env steps  episodes  mean return (last 100)  greedy eval ({} episodes)", config.eval_episodes);
+    println!(
+        "update   env steps  episodes  mean return (last {})  greedy eval ({} episodes)",
+        args.print_every, config.eval_episodes
+    );
     let started = Instant::now();
-    let report = actor_critic::train(&model, &config, |r| {
-        let recent = &r.episode_returns[r.episode_returns.len().saturating_sub(100)..];
+    let mut printed = 0;
+    let report = actor_critic::train(&model, &config, |r, evaluated| {
+        let episodes = r.episode_returns.len();
+        if episodes < printed + args.print_every && !evaluated {
+            return;
+        }
+        let recent = &r.episode_returns[episodes.saturating_sub(args.print_every)..];
         let mean = recent.iter().map(|e| e.1).sum::<f64>() / recent.len().max(1) as f64;
         let steps = r.updates * config.envs * config.horizon;
-        let eval = r.evaluations.last().map_or(0.0, |e| e.1);
-        println!("{:>6} {:>11} {:>9} {:>23.1} {:>12.1}", r.updates, steps, r.episode_returns.len(), mean, eval);
+        let eval = match r.evaluations.last() {
+            Some(&(update, score)) if evaluated && update == r.updates => format!("{score:.1}"),
+            _ => String::new(),
+        };
+        println!("{:>6} {:>11} {:>9} {:>23.1} {:>12}", r.updates, steps, episodes, mean, eval);
+        printed = episodes - episodes % args.print_every.max(1);
     })?;
     let secs = started.elapsed().as_secs_f64();
     let last = report.evaluations.last().map_or(0.0, |e| e.1);

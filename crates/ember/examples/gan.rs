@@ -151,7 +151,7 @@ fn main() -> Result<()> {
         }
         (Arch::Mlp, _, _) => {
             println!(
-                "MLP GAN in eager mode: generator {}-{}-784, critic 784-{}-1",
+                "MLP GAN in eager mode: generator {}-{}-784, discriminator 784-{}-1",
                 config.latent, config.hidden, config.hidden
             );
             let (g, d) = (gan::generator(config.latent, config.hidden)?, gan::discriminator(config.hidden)?);
@@ -159,7 +159,9 @@ fn main() -> Result<()> {
         }
         (Arch::Dcgan, _, _) => {
             let latent = 64;
-            println!("DCGAN in eager mode: generator {latent}x1x1 -> 64x7x7 -> 32x14x14 -> 1x28x28, critic back down");
+            println!(
+                "DCGAN in eager mode: generator {latent}x1x1 -> 64x7x7 -> 32x14x14 -> 1x28x28, discriminator back down"
+            );
             let (g, d) = (dcgan::generator(latent, 32)?, dcgan::discriminator(32, !wgan)?);
             Trainer::Eager(Box::new(EagerGan::new(g, d, latent, config.batch_size, objective, adam)?))
         }

@@ -169,8 +169,9 @@ pub struct Report {
 }
 
 /// Trains `model` with A2C as `config` says, until an evaluation reaches the target or
-/// `max_updates` updates are made; `on_eval(report)` runs after every evaluation.
-pub fn train(model: &ActorCritic, config: &Config, mut on_eval: impl FnMut(&Report)) -> Result<Report> {
+/// `max_updates` updates are made; `on_update(report, evaluated)` runs after every update,
+/// `evaluated` telling whether an evaluation just ran.
+pub fn train(model: &ActorCritic, config: &Config, mut on_update: impl FnMut(&Report, bool)) -> Result<Report> {
     let c = *config;
     if c.envs == 0 || c.horizon == 0 || c.eval_every == 0 || c.eval_episodes == 0 {
         return Err(Error::invalid("actor_critic::train", format!("sizes must be positive, got {c:?}")));
@@ -256,14 +257,15 @@ pub fn train(model: &ActorCritic, config: &Config, mut on_eval: impl FnMut(&Repo
         opt.step()?;
         report.updates = update;
 
-        if update % c.eval_every == 0 || update == c.max_updates {
+        let evaluated = update % c.eval_every == 0 || update == c.max_updates;
+        if evaluated {
             let score = evaluate(model, c.eval_episodes, evaluation_seed(c.seed))?;
             report.evaluations.push((update, score));
             report.solved = score >= c.target;
-            on_eval(&report);
-            if report.solved {
-                break;
-            }
+        }
+        on_update(&report, evaluated);
+        if report.solved {
+            break;
         }
     }
     Ok(report)

@@ -44,7 +44,7 @@ fn a2c_with_default_settings_solves_cartpole() -> Result<()> {
     let config = Config::default();
     manual_seed(config.seed);
     let model = ActorCritic::new(config.hidden)?;
-    let report = actor_critic::train(&model, &config, |_| {})?;
+    let report = actor_critic::train(&model, &config, |_, _| {})?;
     let last = report.evaluations.last().map_or(0.0, |e| e.1);
     assert!(report.solved && last >= 475.0, "greedy mean return {last} after {} updates", report.updates);
     assert!(report.episode_returns.iter().all(|e| (1.0..=500.0).contains(&e.1)));

@@ -32,6 +32,9 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod dcgan;
+pub mod eager;
+
 use crate::autograd::{CachedLoss, Traced, Var, no_grad};
 use crate::data::{Mnist, Split};
 use crate::nn::{BCEWithLogitsLoss, LeakyReLU, Linear, Loss, Module, ReLU, Sequential, Tanh};

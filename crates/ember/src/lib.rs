@@ -13,7 +13,10 @@
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
 //! [`gan`] a small GAN trained in static mode (traced networks, gradient routing, a cached
-//! criterion) behind `cargo run --release --example gan`.
+//! criterion) behind `cargo run --release --example gan`, with DCGAN networks
+//! ([`gan::dcgan`]) and an eager trainer with WGAN-GP ([`gan::eager`]). The other training
+//! scenarios of the examples: [`multitask`] (shared trunk, two heads, `retain_graph`),
+//! [`transfer`] (a frozen encoder) and [`actor_critic`] on [`cartpole`].
 //!
 //! ```
 //! use ember::prelude::*;
@@ -26,8 +29,12 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod actor_critic;
+pub mod cartpole;
 pub mod gan;
 pub mod mnist;
+pub mod multitask;
+pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;

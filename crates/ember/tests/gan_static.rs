@@ -16,12 +16,17 @@ use ember::{DType, Result, Var, manual_seed};
 
 const STEPS: usize = 300;
 
+/// Both tests replay the global generator from seed 0; run side by side, their draws
+/// would interleave.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
     params.iter().map(|p| p.value().to_vec::<f32>()).collect()
 }
 
 #[test]
 fn static_gan_routes_gradients_reuses_its_graphs_and_trains() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     manual_seed(0);
     let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist"), 2048)?;
     let mut gan = Gan::new(GanConfig::default())?;
@@ -76,5 +81,48 @@ fn static_gan_routes_gradients_reuses_its_graphs_and_trains() -> Result<()> {
         distance < 0.5 * initial_distance,
         "mean-image distance {initial_distance:.2} -> {distance:.2} after {STEPS} steps"
     );
+    Ok(())
+}
+
+/// The eager loop of `ember::gan::eager` (no tracing, `fake.detach()` on a freshly built
+/// graph, a new loss node per call) with the MLP networks and the BCE loss takes the same
+/// first steps as the static loop above, from the same seed: same losses, same weights.
+#[test]
+fn eager_and_static_modes_take_the_same_first_steps() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use ember::gan::eager::{EagerGan, GanLoss};
+    use ember::optim::AdamConfig;
+    const FIRST: usize = 5;
+    let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist"), 512)?;
+    let config = GanConfig::default();
+
+    manual_seed(0);
+    let mut traced = Gan::new(config)?;
+    let mut static_losses = Vec::new();
+    for step in 0..FIRST {
+        let l = traced.step(&gan::batch(&images, step, config.batch_size)?)?;
+        static_losses.push([l.d_real, l.d_fake, l.g]);
+    }
+
+    manual_seed(0);
+    let g = gan::generator(config.latent, config.hidden)?;
+    let d = gan::discriminator(config.hidden)?;
+    let adam = AdamConfig { lr: config.lr, betas: config.betas, ..Default::default() };
+    let mut eager = EagerGan::new(g, d, config.latent, config.batch_size, GanLoss::Bce, adam)?;
+    for (step, expected) in static_losses.iter().enumerate() {
+        let d = eager.discriminator_step(&gan::batch(&images, step, config.batch_size)?)?;
+        let g = eager.generator_step()?;
+        for (got, want) in [d.real, d.fake, g].iter().zip(expected) {
+            assert!((got - want).abs() < 1e-6, "step {step}: eager loss {got} against static {want}");
+        }
+    }
+    let pairs = [(eager.generator(), traced.generator()), (eager.discriminator(), traced.discriminator())];
+    for (e, s) in pairs {
+        for ((name, a), (_, b)) in e.named_parameters().iter().zip(s.named_parameters()) {
+            let (a, b) = (a.value().to_vec::<f32>()?, b.value().to_vec::<f32>()?);
+            let gap = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(gap < 1e-5, "{name}: eager and static weights differ by {gap} after {FIRST} steps");
+        }
+    }
     Ok(())
 }

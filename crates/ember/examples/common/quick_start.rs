@@ -2,14 +2,16 @@
 //! progress bar, test accuracy after every epoch, the checkpoint saved and reloaded into a
 //! fresh model, the loss and accuracy curves as SVG, and optionally the model's graph.
 
+use super::cli::Common;
+use super::plot::{Panel, Series, save_svg};
+use super::progress;
 use clap::Parser;
 use ember::mnist::{self, Data};
 use ember::nn::{Module, ModuleExt};
 use ember::optim::{Adam, AdamConfig, CosineAnnealingLR, LrScheduler};
 use ember::{Result, Var};
-use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
-use std::path::{Path, PathBuf};
+use plotters::style::{BLUE, RED};
+use std::path::Path;
 use std::time::Instant;
 
 /// The command line of a quick start.
@@ -27,15 +29,9 @@ pub struct Args {
     /// How the learning rate evolves: cosine decay to zero over the run, or constant.
     #[arg(long, value_enum, default_value_t = Schedule::Cosine)]
     pub schedule: Schedule,
-    /// The directory with the MNIST IDX files (and SHA256SUMS).
-    #[arg(long, default_value = "data/mnist")]
-    pub data: PathBuf,
-    /// Where the model, the curves and the graph go (default `runs/<example>`).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Seed of the global generator (initial weights and shuffling).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// `--seed`, `--data`, `--out` (default `runs/<example>`).
+    #[command(flatten)]
+    pub common: Common,
     /// Train on the first N training images only (all by default).
     #[arg(long)]
     pub train_images: Option<usize>,
@@ -88,16 +84,14 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     if args.batch_size == 0 || epochs == 0 {
         return Err(ember::Error::invalid(name, "--epochs and --batch-size must be positive"));
     }
-    let out = args.out.clone().unwrap_or_else(|| Path::new("runs").join(name));
-    std::fs::create_dir_all(&out).map_err(|e| ember::Error::io(&out, e))?;
-    ember::manual_seed(args.seed);
+    let out = args.common.start(name)?;
 
-    let mut train = mnist::load(&args.data, true)?;
+    let mut train = mnist::load(&args.common.data, true)?;
     if let Some(n) = args.train_images {
         train = train.take(n)?;
     }
-    let test = mnist::load(&args.data, false)?;
-    println!("MNIST: {} training and {} test images from {}", train.len(), test.len(), args.data.display());
+    let test = mnist::load(&args.common.data, false)?;
+    println!("MNIST: {} training and {} test images from {}", train.len(), test.len(), args.common.data.display());
 
     let model = (example.build)()?;
     println!(
@@ -112,7 +106,7 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
         args.batch_size
     );
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: args.lr, ..Default::default() })?;
-    let loader = mnist::loader(&train, args.batch_size, args.seed)?;
+    let loader = mnist::loader(&train, args.batch_size, args.common.seed)?;
     // Cosine decay from the peak rate to zero over the whole run, one step per batch.
     let mut cosine = CosineAnnealingLR::new(&mut opt, epochs * loader.len(), 0.0)?;
 
@@ -121,13 +115,7 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     let started = Instant::now();
     let mut accuracy = 0.0;
     for epoch in 1..=epochs {
-        let bar = ProgressBar::new(steps as u64);
-        bar.set_style(
-            ProgressStyle::with_template("epoch {prefix} [{bar:32}] {pos}/{len} {msg}")
-                .map_err(|e| ember::Error::invalid(name, e.to_string()))?
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("{epoch}/{epochs}"));
+        let bar = progress::bar(steps, format!("epoch {epoch}/{epochs}"))?;
         let epoch_start = Instant::now();
         let (mut window, mut window_n) = (0.0, 0usize);
         let schedule: Option<&mut dyn LrScheduler> = match args.schedule {
@@ -171,7 +159,7 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     println!("saved {} (reloaded into a fresh model: {:.2}% test accuracy)", model_path.display(), 100.0 * again);
 
     let plot_path = out.join(format!("{name}_curves.svg"));
-    plot(&plot_path, &history, epochs).map_err(|e| ember::Error::invalid("plot", e.to_string()))?;
+    plot(&plot_path, &history)?;
     println!("wrote {}", plot_path.display());
 
     if args.graph {
@@ -203,30 +191,11 @@ fn write_graph(model: &dyn Module, data: &Data, out: &Path, name: &str) -> Resul
     Ok(())
 }
 
-fn plot(path: &Path, h: &History, epochs: usize) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (960, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (left, right) = root.split_horizontally(480);
-    let max_loss = h.train_loss.iter().map(|p| p.1).fold(0.1, f64::max);
-    let mut chart = ChartBuilder::on(&left)
-        .caption("training loss", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(48)
-        .build_cartesian_2d(0f64..epochs as f64, 0f64..max_loss * 1.05)?;
-    chart.configure_mesh().x_desc("epoch").y_desc("cross-entropy").draw()?;
-    chart.draw_series(LineSeries::new(h.train_loss.iter().copied(), &BLUE))?;
-
+fn plot(path: &Path, h: &History) -> Result<()> {
     let lo = h.test_accuracy.iter().map(|p| p.1).fold(100.0, f64::min).min(95.0).floor();
-    let mut chart = ChartBuilder::on(&right)
-        .caption("test accuracy (%)", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(48)
-        .build_cartesian_2d(0.5f64..epochs as f64 + 0.5, lo..100f64)?;
-    chart.configure_mesh().x_desc("epoch").y_desc("accuracy").draw()?;
-    chart.draw_series(LineSeries::new(h.test_accuracy.iter().copied(), &RED))?;
-    chart.draw_series(h.test_accuracy.iter().map(|&p| Circle::new(p, 4, RED.filled())))?;
-    root.present()?;
-    Ok(())
+    let loss =
+        Panel::new("training loss", "epoch", "cross-entropy", vec![Series::line("", h.train_loss.clone(), BLUE)]);
+    let accuracy =
+        Panel::new("test accuracy (%)", "epoch", "accuracy", vec![Series::dotted("", h.test_accuracy.clone(), RED)]);
+    save_svg(path, &[loss, accuracy.y_range(lo, 100.0)])
 }

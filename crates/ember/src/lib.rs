@@ -16,7 +16,8 @@
 //! criterion) behind `cargo run --release --example gan`, with DCGAN networks
 //! ([`gan::dcgan`]) and an eager trainer with WGAN-GP ([`gan::eager`]). The other training
 //! scenarios of the examples: [`multitask`] (shared trunk, two heads, `retain_graph`),
-//! [`transfer`] (a frozen encoder) and [`actor_critic`] on [`cartpole`].
+//! [`transfer`] (a frozen encoder) and [`actor_critic`] on [`cartpole`]; [`char_lm`] holds the
+//! character-level Transformer language model.
 //!
 //! ```
 //! use ember::prelude::*;
@@ -31,6 +32,7 @@
 
 pub mod actor_critic;
 pub mod cartpole;
+pub mod char_lm;
 pub mod gan;
 pub mod mnist;
 pub mod multitask;

@@ -1,8 +1,9 @@
-//! The attention of every head at once, composed from `Var` operations (so gradients of
-//! every order come for free): `softmax(q k^T / sqrt(d) + mask)`, dropout on those
-//! probabilities in training, times `v`.
+//! The attention of every head at once: `softmax(q k^T / sqrt(d) + mask)`, dropout on those
+//! probabilities in training, times `v`. Without the probabilities asked for, it is
+//! [`scaled_dot_product_attention`] (the blocked kernel, which never holds the whole score
+//! tensor); with them, a composition of `Var` operations that keeps them.
 
-use crate::layers::dropout;
+use crate::layers::{SdpaArgs, dropout, scaled_dot_product_attention};
 use ember_autograd::Var;
 use ember_tensor::{Result, Tensor};
 
@@ -17,7 +18,8 @@ pub(super) struct Attended {
 /// Attention of `q` (`[batch, heads, target, d]`) over `k` and `v` (`[batch, heads,
 /// source, d]`) with an additive `mask` that broadcasts to `[batch, heads, target,
 /// source]`, dropping probabilities with `dropout_p` (already 0 outside training).
-/// `_is_causal` says the mask is the causal one; the composition applies the mask itself.
+/// `_is_causal` says the mask is the causal one; the mask itself is applied either way, as
+/// it may also hold padding.
 pub(super) fn attend(
     q: &Var,
     k: &Var,
@@ -27,6 +29,14 @@ pub(super) fn attend(
     _is_causal: bool,
     need_weights: bool,
 ) -> Result<Attended> {
+    if !need_weights {
+        let mut args = SdpaArgs::default().dropout(dropout_p);
+        if let Some(m) = mask {
+            args = args.mask(m.clone());
+        }
+        let output = scaled_dot_product_attention(q, k, v, &args)?;
+        return Ok(Attended { output, probs: None });
+    }
     let d = q.shape()[q.rank() - 1];
     // PyTorch scales the queries before the product rather than the scores after it.
     let scale = if d == 0 { 1.0 } else { (1.0 / d as f64).sqrt() };

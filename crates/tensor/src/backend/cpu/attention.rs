@@ -17,7 +17,7 @@
 //! strided view is copied first, which costs no more memory than the operand); the mask
 //! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
 
-use super::class_loss::Contiguous;
+use super::contiguous::Contiguous;
 use super::iter::{GRAIN_CHEAP, par_for, threads};
 use super::matmul::block_product;
 use crate::backend::attention::{Attention, OP};

@@ -7,7 +7,7 @@
 //! pass for the two per-channel sums (`sum g` and `sum g * (x - mean)`) and one that writes
 //! `g * a[c] + x * p[c] + q[c]`. A strided input is copied into row-major order first.
 
-use super::class_loss::Contiguous;
+use super::contiguous::Contiguous;
 use super::iter::{GRAIN_CHEAP, fill_chunks, par_chunks, rows_per_task};
 use crate::backend::norm::OP;
 use crate::dtype::{Element, FloatElement};

@@ -8,6 +8,7 @@
 //! dimension is not innermost (`[N, C, d1, ..]`, or a strided view) are first copied into
 //! rows, and the gradient is moved back into the scores' shape at the end.
 
+use super::contiguous::Contiguous;
 use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use super::reduce::{MaxC, SumC, reduce_row, reduced_last};
 use super::unary::map;
@@ -147,28 +148,6 @@ fn logits_grad_row<T: FloatElement>(row: &[T], out: &mut [T], t: usize, w: T, q:
 fn log_probs_grad_row<T: FloatElement>(out: &mut [T], t: usize, w: T, q: Smoothing<T>) {
     out.fill(-(w * q.spread));
     out[t] = out[t] - w * q.hit;
-}
-
-/// A view's elements in row-major order: borrowed when contiguous, else copied.
-pub(super) enum Contiguous<'a, T: Element> {
-    Borrowed(&'a [T]),
-    Copied(Buffer<T>),
-}
-
-impl<T: Element> Contiguous<'_, T> {
-    pub(super) fn of<'a>(op: &'static str, src: &'a [T], l: &Layout, grain: usize) -> Result<Contiguous<'a, T>> {
-        Ok(match l.contiguous_range() {
-            Some(r) => Contiguous::Borrowed(&src[r]),
-            None => Contiguous::Copied(map(op, src, l, grain, |v| v)?),
-        })
-    }
-
-    pub(super) fn slice(&self) -> &[T] {
-        match self {
-            Contiguous::Borrowed(s) => s,
-            Contiguous::Copied(b) => b,
-        }
-    }
 }
 
 /// The scores as `n_rows` contiguous rows of `classes` elements in target order, with the

@@ -8,6 +8,7 @@ mod attention;
 mod binary;
 mod channel_norm;
 mod class_loss;
+mod contiguous;
 mod conv;
 pub(crate) mod fastmath;
 pub(crate) mod float_mode;

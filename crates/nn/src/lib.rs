@@ -69,6 +69,7 @@
 
 #![warn(missing_docs)]
 
+mod atomic_file;
 pub mod init;
 mod layers;
 mod loss;

@@ -15,7 +15,10 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-/// Writes `state` to `path` as a safetensors file (replacing any file there).
+/// Writes `state` to `path` as a safetensors file, replacing any file there only once the
+/// new one is complete on disk: it is written beside `path` and renamed over it, so a
+/// failure (a full disk, a killed process) never leaves a truncated checkpoint in place of
+/// a good one. Errors name the path.
 ///
 /// ```
 /// use ember_nn::{load_safetensors, save_safetensors, StateDict};
@@ -35,7 +38,8 @@ pub fn save_safetensors(path: impl AsRef<Path>, state: &StateDict) -> Result<()>
 
 /// Writes `state` to `path` as a safetensors file whose header also carries `metadata`
 /// (the format's free-form string map, `__metadata__`), for what is not a tensor: the
-/// hyperparameters of an optimizer, say. The key `format` is set to `pt` unless given.
+/// hyperparameters of an optimizer, say. The key `format` is set to `pt` unless given. The
+/// file is replaced as [`save_safetensors`] replaces it.
 pub fn save_safetensors_with_metadata(
     path: impl AsRef<Path>,
     state: &StateDict,
@@ -48,7 +52,7 @@ pub fn save_safetensors_with_metadata(
     header.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
     let bytes = safetensors::serialize(raws, Some(header))
         .map_err(|e| Error::format(path, format!("cannot encode the state dict: {e}")))?;
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+    crate::atomic_file::write(path, &bytes)
 }
 
 /// Reads the safetensors file at `path`. Entries come in the file's data order (for files

@@ -244,24 +244,12 @@ impl Module for TransformerDecoder {
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut params: Vec<(String, Var)> = self
-            .layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| l.named_parameters().into_iter().map(move |(n, p)| (format!("layers.{i}.{n}"), p)))
-            .collect();
-        if let Some(n) = &self.norm {
-            params.extend(parts::prefixed(&[("norm", n)]));
-        }
-        params
+        parts::stack_parameters(&self.layers, self.norm.as_ref())
     }
 
     fn set_training(&self, on: bool) {
         self.training.set(on);
-        self.layers.iter().for_each(|l| l.set_training(on));
-        if let Some(n) = &self.norm {
-            n.set_training(on);
-        }
+        parts::set_stack_training(&self.layers, self.norm.as_ref(), on);
     }
 
     fn is_training(&self) -> bool {

@@ -111,3 +111,25 @@ impl FeedForward {
 pub(super) fn prefixed(kids: &[(&str, &dyn Module)]) -> Vec<(String, Var)> {
     kids.iter().flat_map(|(k, m)| m.named_parameters().into_iter().map(move |(n, p)| (format!("{k}.{n}"), p))).collect()
 }
+
+/// The parameters of a stack of layers and its optional final norm, named as PyTorch's
+/// `TransformerEncoder` / `TransformerDecoder` name them (`layers.{i}.…`, `norm.…`).
+pub(super) fn stack_parameters<L: Module>(layers: &[L], norm: Option<&LayerNorm>) -> Vec<(String, Var)> {
+    let mut params: Vec<(String, Var)> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.named_parameters().into_iter().map(move |(n, p)| (format!("layers.{i}.{n}"), p)))
+        .collect();
+    if let Some(n) = norm {
+        params.extend(prefixed(&[("norm", n)]));
+    }
+    params
+}
+
+/// Switches a stack's layers and final norm to training or evaluation.
+pub(super) fn set_stack_training<L: Module>(layers: &[L], norm: Option<&LayerNorm>, on: bool) {
+    layers.iter().for_each(|l| l.set_training(on));
+    if let Some(n) = norm {
+        n.set_training(on);
+    }
+}

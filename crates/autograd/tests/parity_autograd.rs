@@ -17,7 +17,7 @@
 use ember_autograd::{Var, grad};
 use ember_tensor::{DType, Result, Tensor};
 use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 const FIXTURE_PATH: &str = "tools/parity/fixtures/autograd.json";
@@ -73,14 +73,7 @@ scenarios!(
 
 #[test]
 fn fixture_and_tests_list_the_same_scenarios() {
-    let in_fixture = fixture().names();
-    let unique: BTreeSet<&str> = in_fixture.iter().copied().collect();
-    assert_eq!(unique.len(), in_fixture.len(), "{FIXTURE_PATH} lists a scenario twice: {in_fixture:?}");
-    let implemented: BTreeSet<&str> = IMPLEMENTED.iter().copied().collect();
-    let untested: Vec<_> = unique.difference(&implemented).collect();
-    let missing: Vec<_> = implemented.difference(&unique).collect();
-    assert!(untested.is_empty(), "fixture scenarios with no Rust counterpart here: {untested:?}");
-    assert!(missing.is_empty(), "scenarios here that {FIXTURE_PATH} lacks (regenerate it): {missing:?}");
+    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

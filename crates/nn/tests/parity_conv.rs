@@ -17,7 +17,6 @@ use ember_nn::functional as F;
 use ember_nn::{Conv2d, ConvTranspose2d, Module, Sequential, Tanh};
 use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Result, UnfoldArgs};
 use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 const FIXTURE_PATH: &str = "tools/parity/fixtures/conv.json";
@@ -61,14 +60,7 @@ scenarios!(
 
 #[test]
 fn fixture_and_tests_list_the_same_scenarios() {
-    let in_fixture = fixture().names();
-    let unique: BTreeSet<&str> = in_fixture.iter().copied().collect();
-    assert_eq!(unique.len(), in_fixture.len(), "{FIXTURE_PATH} lists a scenario twice: {in_fixture:?}");
-    let implemented: BTreeSet<&str> = IMPLEMENTED.iter().copied().collect();
-    let untested: Vec<_> = unique.difference(&implemented).collect();
-    let missing: Vec<_> = implemented.difference(&unique).collect();
-    assert!(untested.is_empty(), "fixture scenarios with no Rust counterpart here: {untested:?}");
-    assert!(missing.is_empty(), "scenarios here that {FIXTURE_PATH} lacks (regenerate it): {missing:?}");
+    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

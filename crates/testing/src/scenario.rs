@@ -33,6 +33,20 @@ impl ScenarioFixture {
     pub fn names(&self) -> Vec<&str> {
         self.scenarios.iter().map(|s| s.name.as_str()).collect()
     }
+
+    /// Asserts that the fixture at `path` lists each scenario once, and exactly the
+    /// scenarios a test file rebuilds (`implemented`): a scenario added to the script but
+    /// not to the tests, or the other way round, fails.
+    pub fn assert_lists(&self, path: &str, implemented: &[&str]) {
+        let in_fixture = self.names();
+        let unique: BTreeSet<&str> = in_fixture.iter().copied().collect();
+        assert_eq!(unique.len(), in_fixture.len(), "{path} lists a scenario twice: {in_fixture:?}");
+        let implemented: BTreeSet<&str> = implemented.iter().copied().collect();
+        let untested: Vec<_> = unique.difference(&implemented).collect();
+        let missing: Vec<_> = implemented.difference(&unique).collect();
+        assert!(untested.is_empty(), "fixture scenarios with no Rust counterpart here: {untested:?}");
+        assert!(missing.is_empty(), "scenarios here that {path} lacks (regenerate it): {missing:?}");
+    }
 }
 
 /// One scenario's data.

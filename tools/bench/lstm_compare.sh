@@ -1,47 +1,11 @@
 #!/usr/bin/env bash
-# LSTM training speed, ember vs PyTorch, on this machine, both at 2 threads, alternating
-# which side runs first in each round so that load changes hit both alike:
+# LSTM training speed, ember vs PyTorch, both at 2 threads (tools/bench/step_compare.sh):
 #
 #   tools/bench/lstm_compare.sh [ROUNDS]
 #
-# Each round runs ember's `lstm_bench` example (crates/nn/examples/lstm_bench.rs) and
+# ember's `lstm_bench` example (crates/nn/examples/lstm_bench.rs) against
 # tools/bench/lstm_torch.py: LSTM(28, 128) over 28 steps, batch 64, a Linear head, cross
-# entropy, backward and an SGD update. Prints the median over rounds of each side's
-# per-round median step time and throughput, and the ratio ember / PyTorch samples/s (above
-# 1: ember is faster). Not part of CI: it needs PyTorch (PYTHON, default
-# .venv-torch/bin/python).
+# entropy, backward and an SGD update.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-rounds="${1:-5}"
-python="${PYTHON:-.venv-torch/bin/python}"
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
-
-cargo build --release -q -p ember-nn --example lstm_bench
-bin="${CARGO_TARGET_DIR:-target}/release/examples/lstm_bench"
-for r in $(seq 1 "$rounds"); do
-    if (( r % 2 )); then
-        "$bin" >>"$out/ember"
-        "$python" tools/bench/lstm_torch.py >>"$out/torch"
-    else
-        "$python" tools/bench/lstm_torch.py >>"$out/torch"
-        "$bin" >>"$out/ember"
-    fi
-done
-
-python3 - "$out/ember" "$out/torch" <<'PY'
-import re
-import statistics
-import sys
-
-
-def load(path):
-    ms = [float(m) for m in re.findall(r"step_ms=([\d.]+)", open(path).read())]
-    return statistics.median(ms)
-
-
-ember, torch = load(sys.argv[1]), load(sys.argv[2])
-print(f"{'workload':<44} {'ember':>14} {'PyTorch':>14} {'ratio':>7}")
-print(f"{'LSTM(28, 128), T=28, batch 64, step ms':<44} {ember:>14.2f} {torch:>14.2f}")
-print(f"{'  samples/s':<44} {64e3 / ember:>14.0f} {64e3 / torch:>14.0f} {torch / ember:>6.2f}x")
-PY
+exec "$(dirname "$0")/step_compare.sh" ember-nn lstm_bench tools/bench/lstm_torch.py \
+    "LSTM(28, 128), T=28, batch 64" 64 "${1:-5}"

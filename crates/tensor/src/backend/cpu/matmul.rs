@@ -72,15 +72,42 @@ unsafe fn gemm_one<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, dst_rs
     }
 }
 
+/// A large product is cut into at most this many row or column blocks.
+const SPLIT_PIECES: usize = 16;
+
+/// Blocks of a split product are about this many rows or columns wide at the least:
+/// narrower ones would repack the shared operand more than their work pays for.
+const MIN_SPLIT: usize = 48;
+
+/// The row or column blocks a product's split dimension of extent `dim` is cut into:
+/// block `p` of the returned count starts at `block_start(dim, count, p)`.
+///
+/// The cut depends on the shape alone, never on the thread count: `gemm` may round a
+/// narrow block differently from a wide one (its kernels and inner-dimension blocking
+/// follow the block's shape), so blocks that followed the thread count made results differ
+/// between thread counts. With the blocks fixed, every thread count computes the same
+/// blocks and training is bitwise reproducible on any number of threads. Up to sixteen
+/// near-equal blocks keep 2, 4 and 8 threads evenly loaded and the others nearly so.
+fn split_count(dim: usize) -> usize {
+    (dim / MIN_SPLIT).clamp(1, SPLIT_PIECES)
+}
+
+/// Where block `p` of `count` starts (`p == count` gives `dim`): near-equal blocks whose
+/// starts are multiples of [`SPLIT_ALIGN`].
+fn block_start(dim: usize, count: usize, p: usize) -> usize {
+    if p >= count { dim } else { (p * dim / count) / SPLIT_ALIGN * SPLIT_ALIGN }
+}
+
 /// `dst[m, n] = a[m, k] @ b[k, n]` (`dst` contiguous) on up to `threads` threads.
 ///
-/// Large products are split into row or column blocks run by [`par_for`], never
-/// parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller to sleep and pays
-/// two thread wake-ups (tens of microseconds on a virtual machine, as long as a whole
-/// 256x256 product), and its tasks would run on `rayon`'s threads without the kernels' float
-/// mode (see `float_mode`), which only tasks that ember starts can set. The split was faster
-/// on two threads at every size measured, and on 16 (a Xeon: 1.8 against 2.6-2.9 ms for
-/// 1024x1024, 14 against 20-26 ms for 2048x2048); on 4 the two were within noise.
+/// Large products are split into row or column blocks ([`split_count`]) run by
+/// [`par_for`], never parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller
+/// to sleep and pays two thread wake-ups (tens of microseconds on a virtual machine, as long
+/// as a whole 256x256 product), and its tasks would run on `rayon`'s threads without the
+/// kernels' float mode (see `float_mode`), which only tasks that ember starts can set. The
+/// split was faster on two threads at every size measured, and on 16 (a Xeon: 1.8 against
+/// 2.6-2.9 ms for 1024x1024, 14 against 20-26 ms for 2048x2048); on 4 the two were within
+/// noise. One thread computes the same blocks one after another.
 ///
 /// # Safety
 /// As for [`gemm_one`] with `dst_rs = n`.
@@ -91,15 +118,15 @@ unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a
     // PyTorch's speed with columns).
     let split_rows = m > n;
     let dim = if split_rows { m } else { n };
-    let block = dim.div_ceil(threads.max(1)).next_multiple_of(SPLIT_ALIGN);
-    if threads <= 1 || work < SERIAL_PRODUCT || block >= dim {
+    let count = split_count(dim);
+    if work < SERIAL_PRODUCT || count < 2 {
         // SAFETY: guaranteed by the caller.
         return unsafe { gemm_one(m, n, k, dst, n, a, b) };
     }
     let dst = SendPtr(dst);
-    par_for(dim.div_ceil(block), |p| {
-        let start = p * block;
-        let len = block.min(dim - start);
+    let run_block = |p: usize| {
+        let start = block_start(dim, count, p);
+        let len = block_start(dim, count, p + 1) - start;
         let d = dst;
         // SAFETY: block `p` is rows (or columns) `start..start + len` of the product: it reads
         // the matching rows of `a` (columns of `b`) and writes only its own part of `dst`.
@@ -112,7 +139,12 @@ unsafe fn gemm_parallel<T: Element>(m: usize, n: usize, k: usize, dst: *mut T, a
                 gemm_one(m, len, k, d.0.add(start), n, a, &bm);
             }
         }
-    });
+    };
+    if threads <= 1 {
+        (0..count).for_each(run_block);
+    } else {
+        par_for(count, run_block);
+    }
 }
 
 /// The row stride of `[batch.., m, k]` seen as one `[batch * m, k]` matrix, when its rows

@@ -74,6 +74,7 @@ pub mod init;
 mod layers;
 mod loss;
 mod module;
+pub mod pt;
 mod serialize;
 mod state_dict;
 
@@ -102,6 +103,7 @@ pub use loss::{
     cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
+pub use pt::{load_pt, save_pt};
 pub use serialize::{
     load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
 };

@@ -198,7 +198,7 @@ fn to_tensor(name: &str, info: &TensorInfo, data: &[u8]) -> std::result::Result<
 }
 
 /// The little-endian values of `N` bytes each in `bytes`.
-fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+pub(crate) fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
     bytes
         .chunks_exact(N)
         .map(|c| {
@@ -218,12 +218,13 @@ struct RawTensor {
 
 impl RawTensor {
     fn of(t: &Tensor) -> Result<RawTensor> {
-        let (dtype, data) = match t.dtype() {
-            DType::F32 => (Dtype::F32, t.to_vec::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            DType::F64 => (Dtype::F64, t.to_vec::<f64>()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            DType::I64 => (Dtype::I64, t.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            DType::U8 => (Dtype::U8, t.to_vec::<u8>()?),
+        let dtype = match t.dtype() {
+            DType::F32 => Dtype::F32,
+            DType::F64 => Dtype::F64,
+            DType::I64 => Dtype::I64,
+            DType::U8 => Dtype::U8,
         };
+        let data = crate::pt::le_bytes(t)?;
         Ok(RawTensor { dtype, shape: t.shape().to_vec(), data })
     }
 }

@@ -62,6 +62,7 @@ mod clip;
 mod optimizer;
 mod optimizer_state;
 mod params;
+mod pt_format;
 mod rmsprop;
 mod scheduler;
 mod sgd;

@@ -9,6 +9,7 @@
 //! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
+//! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -42,6 +43,7 @@ pub use ember_autograd as autograd;
 pub use ember_data as data;
 pub use ember_nn as nn;
 pub use ember_optim as optim;
+pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;
 
 pub use ember_autograd::{Var, no_grad};

@@ -10,6 +10,7 @@ mod compose;
 pub mod conv;
 pub mod cpu;
 pub mod loss;
+pub mod lstm;
 pub(crate) mod norm;
 mod op_kinds;
 pub mod optim;
@@ -138,6 +139,30 @@ pub trait Backend: Send + Sync + 'static {
         spec: &Attention,
     ) -> Result<[Storage; 3]> {
         compose::attention::backward(self, qkv, mask, saved, spec)
+    }
+    /// One LSTM time step's gates and state update ([`lstm`]): the recurrent product `a` and
+    /// the input projection `gi` `[B, 4H]`, the cell state `c` `[B, H]`; `bh` is `(B, H)`.
+    /// Returns the step's `[7, B, H]` slots.
+    ///
+    /// The default composes it from elementwise kernels on strided views of the gates.
+    fn lstm_cell(&self, a: View<'_>, gi: View<'_>, c: View<'_>, bh: (usize, usize)) -> Result<Storage> {
+        compose::lstm::forward(self, a, gi, c, bh)
+    }
+    /// The gradients of [`Backend::lstm_cell`] with respect to the gate pre-activations
+    /// (`[B, 4H]`) and the cell state (`[B, H]`), from the step's slots `y`, the gradient
+    /// arriving at them `gy` (if any) and those of the hidden and cell state `dh`, `dc`.
+    ///
+    /// The default composes it like the forward.
+    fn lstm_cell_backward(
+        &self,
+        y: View<'_>,
+        gy: Option<View<'_>>,
+        dh: View<'_>,
+        dc: View<'_>,
+        c: View<'_>,
+        bh: (usize, usize),
+    ) -> Result<[Storage; 2]> {
+        compose::lstm::backward(self, y, gy, dh, dc, c, bh)
     }
     /// Batched matrix product. `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with
     /// identical (already broadcast) batch dimensions; the result is `[batch.., m, n]`.

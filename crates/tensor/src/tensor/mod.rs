@@ -11,6 +11,7 @@ mod join;
 mod linalg;
 mod locks;
 mod loss;
+mod lstm;
 mod norm;
 mod operators;
 mod optim;

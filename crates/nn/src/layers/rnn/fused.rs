@@ -9,17 +9,18 @@
 //!
 //! The node's output holds, for every step `t`, the activated gates, the state after the
 //! step and `tanh(c_t)`, `[i, f, g, o, c_t, h_t, tanh(c_t)]` as `[T, 7, B, H]`, so that
-//! every slot of a step is one contiguous `[B, H]` block. The backward reads it (no
-//! recomputation) and is written with `Var` operations, so under
-//! `create_graph` it is recorded and differentiable again; otherwise the same operations
-//! run as plain kernels. Gradients arriving at the gate slots (which happens only when a
+//! every slot of a step is one contiguous `[B, H]` block. Each step is one matrix product
+//! and one fused gate kernel (`Tensor::lstm_cell`). The backward reads the output (no
+//! recomputation); under `create_graph` it is written with `Var` operations, so it is
+//! recorded and differentiable again, and otherwise each step's elementwise part is one
+//! fused kernel (`Tensor::lstm_cell_backward`) beside its matrix product. Gradients arriving at the gate slots (which happens only when a
 //! backward through this node is itself differentiated) are included.
 //!
 //! With lengths, a sequence's padded steps carry its state unchanged and its gate and
 //! `tanh(c)` slots are zero there (constants, so that nothing flows through them).
 
 use super::lengths::step_is_padding;
-use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var};
+use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var, is_grad_enabled};
 use ember_tensor::{Result, Tensor};
 
 /// One LSTM direction over `T` steps: inputs `gi` `[T, B, 4H]` (the input projection with
@@ -39,7 +40,6 @@ const O: usize = 3;
 const C: usize = 4;
 const H: usize = 5;
 const TC: usize = 6;
-const SLOTS: usize = 7;
 
 impl LstmSequence {
     /// The steps in the order they run.
@@ -66,49 +66,37 @@ impl Op for LstmSequence {
 
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
-        let (steps, batch, hidden) = (gi.shape()[0], gi.shape()[1], w_hh.shape()[1]);
-        let out = Tensor::zeros([steps, SLOTS, batch, hidden], gi.dtype())?;
+        let steps = gi.shape()[0];
         // Each step multiplies by the transpose: lay it out once.
         let w_t = w_hh.t()?.contiguous();
         let (mut h, mut c) = (h0.clone(), c0.clone());
+        let mut ys: Vec<Option<Tensor>> = vec![None; steps];
         for t in self.order(steps) {
-            let a = h.matmul(&w_t)?;
-            a.add_(&gi.select(0, t)?)?;
-            let s = a.sigmoid();
-            let y = out.select(0, t)?;
-            let part = |k: usize| a.narrow(-1, k * hidden, hidden);
-            let spart = |k: usize| s.narrow(-1, k * hidden, hidden);
-            for k in [I, F, O] {
-                y.select(0, k)?.copy_(&spart(k)?)?;
-            }
-            y.select(0, G)?.copy_(&part(G)?.tanh())?;
-            let (i, f, g, o) = (y.select(0, I)?, y.select(0, F)?, y.select(0, G)?, y.select(0, O)?);
-            let c_new = f.mul(&c)?;
-            c_new.add_(&i.mul(&g)?)?;
-            let tc = c_new.tanh();
-            let h_new = o.mul(&tc)?;
+            // The product, then the gates and the state update in one kernel pass.
+            let y = Tensor::lstm_cell(&h.matmul(&w_t)?, &gi.select(0, t)?, &c)?;
             match self.padding(t)? {
                 Some(pad) => {
-                    h = pad.where_cond(&h, &h_new)?;
-                    c = pad.where_cond(&c, &c_new)?;
+                    h = pad.where_cond(&h, &y.select(0, H)?)?;
+                    c = pad.where_cond(&c, &y.select(0, C)?)?;
                     // Padded rows' gates are not part of the computation: zero constants.
-                    y.select(0, TC)?.copy_(&tc)?;
                     for k in [I, F, G, O, TC] {
                         y.select(0, k)?.masked_fill_(&pad, 0.0)?;
                     }
+                    y.select(0, C)?.copy_(&c)?;
+                    y.select(0, H)?.copy_(&h)?;
                 }
-                None => {
-                    y.select(0, TC)?.copy_(&tc)?;
-                    (h, c) = (h_new, c_new);
-                }
+                None => (h, c) = (y.select(0, H)?, y.select(0, C)?),
             }
-            y.select(0, C)?.copy_(&c)?;
-            y.select(0, H)?.copy_(&h)?;
+            ys[t] = Some(y);
         }
-        Ok(out)
+        let ys: Vec<Tensor> = ys.into_iter().flatten().collect();
+        Tensor::stack(&ys.iter().collect::<Vec<_>>(), 0)
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
+        if !is_grad_enabled() {
+            return self.backward_kernels(ctx, grad);
+        }
         let (w_hh, h0, c0, y) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.output()?);
         let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
         let vslot = |v: &Var, k: usize| v.select(0, k);
@@ -174,6 +162,60 @@ impl Op for LstmSequence {
 
     fn saves(&self) -> Saves {
         Saves { inputs: 0b1110, output: true }
+    }
+}
+
+impl LstmSequence {
+    /// The backward when it is not itself recorded (no `create_graph`): the same
+    /// arithmetic as [`Op::backward`]'s, with each step's elementwise part in one
+    /// [`Tensor::lstm_cell_backward`] pass instead of some thirty tensor kernels.
+    fn backward_kernels(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
+        let (w_hh, h0, c0, y) =
+            (ctx.input(1)?.value(), ctx.input(2)?.value(), ctx.input(3)?.value(), ctx.output()?.value());
+        let g = grad.value();
+        let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
+        let (mut dh, mut dc) = (h0.zeros_like(), c0.zeros_like());
+        let mut da: Vec<Option<Tensor>> = vec![None; steps];
+        let mut h_prev_of: Vec<Option<Tensor>> = vec![None; steps];
+        let order = self.order(steps);
+        for (n, &t) in order.iter().enumerate().rev() {
+            let (yt, gt) = (y.select(0, t)?, g.select(0, t)?);
+            let (h_prev, c_prev) = match n {
+                0 => (h0.clone(), c0.clone()),
+                _ => {
+                    let yp = y.select(0, order[n - 1])?;
+                    (yp.select(0, H)?, yp.select(0, C)?)
+                }
+            };
+            let (a, dc_prev) = Tensor::lstm_cell_backward(&yt, Some(&gt), &dh, &dc, &c_prev)?;
+            let dh_prev = a.matmul(&w_hh)?;
+            match self.padding(t)? {
+                Some(pad) => {
+                    // Padded rows passed the state through: their gradient goes on as it is.
+                    let dh_t = dh.add(&gt.select(0, H)?)?;
+                    let dc_in = dc.add(&gt.select(0, C)?)?;
+                    dh = pad.where_cond(&dh_t, &dh_prev)?;
+                    dc = pad.where_cond(&dc_in, &dc_prev)?;
+                    da[t] = Some(a.masked_fill(&pad, 0.0)?);
+                }
+                None => {
+                    dh = dh_prev;
+                    dc = dc_prev;
+                    da[t] = Some(a);
+                }
+            }
+            h_prev_of[t] = Some(h_prev);
+        }
+        let da: Vec<Tensor> = da.into_iter().flatten().collect();
+        let d_gi = Tensor::stack(&da.iter().collect::<Vec<_>>(), 0)?;
+        let gw = if ctx.needs_input_grad(1) {
+            let h_prev: Vec<Tensor> = h_prev_of.into_iter().flatten().collect();
+            let hp = Tensor::stack(&h_prev.iter().collect::<Vec<_>>(), 0)?.reshape([steps * batch, hidden])?;
+            Some(Var::new(d_gi.reshape([steps * batch, 4 * hidden])?.t()?.matmul(&hp)?))
+        } else {
+            None
+        };
+        Ok([Some(Var::new(d_gi)), gw, Some(Var::new(dh)), Some(Var::new(dc))].into_iter().collect())
     }
 }
 

@@ -77,7 +77,7 @@ const SPLIT_PIECES: usize = 16;
 
 /// Blocks of a split product are about this many rows or columns wide at the least:
 /// narrower ones would repack the shared operand more than their work pays for.
-const MIN_SPLIT: usize = 48;
+const MIN_SPLIT: usize = 64;
 
 /// The row or column blocks a product's split dimension of extent `dim` is cut into:
 /// block `p` of the returned count starts at `block_start(dim, count, p)`.

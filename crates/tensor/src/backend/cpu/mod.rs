@@ -16,6 +16,7 @@ mod im2col;
 mod index;
 pub(crate) mod iter;
 mod join;
+mod lstm;
 mod matmul;
 mod norm;
 mod optim;
@@ -193,6 +194,51 @@ impl Backend for CpuBackend {
         let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
         wrap(class_loss::forward(cpu(s), &l, cpu(t), &lt, loss))
+    }
+
+    fn lstm_cell(
+        &self,
+        (a, la): View<'_>,
+        (g, lg): View<'_>,
+        (c, lc): View<'_>,
+        bh: (usize, usize),
+    ) -> Result<Storage> {
+        let _mode = float_mode::enter();
+        let op = "lstm_cell";
+        let (la, lg, lc) = (validate::view(op, a, la)?, validate::view(op, g, lg)?, validate::view(op, c, lc)?);
+        if crate::backend::lstm::check_forward((a.dtype(), &la), (g.dtype(), &lg), (c.dtype(), &lc))? != bh {
+            return Err(Error::shape(op, format!("the operands do not have batch and hidden sizes {bh:?}")));
+        }
+        wrap(lstm::forward((cpu(a), &la), (cpu(g), &lg), (cpu(c), &lc), bh))
+    }
+
+    fn lstm_cell_backward(
+        &self,
+        (y, ly): View<'_>,
+        gy: Option<View<'_>>,
+        (dh, ldh): View<'_>,
+        (dc, ldc): View<'_>,
+        (c, lc): View<'_>,
+        bh: (usize, usize),
+    ) -> Result<[Storage; 2]> {
+        let _mode = float_mode::enter();
+        let op = "lstm_cell_backward";
+        let ly = validate::view(op, y, ly)?;
+        let gy = gy.map(|(s, l)| validate::view(op, s, l).map(|l| (s, l))).transpose()?;
+        let (ldh, ldc, lc) = (validate::view(op, dh, ldh)?, validate::view(op, dc, ldc)?, validate::view(op, c, lc)?);
+        let checked = crate::backend::lstm::check_backward(
+            (y.dtype(), &ly),
+            gy.as_ref().map(|(s, l)| (s.dtype(), &**l)),
+            (dh.dtype(), &ldh),
+            (dc.dtype(), &ldc),
+            (c.dtype(), &lc),
+        )?;
+        if checked != bh {
+            return Err(Error::shape(op, format!("the operands do not have batch and hidden sizes {bh:?}")));
+        }
+        let gy = gy.as_ref().map(|(s, l)| (cpu(s), &**l));
+        let [dp, dcp] = lstm::backward((cpu(y), &ly), gy, (cpu(dh), &ldh), (cpu(dc), &ldc), (cpu(c), &lc), bh)?;
+        Ok([Storage::Cpu(dp), Storage::Cpu(dcp)])
     }
 
     fn class_loss_backward(

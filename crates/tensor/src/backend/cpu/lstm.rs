@@ -1,0 +1,249 @@
+//! The LSTM step kernels (see `backend/lstm.rs`): each batch row's gates, state and
+//! gradients in one pass, rows in parallel when the batch is large.
+
+use super::contiguous::Contiguous;
+use super::iter::{GRAIN_COSTLY, par_for, rows_per_task};
+use crate::backend::lstm::LSTM_SLOTS;
+use crate::dtype::FloatElement;
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+
+fn sigmoid<T: FloatElement>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).exp())
+}
+
+/// The typed slices of float storages of one dtype.
+fn slices<'a, T: FloatElement>(op: &'static str, s: &[&'a CpuStorage]) -> Result<Vec<&'a [T]>> {
+    s.iter()
+        .map(|s| s.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("unexpected dtype {}", s.dtype()))))
+        .collect()
+}
+
+/// Runs `f(first_row, rows)` over blocks of the `b` batch rows, in parallel when there is
+/// enough work (`per_row` values computed per row). Rows are independent, so the split
+/// never changes a result.
+fn by_rows(b: usize, per_row: usize, f: impl Fn(usize, usize) + Sync) {
+    let rows = rows_per_task(b, per_row, GRAIN_COSTLY).max(1);
+    par_for(b.div_ceil(rows), |t| {
+        let r0 = t * rows;
+        f(r0, rows.min(b - r0));
+    });
+}
+
+#[derive(Clone, Copy)]
+struct Out<T>(*mut T);
+// SAFETY: each task writes a disjoint set of rows.
+unsafe impl<T> Send for Out<T> {}
+unsafe impl<T> Sync for Out<T> {}
+
+impl<T> Out<T> {
+    /// The pointer to element `i`; a method, so that closures capture the whole `Out`
+    /// (which is `Sync`), not its raw-pointer field. Computing it is safe; writing through
+    /// it is the caller's `unsafe`, inside the buffer.
+    fn at(self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
+    }
+}
+
+fn forward_typed<T: FloatElement>(a: &[T], gi: &[T], c: &[T], b: usize, h: usize) -> Result<Buffer<T>> {
+    let mut out = Buffer::<T>::uninit("lstm_cell", LSTM_SLOTS * b * h)?;
+    let dst = Out(out.as_mut_ptr());
+    by_rows(b, 8 * h, |r0, n| {
+        for r in r0..r0 + n {
+            let (pa, pg) = (&a[r * 4 * h..(r + 1) * 4 * h], &gi[r * 4 * h..(r + 1) * 4 * h]);
+            let cr = &c[r * h..(r + 1) * h];
+            for j in 0..h {
+                let i = sigmoid(pa[j] + pg[j]);
+                let f = sigmoid(pa[h + j] + pg[h + j]);
+                let g = (pa[2 * h + j] + pg[2 * h + j]).tanh();
+                let o = sigmoid(pa[3 * h + j] + pg[3 * h + j]);
+                let c_new = f * cr[j] + i * g;
+                let tc = c_new.tanh();
+                let at = |slot: usize| slot * b * h + r * h + j;
+                // SAFETY: row `r` belongs to this task alone, and every index is below
+                // `7 * b * h`, the buffer's length.
+                unsafe {
+                    for (slot, v) in [(0, i), (1, f), (2, g), (3, o), (4, c_new), (5, o * tc), (6, tc)] {
+                        dst.at(at(slot)).write(v);
+                    }
+                }
+            }
+        }
+    });
+    Ok(out)
+}
+
+/// See [`crate::backend::Backend::lstm_cell`]; operands validated.
+pub(crate) fn forward(
+    (a, la): (&CpuStorage, &Layout),
+    (gi, lgi): (&CpuStorage, &Layout),
+    (c, lc): (&CpuStorage, &Layout),
+    (b, h): (usize, usize),
+) -> Result<CpuStorage> {
+    let op = "lstm_cell";
+    fn go<T: FloatElement>(
+        op: &'static str,
+        s: [(&CpuStorage, &Layout); 3],
+        (b, h): (usize, usize),
+    ) -> Result<Buffer<T>> {
+        let t = slices::<T>(op, &[s[0].0, s[1].0, s[2].0])?;
+        let a = Contiguous::of(op, t[0], s[0].1, GRAIN_COSTLY)?;
+        let gi = Contiguous::of(op, t[1], s[1].1, GRAIN_COSTLY)?;
+        let c = Contiguous::of(op, t[2], s[2].1, GRAIN_COSTLY)?;
+        forward_typed(a.slice(), gi.slice(), c.slice(), b, h)
+    }
+    let s = [(a, la), (gi, lgi), (c, lc)];
+    match a {
+        CpuStorage::F32(_) => Ok(go::<f32>(op, s, (b, h))?.into()),
+        CpuStorage::F64(_) => Ok(go::<f64>(op, s, (b, h))?.into()),
+        _ => Err(Error::dtype(op, format!("the operands must be float, got {}", a.dtype()))),
+    }
+}
+
+struct Grads<'a, T> {
+    y: &'a [T],
+    gy: Option<&'a [T]>,
+    dh: &'a [T],
+    dc: &'a [T],
+    c: &'a [T],
+}
+
+fn backward_typed<T: FloatElement>(s: Grads<'_, T>, b: usize, h: usize) -> Result<(Buffer<T>, Buffer<T>)> {
+    let op = "lstm_cell_backward";
+    let mut dp = Buffer::<T>::uninit(op, b * 4 * h)?;
+    let mut dcp = Buffer::<T>::uninit(op, b * h)?;
+    let (dst_p, dst_c) = (Out(dp.as_mut_ptr()), Out(dcp.as_mut_ptr()));
+    by_rows(b, 12 * h, |r0, n| {
+        for r in r0..r0 + n {
+            for j in 0..h {
+                let at = |slot: usize| slot * b * h + r * h + j;
+                let y = |slot: usize| s.y[at(slot)];
+                let gy = |slot: usize| s.gy.map_or(T::ZERO, |g| g[at(slot)]);
+                let (i, f, g, o, tc) = (y(0), y(1), y(2), y(3), y(6));
+                let k = r * h + j;
+                let dh_t = s.dh[k] + gy(5);
+                let dc_t = s.dc[k] + gy(4) + (dh_t * o + gy(6)) * (T::ONE - tc * tc);
+                let dp_i = (dc_t * g + gy(0)) * i * (T::ONE - i);
+                let dp_f = (dc_t * s.c[k] + gy(1)) * f * (T::ONE - f);
+                let dp_g = (dc_t * i + gy(2)) * (T::ONE - g * g);
+                let dp_o = (dh_t * tc + gy(3)) * o * (T::ONE - o);
+                // SAFETY: row `r` belongs to this task alone; the indices are inside the
+                // `[b, 4h]` and `[b, h]` buffers.
+                unsafe {
+                    let row = r * 4 * h + j;
+                    dst_p.at(row).write(dp_i);
+                    dst_p.at(row + h).write(dp_f);
+                    dst_p.at(row + 2 * h).write(dp_g);
+                    dst_p.at(row + 3 * h).write(dp_o);
+                    dst_c.at(k).write(dc_t * f);
+                }
+            }
+        }
+    });
+    Ok((dp, dcp))
+}
+
+/// See [`crate::backend::Backend::lstm_cell_backward`]; operands validated.
+pub(crate) fn backward(
+    y: (&CpuStorage, &Layout),
+    gy: Option<(&CpuStorage, &Layout)>,
+    dh: (&CpuStorage, &Layout),
+    dc: (&CpuStorage, &Layout),
+    c: (&CpuStorage, &Layout),
+    (b, h): (usize, usize),
+) -> Result<[CpuStorage; 2]> {
+    let op = "lstm_cell_backward";
+    fn go<T: FloatElement>(
+        op: &'static str,
+        [y, dh, dc, c]: [(&CpuStorage, &Layout); 4],
+        gy: Option<(&CpuStorage, &Layout)>,
+        (b, h): (usize, usize),
+    ) -> Result<[CpuStorage; 2]>
+    where
+        CpuStorage: From<Buffer<T>>,
+    {
+        fn view<'a, T: FloatElement>(op: &'static str, (s, l): (&'a CpuStorage, &Layout)) -> Result<Contiguous<'a, T>> {
+            let t = slices::<T>(op, &[s])?;
+            Contiguous::of(op, t[0], l, GRAIN_COSTLY)
+        }
+        let (y, dh, dc, c) = (view(op, y)?, view(op, dh)?, view(op, dc)?, view(op, c)?);
+        let gy = gy.map(|g| view(op, g)).transpose()?;
+        let grads =
+            Grads { y: y.slice(), gy: gy.as_ref().map(|g| g.slice()), dh: dh.slice(), dc: dc.slice(), c: c.slice() };
+        let (dp, dcp) = backward_typed(grads, b, h)?;
+        Ok([dp.into(), dcp.into()])
+    }
+    match y.0 {
+        CpuStorage::F32(_) => go::<f32>(op, [y, dh, dc, c], gy, (b, h)),
+        CpuStorage::F64(_) => go::<f64>(op, [y, dh, dc, c], gy, (b, h)),
+        _ => Err(Error::dtype(op, format!("the operands must be float, got {}", y.0.dtype()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{Backend, compose};
+    use crate::storage::Storage;
+    use crate::{Result, Tensor};
+
+    /// A `[rows, cols]` f64 tensor of varied values.
+    fn values(rows: usize, cols: usize, seed: f64) -> Result<Tensor> {
+        let v: Vec<f64> = (0..rows * cols).map(|i| ((i as f64 + seed) * 0.7).sin() * 1.5).collect();
+        Tensor::from_vec(v, [rows, cols])
+    }
+
+    fn to_vec(s: &Storage) -> Vec<f64> {
+        match s {
+            Storage::Cpu(c) => c.as_slice::<f64>().map(<[f64]>::to_vec).unwrap_or_default(),
+        }
+    }
+
+    fn assert_close(a: &[f64], b: &[f64]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn kernels_match_the_default_composition() -> Result<()> {
+        let (b, h) = (3, 5);
+        // A transposed product exercises the non-contiguous read.
+        let a = values(4 * h, b, 1.0)?.t()?;
+        let gi = values(b, 4 * h, 2.0)?;
+        let c = values(b, h, 3.0)?;
+        let fused = a.read3(&gi, &c, |va, vg, vc| CpuBackend.lstm_cell(va, vg, vc, (b, h)))?;
+        let composed = a.read3(&gi, &c, |va, vg, vc| compose::lstm::forward(&CpuBackend, va, vg, vc, (b, h)))?;
+        assert_close(&to_vec(&fused), &to_vec(&composed));
+
+        let y = Tensor::lstm_cell(&a, &gi, &c)?;
+        let gy = values(7 * b, h, 4.0)?.reshape([7, b, h])?;
+        let (dh, dc) = (values(b, h, 5.0)?, values(b, h, 6.0)?);
+        for gy in [Some(&gy), None] {
+            let (dp, dcp) = Tensor::lstm_cell_backward(&y, gy, &dh, &dc, &c)?;
+            // Distinct storages, read by one thread: nesting the read locks is safe here.
+            let [ep, ec] = y.read3(&dh, &dc, |vy, vdh, vdc| {
+                c.read(|vc| match gy {
+                    Some(g) => g.read(|vg| compose::lstm::backward(&CpuBackend, vy, Some(vg), vdh, vdc, vc, (b, h))),
+                    None => compose::lstm::backward(&CpuBackend, vy, None, vdh, vdc, vc, (b, h)),
+                })
+            })?;
+            assert_close(&dp.to_vec::<f64>()?, &to_vec(&ep));
+            assert_close(&dcp.to_vec::<f64>()?, &to_vec(&ec));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_errors_naming_the_op() -> Result<()> {
+        let c = values(2, 3, 0.0)?;
+        let err = Tensor::lstm_cell(&values(2, 11, 0.0)?, &values(2, 12, 0.0)?, &c).unwrap_err().to_string();
+        assert!(err.contains("lstm_cell") && err.contains("[2, 12]"), "{err}");
+        let y = Tensor::lstm_cell(&values(2, 12, 0.0)?, &values(2, 12, 1.0)?, &c)?;
+        let err = Tensor::lstm_cell_backward(&y, None, &values(2, 4, 0.0)?, &c, &c).unwrap_err().to_string();
+        assert!(err.contains("lstm_cell_backward") && err.contains("dh"), "{err}");
+        Ok(())
+    }
+}

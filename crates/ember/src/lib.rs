@@ -9,6 +9,7 @@
 //! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
+//! | [`distributed`] | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -40,6 +41,7 @@ pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;
+pub use ember_distributed as distributed;
 pub use ember_nn as nn;
 pub use ember_optim as optim;
 pub use ember_tensor as tensor;

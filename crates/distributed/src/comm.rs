@@ -80,6 +80,22 @@ impl<T: Transport> Comm<T> {
         Ok(Work::new(rx, what))
     }
 
+    /// Averages are for floats (PyTorch refuses integer averages too).
+    fn check_avg(&self, op: &'static str, reduce: ReduceOp, t: &Tensor) -> Result<()> {
+        if reduce == ReduceOp::Avg && !t.dtype().is_float() {
+            return Err(Error::dtype(
+                op,
+                format!(
+                    "rank {}: avg needs a float tensor, got {} of shape {:?}",
+                    self.rank,
+                    t.dtype(),
+                    t.shape().dims()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn check_root(&self, op: &'static str, root: usize) -> Result<()> {
         if root >= self.world_size {
             return Err(Error::invalid(
@@ -95,6 +111,16 @@ impl<T: Transport> Comm<T> {
 fn agree<T: Transport>(t: &mut T, op: &'static str, header: &Header) -> Result<()> {
     let all = t.exchange_headers(op, header.encode())?;
     Header::check_all(op, t.rank(), &all)
+}
+
+impl<T: Transport> std::fmt::Debug for Comm<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("backend", &self.backend)
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish()
+    }
 }
 
 impl<T: Transport> Drop for Comm<T> {
@@ -123,6 +149,7 @@ impl<T: Transport> ProcessGroup for Comm<T> {
 
     fn all_reduce_async(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work<()>> {
         const OP: &str = "all_reduce";
+        self.check_avg(OP, op, tensor)?;
         let mut buf = HostBuf::read(OP, self.rank, tensor)?;
         let header = Header::new(OP, Some(tensor.dtype()), op.code(), tensor.shape().dims());
         let (tensor, world) = (tensor.clone(), self.world_size);
@@ -187,6 +214,7 @@ impl<T: Transport> ProcessGroup for Comm<T> {
                 ),
             ));
         }
+        self.check_avg(OP, op, first)?;
         let mut buf = HostBuf::read(OP, self.rank, first)?;
         for t in &inputs[1..] {
             buf.extend(&HostBuf::read(OP, self.rank, t)?);

@@ -116,7 +116,7 @@ impl<M: Module> DistributedDataParallel<M> {
     /// Wraps `module` with `options`. Every rank of `group` must call it, with modules of
     /// the same parameter shapes and dtypes (a mismatch is an error naming the shapes).
     pub fn with_options(module: M, group: Arc<dyn ProcessGroup>, options: DdpOptions) -> Result<Self> {
-        if !(options.bucket_cap_mb > 0.0) {
+        if options.bucket_cap_mb.is_nan() || options.bucket_cap_mb <= 0.0 {
             return Err(Error::invalid(
                 "DistributedDataParallel",
                 format!("bucket_cap_mb must be positive, got {}", options.bucket_cap_mb),

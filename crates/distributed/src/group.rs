@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Every rank of the group must call the same collectives in the same order; the
 /// collectives compare what the ranks brought (collective, dtype, shape, root) before any
 /// data moves, and a mismatch is an error on every rank that names the ranks and shapes.
-/// Collectives carry `f32` and `f64` tensors.
+/// Collectives carry `f32`, `f64` and `i64` tensors (`Avg` only floats).
 ///
 /// Each collective has a blocking form and a non-blocking `_async` form that returns a
 /// [`Work`] handle at once; the collectives of one group run in the order they were
@@ -32,7 +32,7 @@ use std::time::Duration;
 /// }
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
-pub trait ProcessGroup: Send + Sync {
+pub trait ProcessGroup: Send + Sync + std::fmt::Debug {
     /// This process's (or thread's) rank in the group, `0..world_size`.
     fn rank(&self) -> usize;
 

@@ -13,7 +13,7 @@ pub(crate) const WORDS: usize = 6 + SHOWN_DIMS;
 pub(crate) struct Header {
     /// The collective (an index into [`COLLECTIVES`]).
     pub kind: u64,
-    /// 0 none, 1 f32, 2 f64.
+    /// 0 none, 1 f32, 2 f64, 3 other, 4 i64.
     pub dtype: u64,
     /// The root of a broadcast, the reduce op, the number of ranks of a new group...
     pub extra: u64,
@@ -34,6 +34,7 @@ fn dtype_code(d: Option<DType>) -> u64 {
     match d {
         Some(DType::F32) => 1,
         Some(DType::F64) => 2,
+        Some(DType::I64) => 4,
         Some(_) => 3,
         None => 0,
     }
@@ -43,7 +44,8 @@ fn dtype_name(code: u64) -> &'static str {
     match code {
         1 => "f32",
         2 => "f64",
-        3 => "non-float",
+        3 => "u8",
+        4 => "i64",
         _ => "no",
     }
 }

@@ -127,6 +127,11 @@ impl Transport for MpiTransport {
                 c.all_reduce_into(&v[..], &mut out[..], system_op(reduce));
                 *v = out;
             }
+            HostBuf::I64(v) => {
+                let mut out = vec![0i64; v.len()];
+                c.all_reduce_into(&v[..], &mut out[..], system_op(reduce));
+                *v = out;
+            }
         }
         Ok(())
     }
@@ -136,6 +141,7 @@ impl Transport for MpiTransport {
         match buf {
             HostBuf::F32(v) => root.broadcast_into(&mut v[..]),
             HostBuf::F64(v) => root.broadcast_into(&mut v[..]),
+            HostBuf::I64(v) => root.broadcast_into(&mut v[..]),
         }
         Ok(())
     }
@@ -152,6 +158,11 @@ impl Transport for MpiTransport {
                 let mut all = vec![0f64; n * self.size];
                 c.all_gather_into(&v[..], &mut all[..]);
                 all.chunks_exact(n.max(1)).take(self.size).map(|c| HostBuf::F64(c.to_vec())).collect()
+            }
+            HostBuf::I64(v) => {
+                let mut all = vec![0i64; n * self.size];
+                c.all_gather_into(&v[..], &mut all[..]);
+                all.chunks_exact(n.max(1)).take(self.size).map(|c| HostBuf::I64(c.to_vec())).collect()
             }
         })
         .map(|mut v: Vec<HostBuf>| {
@@ -173,6 +184,11 @@ impl Transport for MpiTransport {
                 let mut out = vec![0f64; chunk];
                 c.reduce_scatter_block_into(&v[..], &mut out[..], system_op(reduce));
                 HostBuf::F64(out)
+            }
+            HostBuf::I64(v) => {
+                let mut out = vec![0i64; chunk];
+                c.reduce_scatter_block_into(&v[..], &mut out[..], system_op(reduce));
+                HostBuf::I64(out)
             }
         })
     }

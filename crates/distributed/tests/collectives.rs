@@ -170,7 +170,8 @@ fn bad_arguments_are_refused_before_anything_is_sent() {
         let root = g.broadcast(&t, 5).expect_err("root out of range").to_string();
         let bytes = g.all_reduce(&Tensor::zeros([2], DType::U8)?, ReduceOp::Sum).expect_err("u8").to_string();
         let avg = g.all_reduce(&Tensor::zeros([2], DType::I64)?, ReduceOp::Avg).expect_err("i64 avg").to_string();
-        let count = g.reduce_scatter(std::slice::from_ref(&t), ReduceOp::Sum).expect_err("one input for two ranks").to_string();
+        let count =
+            g.reduce_scatter(std::slice::from_ref(&t), ReduceOp::Sum).expect_err("one input for two ranks").to_string();
         let ranks = g.new_group(&[0, 0]).expect_err("repeated rank").to_string();
         // The group still works: nothing was sent.
         g.all_reduce(&t, ReduceOp::Sum)?;

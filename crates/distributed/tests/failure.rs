@@ -78,3 +78,22 @@ fn a_rank_that_never_arrives_times_out_with_the_missing_rank() {
     let e = out[0].as_ref().expect_err("timed out").to_string();
     assert!(e.contains("timed out") && e.contains("[1]"), "{e}");
 }
+
+#[test]
+fn a_rank_that_fails_before_backward_fails_the_others_backward() {
+    use ember_autograd::Var;
+    use ember_distributed::DistributedDataParallel;
+    use ember_nn::{Linear, Module};
+    use std::sync::Arc;
+    let out = LocalGroup::spawn_with_timeout(2, TIMEOUT, |g| {
+        let rank = g.rank();
+        let ddp = DistributedDataParallel::new(Linear::new(4, 2)?, Arc::new(g))?;
+        let loss = ddp.forward(&Var::new(Tensor::ones([3, 4], DType::F32)?))?.sum_all();
+        if rank == 1 {
+            return Err(Error::invalid("train", "rank 1 hit a bad batch"));
+        }
+        loss.backward()
+    });
+    let e = out[0].as_ref().expect_err("rank 1 never reduced").to_string();
+    assert!(e.contains("all_reduce") && e.contains("rank 1 left the group"), "{e}");
+}

@@ -2,7 +2,7 @@
 //!
 //! * A [`ProcessGroup`] is a set of ranks that run collectives together: `all_reduce`
 //!   (sum, avg, max, min), `broadcast`, `all_gather`, `reduce_scatter` and `barrier` on
-//!   `f32`/`f64` tensors, blocking or non-blocking (a [`Work`] handle with `wait()`), and
+//!   `f32`/`f64` (and `i64`) tensors, blocking or non-blocking (a [`Work`] handle with `wait()`), and
 //!   sub-groups with [`new_group`](ProcessGroup::new_group). Ranks that disagree on a
 //!   collective, a shape or a dtype get an error naming the ranks and shapes.
 //! * [`LocalGroup`] runs the ranks as threads of one process (tests, no MPI needed);

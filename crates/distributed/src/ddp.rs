@@ -305,6 +305,9 @@ impl Drop for NoSyncGuard<'_> {
     }
 }
 
+/// The `bucket` of the in-flight all-reduce of the used-parameter map.
+const USAGE_MAP: usize = usize::MAX;
+
 /// A bucket's all-reduce in flight: the flat buffer it reduces in place.
 struct InFlight {
     bucket: usize,
@@ -441,33 +444,28 @@ impl Reducer {
         let mut bytes = 0u64;
         // Under find_unused, a parameter unused on every rank keeps its gradient as it
         // was (none), as in PyTorch: the ranks tell each other what they used.
-        let used_anywhere = if self.find_unused {
+        if self.find_unused {
             let local: Vec<f32> = st.unused.iter().map(|&u| if u { 0.0 } else { 1.0 }).collect();
             let n = local.len();
             let t = Tensor::from_vec(local, [n])?;
             let work = self.group.all_reduce_async(&t, ReduceOp::Max)?;
-            st.in_flight.push(InFlight { bucket: usize::MAX, flat: t, work });
-            None
-        } else {
-            Some(vec![true; self.params.len()])
-        };
-        let mut used_anywhere = used_anywhere;
-        let flights = std::mem::take(&mut st.in_flight);
+            st.in_flight.push(InFlight { bucket: USAGE_MAP, flat: t, work });
+        }
+        let mut used = vec![true; self.params.len()];
         let mut written = Vec::new();
-        for f in flights {
+        for f in std::mem::take(&mut st.in_flight) {
             let start = Instant::now();
             let (res, ran) = f.work.wait_timed();
             exposed += start.elapsed();
             comm += ran;
             res?;
-            if f.bucket == usize::MAX {
-                used_anywhere = Some(f.flat.to_vec::<f32>()?.iter().map(|&u| u > 0.0).collect());
-                continue;
+            if f.bucket == USAGE_MAP {
+                used = f.flat.to_vec::<f32>()?.iter().map(|&u| u > 0.0).collect();
+            } else {
+                bytes += (f.flat.numel() * f.flat.dtype().size_in_bytes()) as u64;
+                written.push((f.bucket, f.flat));
             }
-            bytes += (f.flat.numel() * f.flat.dtype().size_in_bytes()) as u64;
-            written.push((f.bucket, f.flat));
         }
-        let used = used_anywhere.unwrap_or_else(|| vec![true; self.params.len()]);
         for (bucket, flat) in written {
             let flat = HostBuf::read("DistributedDataParallel", self.group.rank(), &flat)?;
             let mut offset = 0;

@@ -67,6 +67,7 @@ mod loader;
 pub mod mnist;
 mod pixels;
 mod prefetch;
+mod sampler;
 mod shuffle;
 pub mod transform;
 
@@ -75,3 +76,4 @@ pub use dataset::{Dataset, TensorDataset};
 pub use loader::{DEFAULT_PREFETCH, DataLoader, DataLoaderBuilder, Transform};
 pub use mnist::{FashionMnist, Mnist, Split};
 pub use pixels::PixelMap;
+pub use sampler::Sampler;

@@ -2,6 +2,7 @@
 
 use crate::batches::{Batches, BuildBatch, Plan};
 use crate::dataset::Dataset;
+use crate::sampler::Sampler;
 use crate::shuffle::permutation;
 use ember_tensor::{Error, Result, Tensor, random};
 use rand::Rng;
@@ -54,6 +55,7 @@ pub struct DataLoader<D: Dataset + ?Sized + 'static> {
     drop_last: bool,
     prefetch: usize,
     transform: Option<Arc<Transform>>,
+    sampler: Option<Arc<dyn Sampler>>,
     next_epoch: AtomicU64,
 }
 
@@ -69,6 +71,7 @@ pub struct DataLoaderBuilder<D: Dataset + ?Sized + 'static> {
     drop_last: bool,
     prefetch: usize,
     transform: Option<Arc<Transform>>,
+    sampler: Option<Arc<dyn Sampler>>,
 }
 
 impl<D: Dataset + 'static> DataLoader<D> {
@@ -96,6 +99,7 @@ impl<D: Dataset + ?Sized + 'static> DataLoader<D> {
             drop_last: false,
             prefetch: DEFAULT_PREFETCH,
             transform: None,
+            sampler: None,
         }
     }
 
@@ -126,7 +130,7 @@ impl<D: Dataset + ?Sized + 'static> DataLoader<D> {
 
     /// The number of batches in an epoch.
     pub fn len(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.sampler.as_ref().map_or(self.dataset.len(), |s| s.len());
         if self.drop_last { n / self.batch_size } else { n.div_ceil(self.batch_size) }
     }
 
@@ -154,9 +158,10 @@ impl<D: Dataset + ?Sized + 'static> DataLoader<D> {
     /// for the same loader settings and epoch.
     pub fn epoch(&self, epoch: u64) -> Batches {
         let n = self.dataset.len();
-        let order: Arc<[usize]> = match self.seed {
-            Some(seed) => permutation(n, seed, epoch).into(),
-            None => (0..n).collect(),
+        let order: Arc<[usize]> = match (&self.sampler, self.seed) {
+            (Some(sampler), _) => sampler.indices(epoch).into(),
+            (None, Some(seed)) => permutation(n, seed, epoch).into(),
+            (None, None) => (0..n).collect(),
         };
         let dataset = self.dataset.clone();
         let build: BuildBatch = match self.transform.clone() {
@@ -232,10 +237,22 @@ impl<D: Dataset + ?Sized + 'static> DataLoaderBuilder<D> {
         self
     }
 
-    /// The loader; an error when the batch size is 0.
+    /// Takes each epoch's sample indices from `sampler` instead of the loader's own order
+    /// (PyTorch's `sampler=`); the loader passes its epoch number, so a shuffling sampler
+    /// reshuffles every epoch. Excludes [`shuffle`](Self::shuffle), as in PyTorch.
+    pub fn sampler(mut self, sampler: impl Sampler + 'static) -> Self {
+        self.sampler = Some(Arc::new(sampler));
+        self
+    }
+
+    /// The loader; an error when the batch size is 0, or when both a sampler and
+    /// shuffling are asked for.
     pub fn build(self) -> Result<DataLoader<D>> {
         if self.batch_size == 0 {
             return Err(Error::invalid("DataLoader", "the batch size must be at least 1, got 0"));
+        }
+        if self.shuffle && self.sampler.is_some() {
+            return Err(Error::invalid("DataLoader", "sampler is mutually exclusive with shuffle"));
         }
         // Drawn here rather than in `seed`/`shuffle`, so that the global generator advances
         // once per shuffled loader whatever the order of the builder calls.
@@ -247,6 +264,7 @@ impl<D: Dataset + ?Sized + 'static> DataLoaderBuilder<D> {
             drop_last: self.drop_last,
             prefetch: self.prefetch,
             transform: self.transform,
+            sampler: self.sampler,
             next_epoch: AtomicU64::new(0),
         })
     }

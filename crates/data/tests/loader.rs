@@ -1,6 +1,6 @@
 //! `DataLoader`: batching, shuffling, prefetch, transforms and errors.
 
-use ember_data::{DataLoader, Dataset, TensorDataset};
+use ember_data::{DataLoader, Dataset, Sampler, TensorDataset};
 use ember_tensor::{DType, Error, Result, Tensor, manual_seed};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -273,4 +273,26 @@ fn loaders_work_over_shared_and_dynamic_datasets() {
     assert_eq!(empty.len(), 0);
     assert_eq!(empty.iter().count(), 0);
     assert!(format!("{a:?}").contains("batch_size: 4"));
+}
+
+/// Every other sample, in reverse, shifted by the epoch.
+struct EveryOtherReversed(usize);
+
+impl Sampler for EveryOtherReversed {
+    fn len(&self) -> usize {
+        self.0.div_ceil(2)
+    }
+    fn indices(&self, epoch: u64) -> Vec<usize> {
+        (0..self.0).rev().step_by(2).map(|i| (i + epoch as usize) % self.0).collect()
+    }
+}
+
+#[test]
+fn a_sampler_chooses_each_epoch_indices() {
+    let loader = DataLoader::builder(numbered(7)).batch_size(3).sampler(EveryOtherReversed(7)).build().unwrap();
+    assert_eq!(loader.len(), 2);
+    assert_eq!(ids(loader.iter()).concat(), vec![6, 4, 2, 0]);
+    assert_eq!(ids(loader.iter()).concat(), vec![0, 5, 3, 1], "the loader passes its epoch");
+    let e = DataLoader::builder(numbered(7)).shuffle(true).sampler(EveryOtherReversed(7)).build().unwrap_err();
+    assert!(e.to_string().contains("sampler is mutually exclusive with shuffle"), "{e}");
 }

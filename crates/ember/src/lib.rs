@@ -10,6 +10,7 @@
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
 //! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
+//! | [`distributed`] | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -41,6 +42,7 @@ pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;
+pub use ember_distributed as distributed;
 pub use ember_nn as nn;
 pub use ember_optim as optim;
 pub use ember_pnnx as pnnx;

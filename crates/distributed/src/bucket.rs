@@ -1,0 +1,59 @@
+//! How gradients are grouped into buckets for reduction.
+
+use ember_tensor::DType;
+
+/// The cap of the first bucket in MiB: small, so that the first all-reduce starts early in
+/// backward (PyTorch's first-bucket size).
+const FIRST_BUCKET_MIB: f64 = 1.0;
+
+/// Groups parameters (given as `(numel, bytes per element)` and dtypes, in registration
+/// order) into buckets: in reverse order, since backward produces the last layers'
+/// gradients first; one dtype per bucket; a bucket closes once it holds `cap_mib` MiB or
+/// more (the first at most [`FIRST_BUCKET_MIB`]), so a parameter larger than the cap gets a
+/// bucket of its own. Returns the parameter indices of each bucket, in launch order.
+pub(crate) fn assign_buckets(sizes: &[(usize, usize)], dtypes: &[DType], cap_mib: f64) -> Vec<Vec<usize>> {
+    let mib = |x: f64| (x * 1024.0 * 1024.0) as usize;
+    let mut buckets: Vec<Vec<usize>> = Vec::new();
+    // Open buckets by dtype: (dtype, members, bytes).
+    let mut open: Vec<(DType, Vec<usize>, usize)> = Vec::new();
+    for i in (0..sizes.len()).rev() {
+        let (numel, elem) = sizes[i];
+        let slot = match open.iter().position(|(d, _, _)| *d == dtypes[i]) {
+            Some(s) => s,
+            None => {
+                open.push((dtypes[i], Vec::new(), 0));
+                open.len() - 1
+            }
+        };
+        let (_, members, bytes) = &mut open[slot];
+        members.push(i);
+        *bytes += numel * elem;
+        let cap = if buckets.is_empty() { mib(FIRST_BUCKET_MIB.min(cap_mib)) } else { mib(cap_mib) };
+        if *bytes >= cap.max(1) {
+            let (_, members, _) = open.remove(slot);
+            buckets.push(members);
+        }
+    }
+    buckets.extend(open.into_iter().map(|(_, m, _)| m).filter(|m| !m.is_empty()));
+    buckets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_run_in_reverse_order_and_close_at_the_cap() {
+        const MIB: usize = 1024 * 1024;
+        // Four f32 tensors of 0.5 MiB each, then one of 2 MiB.
+        let sizes = [(MIB / 8, 4), (MIB / 8, 4), (MIB / 8, 4), (MIB / 8, 4), (MIB / 2, 4)];
+        let dtypes = [DType::F32; 5];
+        // The first bucket closes at 1 MiB (the 2 MiB tensor alone); then 1 MiB buckets.
+        assert_eq!(assign_buckets(&sizes, &dtypes, 1.0), vec![vec![4], vec![3, 2], vec![1, 0]]);
+        // With 25 MiB, everything after the first bucket shares one.
+        assert_eq!(assign_buckets(&sizes, &dtypes, 25.0), vec![vec![4], vec![3, 2, 1, 0]]);
+        // Dtypes never share a bucket.
+        let mixed = [DType::F32, DType::F64, DType::F32];
+        assert_eq!(assign_buckets(&[(1, 4), (1, 8), (1, 4)], &mixed, 25.0), vec![vec![2, 0], vec![1]]);
+    }
+}

@@ -1,0 +1,32 @@
+//! The moves a process group's transport makes on host buffers, run on the group's
+//! communication thread.
+
+use crate::header::WORDS;
+use crate::host_buf::HostBuf;
+use crate::reduce_op::ReduceOp;
+use ember_tensor::Result;
+
+/// A communicator: the primitive collectives over host buffers. The shared code
+/// ([`crate::comm::Comm`]) checks the ranks' headers first, so a transport may assume that
+/// every rank calls the same primitive with buffers of one dtype and length. `op` names the
+/// user's collective for messages.
+pub(crate) trait Transport: Send + 'static {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+    /// Every rank's header, indexed by rank.
+    fn exchange_headers(&mut self, op: &'static str, header: [u64; WORDS]) -> Result<Vec<[u64; WORDS]>>;
+    /// In place; `op` is `Sum`, `Max` or `Min` (averages are sums divided afterwards).
+    fn all_reduce(&mut self, op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()>;
+    fn broadcast(&mut self, op: &'static str, buf: &mut HostBuf, root: usize) -> Result<()>;
+    /// Every rank's buffer, indexed by rank.
+    fn all_gather(&mut self, op: &'static str, buf: &HostBuf) -> Result<Vec<HostBuf>>;
+    /// `buf` holds `world_size` equal chunks; returns the reduction of every rank's chunk
+    /// `rank` (`Sum`, `Max` or `Min`).
+    fn reduce_scatter(&mut self, op: &'static str, buf: &HostBuf, reduce: ReduceOp) -> Result<HostBuf>;
+    fn barrier(&mut self, op: &'static str) -> Result<()>;
+    /// The communicator of `ranks` (already checked to be the same list on every rank);
+    /// `None` on ranks outside it. Collective over this communicator.
+    fn split(&mut self, ranks: &[usize]) -> Result<Option<Self>>
+    where
+        Self: Sized;
+}

@@ -74,7 +74,7 @@ pub fn parse_images(path: impl AsRef<Path>, bytes: &[u8]) -> Result<Tensor> {
     let mut r = IdxReader::new(path, bytes)?;
     let (dims, len, what) = image_header(&mut r)?;
     let pixels = r.payload(len, &what)?;
-    Tensor::from_buffer(pixels, dims)
+    images_tensor(path, pixels, dims)
 }
 
 /// Reads an IDX image file (raw or `.gz`) as an `f32` tensor `[N, rows, cols]`, each byte
@@ -101,7 +101,14 @@ pub fn parse_images_f32(path: impl AsRef<Path>, bytes: &[u8], map: &PixelMap) ->
     let mut r = IdxReader::new(path, bytes)?;
     let (dims, len, what) = image_header(&mut r)?;
     let pixels = r.payload_mapped(len, &what, map)?;
-    Tensor::from_buffer(pixels, dims)
+    images_tensor(path, pixels, dims)
+}
+
+/// The images tensor of `dims`, with an error naming the file when the dimensions cannot
+/// make a tensor: zero images of 2^32-1 x 2^32-1 pixels hold no data, so the data checks
+/// pass them, but their strides do not fit.
+fn images_tensor<T: ember_tensor::Element>(path: &Path, pixels: Buffer<T>, dims: [usize; 3]) -> Result<Tensor> {
+    Tensor::from_buffer(pixels, dims).map_err(|e| Error::format(path, format!("bad dimensions: {e}")))
 }
 
 /// Reads and checks an image file's header: the dimensions `[N, rows, cols]`, the number

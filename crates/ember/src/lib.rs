@@ -38,6 +38,7 @@ pub mod char_lm;
 pub mod gan;
 pub mod mnist;
 pub mod multitask;
+pub mod soak;
 pub mod transfer;
 
 pub use ember_autograd as autograd;

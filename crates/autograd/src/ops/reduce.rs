@@ -236,7 +236,9 @@ impl Var {
         let d = self.resolve_dims(dims, "var")?;
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         let centered = self.sub(&self.mean(&d[..], true)?)?;
-        let denom = if unbiased { n as f64 - 1.0 } else { n as f64 };
+        // Saturating: an empty reduction is 0 / 0 = NaN either way, as in PyTorch (n - 1
+        // would be -1 and give -0).
+        let denom = if unbiased { n.saturating_sub(1) as f64 } else { n as f64 };
         Ok(centered.square().sum(&d[..], keepdim)?.div_scalar(denom))
     }
 
@@ -262,7 +264,12 @@ impl Var {
     /// a constant, so the gradient is exactly the softmax.
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "logsumexp")?;
-        let m = self.value().max(&d[..], true)?;
+        let kept: Vec<usize> =
+            self.shape().iter().enumerate().map(|(i, &s)| if d.contains(&i) { 1 } else { s }).collect();
+        // Over an empty dimension there is no maximum; any shift works, and the result is
+        // log(0) = -inf as in PyTorch.
+        let empty = d.iter().any(|&i| self.shape()[i] == 0);
+        let m = if empty { Tensor::zeros(kept, self.dtype())? } else { self.value().max(&d[..], true)? };
         let finite = m.abs().lt_scalar(f64::INFINITY);
         let shift = constant(finite.where_cond(&m, &m.zeros_like())?);
         let out = self.sub(&shift)?.exp().sum(&d[..], true)?.log().add(&shift)?;

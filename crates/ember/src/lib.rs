@@ -9,6 +9,7 @@
 //! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
+//! | [`onnx`] | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -41,6 +42,7 @@ pub mod transfer;
 pub use ember_autograd as autograd;
 pub use ember_data as data;
 pub use ember_nn as nn;
+pub use ember_onnx as onnx;
 pub use ember_optim as optim;
 pub use ember_tensor as tensor;
 

@@ -3,6 +3,8 @@
 //! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 17, see
 //!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
 //!   weights are parameters, so an imported model runs inference *and* fine-tunes.
+//! - [`export`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
+//!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers.
 //! - [`ir`] is the graph IR that the ONNX reader (and any other front-end) targets.
 //!
 //! Errors are [`ember_tensor::Error`]s naming the file, the node (name and operator) and
@@ -21,10 +23,12 @@
 
 #![warn(missing_docs)]
 
+pub mod export;
 pub mod import;
 pub mod ir;
 mod ops;
 pub mod proto;
 
+pub use export::{ExportOptions, export, export_bytes, export_fn_bytes};
 pub use import::{load, load_bytes, read_graph};
 pub use ir::GraphModel;

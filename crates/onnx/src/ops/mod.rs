@@ -70,6 +70,7 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Shape", &["start", "end"], shape::shape),
     op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
     op("Reshape", &["allowzero"], shape::reshape),
+    op("Expand", &[], shape::expand),
     op("Flatten", &["axis"], shape::flatten),
     op("Transpose", &["perm"], shape::transpose),
     op("Concat", &["axis"], shape::concat),

@@ -79,6 +79,17 @@ pub(crate) fn reshape(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     one(map(x, |v| v.reshape(out.as_slice()))?)
 }
 
+pub(crate) fn expand(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    let x = input(args, 0)?;
+    let target = &int_in(args, 1)?.data;
+    let target: Vec<usize> = target
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| Error::shape("onnx", format!("invalid Expand shape {target:?}"))))
+        .collect::<Result<_>>()?;
+    let shape = super::int::broadcast_shape(&x.shape(), &target)?;
+    one(map(x, |v| v.expand(shape.as_slice()))?)
+}
+
 pub(crate) fn flatten(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     let x = input(args, 0)?;
     let dims = x.shape();

@@ -77,8 +77,12 @@ pub fn export(model: &dyn Module, example: &Var, path: impl AsRef<Path>, options
 pub fn export_bytes(model: &dyn Module, example: &Var, options: &ExportOptions) -> Result<Vec<u8>> {
     let training = model.is_training();
     model.eval();
-    let result =
-        export_fn_bytes(|x| Ok(vec![model.forward(&x[0])?]), &model.named_parameters(), &[example.clone()], options);
+    let result = export_fn_bytes(
+        |x| Ok(vec![model.forward(&x[0])?]),
+        &model.named_parameters(),
+        std::slice::from_ref(example),
+        options,
+    );
     model.set_training(training);
     result
 }

@@ -21,11 +21,11 @@
 //! g.inputs.push(ValueInfo::new("x", DType::F32, &[None, Some(2)]));
 //! g.initializers.push(("w".into(), Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?));
 //! g.nodes.push(Node::new("mm", "MatMul", &["x", "w"], &["h"]));
-//! g.nodes.push(Node::new("act", "Relu", &["h"], &["y"]).with_attrs(Vec::<(String, Attr)>::new()));
+//! g.nodes.push(Node::new("act", "Softmax", &["h"], &["y"]).with_attrs([("axis", Attr::Int(-1))]));
 //! g.outputs.push(ValueInfo::new("y", DType::F32, &[None, Some(2)]));
 //! let model = g.build()?;
 //! let y = model.forward(&Var::new(Tensor::from_vec(vec![1.0f32, -1.0], [1, 2])?))?;
-//! assert_eq!(y.value().to_vec::<f32>()?, vec![0.0, 0.0]);
+//! assert_eq!(y.value().to_vec::<f32>()?, vec![0.5, 0.5]); // softmax of [-2, -2]
 //! assert_eq!(model.named_parameters()[0].0, "w");
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```

@@ -13,18 +13,18 @@ use crate::ir::{Attr, IntTensor, Node, Value};
 use ember_autograd::Var;
 use ember_tensor::{Error, Result};
 
+/// How an operator runs: the node (for its attributes) and its inputs (`None`: an
+/// optional input left out) to its outputs.
+pub(crate) type RunFn = fn(&Node, &[Option<Value>]) -> Result<Vec<Value>>;
+
 /// One operator: its ONNX name, the attributes it accepts and how it runs.
 pub(crate) struct OpSpec {
     pub name: &'static str,
     pub attrs: &'static [&'static str],
-    pub run: fn(&Node, &[Option<Value>]) -> Result<Vec<Value>>,
+    pub run: RunFn,
 }
 
-const fn op(
-    name: &'static str,
-    attrs: &'static [&'static str],
-    run: fn(&Node, &[Option<Value>]) -> Result<Vec<Value>>,
-) -> OpSpec {
+const fn op(name: &'static str, attrs: &'static [&'static str], run: RunFn) -> OpSpec {
     OpSpec { name, attrs, run }
 }
 

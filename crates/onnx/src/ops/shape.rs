@@ -71,7 +71,7 @@ pub(crate) fn reshape(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     }
     if let Some(i) = infer {
         let known: usize = out.iter().product();
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::shape("onnx", format!("cannot reshape {dims:?} to {target:?}")));
         }
         out[i] = numel / known;

@@ -3,7 +3,7 @@
 //! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 17, see
 //!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
 //!   weights are parameters, so an imported model runs inference *and* fine-tunes.
-//! - [`export`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
+//! - [`export()`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
 //!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers.
 //! - [`ir`] is the graph IR that the ONNX reader (and any other front-end) targets.
 //!

@@ -8,7 +8,7 @@
 //! `oneof` fields of the schema (`TypeProto.value`, `Dimension.value`) are written as
 //! optional fields: on the wire the two are the same.
 
-/// The ONNX IR version these structures follow and that [`export`](crate::export) writes.
+/// The ONNX IR version these structures follow and that [`export`](mod@crate::export) writes.
 pub const IR_VERSION: i64 = 8;
 
 /// `TensorProto.DataType` values ember knows.

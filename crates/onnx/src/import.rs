@@ -26,15 +26,33 @@ impl Source {
     }
 }
 
-/// Reads a `.onnx` file into a checked, runnable graph. External data files are looked up
-/// next to it.
+/// Reads a `.onnx` file into a checked, runnable graph: structure, operators and
+/// attributes (see [`Graph::build`]), then shapes (a run on zeros of the declared input
+/// shapes, dynamic dimensions set to 1). External data files are looked up next to it.
 pub fn load(path: impl AsRef<Path>) -> Result<crate::GraphModel> {
-    read_graph(path)?.build()
+    let path = path.as_ref();
+    checked(read_graph(path)?.build()?).map_err(|e| Error::format(path, e.to_string()))
 }
 
 /// Reads ONNX bytes (a model without external data) into a runnable graph.
 pub fn load_bytes(bytes: &[u8]) -> Result<crate::GraphModel> {
-    parse(bytes, &Source { path: "<onnx bytes>".into(), dir: None })?.build()
+    checked(parse(bytes, &Source { path: "<onnx bytes>".into(), dir: None })?.build()?)
+}
+
+/// The most input elements the load-time shape check allocates (per input); a file
+/// declaring more is checked when it runs instead.
+const CHECK_LIMIT: usize = 1 << 24;
+
+/// Runs [`GraphModel::check_shapes`](crate::GraphModel::check_shapes) when every input
+/// declares its shape, of a reasonable size (the declared sizes come from the file).
+fn checked(model: crate::GraphModel) -> Result<crate::GraphModel> {
+    let small = |s: &Vec<Option<usize>>| {
+        s.iter().try_fold(1usize, |n, d| n.checked_mul(d.unwrap_or(1))).is_some_and(|n| n <= CHECK_LIMIT)
+    };
+    if model.inputs().iter().all(|i| i.shape.as_ref().is_some_and(small)) {
+        model.check_shapes()?;
+    }
+    Ok(model)
 }
 
 /// Reads a `.onnx` file into the IR without building it (to inspect or edit it first).

@@ -185,3 +185,20 @@ fn missing_external_data_is_an_error() -> Result<()> {
     std::fs::remove_dir_all(&dir).map_err(|e| ember_tensor::Error::io(&dir, e))?;
     Ok(())
 }
+
+#[test]
+fn shapes_that_do_not_fit_are_found_at_load_naming_the_node() {
+    let mut m = model(vec![node("proj", "MatMul", &["x", "w"], &["y"])], vec![weight(vec![3, 2], vec![0; 24])]);
+    let dims = [None, Some(4)].map(|d: Option<i64>| ember_onnx::proto::Dimension {
+        dim_value: d,
+        dim_param: d.is_none().then(|| "batch".to_string()),
+        ..Default::default()
+    });
+    if let Some(g) = m.graph.as_mut()
+        && let Some(t) = g.input[0].r#type.as_mut().and_then(|t| t.tensor_type.as_mut())
+    {
+        t.shape = Some(ember_onnx::proto::TensorShapeProto { dim: dims.to_vec() });
+    }
+    let err = load_err(&m);
+    assert!(err.contains("node 'proj' (MatMul)"), "{err}");
+}

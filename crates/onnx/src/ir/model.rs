@@ -81,6 +81,24 @@ impl GraphModel {
         Ok(())
     }
 
+    /// Checks that the graph's shapes fit together by running it once, without recording
+    /// gradients, on zeros of the declared input shapes (dynamic dimensions set to 1, an
+    /// undeclared dtype taken as f32); returns the output shapes. A mismatch is an error
+    /// naming the node. [`load`](crate::load) calls it when every input declares its rank.
+    pub fn check_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|info| {
+                let shape: Vec<usize> =
+                    info.shape.as_ref().map(|s| s.iter().map(|d| d.unwrap_or(1)).collect()).unwrap_or_default();
+                Ok(Var::new(Tensor::zeros(shape, info.dtype.unwrap_or(ember_tensor::DType::F32))?))
+            })
+            .collect::<Result<Vec<Var>>>()?;
+        let outputs = ember_autograd::no_grad(|| self.run(&inputs.iter().collect::<Vec<_>>()))?;
+        Ok(outputs.iter().map(|o| o.shape().dims().to_vec()).collect())
+    }
+
     /// Runs the graph on `inputs` (one per graph input, in order) and returns its outputs.
     /// Float outputs carry their graph back to the parameters; integer outputs are
     /// constants.

@@ -44,7 +44,7 @@ fn an_op_without_description_is_an_error_naming_it() -> Result<()> {
     let x = Var::new(Tensor::ones([2], DType::F32)?);
     let y = Var::apply_op(Twice, &[&x])?;
     let nodes = trace_graph(&[&y]);
-    let err = nodes[1].op.as_ref().expect("an op").as_ref().err().expect("no description").to_string();
+    let err = nodes[1].op.as_ref().expect("an op").as_ref().expect_err("no description").to_string();
     assert!(err.contains("operation 'twice' has no export description"), "{err}");
     Ok(())
 }

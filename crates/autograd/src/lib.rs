@@ -328,6 +328,7 @@ mod backward_ctx;
 pub mod checkpoint;
 mod dot;
 mod engine;
+pub mod export;
 mod extension;
 pub mod function;
 mod grad_mode;

@@ -76,6 +76,11 @@ pub trait Op: std::any::Any + Send + Sync + 'static {
     fn backward_differentiable(&self) -> bool {
         true
     }
+    /// What this operation computes, for exporters (see [`crate::export`]). The default
+    /// says the operation has no export description, naming it.
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Err(ember_tensor::Error::invalid("export", format!("operation '{}' has no export description", self.name())))
+    }
 }
 
 /// The operation of a leaf: it has no inputs and is never recomputed.

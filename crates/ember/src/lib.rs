@@ -11,6 +11,7 @@
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
 //! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
 //! | [`distributed`] | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
+//! | [`onnx`] | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -45,6 +46,7 @@ pub use ember_autograd as autograd;
 pub use ember_data as data;
 pub use ember_distributed as distributed;
 pub use ember_nn as nn;
+pub use ember_onnx as onnx;
 pub use ember_optim as optim;
 pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;

@@ -92,6 +92,16 @@ impl Op for AttentionOp {
         OP
     }
 
+    fn export(&self) -> Result<crate::export::OpExport> {
+        use crate::export::{ExportAttr, OpExport};
+        if self.mask {
+            return Err(ember_tensor::Error::invalid("export", "attention with a mask has no export description yet"));
+        }
+        Ok(OpExport::new(OP)
+            .attr("scale", ExportAttr::Float(self.spec.scale))
+            .attr("causal", ExportAttr::Int(self.spec.causal as i64)))
+    }
+
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let mask = self.mask.then(|| inputs[3]);
         let (out, lse) = inputs[0].attention(inputs[1], inputs[2], mask, &self.spec)?;

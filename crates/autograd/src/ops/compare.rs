@@ -122,6 +122,9 @@ impl Op for Cast {
     fn name(&self) -> &str {
         "to_dtype"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("to_dtype").attr("dtype", crate::export::ExportAttr::DType(self.to)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].to_dtype(self.to))
     }
@@ -139,6 +142,9 @@ struct Detach;
 impl Op for Detach {
     fn name(&self) -> &str {
         "detach"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("detach"))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].clone())

@@ -40,6 +40,15 @@ impl Op for Conv {
     fn name(&self) -> &str {
         self.name
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        let w = &self.geom.window;
+        Ok(crate::export::OpExport::new(self.name)
+            .ints("kernel", w.kernel)
+            .ints("stride", w.stride)
+            .ints("padding", w.padding)
+            .ints("dilation", w.dilation)
+            .attr("groups", crate::export::ExportAttr::Int(self.geom.groups as i64)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].conv2d_resolved(inputs[1], inputs.get(2).copied(), &self.geom)
     }

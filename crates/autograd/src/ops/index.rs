@@ -19,6 +19,9 @@ impl Op for IndexSelect {
     fn name(&self) -> &str {
         "index_select"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("index_select").attr("dim", crate::export::ExportAttr::Int(self.dim as i64)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].index_select(self.dim, inputs[1])
     }
@@ -119,6 +122,10 @@ impl Op for MaskedFill {
     fn name(&self) -> &str {
         "masked_fill"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("masked_fill")
+            .attr("value", crate::export::ExportAttr::Float(self.value.to_f64())))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].masked_fill(inputs[1], self.value)
     }
@@ -139,6 +146,9 @@ struct WhereCond {
 impl Op for WhereCond {
     fn name(&self) -> &str {
         "where"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("where_cond"))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].where_cond(inputs[1], inputs[2])

@@ -18,6 +18,9 @@ impl Op for Cat {
     fn name(&self) -> &str {
         "cat"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("cat").attr("dim", crate::export::ExportAttr::Int(self.dim as i64)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Tensor::cat(inputs, self.dim)
     }

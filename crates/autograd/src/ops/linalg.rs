@@ -16,6 +16,9 @@ impl Op for Matmul {
     fn name(&self) -> &str {
         "matmul"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("matmul"))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].matmul(inputs[1])
     }
@@ -45,6 +48,9 @@ struct Linear {
 impl Op for Linear {
     fn name(&self) -> &str {
         "linear"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("linear").attr("bias", crate::export::ExportAttr::Int(self.bias as i64)))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let y = inputs[0].matmul(&inputs[1].t()?)?;

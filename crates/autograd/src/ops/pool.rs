@@ -40,6 +40,21 @@ impl Op for MaxPool {
     fn name(&self) -> &str {
         self.name
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        // The windows are planned (clipped at the borders); only a pool whose windows are
+        // all whole and evenly spaced has a kernel and stride to describe.
+        let (Some((kh, sh)), Some((kw, sw))) = (whole_windows(&self.windows.rows), whole_windows(&self.windows.cols))
+        else {
+            return Err(Error::invalid(
+                "export",
+                format!("{}: only pools without padding or ceil_mode can be exported", self.name),
+            ));
+        };
+        Ok(crate::export::OpExport::new(self.name)
+            .ints("kernel", [kh, kw])
+            .ints("stride", [sh, sw])
+            .ints("dilation", [self.windows.rows.step, self.windows.cols.step]))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (values, index) = inputs[0].max_pool2d_resolved(&self.windows)?;
         *self.index.lock() = Some(index);
@@ -143,6 +158,15 @@ fn run_max(x: &Var, name: &'static str, plan: PoolPlan<PoolWindows>) -> Result<(
     let index = index.ok_or_else(|| Error::autograd(format!("{name}: the forward left no indices")))?;
     let index = index.reshape(&plan.output)?;
     Ok((values.reshape(&plan.output)?, index))
+}
+
+/// `(kernel, stride)` of windows that are all whole (`count` taps) and evenly spaced from
+/// 0, as an unpadded pool without `ceil_mode` plans them.
+fn whole_windows(a: &ember_tensor::backend::AxisWindows) -> Option<(usize, usize)> {
+    let k = a.windows.first()?.1;
+    let stride = a.windows.get(1).map_or(k.max(1), |w| w.0);
+    let even = a.windows.iter().enumerate().all(|(i, &(start, count))| start == i * stride && count == k);
+    (even && k > 0 && stride > 0).then_some((k, stride))
 }
 
 /// The name of a `D`-dimensional operation, for errors and graphs.

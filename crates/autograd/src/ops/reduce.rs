@@ -45,6 +45,11 @@ impl Op for Sum {
     fn name(&self) -> &str {
         "sum"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("sum")
+            .ints("dims", self.0.dims.iter().copied())
+            .attr("keepdim", crate::export::ExportAttr::Int(self.0.keepdim as i64)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].sum(&self.0.dims[..], self.0.keepdim)
     }

@@ -32,6 +32,9 @@ macro_rules! scalar_op_struct {
             fn saves(&self) -> Saves {
                 $saves
             }
+            fn export(&self) -> Result<crate::export::OpExport> {
+                Ok(crate::export::OpExport::new($name).attr("value", crate::export::ExportAttr::Float(self.s.to_f64())))
+            }
         }
     };
 }

@@ -16,6 +16,9 @@ impl Op for Softmax {
     fn name(&self) -> &str {
         if self.log { "log_softmax" } else { "softmax" }
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new(self.name()).attr("dim", crate::export::ExportAttr::Int(self.dim as i64)))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         if self.log { inputs[0].log_softmax(self.dim) } else { inputs[0].softmax(self.dim) }
     }

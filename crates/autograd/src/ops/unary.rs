@@ -40,6 +40,9 @@ macro_rules! unary_op {
             fn saves(&self) -> Saves {
                 $saves
             }
+            fn export(&self) -> Result<crate::export::OpExport> {
+                Ok(crate::export::OpExport::new($name))
+            }
         }
         impl Var {
             $(#[$doc])*

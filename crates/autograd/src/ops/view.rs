@@ -17,6 +17,9 @@ impl Op for Reshape {
     fn name(&self) -> &str {
         "reshape"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("reshape").ints("shape", self.to.dims().iter().copied()))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].reshape(&self.to)
     }
@@ -35,6 +38,9 @@ struct Permute {
 impl Op for Permute {
     fn name(&self) -> &str {
         "permute"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("permute").ints("perm", self.perm.iter().copied()))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].permute(&self.perm)
@@ -59,6 +65,9 @@ struct Expand {
 impl Op for Expand {
     fn name(&self) -> &str {
         "expand"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("expand").ints("shape", self.to.dims().iter().copied()))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].expand(self.to.clone())
@@ -88,6 +97,10 @@ struct Slice {
 impl Op for Slice {
     fn name(&self) -> &str {
         "slice"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        let s = &self.spec;
+        Ok(crate::export::OpExport::new("slice").ints("spec", [s.dim, s.start, s.len, s.step]))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let s = &self.spec;
@@ -134,6 +147,9 @@ impl Op for Contiguous {
     fn name(&self) -> &str {
         "contiguous"
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("contiguous"))
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].contiguous())
     }
@@ -151,6 +167,9 @@ struct CopyValue;
 impl Op for CopyValue {
     fn name(&self) -> &str {
         "copy"
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        Ok(crate::export::OpExport::new("copy"))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(inputs[0].copy())

@@ -1,0 +1,308 @@
+//! ember's operation descriptions as ONNX nodes (opset 17).
+
+use super::{onnx_type, tensor_proto};
+use crate::proto::{AttributeProto, NodeProto, TensorProto, attribute_type, data_type};
+use ember_autograd::Var;
+use ember_autograd::export::{ExportAttr, OpExport};
+use ember_tensor::{DType, Error, Result, Tensor};
+
+/// Collects nodes and initializers while the traced graph is walked.
+pub(super) struct Writer {
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    dynamic_batch: bool,
+    batch: Option<usize>,
+    fresh: usize,
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::INT, i: v, ..Default::default() }
+}
+
+fn ints_attr(name: &str, v: Vec<i64>) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v, ..Default::default() }
+}
+
+fn ints(desc: &OpExport, name: &str) -> Result<Vec<i64>> {
+    match desc.get(name) {
+        Some(ExportAttr::Ints(v)) => Ok(v.clone()),
+        _ => Err(missing(desc, name)),
+    }
+}
+
+fn int(desc: &OpExport, name: &str) -> Result<i64> {
+    match desc.get(name) {
+        Some(ExportAttr::Int(v)) => Ok(*v),
+        _ => Err(missing(desc, name)),
+    }
+}
+
+fn float(desc: &OpExport, name: &str) -> Result<f64> {
+    match desc.get(name) {
+        Some(ExportAttr::Float(v)) => Ok(*v),
+        _ => Err(missing(desc, name)),
+    }
+}
+
+fn missing(desc: &OpExport, name: &str) -> Error {
+    Error::invalid("onnx export", format!("operation '{}' lacks its '{name}' attribute", desc.kind))
+}
+
+impl Writer {
+    pub(super) fn new(dynamic_batch: bool, batch: Option<usize>) -> Writer {
+        Writer { nodes: Vec::new(), inits: Vec::new(), dynamic_batch, batch, fresh: 0 }
+    }
+
+    pub(super) fn finish(self) -> (Vec<NodeProto>, Vec<TensorProto>) {
+        (self.nodes, self.inits)
+    }
+
+    pub(super) fn initializer(&mut self, name: &str, t: &Tensor) -> Result<()> {
+        self.inits.push(tensor_proto(name, t)?);
+        Ok(())
+    }
+
+    fn name(&mut self, base: &str) -> String {
+        self.fresh += 1;
+        format!("{base}_{}", self.fresh)
+    }
+
+    fn node(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
+        let out = self.name(op);
+        self.nodes.push(NodeProto {
+            name: out.clone(),
+            op_type: op.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![out.clone()],
+            attribute: attrs,
+            ..Default::default()
+        });
+        out
+    }
+
+    /// `to = Identity(from)`: graph outputs get their own names.
+    pub(super) fn identity(&mut self, from: &str, to: &str) {
+        self.nodes.push(NodeProto {
+            name: to.into(),
+            op_type: "Identity".into(),
+            input: vec![from.into()],
+            output: vec![to.into()],
+            ..Default::default()
+        });
+    }
+
+    fn const_ints(&mut self, v: &[i64]) -> Result<String> {
+        let name = self.name("const");
+        self.initializer(&name, &Tensor::from_vec(v.to_vec(), [v.len()])?)?;
+        Ok(name)
+    }
+
+    fn const_scalar(&mut self, v: f64, dtype: DType) -> Result<String> {
+        let name = self.name("const");
+        self.initializer(&name, &Tensor::scalar(v).to_dtype(dtype))?;
+        Ok(name)
+    }
+
+    /// A shape for Reshape/Expand: with a dynamic batch, a leading batch-sized dimension
+    /// of an input that leads with the batch is copied (`0`) or broadcast (`1`) instead.
+    fn target_shape(&mut self, dims: &[i64], from: &Var, copy: i64) -> Result<String> {
+        let mut dims = dims.to_vec();
+        let leads_with_batch = from.shape().dims().first().copied() == self.batch;
+        if self.dynamic_batch && leads_with_batch && dims.first().map(|&d| d as usize) == self.batch {
+            dims[0] = copy;
+        }
+        self.const_ints(&dims)
+    }
+
+    /// Writes the nodes for `desc` applied to `args` (`(value name, var)`), computing
+    /// `out`; returns the name of the result.
+    pub(super) fn lower(&mut self, desc: &OpExport, args: &[(&str, &Var)], out: &Var, _: usize) -> Result<String> {
+        let a = |i: usize| -> Result<&str> {
+            args.get(i)
+                .map(|(n, _)| *n)
+                .ok_or_else(|| Error::invalid("onnx export", format!("'{}' lacks input {i}", desc.kind)))
+        };
+        let dtype = out.dtype();
+        let simple = |op: &str| -> Option<&'static str> {
+            Some(match op {
+                "add" => "Add",
+                "sub" => "Sub",
+                "mul" => "Mul",
+                "div" => "Div",
+                "pow" => "Pow",
+                "neg" => "Neg",
+                "abs" => "Abs",
+                "relu" => "Relu",
+                "sigmoid" => "Sigmoid",
+                "tanh" => "Tanh",
+                "exp" => "Exp",
+                "log" => "Log",
+                "sqrt" => "Sqrt",
+                "matmul" => "MatMul",
+                "contiguous" | "copy" | "detach" => "Identity",
+                _ => return None,
+            })
+        };
+        let kind = desc.kind.as_str();
+        if let Some(op) = simple(kind) {
+            let inputs: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+            return Ok(self.node(op, &inputs, vec![]));
+        }
+        Ok(match kind {
+            "add_scalar" | "sub_scalar" | "mul_scalar" | "div_scalar" | "pow_scalar" => {
+                let c = self.const_scalar(float(desc, "value")?, dtype)?;
+                let op = match kind {
+                    "add_scalar" => "Add",
+                    "sub_scalar" => "Sub",
+                    "mul_scalar" => "Mul",
+                    "div_scalar" => "Div",
+                    _ => "Pow",
+                };
+                self.node(op, &[a(0)?, &c], vec![])
+            }
+            "rsub_scalar" | "rdiv_scalar" => {
+                let c = self.const_scalar(float(desc, "value")?, dtype)?;
+                self.node(if kind == "rsub_scalar" { "Sub" } else { "Div" }, &[&c, a(0)?], vec![])
+            }
+            "square" => self.node("Mul", &[a(0)?, a(0)?], vec![]),
+            "rsqrt" => {
+                let s = self.node("Sqrt", &[a(0)?], vec![]);
+                self.node("Reciprocal", &[&s], vec![])
+            }
+            "silu" => {
+                let s = self.node("Sigmoid", &[a(0)?], vec![]);
+                self.node("Mul", &[a(0)?, &s], vec![])
+            }
+            "gelu" => {
+                // 0.5 x (1 + erf(x / sqrt 2)), as PyTorch writes GELU before opset 20.
+                let r2 = self.const_scalar(std::f64::consts::SQRT_2, dtype)?;
+                let one = self.const_scalar(1.0, dtype)?;
+                let half = self.const_scalar(0.5, dtype)?;
+                let d = self.node("Div", &[a(0)?, &r2], vec![]);
+                let e = self.node("Erf", &[&d], vec![]);
+                let p = self.node("Add", &[&e, &one], vec![]);
+                let m = self.node("Mul", &[a(0)?, &p], vec![]);
+                self.node("Mul", &[&m, &half], vec![])
+            }
+            "linear" => {
+                let bias = int(desc, "bias")? != 0;
+                if args[0].1.shape().rank() == 2 {
+                    let mut inputs = vec![a(0)?, a(1)?];
+                    if bias {
+                        inputs.push(a(2)?);
+                    }
+                    self.node("Gemm", &inputs, vec![int_attr("transB", 1)])
+                } else {
+                    let t = self.node("Transpose", &[a(1)?], vec![ints_attr("perm", vec![1, 0])]);
+                    let m = self.node("MatMul", &[a(0)?, &t], vec![]);
+                    if bias { self.node("Add", &[&m, a(2)?], vec![]) } else { m }
+                }
+            }
+            "conv2d" => {
+                let p = ints(desc, "padding")?;
+                let mut inputs = vec![a(0)?, a(1)?];
+                if args.len() > 2 {
+                    inputs.push(a(2)?);
+                }
+                let attrs = vec![
+                    ints_attr("kernel_shape", ints(desc, "kernel")?),
+                    ints_attr("strides", ints(desc, "stride")?),
+                    ints_attr("pads", vec![p[0], p[1], p[0], p[1]]),
+                    ints_attr("dilations", ints(desc, "dilation")?),
+                    int_attr("group", int(desc, "groups")?),
+                ];
+                self.node("Conv", &inputs, attrs)
+            }
+            "max_pool2d" => {
+                let x = args[0].1;
+                let attrs = vec![
+                    ints_attr("kernel_shape", ints(desc, "kernel")?),
+                    ints_attr("strides", ints(desc, "stride")?),
+                    ints_attr("dilations", ints(desc, "dilation")?),
+                ];
+                // ember pools planes of any leading shape; ONNX wants [N, C, H, W].
+                if x.shape().rank() == 4 {
+                    self.node("MaxPool", &[a(0)?], attrs)
+                } else {
+                    let dims: Vec<i64> = x.shape().dims().iter().map(|&d| d as i64).collect();
+                    let k = dims.len();
+                    let four = self.const_ints(&[-1, 1, dims[k - 2], dims[k - 1]])?;
+                    let r = self.node("Reshape", &[a(0)?, &four], vec![]);
+                    let p = self.node("MaxPool", &[&r], attrs);
+                    let back: Vec<i64> = out.shape().dims().iter().map(|&d| d as i64).collect();
+                    let back = self.target_shape(&back, x, 0)?;
+                    self.node("Reshape", &[&p, &back], vec![])
+                }
+            }
+            "reshape" => {
+                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 0)?;
+                self.node("Reshape", &[a(0)?, &s], vec![])
+            }
+            "expand" => {
+                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 1)?;
+                self.node("Expand", &[a(0)?, &s], vec![])
+            }
+            "permute" => self.node("Transpose", &[a(0)?], vec![ints_attr("perm", ints(desc, "perm")?)]),
+            "slice" => {
+                let s = ints(desc, "spec")?;
+                let (dim, start, len, step) = (s[0], s[1], s[2], s[3]);
+                let end = if len == 0 { start } else { start + (len - 1) * step + 1 };
+                let (st, en, ax, sp) = (
+                    self.const_ints(&[start])?,
+                    self.const_ints(&[end])?,
+                    self.const_ints(&[dim])?,
+                    self.const_ints(&[step])?,
+                );
+                self.node("Slice", &[a(0)?, &st, &en, &ax, &sp], vec![])
+            }
+            "cat" => {
+                let inputs: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+                self.node("Concat", &inputs, vec![int_attr("axis", int(desc, "dim")?)])
+            }
+            "index_select" => self.node("Gather", &[a(0)?, a(1)?], vec![int_attr("axis", int(desc, "dim")?)]),
+            "sum" => {
+                let axes = self.const_ints(&ints(desc, "dims")?)?;
+                self.node("ReduceSum", &[a(0)?, &axes], vec![int_attr("keepdims", int(desc, "keepdim")?)])
+            }
+            "softmax" => self.node("Softmax", &[a(0)?], vec![int_attr("axis", int(desc, "dim")?)]),
+            "log_softmax" => self.node("LogSoftmax", &[a(0)?], vec![int_attr("axis", int(desc, "dim")?)]),
+            "to_dtype" => self.node("Cast", &[a(0)?], vec![int_attr("to", onnx_type(dtype) as i64)]),
+            "where_cond" => {
+                let c = self.node("Cast", &[a(0)?], vec![int_attr("to", data_type::BOOL as i64)]);
+                self.node("Where", &[&c, a(1)?, a(2)?], vec![])
+            }
+            "masked_fill" => {
+                let c = self.node("Cast", &[a(1)?], vec![int_attr("to", data_type::BOOL as i64)]);
+                let v = self.const_scalar(float(desc, "value")?, dtype)?;
+                self.node("Where", &[&c, &v, a(0)?], vec![])
+            }
+            "scaled_dot_product_attention" | "attention" => self.attention(desc, args)?,
+            other => {
+                return Err(Error::invalid("onnx export", format!("operation '{other}' has no ONNX mapping")));
+            }
+        })
+    }
+
+    /// Attention, decomposed: `softmax(q k^T * scale [+ causal mask]) v`.
+    fn attention(&mut self, desc: &OpExport, args: &[(&str, &Var)]) -> Result<String> {
+        let (q, k, v) = (args[0], args[1], args[2]);
+        let rank = k.1.shape().rank() as i64;
+        let mut perm: Vec<i64> = (0..rank).collect();
+        perm.swap(rank as usize - 1, rank as usize - 2);
+        let dtype = q.1.dtype();
+        let kt = self.node("Transpose", &[k.0], vec![ints_attr("perm", perm)]);
+        let s = self.node("MatMul", &[q.0, &kt], vec![]);
+        let scale = self.const_scalar(float(desc, "scale")?, dtype)?;
+        let mut s = self.node("Mul", &[&s, &scale], vec![]);
+        if int(desc, "causal")? != 0 {
+            let (l, n) = (q.1.shape()[q.1.shape().rank() - 2], k.1.shape()[k.1.shape().rank() - 2]);
+            let mask: Vec<f64> =
+                (0..l).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f64::NEG_INFINITY })).collect();
+            let name = self.name("causal_mask");
+            self.initializer(&name, &Tensor::from_vec(mask, [l, n])?.to_dtype(dtype))?;
+            s = self.node("Add", &[&s, &name], vec![]);
+        }
+        let p = self.node("Softmax", &[&s], vec![int_attr("axis", -1)]);
+        Ok(self.node("MatMul", &[&p, v.0], vec![]))
+    }
+}

@@ -1,0 +1,34 @@
+//! `ember-onnx`: ONNX import and export for ember.
+//!
+//! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 17, see
+//!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
+//!   weights are parameters, so an imported model runs inference *and* fine-tunes.
+//! - [`export()`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
+//!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers.
+//! - [`ir`] is the graph IR that the ONNX reader (and any other front-end) targets.
+//!
+//! Errors are [`ember_tensor::Error`]s naming the file, the node (name and operator) and
+//! the reason: unknown operators, unsupported attributes, missing external data, malformed
+//! protobuf, inconsistent sizes. None of them panics. `docs/interop.md` in the repository
+//! lists the supported operators.
+//!
+//! ```no_run
+//! use ember_autograd::Var;
+//! use ember_nn::Module;
+//! use ember_tensor::Tensor;
+//! let model = ember_onnx::load("model.onnx")?;
+//! let y = model.forward(&Var::new(Tensor::randn([1, 784])?))?;
+//! # Ok::<(), ember_tensor::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod export;
+pub mod import;
+pub mod ir;
+mod ops;
+pub mod proto;
+
+pub use export::{ExportOptions, export, export_bytes, export_fn_bytes};
+pub use import::{load, load_bytes, read_graph};
+pub use ir::GraphModel;

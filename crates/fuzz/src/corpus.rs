@@ -10,7 +10,8 @@ pub fn default_dir() -> PathBuf {
 }
 
 /// The inputs in `root/<target>/`, sorted by file name so that a seeded run is
-/// reproducible. For MNIST, `NAME.images` and `NAME.labels` make one input.
+/// reproducible. For MNIST, `NAME.images` and `NAME.labels` make one input; for PNNX,
+/// `NAME.param` and `NAME.bin`.
 pub fn load(root: &Path, target: Target) -> std::io::Result<Vec<(String, Input)>> {
     let dir = root.join(target.name());
     let mut names: Vec<String> = std::fs::read_dir(&dir)?
@@ -21,9 +22,9 @@ pub fn load(root: &Path, target: Target) -> std::io::Result<Vec<(String, Input)>
     names.sort();
     let mut inputs = Vec::new();
     for name in &names {
-        if target == Target::Mnist {
-            let Some(stem) = name.strip_suffix(".images") else { continue };
-            let labels = std::fs::read(dir.join(format!("{stem}.labels")))?;
+        if let Some((first, second)) = target.pair_suffixes() {
+            let Some(stem) = name.strip_suffix(first) else { continue };
+            let labels = std::fs::read(dir.join(format!("{stem}{second}")))?;
             let main = std::fs::read(dir.join(name))?;
             inputs.push((stem.to_string(), Input { main, labels, gzip: false }));
         } else {

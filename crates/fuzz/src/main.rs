@@ -12,7 +12,7 @@ use std::time::Duration;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-const USAGE: &str = "usage: ember-fuzz [--target safetensors|optimizer|idx|idx-gz|mnist|all] [--seconds S] \
+const USAGE: &str = "usage: ember-fuzz [--target safetensors|optimizer|idx|idx-gz|mnist|torch-pt|onnx|pnnx|all] [--seconds S] \
                      [--iterations N] [--seed N] [--make-seeds]";
 
 fn main() -> ExitCode {

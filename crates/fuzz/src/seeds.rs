@@ -50,6 +50,23 @@ pub fn write_all(root: &Path) -> Result<()> {
     let mnist = root.join(Target::Mnist.name());
     write(&mnist, "three.images", &idx_images(3, 28, 28))?;
     write(&mnist, "three.labels", &idx_labels(&[7, 0, 9]))?;
+
+    let pt = root.join(Target::TorchPt.name());
+    ember_nn::save_pt(pt.join("ember-state.pt"), &mixed_state()?)?;
+    let mut adam = adam_state()?;
+    adam.scalars.extend([("weight_decay".to_string(), 0.0), ("amsgrad".to_string(), 0.0)]);
+    ember_nn::pt::save_pt_value(pt.join("ember-optimizer.pt"), &adam.to_pt()?)?;
+    // PyTorch's own files (strided and shared storages, int and bool tensors, nested
+    // containers; an optimizer state), from the parity fixtures.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/parity/fixtures");
+    let copy = |from: &Path, to: &Path| std::fs::copy(from, to).map(drop).map_err(|e| io(from, e));
+    copy(&fixtures.join("checkpoint/values.pt"), &pt.join("torch-values.pt"))?;
+    copy(&fixtures.join("checkpoint/sgd.pt"), &pt.join("torch-sgd.pt"))?;
+    let onnx = root.join(Target::Onnx.name());
+    copy(&fixtures.join("onnx_cnn.onnx"), &onnx.join("torch-cnn.onnx"))?;
+    let pnnx = root.join(Target::Pnnx.name());
+    copy(&fixtures.join("pnnx/cnn.pnnx.param"), &pnnx.join("torch-cnn.param"))?;
+    copy(&fixtures.join("pnnx/cnn.pnnx.bin"), &pnnx.join("torch-cnn.bin"))?;
     Ok(())
 }
 

@@ -28,11 +28,26 @@ pub enum Target {
     IdxGz,
     /// `Mnist::load` and `Mnist::load_f32` on a directory of an image and a label file.
     Mnist,
+    /// `ember_nn::load_pt_value` on PyTorch (`torch.save`) checkpoints.
+    TorchPt,
+    /// `ember_onnx::load` on ONNX models.
+    Onnx,
+    /// `ember_pnnx::load` on a PNNX `.param` text and its `.bin` weights.
+    Pnnx,
 }
 
 impl Target {
     /// Every target, in the order a full run visits them.
-    pub const ALL: [Target; 5] = [Target::Safetensors, Target::Optimizer, Target::Idx, Target::IdxGz, Target::Mnist];
+    pub const ALL: [Target; 8] = [
+        Target::Safetensors,
+        Target::Optimizer,
+        Target::Idx,
+        Target::IdxGz,
+        Target::Mnist,
+        Target::TorchPt,
+        Target::Onnx,
+        Target::Pnnx,
+    ];
 
     /// The name used on the command line and for the corpus folder.
     pub fn name(self) -> &'static str {
@@ -42,6 +57,19 @@ impl Target {
             Target::Idx => "idx",
             Target::IdxGz => "idx-gz",
             Target::Mnist => "mnist",
+            Target::TorchPt => "torch-pt",
+            Target::Onnx => "onnx",
+            Target::Pnnx => "pnnx",
+        }
+    }
+
+    /// For targets whose input is two files, the corpus file suffixes of the first (the
+    /// `main` file) and the second (`labels`).
+    pub fn pair_suffixes(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Target::Mnist => Some((".images", ".labels")),
+            Target::Pnnx => Some((".param", ".bin")),
+            _ => None,
         }
     }
 
@@ -51,7 +79,8 @@ impl Target {
     }
 
     /// A mutation of `seed`, splicing from `others` at times. For MNIST an input is an
-    /// image file and a label file; the other targets use only the first.
+    /// image file and a label file, for PNNX a `.param` and a `.bin` file; the other
+    /// targets use only the first.
     pub fn mutate(self, rng: &mut Rng, seed: &Input, others: &[Vec<u8>]) -> Input {
         let mut input = seed.clone();
         match self {
@@ -78,6 +107,11 @@ impl Target {
                 let file = if rng.one_in(2) { &mut input.main } else { &mut input.labels };
                 idx_mutation(rng, file, others);
                 input.gzip = rng.one_in(3);
+            }
+            Target::TorchPt | Target::Onnx => havoc(rng, &mut input.main, others),
+            Target::Pnnx => {
+                let file = if rng.one_in(2) { &mut input.main } else { &mut input.labels };
+                havoc(rng, file, others);
             }
         }
         input
@@ -116,6 +150,19 @@ impl Target {
                 let bytes = Mnist::load(dir, Split::Train).map(drop);
                 let floats = Mnist::load_f32(dir, Split::Train, &PixelMap::unit()).map(drop);
                 Ok(first_error([bytes, floats]))
+            }
+            Target::TorchPt => {
+                let path = write(dir, "checkpoint.pt", &input.main)?;
+                Ok(ember_nn::pt::load_pt_value(&path).map(drop))
+            }
+            Target::Onnx => {
+                let path = write(dir, "model.onnx", &input.main)?;
+                Ok(ember_onnx::load(&path).map(drop))
+            }
+            Target::Pnnx => {
+                let param = write(dir, "model.pnnx.param", &input.main)?;
+                let bin = write(dir, "model.pnnx.bin", &input.labels)?;
+                Ok(ember_pnnx::load(&param, &bin).map(drop))
             }
         }
     }

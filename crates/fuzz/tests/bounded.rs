@@ -8,7 +8,7 @@ use ember_fuzz::{Config, Target};
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Mutated inputs per reader: the five together take well under a minute in a debug build
+/// Mutated inputs per reader: the eight together take well under a minute in a debug build
 /// on two cores.
 const ITERATIONS: u64 = 1500;
 
@@ -45,4 +45,19 @@ fn idx_gzip_reader_survives_mutations() {
 #[test]
 fn mnist_loader_survives_mutations() {
     fuzz(Target::Mnist);
+}
+
+#[test]
+fn torch_checkpoint_reader_survives_mutations() {
+    fuzz(Target::TorchPt);
+}
+
+#[test]
+fn onnx_reader_survives_mutations() {
+    fuzz(Target::Onnx);
+}
+
+#[test]
+fn pnnx_reader_survives_mutations() {
+    fuzz(Target::Pnnx);
 }

@@ -31,7 +31,8 @@ impl Source {
 /// shapes, dynamic dimensions set to 1). External data files are looked up next to it.
 pub fn load(path: impl AsRef<Path>) -> Result<crate::GraphModel> {
     let path = path.as_ref();
-    checked(read_graph(path)?.build()?).map_err(|e| Error::format(path, e.to_string()))
+    let model = read_graph(path)?.build().map_err(|e| Error::format(path, e.to_string()))?;
+    checked(model).map_err(|e| Error::format(path, e.to_string()))
 }
 
 /// Reads ONNX bytes (a model without external data) into a runnable graph.

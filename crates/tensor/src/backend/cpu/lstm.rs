@@ -8,6 +8,7 @@ use crate::dtype::FloatElement;
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
+use multiversion::multiversion;
 
 fn sigmoid<T: FloatElement>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
@@ -46,29 +47,39 @@ impl<T> Out<T> {
     }
 }
 
+/// One row's gates and state: `p = pa + pg` (`4h` values), the previous cell state `c`,
+/// into the seven slot rows. Contiguous slices, so the loops vectorise.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn forward_row<T: FloatElement>(pa: &[T], pg: &[T], c: &[T], out: [&mut [T]; LSTM_SLOTS]) {
+    let h = c.len();
+    let [si, sf, sg, so, sc, sh, stc] = out;
+    let gate = |dst: &mut [T], k: usize, f: fn(T) -> T| {
+        for ((d, &x), &y) in dst.iter_mut().zip(&pa[k * h..(k + 1) * h]).zip(&pg[k * h..(k + 1) * h]) {
+            *d = f(x + y);
+        }
+    };
+    gate(si, 0, sigmoid);
+    gate(sf, 1, sigmoid);
+    gate(sg, 2, FloatElement::tanh);
+    gate(so, 3, sigmoid);
+    for j in 0..h {
+        let cn = sf[j] * c[j] + si[j] * sg[j];
+        let t = cn.tanh();
+        sc[j] = cn;
+        stc[j] = t;
+        sh[j] = so[j] * t;
+    }
+}
+
 fn forward_typed<T: FloatElement>(a: &[T], gi: &[T], c: &[T], b: usize, h: usize) -> Result<Buffer<T>> {
     let mut out = Buffer::<T>::uninit("lstm_cell", LSTM_SLOTS * b * h)?;
     let dst = Out(out.as_mut_ptr());
     by_rows(b, 8 * h, |r0, n| {
         for r in r0..r0 + n {
-            let (pa, pg) = (&a[r * 4 * h..(r + 1) * 4 * h], &gi[r * 4 * h..(r + 1) * 4 * h]);
-            let cr = &c[r * h..(r + 1) * h];
-            for j in 0..h {
-                let i = sigmoid(pa[j] + pg[j]);
-                let f = sigmoid(pa[h + j] + pg[h + j]);
-                let g = (pa[2 * h + j] + pg[2 * h + j]).tanh();
-                let o = sigmoid(pa[3 * h + j] + pg[3 * h + j]);
-                let c_new = f * cr[j] + i * g;
-                let tc = c_new.tanh();
-                let at = |slot: usize| slot * b * h + r * h + j;
-                // SAFETY: row `r` belongs to this task alone, and every index is below
-                // `7 * b * h`, the buffer's length.
-                unsafe {
-                    for (slot, v) in [(0, i), (1, f), (2, g), (3, o), (4, c_new), (5, o * tc), (6, tc)] {
-                        dst.at(at(slot)).write(v);
-                    }
-                }
-            }
+            // SAFETY: row `r` of each slot belongs to this task alone, and lies inside the
+            // `7 * b * h` buffer; the seven rows are disjoint.
+            let rows = std::array::from_fn(|k| unsafe { std::slice::from_raw_parts_mut(dst.at(k * b * h + r * h), h) });
+            forward_row(&a[r * 4 * h..(r + 1) * 4 * h], &gi[r * 4 * h..(r + 1) * 4 * h], &c[r * h..(r + 1) * h], rows);
         }
     });
     Ok(out)
@@ -109,36 +120,59 @@ struct Grads<'a, T> {
     c: &'a [T],
 }
 
+/// One row of the backward: the slot rows `y`, their gradients `gy` (zeros if none), `dh`, `dc`
+/// and `c`, into the `4h` gate gradients `dp` and `dc_prev`.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn backward_row<T: FloatElement>(
+    y: [&[T]; LSTM_SLOTS],
+    gy: [&[T]; LSTM_SLOTS],
+    (dh, dc, c): (&[T], &[T], &[T]),
+    dp: &mut [T],
+    dc_prev: &mut [T],
+) {
+    let h = c.len();
+    let [i, f, g, o, _, _, tc] = y;
+    let (dp_i, rest) = dp.split_at_mut(h);
+    let (dp_f, rest) = rest.split_at_mut(h);
+    let (dp_g, dp_o) = rest.split_at_mut(h);
+    let gy_at = |k: usize, j: usize| gy[k][j];
+    for j in 0..h {
+        let dh_t = dh[j] + gy_at(5, j);
+        let dc_t = dc[j] + gy_at(4, j) + (dh_t * o[j] + gy_at(6, j)) * (T::ONE - tc[j] * tc[j]);
+        dp_i[j] = (dc_t * g[j] + gy_at(0, j)) * i[j] * (T::ONE - i[j]);
+        dp_f[j] = (dc_t * c[j] + gy_at(1, j)) * f[j] * (T::ONE - f[j]);
+        dp_g[j] = (dc_t * i[j] + gy_at(2, j)) * (T::ONE - g[j] * g[j]);
+        dp_o[j] = (dh_t * tc[j] + gy_at(3, j)) * o[j] * (T::ONE - o[j]);
+        dc_prev[j] = dc_t * f[j];
+    }
+}
+
+/// Row `r` of slot `k` of a `[7, b, h]` buffer.
+fn slot_row<T>(all: &[T], k: usize, r: usize, b: usize, h: usize) -> &[T] {
+    &all[(k * b + r) * h..(k * b + r + 1) * h]
+}
+
 fn backward_typed<T: FloatElement>(s: Grads<'_, T>, b: usize, h: usize) -> Result<(Buffer<T>, Buffer<T>)> {
     let op = "lstm_cell_backward";
     let mut dp = Buffer::<T>::uninit(op, b * 4 * h)?;
     let mut dcp = Buffer::<T>::uninit(op, b * h)?;
     let (dst_p, dst_c) = (Out(dp.as_mut_ptr()), Out(dcp.as_mut_ptr()));
     by_rows(b, 12 * h, |r0, n| {
+        // Without slot gradients, the row function reads zeros.
+        let zeros = vec![T::ZERO; if s.gy.is_some() { 0 } else { h }];
         for r in r0..r0 + n {
-            for j in 0..h {
-                let at = |slot: usize| slot * b * h + r * h + j;
-                let y = |slot: usize| s.y[at(slot)];
-                let gy = |slot: usize| s.gy.map_or(T::ZERO, |g| g[at(slot)]);
-                let (i, f, g, o, tc) = (y(0), y(1), y(2), y(3), y(6));
-                let k = r * h + j;
-                let dh_t = s.dh[k] + gy(5);
-                let dc_t = s.dc[k] + gy(4) + (dh_t * o + gy(6)) * (T::ONE - tc * tc);
-                let dp_i = (dc_t * g + gy(0)) * i * (T::ONE - i);
-                let dp_f = (dc_t * s.c[k] + gy(1)) * f * (T::ONE - f);
-                let dp_g = (dc_t * i + gy(2)) * (T::ONE - g * g);
-                let dp_o = (dh_t * tc + gy(3)) * o * (T::ONE - o);
-                // SAFETY: row `r` belongs to this task alone; the indices are inside the
-                // `[b, 4h]` and `[b, h]` buffers.
-                unsafe {
-                    let row = r * 4 * h + j;
-                    dst_p.at(row).write(dp_i);
-                    dst_p.at(row + h).write(dp_f);
-                    dst_p.at(row + 2 * h).write(dp_g);
-                    dst_p.at(row + 3 * h).write(dp_o);
-                    dst_c.at(k).write(dc_t * f);
-                }
-            }
+            let y = std::array::from_fn(|k| slot_row(s.y, k, r, b, h));
+            let gy = std::array::from_fn(|k| s.gy.map_or(&zeros[..], |g| slot_row(g, k, r, b, h)));
+            let one = r * h..(r + 1) * h;
+            // SAFETY: row `r` of both outputs belongs to this task alone and lies inside
+            // the `[b, 4h]` and `[b, h]` buffers.
+            let (dp, dc_prev) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(dst_p.at(r * 4 * h), 4 * h),
+                    std::slice::from_raw_parts_mut(dst_c.at(r * h), h),
+                )
+            };
+            backward_row(y, gy, (&s.dh[one.clone()], &s.dc[one.clone()], &s.c[one]), dp, dc_prev);
         }
     });
     Ok((dp, dcp))

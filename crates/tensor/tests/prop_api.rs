@@ -333,3 +333,64 @@ proptest! {
         prop_assert!(ok_or_names(small.reshape(vec![a, b]), "reshape").is_none());
     }
 }
+
+/// The broadcast shape of `a` and `b` by NumPy's rule, or `None` when they do not broadcast.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
+    (0..rank)
+        .map(|d| match (dim(a, d), dim(b, d)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The index into a tensor of `shape` that broadcast index `idx` (of rank `rank`) reads.
+fn broadcast_at(data: &[f64], shape: &[usize], idx: &[usize]) -> f64 {
+    let lead = idx.len() - shape.len();
+    let own: Vec<usize> = shape.iter().enumerate().map(|(d, &e)| if e == 1 { 0 } else { idx[lead + d] }).collect();
+    at(data, shape, &own)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// Binary ops broadcast by NumPy's rule and compute each element as the naive loop does
+    /// (exactly: the values are small quarters); shapes that do not broadcast are errors
+    /// naming the op. Unary ops keep the shape and match the scalar function.
+    #[test]
+    fn elementwise_ops_broadcast_and_match_naive(sa in shape(4), sb in shape(4), op in 0usize..5, seed in any::<u64>(), dt in dtype()) {
+        let (a, b) = (tensor(&sa, seed, dt), tensor(&sb, seed + 1, dt));
+        let (name, f): (&str, fn(f64, f64) -> f64) = match op {
+            0 => ("add", |x, y| x + y),
+            1 => ("sub", |x, y| x - y),
+            2 => ("mul", |x, y| x * y),
+            3 => ("maximum", f64::max),
+            _ => ("minimum", f64::min),
+        };
+        let result = match op {
+            0 => a.add(&b),
+            1 => a.sub(&b),
+            2 => a.mul(&b),
+            3 => a.maximum(&b),
+            _ => a.minimum(&b),
+        };
+        let expected_shape = broadcast(&sa, &sb);
+        match ok_or_names(result, name) {
+            Some(out) => {
+                let shape = expected_shape.expect("a result for shapes that do not broadcast");
+                prop_assert_eq!(out.shape().dims(), &shape[..]);
+                let (va, vb) = (values(&sa, seed), values(&sb, seed + 1));
+                let want: Vec<f64> = indices(&shape).iter().map(|i| f(broadcast_at(&va, &sa, i), broadcast_at(&vb, &sb, i))).collect();
+                prop_assert_eq!(f64s(&out), want);
+            }
+            None => prop_assert!(expected_shape.is_none(), "{} refused broadcastable shapes {:?} and {:?}", name, sa, sb),
+        }
+        let neg = a.neg();
+        prop_assert_eq!(neg.shape().dims(), &sa[..]);
+        prop_assert_eq!(f64s(&neg), values(&sa, seed).iter().map(|v| -v).collect::<Vec<_>>());
+        prop_assert_eq!(f64s(&a.abs()), values(&sa, seed).iter().map(|v| v.abs()).collect::<Vec<_>>());
+    }
+}

@@ -29,7 +29,6 @@ enum Entry {
 #[derive(Clone, Copy)]
 enum Fixed {
     False,
-    True,
     None,
 }
 
@@ -37,6 +36,8 @@ enum Fixed {
 /// per-parameter state has a `step`.
 fn layout(kind: &str) -> Option<(&'static [Entry], bool)> {
     use Entry::*;
+    // Adam and AdamW differ only in `decoupled_weight_decay`, which [`OptimizerState::to_pt`]
+    // appends.
     const ADAM: &[Entry] = &[
         Number("lr"),
         Betas,
@@ -48,20 +49,6 @@ fn layout(kind: &str) -> Option<(&'static [Entry], bool)> {
         Fixed("capturable", self::Fixed::False),
         Fixed("differentiable", self::Fixed::False),
         Fixed("fused", self::Fixed::None),
-        Fixed("decoupled_weight_decay", self::Fixed::False),
-    ];
-    const ADAMW: &[Entry] = &[
-        Number("lr"),
-        Betas,
-        Number("eps"),
-        Number("weight_decay"),
-        Flag("amsgrad"),
-        Fixed("maximize", self::Fixed::False),
-        Fixed("foreach", self::Fixed::None),
-        Fixed("capturable", self::Fixed::False),
-        Fixed("differentiable", self::Fixed::False),
-        Fixed("fused", self::Fixed::None),
-        Fixed("decoupled_weight_decay", self::Fixed::True),
     ];
     const SGD: &[Entry] = &[
         Number("lr"),
@@ -87,8 +74,7 @@ fn layout(kind: &str) -> Option<(&'static [Entry], bool)> {
         Fixed("differentiable", self::Fixed::False),
     ];
     Some(match kind {
-        "Adam" => (ADAM, true),
-        "AdamW" => (ADAMW, true),
+        "Adam" | "AdamW" => (ADAM, true),
         "Sgd" => (SGD, false),
         "RmsProp" => (RMSPROP, true),
         _ => return None,
@@ -119,10 +105,12 @@ impl OptimizerState {
                     ("betas", PtValue::Tuple(vec![PtValue::Float(scalar("beta1")?), PtValue::Float(scalar("beta2")?)]))
                 }
                 Entry::Fixed(k, Fixed::False) => (*k, PtValue::Bool(false)),
-                Entry::Fixed(k, Fixed::True) => (*k, PtValue::Bool(true)),
                 Entry::Fixed(k, Fixed::None) => (*k, PtValue::None),
             };
             group.push((s(name), value));
+        }
+        if self.optimizer.starts_with("Adam") {
+            group.push((s("decoupled_weight_decay"), PtValue::Bool(self.optimizer == "AdamW")));
         }
         let n = scalar("num_params")? as usize;
         group.push((s("params"), PtValue::List((0..n as i64).map(PtValue::Int).collect())));

@@ -69,3 +69,36 @@ fn an_operation_without_mapping_is_named() -> Result<()> {
     assert!(err.to_string().contains("'sin'"), "{err}");
     Ok(())
 }
+
+#[test]
+fn average_and_adaptive_pools_roundtrip_exactly() -> Result<()> {
+    use ember::nn::{AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Sequential};
+    manual_seed(4);
+    let model = Sequential::new()
+        .add(ember::nn::Unflatten::new(1, [1, 12, 12]))
+        .add(Conv2d::new(1, 4, 3)?)
+        .add(ReLU)
+        .add(AvgPool2d::new(2))
+        .add(AdaptiveAvgPool2d::new([1, 5]))
+        .add(Flatten::new())
+        .add(Linear::new(20, 3)?);
+    assert_eq!(roundtrip(&model, &[144])?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn a_pool_without_a_kernel_and_stride_description_is_named() -> Result<()> {
+    let x = Var::new(Tensor::randn([1, 2, 7, 7])?);
+    let padded = |x: &[Var]| {
+        let mut args = ember::tensor::pool::AvgPoolArgs::new(3);
+        args.padding = [1, 1];
+        Ok(vec![x[0].avg_pool2d(&args)?])
+    };
+    let err = export_fn_bytes(padded, &[], std::slice::from_ref(&x), &ExportOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("avg_pool2d") && err.to_string().contains("padding"), "{err}");
+    // An adaptive pool whose input the output size does not divide has unequal windows.
+    let uneven = |x: &[Var]| Ok(vec![x[0].adaptive_avg_pool2d([3, 3])?]);
+    let err = export_fn_bytes(uneven, &[], &[x], &ExportOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("adaptive_avg_pool2d"), "{err}");
+    Ok(())
+}

@@ -27,6 +27,6 @@ impl Var {
             ember_tensor::InterpolateMode::Nearest => ("upsample_nearest", "upsample_nearest_backward"),
             _ => ("upsample_linear", "upsample_linear_backward"),
         };
-        run_linear(self, name, plan)
+        run_linear(self, name, plan, None)
     }
 }

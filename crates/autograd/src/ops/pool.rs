@@ -122,17 +122,38 @@ pub(super) struct Linear {
     pub names: (&'static str, &'static str),
     pub map: Arc<Resample>,
     pub adjoint: Arc<Resample>,
+    /// How an exporter sees the map, when it is a plain average pool; `None` for maps
+    /// with no kernel-and-stride description (padded or ceil-mode pools, interpolation,
+    /// adjoints).
+    pub export: Option<crate::export::OpExport>,
 }
 
 impl Op for Linear {
     fn name(&self) -> &str {
         self.names.0
     }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        self.export.clone().ok_or_else(|| {
+            Error::invalid(
+                "export",
+                format!(
+                    "{}: only average pools without padding or ceil_mode (and adaptive ones whose input divides \
+                     evenly) can be exported",
+                    self.names.0
+                ),
+            )
+        })
+    }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].resample2d(&self.map)
     }
     fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        let back = Linear { names: (self.names.1, self.names.0), map: self.adjoint.clone(), adjoint: self.map.clone() };
+        let back = Linear {
+            names: (self.names.1, self.names.0),
+            map: self.adjoint.clone(),
+            adjoint: self.map.clone(),
+            export: None,
+        };
         Ok(smallvec![Some(apply(back, &[g])?)])
     }
     fn saves(&self) -> Saves {
@@ -140,10 +161,16 @@ impl Op for Linear {
     }
 }
 
-/// Runs a planned linear map named `names` on `x`, shaped as planned.
-pub(super) fn run_linear(x: &Var, names: (&'static str, &'static str), plan: PoolPlan<Resample>) -> Result<Var> {
+/// Runs a planned linear map named `names` on `x`, shaped as planned; `export` describes it
+/// for exporters when it is a plain average pool.
+pub(super) fn run_linear(
+    x: &Var,
+    names: (&'static str, &'static str),
+    plan: PoolPlan<Resample>,
+    export: Option<crate::export::OpExport>,
+) -> Result<Var> {
     let adjoint = Arc::new(plan.map.transpose());
-    let op = Linear { names, map: Arc::new(plan.map), adjoint };
+    let op = Linear { names, map: Arc::new(plan.map), adjoint, export };
     apply(op, &[&x.reshape(&plan.input)?])?.reshape(&plan.output)
 }
 
@@ -214,7 +241,15 @@ impl Var {
     pub fn avg_pool<const D: usize>(&self, args: &AvgPoolArgs<D>) -> Result<Var> {
         let name = named::<D>("avg_pool1d", "avg_pool2d");
         let back = named::<D>("avg_pool1d_backward", "avg_pool2d_backward");
-        run_linear(self, (name, back), avg_pool_plan(name, &self.shape(), args)?)
+        // Without padding, ceil_mode or a divisor override every window is whole and divided
+        // by its size: a plain kernel-and-stride average.
+        let plain =
+            D == 2 && args.padding.iter().all(|&p| p == 0) && !args.ceil_mode && args.divisor_override.is_none();
+        let export = plain.then(|| {
+            let stride = args.stride.unwrap_or(args.kernel_size);
+            crate::export::OpExport::new("avg_pool2d").ints("kernel", args.kernel_size).ints("stride", stride)
+        });
+        run_linear(self, (name, back), avg_pool_plan(name, &self.shape(), args)?, export)
     }
 
     /// 1-d average pooling (PyTorch's `avg_pool1d`).
@@ -232,7 +267,16 @@ impl Var {
     pub fn adaptive_avg_pool<const D: usize>(&self, size: [usize; D]) -> Result<Var> {
         let name = named::<D>("adaptive_avg_pool1d", "adaptive_avg_pool2d");
         let back = named::<D>("adaptive_avg_pool1d_backward", "adaptive_avg_pool2d_backward");
-        run_linear(self, (name, back), adaptive_avg_pool_plan(name, &self.shape(), size)?)
+        // An input that the output size divides evenly is pooled in equal, disjoint windows:
+        // a plain average pool with kernel and stride `input / output`.
+        let dims = self.shape().dims().to_vec();
+        let plane = &dims[dims.len().saturating_sub(D)..];
+        let even = D == 2 && plane.len() == 2 && (0..2).all(|i| size[i] > 0 && plane[i].is_multiple_of(size[i]));
+        let export = even.then(|| {
+            let k = [plane[0] / size[0], plane[1] / size[1]];
+            crate::export::OpExport::new("avg_pool2d").ints("kernel", k).ints("stride", k)
+        });
+        run_linear(self, (name, back), adaptive_avg_pool_plan(name, &self.shape(), size)?, export)
     }
 
     /// 1-d adaptive average pooling.

@@ -214,25 +214,17 @@ impl Writer {
                 self.node("Conv", &inputs, attrs)
             }
             "max_pool2d" => {
-                let x = args[0].1;
                 let attrs = vec![
                     ints_attr("kernel_shape", ints(desc, "kernel")?),
                     ints_attr("strides", ints(desc, "stride")?),
                     ints_attr("dilations", ints(desc, "dilation")?),
                 ];
-                // ember pools planes of any leading shape; ONNX wants [N, C, H, W].
-                if x.shape().rank() == 4 {
-                    self.node("MaxPool", &[a(0)?], attrs)
-                } else {
-                    let dims: Vec<i64> = x.shape().dims().iter().map(|&d| d as i64).collect();
-                    let k = dims.len();
-                    let four = self.const_ints(&[-1, 1, dims[k - 2], dims[k - 1]])?;
-                    let r = self.node("Reshape", &[a(0)?, &four], vec![]);
-                    let p = self.node("MaxPool", &[&r], attrs);
-                    let back: Vec<i64> = out.shape().dims().iter().map(|&d| d as i64).collect();
-                    let back = self.target_shape(&back, x, 0)?;
-                    self.node("Reshape", &[&p, &back], vec![])
-                }
+                self.pool("MaxPool", attrs, a(0)?, args[0].1, out)?
+            }
+            "avg_pool2d" => {
+                let attrs =
+                    vec![ints_attr("kernel_shape", ints(desc, "kernel")?), ints_attr("strides", ints(desc, "stride")?)];
+                self.pool("AveragePool", attrs, a(0)?, args[0].1, out)?
             }
             "reshape" => {
                 let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 0)?;
@@ -284,6 +276,22 @@ impl Writer {
     }
 
     /// Attention, decomposed: `softmax(q k^T * scale [+ causal mask]) v`.
+    /// A pool over the planes of `x` (named `input`): ember pools planes of any leading
+    /// shape, ONNX wants `[N, C, H, W]`, so other ranks are reshaped there and back.
+    fn pool(&mut self, op: &str, attrs: Vec<AttributeProto>, input: &str, x: &Var, out: &Var) -> Result<String> {
+        if x.shape().rank() == 4 {
+            return Ok(self.node(op, &[input], attrs));
+        }
+        let dims: Vec<i64> = x.shape().dims().iter().map(|&d| d as i64).collect();
+        let k = dims.len();
+        let four = self.const_ints(&[-1, 1, dims[k - 2], dims[k - 1]])?;
+        let r = self.node("Reshape", &[input, &four], vec![]);
+        let p = self.node(op, &[&r], attrs);
+        let back: Vec<i64> = out.shape().dims().iter().map(|&d| d as i64).collect();
+        let back = self.target_shape(&back, x, 0)?;
+        Ok(self.node("Reshape", &[&p, &back], vec![]))
+    }
+
     fn attention(&mut self, desc: &OpExport, args: &[(&str, &Var)]) -> Result<String> {
         let (q, k, v) = (args[0], args[1], args[2]);
         let rank = k.1.shape().rank() as i64;

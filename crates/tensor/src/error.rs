@@ -149,4 +149,14 @@ impl Error {
         }
         self
     }
+
+    /// This error with an allocation failure attributed to `op`: for operations built on
+    /// others (`zeros` on `full`, `pad` and `repeat` on a fill or a copy), whose users should see the name they
+    /// called.
+    pub(crate) fn alloc_in(self, op: &'static str) -> Self {
+        match self {
+            Error::Alloc { elements, dtype, .. } => Error::Alloc { op, elements, dtype },
+            other => other,
+        }
+    }
 }

@@ -67,9 +67,14 @@ impl Tensor {
 
     /// A tensor of `shape` filled with `value`, on `device`.
     pub fn full_on(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType, device: Device) -> Result<Tensor> {
-        let shape = shape.into();
-        let n = checked_numel("full", &shape)?;
-        let s = backend_for(device)?.full(n, value.into(), dtype)?;
+        Self::filled("full", shape.into(), value.into(), dtype, device)
+    }
+
+    /// `value` everywhere in a new tensor of `shape` on `device`, with errors (a shape too
+    /// large to count, a refused allocation) named `op`, the constructor the caller used.
+    fn filled(op: &'static str, shape: Shape, value: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
+        let n = checked_numel(op, &shape)?;
+        let s = backend_for(device)?.full(n, value, dtype).map_err(|e| e.alloc_in(op))?;
         Ok(Tensor::from_storage(s, shape))
     }
 
@@ -87,12 +92,12 @@ impl Tensor {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
-        Self::full(shape, 0, dtype)
+        Self::filled("zeros", shape.into(), Scalar::from(0), dtype, Device::Cpu)
     }
 
     /// Ones of `shape` and `dtype`.
     pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
-        Self::full(shape, 1, dtype)
+        Self::filled("ones", shape.into(), Scalar::from(1), dtype, Device::Cpu)
     }
 
     /// Zeros with this tensor's shape, dtype and device.

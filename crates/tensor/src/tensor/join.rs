@@ -113,7 +113,8 @@ impl Tensor {
         }
         let shape = Shape::from(shape);
         checked_numel("pad", &shape)?;
-        let out = Tensor::full_on(shape, value, self.dtype().promote_scalar(value), self.device())?;
+        let out = Tensor::full_on(shape, value, self.dtype().promote_scalar(value), self.device())
+            .map_err(|e| e.alloc_in("pad"))?;
         let mut inner = out.clone();
         for (i, &(b, _)) in pad.iter().enumerate() {
             let d = rank - 1 - i;
@@ -145,7 +146,7 @@ impl Tensor {
             out.push(repeats[i].checked_mul(d).ok_or_else(|| Error::shape("repeat", "the repeated shape overflows"))?);
         }
         checked_numel("repeat", &Shape::from(&out))?;
-        self.reshape(inter)?.expand(expanded)?.try_contiguous()?.reshape(out)
+        self.reshape(inter)?.expand(expanded)?.try_contiguous().map_err(|e| e.alloc_in("repeat"))?.reshape(out)
     }
 
     /// The lower triangle of the last two dimensions (entries with `col - row <= diagonal`);

@@ -1,23 +1,22 @@
-//! A small seeded generator, so that a run is reproducible from its seed alone and the
-//! driver does not depend on the API of an RNG crate.
+//! The driver's seeded generator: PCG-64 from `rand_pcg` (the generator ember's tensors
+//! use), so that a run is reproducible from its seed alone.
 
-/// SplitMix64: tiny, fast and good enough to pick mutations.
+use rand::{Rng as _, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// A generator for picking mutations.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(Pcg64);
 
 impl Rng {
     /// A generator whose whole sequence is fixed by `seed`.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(Pcg64::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (0 when `n` is 0).

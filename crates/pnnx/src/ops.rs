@@ -99,7 +99,7 @@ impl Params<'_> {
         }
     }
 
-    fn expect(&self, key: &str, wanted: &str) -> Result<()> {
+    fn require(&self, key: &str, wanted: &str) -> Result<()> {
         match self.0.params.get(key) {
             Some(v) if v != wanted => Err(self.error(format!("has `{key}={v}`; ember supports only {wanted}"))),
             _ => Ok(()),
@@ -149,7 +149,7 @@ pub(crate) fn build(op: &Operator, weights: &mut Weights<'_>) -> Result<Step> {
             layer(Box::new(Linear::with_options(p.usize("in_features")?, p.usize("out_features")?, o)?), weights)?
         }
         "nn.Conv2d" => {
-            p.expect("padding_mode", "zeros")?;
+            p.require("padding_mode", "zeros")?;
             let padding = match p.raw("padding")? {
                 "same" => Padding::Same,
                 "valid" => Padding::Valid,
@@ -194,8 +194,8 @@ pub(crate) fn build(op: &Operator, weights: &mut Weights<'_>) -> Result<Step> {
                     return Err(p.error(format!("has {key} != embed_dim; ember loads equal dimensions only")));
                 }
             }
-            p.expect("add_bias_kv", "False")?;
-            p.expect("add_zero_attn", "False")?;
+            p.require("add_bias_kv", "False")?;
+            p.require("add_zero_attn", "False")?;
             let o = MultiheadAttentionOptions {
                 bias: p.bool("bias")?,
                 batch_first: p.bool_or("batch_first", false)?,
@@ -213,7 +213,7 @@ pub(crate) fn build(op: &Operator, weights: &mut Weights<'_>) -> Result<Step> {
         "nn.Sigmoid" | "F.sigmoid" | "torch.sigmoid" => Step::Unary(Var::sigmoid),
         "nn.Tanh" | "F.tanh" | "torch.tanh" => Step::Unary(Var::tanh),
         "nn.GELU" | "F.gelu" => {
-            p.expect("approximate", "none")?;
+            p.require("approximate", "none")?;
             Step::Unary(Var::gelu)
         }
         "nn.Dropout" | "F.dropout" | "nn.Identity" => Step::Unary(Var::clone),
@@ -234,7 +234,7 @@ pub(crate) fn build(op: &Operator, weights: &mut Weights<'_>) -> Result<Step> {
             Step::MaxPool(args)
         }
         "nn.AvgPool2d" | "F.avg_pool2d" => {
-            p.expect("divisor_override", "None")?;
+            p.require("divisor_override", "None")?;
             let mut args = AvgPoolArgs::new(p.pair("kernel_size")?);
             args.stride = Some(p.pair("stride")?);
             args.padding = p.pair("padding")?;

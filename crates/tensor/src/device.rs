@@ -2,9 +2,22 @@
 
 use crate::{Error, Result};
 use std::fmt;
+use std::str::FromStr;
 
-/// A compute device. Only the CPU is compiled in today; `Cuda(n)` exists so that code can
-/// name a GPU and get a clear error until a CUDA backend lands.
+/// A compute device.
+///
+/// `Cuda(n)` computes on the `n`-th NVIDIA GPU when ember is built with the `cuda` feature
+/// and a driver and GPU are present; otherwise using it is an error that says which of
+/// those is missing.
+///
+/// ```
+/// use ember_tensor::Device;
+/// let d: Device = "cuda:1".parse()?;
+/// assert_eq!(d, Device::Cuda(1));
+/// assert_eq!("cpu".parse::<Device>()?, Device::Cpu);
+/// assert!(Device::Cpu.is_available());
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Device {
     /// The host CPU.
@@ -15,19 +28,29 @@ pub enum Device {
 }
 
 impl Device {
-    /// Whether this build can run tensors on the device.
+    /// Whether tensors can be made on the device now: always for the CPU; for a GPU, when
+    /// the backend is compiled in and finds the device.
     pub fn is_available(self) -> bool {
-        matches!(self, Device::Cpu)
+        self.check_available().is_ok()
     }
 
-    /// `Ok(())` for an available device, otherwise a "not compiled in" error naming it.
+    /// `Ok(())` for an available device, otherwise an error naming it and saying why it
+    /// cannot be used.
     pub fn check_available(self) -> Result<()> {
-        match self {
-            Device::Cpu => Ok(()),
-            Device::Cuda(_) => Err(Error::Device {
-                device: self.to_string(),
-                msg: "CUDA support is not compiled into this build of ember".into(),
-            }),
+        crate::backend::backend_for(self).map(|_| ())
+    }
+
+    /// The first GPU when one is available, the CPU otherwise.
+    pub fn cuda_if_available() -> Device {
+        if Device::Cuda(0).is_available() { Device::Cuda(0) } else { Device::Cpu }
+    }
+
+    /// The error for a GPU in a build without GPU support.
+    #[cfg_attr(any(feature = "cuda", feature = "emulated-cuda"), allow(dead_code))]
+    pub(crate) fn not_compiled(self) -> Error {
+        Error::Device {
+            device: self.to_string(),
+            msg: "CUDA support is not compiled into this build of ember (enable the `cuda` feature)".into(),
         }
     }
 }
@@ -37,6 +60,23 @@ impl fmt::Display for Device {
         match self {
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = Error;
+
+    /// Parses PyTorch's spellings: `cpu`, `cuda` (device 0) and `cuda:N`.
+    fn from_str(s: &str) -> Result<Device> {
+        let bad = || Error::Device { device: s.to_string(), msg: "expected `cpu`, `cuda` or `cuda:N`".into() };
+        match s.trim() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            other => {
+                let n = other.strip_prefix("cuda:").ok_or_else(bad)?;
+                n.parse::<usize>().map(Device::Cuda).map_err(|_| bad())
+            }
         }
     }
 }

@@ -9,6 +9,11 @@ pub mod attention;
 mod compose;
 pub mod conv;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(all(feature = "emulated-cuda", not(feature = "cuda")))]
+#[path = "emulated_cuda.rs"]
+pub mod cuda;
 pub mod loss;
 pub mod lstm;
 pub(crate) mod norm;
@@ -349,8 +354,14 @@ pub trait Backend: Send + Sync + 'static {
     fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()>;
 }
 
-/// The backend for `device`, or a "not compiled in" error.
+/// The backend for `device`, or an error saying why the device cannot be used (not
+/// compiled in, no such GPU, no driver).
 pub fn backend_for(device: Device) -> Result<&'static dyn Backend> {
-    device.check_available()?;
-    Ok(&cpu::CpuBackend)
+    match device {
+        Device::Cpu => Ok(&cpu::CpuBackend),
+        #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+        Device::Cuda(n) => Ok(cuda::backend(n)?),
+        #[cfg(not(any(feature = "cuda", feature = "emulated-cuda")))]
+        Device::Cuda(_) => Err(device.not_compiled()),
+    }
 }

@@ -110,6 +110,9 @@ storage_element!(f64, F64);
 pub enum Storage {
     /// Host memory.
     Cpu(CpuStorage),
+    /// Memory of a CUDA device.
+    #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+    Cuda(crate::backend::cuda::CudaStorage),
 }
 
 impl Storage {
@@ -117,6 +120,8 @@ impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+            Storage::Cuda(s) => s.dtype(),
         }
     }
 
@@ -124,6 +129,8 @@ impl Storage {
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
+            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+            Storage::Cuda(s) => s.len(),
         }
     }
 
@@ -136,6 +143,8 @@ impl Storage {
     pub fn device(&self) -> Device {
         match self {
             Storage::Cpu(_) => Device::Cpu,
+            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+            Storage::Cuda(s) => Device::Cuda(s.ordinal()),
         }
     }
 
@@ -143,6 +152,8 @@ impl Storage {
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
+            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+            Storage::Cuda(_) => None,
         }
     }
 
@@ -150,6 +161,8 @@ impl Storage {
     pub fn as_cpu_mut(&mut self) -> Option<&mut CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
+            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+            Storage::Cuda(_) => None,
         }
     }
 }

@@ -49,16 +49,21 @@ use crate::{DType, Device, Error, Result, Scalar};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend;
 
-fn cpu(s: &Storage) -> &CpuStorage {
-    match s {
-        Storage::Cpu(c) => c,
+// The backend is public: a storage of another device handed to it is an error, not a
+// reinterpretation.
+fn cpu(s: &Storage) -> Result<&CpuStorage> {
+    s.as_cpu().ok_or_else(|| foreign(s))
+}
+
+fn cpu_mut(s: &mut Storage) -> Result<&mut CpuStorage> {
+    match s.device() {
+        Device::Cpu => s.as_cpu_mut().ok_or_else(|| Error::invalid("cpu", "expected a CPU storage")),
+        _ => Err(foreign(s)),
     }
 }
 
-fn cpu_mut(s: &mut Storage) -> &mut CpuStorage {
-    match s {
-        Storage::Cpu(c) => c,
-    }
+fn foreign(s: &Storage) -> Error {
+    Error::Device { device: s.device().to_string(), msg: "the CPU backend was given a storage of this device".into() }
 }
 
 fn wrap(r: Result<CpuStorage>) -> Result<Storage> {
@@ -102,39 +107,39 @@ impl Backend for CpuBackend {
 
     fn download(&self, (s, l): View<'_>) -> Result<CpuStorage> {
         let l = validate::view("download", s, l)?;
-        binary::cast(cpu(s), &l, s.dtype())
+        binary::cast(cpu(s)?, &l, s.dtype())
     }
 
     fn cast(&self, (s, l): View<'_>, dtype: DType) -> Result<Storage> {
         let _mode = float_mode::enter();
         let l = validate::view("to_dtype", s, l)?;
-        wrap(binary::cast(cpu(s), &l, dtype))
+        wrap(binary::cast(cpu(s)?, &l, dtype))
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
-        wrap(unary::unary(op, cpu(s), &l))
+        wrap(unary::unary(op, cpu(s)?, &l))
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
-        wrap(binary::binary(op, cpu(a), &la, cpu(b), &lb))
+        wrap(binary::binary(op, cpu(a)?, &la, cpu(b)?, &lb))
     }
 
     fn compare(&self, op: CmpOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
-        wrap(binary::compare(op, cpu(a), &la, cpu(b), &lb))
+        wrap(binary::compare(op, cpu(a)?, &la, cpu(b)?, &lb))
     }
 
     fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: Scalar) -> Result<Storage> {
         let _mode = float_mode::enter();
         let la = validate::view(op.name(), a, la)?;
-        wrap(binary::compare_scalar(op, cpu(a), &la, scalar))
+        wrap(binary::compare_scalar(op, cpu(a)?, &la, scalar))
     }
 
     fn where_cond(&self, (c, lc): View<'_>, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
@@ -142,32 +147,32 @@ impl Backend for CpuBackend {
         let (la, lb) = (validate::view("where", a, la)?, validate::view("where", b, lb)?);
         validate::same_shape("where", &lc, &la)?;
         validate::same_shape("where", &lc, &lb)?;
-        wrap(binary::where_cond(cpu(c), &lc, cpu(a), &la, cpu(b), &lb))
+        wrap(binary::where_cond(cpu(c)?, &lc, cpu(a)?, &la, cpu(b)?, &lb))
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), dst, layout)?;
-        unary::unary_inplace(op, cpu_mut(dst), &l)
+        unary::unary_inplace(op, cpu_mut(dst)?, &l)
     }
 
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
         let _mode = float_mode::enter();
         let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
         validate::same_shape(op.name(), &ld, &ls)?;
-        binary::binary_inplace(op, cpu_mut(dst), &ld, cpu(s), &ls)
+        binary::binary_inplace(op, cpu_mut(dst)?, &ld, cpu(s)?, &ls)
     }
 
     fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
         let _mode = float_mode::enter();
         let (ld, ls) = (validate::view("copy_", dst, layout)?, validate::view("copy_", s, ls)?);
         validate::same_shape("copy_", &ld, &ls)?;
-        binary::copy_inplace(cpu_mut(dst), &ld, cpu(s), &ls)
+        binary::copy_inplace(cpu_mut(dst)?, &ld, cpu(s)?, &ls)
     }
 
     fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()> {
         let l = validate::view("fill_", dst, layout)?;
-        binary::fill_inplace(cpu_mut(dst), &l, value)
+        binary::fill_inplace(cpu_mut(dst)?, &l, value)
     }
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
@@ -178,14 +183,14 @@ impl Backend for CpuBackend {
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) && dims.len() != 1 {
             return Err(Error::invalid(name, format!("expected exactly one dimension, got {dims:?}")));
         }
-        wrap(reduce::reduce(op, cpu(s), &l, dims))
+        wrap(reduce::reduce(op, cpu(s)?, &l, dims))
     }
 
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
         let _mode = float_mode::enter();
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
-        wrap(softmax::softmax(cpu(s), &l, dim, log))
+        wrap(softmax::softmax(cpu(s)?, &l, dim, log))
     }
 
     fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
@@ -193,7 +198,7 @@ impl Backend for CpuBackend {
         let op = loss.name();
         let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
-        wrap(class_loss::forward(cpu(s), &l, cpu(t), &lt, loss))
+        wrap(class_loss::forward(cpu(s)?, &l, cpu(t)?, &lt, loss))
     }
 
     fn lstm_cell(
@@ -209,7 +214,7 @@ impl Backend for CpuBackend {
         if crate::backend::lstm::check_forward((a.dtype(), &la), (g.dtype(), &lg), (c.dtype(), &lc))? != bh {
             return Err(Error::shape(op, format!("the operands do not have batch and hidden sizes {bh:?}")));
         }
-        wrap(lstm::forward((cpu(a), &la), (cpu(g), &lg), (cpu(c), &lc), bh))
+        wrap(lstm::forward((cpu(a)?, &la), (cpu(g)?, &lg), (cpu(c)?, &lc), bh))
     }
 
     fn lstm_cell_backward(
@@ -236,8 +241,8 @@ impl Backend for CpuBackend {
         if checked != bh {
             return Err(Error::shape(op, format!("the operands do not have batch and hidden sizes {bh:?}")));
         }
-        let gy = gy.as_ref().map(|(s, l)| (cpu(s), &**l));
-        let [dp, dcp] = lstm::backward((cpu(y), &ly), gy, (cpu(dh), &ldh), (cpu(dc), &ldc), (cpu(c), &lc), bh)?;
+        let gy = gy.as_ref().map(|(s, l)| Ok::<_, Error>((cpu(s)?, &**l))).transpose()?;
+        let [dp, dcp] = lstm::backward((cpu(y)?, &ly), gy, (cpu(dh)?, &ldh), (cpu(dc)?, &ldc), (cpu(c)?, &lc), bh)?;
         Ok([Storage::Cpu(dp), Storage::Cpu(dcp)])
     }
 
@@ -252,7 +257,7 @@ impl Backend for CpuBackend {
         let op = loss.name();
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
         validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
-        wrap(class_loss::backward((cpu(s), &l), (cpu(t), &lt), (cpu(g), &lg), loss))
+        wrap(class_loss::backward((cpu(s)?, &l), (cpu(t)?, &lt), (cpu(g)?, &lg), loss))
     }
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
@@ -263,8 +268,8 @@ impl Backend for CpuBackend {
         let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
         let views = [(q.0.dtype(), &*lq), (k.0.dtype(), &*lk), (v.0.dtype(), &*lv)];
         check_attention_views(views, mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)), None)?;
-        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| (cpu(s), l));
-        let [out, lse] = attention::forward((cpu(q.0), &lq), (cpu(k.0), &lk), (cpu(v.0), &lv), m, spec)?;
+        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let [out, lse] = attention::forward((cpu(q.0)?, &lq), (cpu(k.0)?, &lk), (cpu(v.0)?, &lv), m, spec)?;
         Ok([Storage::Cpu(out), Storage::Cpu(lse)])
     }
 
@@ -285,9 +290,9 @@ impl Backend for CpuBackend {
             mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)),
             Some([(d(3), &*ls[3]), (d(4), &*ls[4]), (d(5), &*ls[5])]),
         )?;
-        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| (cpu(s), l));
-        let st = [q, k, v, o, lse, g];
-        let ops = std::array::from_fn(|i| (cpu(st[i].0), &*ls[i]));
+        let m = mask.zip(lm.as_deref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let hs = [cpu(q.0)?, cpu(k.0)?, cpu(v.0)?, cpu(o.0)?, cpu(lse.0)?, cpu(g.0)?];
+        let ops = std::array::from_fn(|i| (hs[i], &*ls[i]));
         let [dq, dk, dv] = attention::backward(ops, m, spec)?;
         Ok([Storage::Cpu(dq), Storage::Cpu(dk), Storage::Cpu(dv)])
     }
@@ -296,20 +301,20 @@ impl Backend for CpuBackend {
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
         validate::matmul(&la, &lb)?;
-        wrap(matmul::matmul(cpu(a), &la, cpu(b), &lb))
+        wrap(matmul::matmul(cpu(a)?, &la, cpu(b)?, &lb))
     }
 
     fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
         let (l, li) = (validate::view("index_select", s, l)?, validate::view("index_select", i, li)?);
         validate::dim("index_select", &l, dim)?;
-        wrap(index::index_select(cpu(s), &l, dim, cpu(i), &li))
+        wrap(index::index_select(cpu(s)?, &l, dim, cpu(i)?, &li))
     }
 
     fn gather(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
         let (l, li) = (validate::view("gather", s, l)?, validate::view("gather", i, li)?);
         validate::dim("gather", &l, dim)?;
         validate::index_within("gather", &li, &l, dim, "input")?;
-        wrap(index::gather(cpu(s), &l, dim, cpu(i), &li))
+        wrap(index::gather(cpu(s)?, &l, dim, cpu(i)?, &li))
     }
 
     fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
@@ -320,13 +325,13 @@ impl Backend for CpuBackend {
         validate::index_within("scatter_add", &li, &ld, dim, "destination")?;
         // Every position of the index reads the source at the same position.
         validate::index_within("scatter_add", &li, &ls, usize::MAX, "source")?;
-        wrap(index::scatter_add(cpu(d), &ld, dim, cpu(i), &li, cpu(s), &ls))
+        wrap(index::scatter_add(cpu(d)?, &ld, dim, cpu(i)?, &li, cpu(s)?, &ls))
     }
 
     fn masked_fill(&self, (s, l): View<'_>, (m, lm): View<'_>, value: Scalar) -> Result<Storage> {
         let (l, lm) = (validate::view("masked_fill", s, l)?, validate::view("masked_fill", m, lm)?);
         validate::same_shape("masked_fill", &l, &lm)?;
-        wrap(index::masked_fill(cpu(s), &l, cpu(m), &lm, value))
+        wrap(index::masked_fill(cpu(s)?, &l, cpu(m)?, &lm, value))
     }
 
     fn triangle(&self, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
@@ -334,7 +339,7 @@ impl Backend for CpuBackend {
         if l.rank() < 2 {
             return Err(Error::shape("tril", format!("expected at least 2 dimensions, got shape {}", l.shape())));
         }
-        wrap(index::triangle(cpu(s), &l, diagonal, upper))
+        wrap(index::triangle(cpu(s)?, &l, diagonal, upper))
     }
 
     fn conv2d(
@@ -350,8 +355,8 @@ impl Backend for CpuBackend {
             views.push((sb, lb, Role::Bias(geom.out_channels)));
         }
         let (n, l) = check_views("conv2d", geom, &views, Role::Output)?;
-        let bias = bias.map(|(sb, _)| (cpu(sb), &*l[2]));
-        wrap(conv::conv2d((cpu(sx), &l[0]), (cpu(sw), &l[1]), bias, geom, n))
+        let bias = bias.map(|(sb, _)| Ok::<_, Error>((cpu(sb)?, &*l[2]))).transpose()?;
+        wrap(conv::conv2d((cpu(sx)?, &l[0]), (cpu(sw)?, &l[1]), bias, geom, n))
     }
 
     fn conv_transpose2d(
@@ -367,26 +372,26 @@ impl Backend for CpuBackend {
             views.push((sb, lb, Role::Bias(geom.in_channels)));
         }
         let (n, l) = check_views("conv_transpose2d", geom, &views, Role::Input)?;
-        let bias = bias.map(|(sb, _)| (cpu(sb), &*l[2]));
-        wrap(conv::conv_transpose2d((cpu(sy), &l[0]), (cpu(sw), &l[1]), bias, geom, n))
+        let bias = bias.map(|(sb, _)| Ok::<_, Error>((cpu(sb)?, &*l[2]))).transpose()?;
+        wrap(conv::conv_transpose2d((cpu(sy)?, &l[0]), (cpu(sw)?, &l[1]), bias, geom, n))
     }
 
     fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
         let _mode = float_mode::enter();
         let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
         let (n, l) = check_views("conv2d_weight_grad", geom, &views, Role::Weight)?;
-        wrap(conv::conv2d_weight_grad((cpu(sx), &l[0]), (cpu(sy), &l[1]), geom, n))
+        wrap(conv::conv2d_weight_grad((cpu(sx)?, &l[0]), (cpu(sy)?, &l[1]), geom, n))
     }
 
     fn unfold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
         let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
-        wrap(im2col::unfold(cpu(s), &l, window, (n, c)))
+        wrap(im2col::unfold(cpu(s)?, &l, window, (n, c)))
     }
 
     fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
         let _mode = float_mode::enter();
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
-        wrap(im2col::fold(cpu(s), &l, window, (n, c)))
+        wrap(im2col::fold(cpu(s)?, &l, window, (n, c)))
     }
 
     fn channel_norm(
@@ -402,9 +407,9 @@ impl Backend for CpuBackend {
         let dims = norm_check::check(x, None, &per_channel)?;
         let lx = validate::view(norm_check::OP, x.0, x.1)?;
         let (lw, lb) = (checked(weight)?, checked(bias)?);
-        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| (cpu(s), l));
-        let b = bias.zip(lb.as_ref()).map(|((s, _), l)| (cpu(s), l));
-        let out = channel_norm::forward((cpu(x.0), &lx), dims, w, b, eps)?;
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let b = bias.zip(lb.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let out = channel_norm::forward((cpu(x.0)?, &lx), dims, w, b, eps)?;
         Ok(out.map(Storage::Cpu))
     }
 
@@ -424,9 +429,9 @@ impl Backend for CpuBackend {
         let view = |(s, l): View<'_>| validate::view(norm_check::OP, s, l).map(|l| l.into_owned());
         let (lx, lg, lm, lv) = (view(x)?, view(grad)?, view(mean)?, view(var)?);
         let lw = checked(weight)?;
-        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| (cpu(s), l));
-        let stats = [(cpu(mean.0), &lm), (cpu(var.0), &lv)];
-        let out = channel_norm::backward((cpu(x.0), &lx), (cpu(grad.0), &lg), dims, stats, w, eps)?;
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let stats = [(cpu(mean.0)?, &lm), (cpu(var.0)?, &lv)];
+        let out = channel_norm::backward((cpu(x.0)?, &lx), (cpu(grad.0)?, &lg), dims, stats, w, eps)?;
         Ok(out.map(Storage::Cpu))
     }
 
@@ -434,7 +439,7 @@ impl Backend for CpuBackend {
         windows.check("max_pool2d")?;
         let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
         let _mode = float_mode::enter();
-        let (values, index) = pool::max_pool2d(cpu(s), &l, windows)?;
+        let (values, index) = pool::max_pool2d(cpu(s)?, &l, windows)?;
         Ok((Storage::Cpu(values), Storage::Cpu(index)))
     }
 
@@ -453,7 +458,7 @@ impl Backend for CpuBackend {
                 format!("an index of shape {} does not fit planes of shape {}", li.shape(), l.shape()),
             ));
         }
-        wrap(pool::gather_planes((cpu(s), &l), (cpu(si), &li)))
+        wrap(pool::gather_planes((cpu(s)?, &l), (cpu(si)?, &li)))
     }
 
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
@@ -468,14 +473,14 @@ impl Backend for CpuBackend {
             ));
         }
         let _mode = float_mode::enter();
-        wrap(pool::scatter_planes((cpu(s), &l), (cpu(si), &li), plane))
+        wrap(pool::scatter_planes((cpu(s)?, &l), (cpu(si)?, &li), plane))
     }
 
     fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
         map.check("resample2d")?;
         let l = check_planes("resample2d", s, l, map.input(), map.output(), None)?;
         let _mode = float_mode::enter();
-        wrap(pool::resample2d(cpu(s), &l, map))
+        wrap(pool::resample2d(cpu(s)?, &l, map))
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
@@ -516,14 +521,14 @@ impl Backend for CpuBackend {
         shape[dim] = total;
         let shape = Shape::from(shape);
         checked_numel(op, &shape)?;
-        let views: Vec<(&CpuStorage, &Layout)> = srcs.iter().zip(&layouts).map(|((s, _), l)| (cpu(s), &**l)).collect();
+        let views: Vec<(&CpuStorage, &Layout)> = srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((cpu(s)?, &**l))).collect::<Result<_>>()?;
         wrap(join::cat(&views, dim, &shape))
     }
 
     fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
         let _mode = float_mode::enter();
         let l = validate::view("power_sum", s, l)?;
-        norm::power_sum(cpu(s), &l, p)
+        norm::power_sum(cpu(s)?, &l, p)
     }
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {

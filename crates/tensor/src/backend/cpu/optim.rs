@@ -124,13 +124,13 @@ fn param_range(op: &'static str, s: &Storage, l: &Layout) -> Result<Range<usize>
 }
 
 fn slice<'a, T: FloatElement>(op: &'static str, s: &'a Storage, r: Range<usize>) -> Result<&'a [T]> {
-    let c = super::cpu(s).as_slice::<T>();
+    let c = super::cpu(s)?.as_slice::<T>();
     c.map(|c| &c[r]).ok_or_else(|| Error::dtype(op, format!("expected {}, got {}", T::DTYPE, s.dtype())))
 }
 
 fn slice_mut<'a, T: FloatElement>(op: &'static str, s: &'a mut Storage, r: Range<usize>) -> Result<&'a mut [T]> {
     let dtype = s.dtype();
-    let c = super::cpu_mut(s).as_mut_slice::<T>();
+    let c = super::cpu_mut(s)?.as_mut_slice::<T>();
     c.map(|c| &mut c[r]).ok_or_else(|| Error::dtype(op, format!("expected {}, got {dtype}", T::DTYPE)))
 }
 

@@ -40,6 +40,12 @@ impl Device {
         crate::backend::backend_for(self).map(|_| ())
     }
 
+    /// Waits for the work queued on the device to finish (PyTorch's
+    /// `torch.cuda.synchronize`): timings of asynchronous devices need it. A no-op on the CPU.
+    pub fn synchronize(self) -> Result<()> {
+        crate::backend::backend_for(self)?.synchronize()
+    }
+
     /// The first GPU when one is available, the CPU otherwise.
     pub fn cuda_if_available() -> Device {
         if Device::Cuda(0).is_available() { Device::Cuda(0) } else { Device::Cpu }

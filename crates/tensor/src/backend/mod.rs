@@ -57,6 +57,12 @@ pub type View<'a> = (&'a Storage, &'a Layout);
 pub trait Backend: Send + Sync + 'static {
     /// The device this backend computes on.
     fn device(&self) -> Device;
+    /// Waits until every kernel and copy queued on the device has finished (a no-op where
+    /// kernels run synchronously, as on the CPU). Errors a device reports late, from a
+    /// kernel that already returned, surface here.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
     /// `numel` elements of `value` (converted to `dtype` by [`Scalar::to_element`]).
     fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage>;
     /// Moves host data onto the device.

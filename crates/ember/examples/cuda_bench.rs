@@ -155,7 +155,11 @@ fn train(
     let loader = mnist::loader(train, BATCH, seed)?;
     let mut cosine = CosineAnnealingLR::new(&mut opt, EPOCHS * loader.len(), 0.0)?;
     model.train();
-    let (mut done, mut last_loss) = (0usize, f64::NAN);
+    if loader.is_empty() {
+        return Err(ember::Error::invalid("cuda_bench", "no training images"));
+    }
+    let mut done = 0usize;
+    let mut last_loss;
     let mut start = Instant::now();
     'epochs: loop {
         for batch in loader.iter() {
@@ -202,6 +206,12 @@ fn json_num(v: f64) -> String {
     if v.is_finite() { format!("{v}") } else { "null".into() }
 }
 
+/// A measurement's result, or `None` after printing why it failed: one failing workload
+/// must not cost the others their numbers (the GPU run is short and rare).
+fn measured<T>(what: &str, r: Result<T>) -> Option<T> {
+    r.map_err(|e| eprintln!("  {what}: FAILED: {e}")).ok()
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let dev: Device = args.device.parse()?;
@@ -211,43 +221,61 @@ fn main() -> Result<()> {
 
     let mut tflops = Vec::new();
     for &n in &args.sizes {
-        let t = matmul_tflops(dev, n)?;
-        eprintln!("  matmul {n}x{n} f32: {t:.2} TFLOP/s");
+        let t = measured(&format!("matmul {n}"), matmul_tflops(dev, n));
+        if let Some(t) = t {
+            eprintln!("  matmul {n}x{n} f32: {t:.2} TFLOP/s");
+        }
         tflops.push((n, t));
     }
     let mut adds = Vec::new();
     for (numel, calls) in [(1usize, args.add_calls), (1 << 20, (args.add_calls / 10).max(1))] {
-        let us = add_us_per_call(dev, numel, calls)?;
-        eprintln!("  add of {numel} elements: {us:.2} us per call ({calls} calls)");
+        let us = measured(&format!("add of {numel}"), add_us_per_call(dev, numel, calls));
+        if let Some(us) = us {
+            eprintln!("  add of {numel} elements: {us:.2} us per call ({calls} calls)");
+        }
         adds.push((numel, us));
     }
 
     let train_set = mnist::load(&args.data, true)?;
     ember::tensor::storage::reset_peak();
-    let mlp = train(dev, &train_set, mnist::mlp, args.warmup, args.mlp_steps, args.seed)?;
-    eprintln!("  mnist MLP: {:.0} samples/s, loss {:.4}", mlp.samples_per_s, mlp.last_loss);
-    let cnn = train(dev, &train_set, mnist::cnn, args.warmup, args.cnn_steps, args.seed)?;
-    eprintln!("  mnist CNN: {:.0} samples/s, loss {:.4}", cnn.samples_per_s, cnn.last_loss);
+    let mut runs = Vec::new();
+    for (key, build, steps) in
+        [("mnist_mlp", mnist::mlp as fn() -> _, args.mlp_steps), ("mnist_cnn", mnist::cnn, args.cnn_steps)]
+    {
+        let t = measured(key, train(dev, &train_set, build, args.warmup, steps, args.seed));
+        if let Some(t) = &t {
+            eprintln!("  {key}: {:.0} samples/s, loss {:.4}", t.samples_per_s, t.last_loss);
+        }
+        runs.push((key, t));
+    }
     // The host pool's statistics count CPU storages only: on a GPU the figure stays null
     // until the device backend reports its allocations.
     let peak = if dev == Device::Cpu { Some(ember::tensor::storage::memory_stats().peak_bytes) } else { None };
 
+    let num = |v: Option<f64>| v.map_or("null".to_string(), json_num);
     let mut j = String::from("{\n");
     let _ = writeln!(j, "  \"framework\": \"ember\",");
     let _ = writeln!(j, "  \"device\": {},", json_str(&dev.to_string()));
     let _ = writeln!(j, "  \"gpu\": {},", args.gpu_name.as_deref().map_or("null".into(), json_str));
-    let m: Vec<String> = tflops.iter().map(|(n, t)| format!("\"{n}\": {}", json_num(*t))).collect();
+    let m: Vec<String> = tflops.iter().map(|(n, t)| format!("\"{n}\": {}", num(*t))).collect();
     let _ = writeln!(j, "  \"matmul_tflops\": {{{}}},", m.join(", "));
-    let a: Vec<String> = adds.iter().map(|(n, us)| format!("\"{n}\": {}", json_num(*us))).collect();
+    let a: Vec<String> = adds.iter().map(|(n, us)| format!("\"{n}\": {}", num(*us))).collect();
     let _ = writeln!(j, "  \"add_us_per_call\": {{{}}},", a.join(", "));
-    for (key, t) in [("mnist_mlp", &mlp), ("mnist_cnn", &cnn)] {
-        let _ = writeln!(
-            j,
-            "  \"{key}\": {{\"samples_per_s\": {}, \"steps\": {}, \"batch_size\": 64, \"last_loss\": {}}},",
-            json_num(t.samples_per_s),
-            t.steps,
-            json_num(t.last_loss)
-        );
+    for (key, t) in &runs {
+        match t {
+            Some(t) => {
+                let _ = writeln!(
+                    j,
+                    "  \"{key}\": {{\"samples_per_s\": {}, \"steps\": {}, \"batch_size\": 64, \"last_loss\": {}}},",
+                    json_num(t.samples_per_s),
+                    t.steps,
+                    json_num(t.last_loss)
+                );
+            }
+            None => {
+                let _ = writeln!(j, "  \"{key}\": null,");
+            }
+        }
     }
     let _ = writeln!(j, "  \"peak_memory_bytes\": {}", peak.map_or("null".into(), |b| b.to_string()));
     j.push('}');

@@ -78,14 +78,16 @@ impl Tol {
     /// `sqrt(n) * ulp * sum|x|`; the inputs here are O(1) with at most a few hundred
     /// elements per reduction.
     const REDUCTION: Tol = Tol { f32: (1e-4, 1e-5), f64: (1e-12, 1e-11) };
-    /// Matrix products, convolutions and attention: cuBLAS blocks and orders the dot
-    /// products its own way (and must not use TF32, which ember's f32 matmul does not:
-    /// TF32's 10-bit mantissa would miss this by two orders of magnitude). Inner
-    /// dimensions here are at most ~150.
-    const MATMUL: Tol = Tol { f32: (1e-4, 1e-4), f64: (1e-11, 1e-11) };
-    /// Optimizer steps and their state after several steps: divisions by `sqrt(v) + eps`
-    /// amplify the elementwise differences of the earlier steps.
-    const OPTIM: Tol = Tol { f32: (1e-5, 1e-5), f64: (1e-12, 1e-11) };
+    /// Matrix products, convolutions, attention, and normalisation over thousands of
+    /// elements: cuBLAS blocks and orders the dot products its own way. With O(1) inputs
+    /// and inner dimensions up to 400 a result is O(40) with rounding of order 1e-4 either
+    /// way. The bound still catches TF32 (10-bit mantissa), which ember's f32 matmul must not
+    /// use and which would miss by 1e-2.
+    const MATMUL: Tol = Tol { f32: (1e-3, 1e-4), f64: (1e-11, 1e-11) };
+    /// Chains of elementwise functions whose ulp differences compound: optimizer steps (and
+    /// their state after several steps, where divisions by `sqrt(v) + eps` amplify earlier
+    /// differences) and LSTM cells (gates through sigmoid and tanh, multiplied together).
+    const CHAINED: Tol = Tol { f32: (1e-5, 1e-5), f64: (1e-12, 1e-11) };
 
     fn for_dtype(self, dtype: DType) -> (f64, f64) {
         match dtype {
@@ -267,7 +269,12 @@ impl Parity {
         let what = what.as_ref();
         for dev in [CPU, CUDA] {
             if let Ok(v) = run_on(dev, &f) {
-                self.failures.push(format!("{what}: expected an error on {dev}, got {} results", v.len()));
+                // A device may report a bad index late, when the results are read: that
+                // counts as the error.
+                let surfaced = dev.synchronize().is_err() || v.iter().any(|t| t.to_device(CPU).is_err());
+                if !surfaced {
+                    self.failures.push(format!("{what}: expected an error on {dev}, got {} results", v.len()));
+                }
             }
         }
     }
@@ -830,14 +837,19 @@ fn power_sums_and_norms() {
     for (s, lay, dt) in cases(&[&[], &[0], &[7], &[4, 3, 5], &[67, 131]], &FLOATS) {
         for pw in [1.0, 2.0, 3.0, 0.5, f64::INFINITY] {
             p.check(format!("power_sum({pw}) {s:?} {dt} {lay:?}"), Tol::REDUCTION, |d| {
-                one(Tensor::scalar(input(62, s, dt, lay, d).power_sum(pw)?))
+                one(Tensor::scalar(input(62, s, dt, lay, d).power_sum(pw)?).to_device(d)?)
             });
         }
     }
-    p.check_error("power_sum of i64", |d| one(Tensor::scalar(inp(63, &[3], DType::I64, d).power_sum(2.0)?)));
+    p.check_error("power_sum of i64", |d| {
+        one(Tensor::scalar(inp(63, &[3], DType::I64, d).power_sum(2.0)?).to_device(d)?)
+    });
     p.check("power_sum with NaN", Tol::EXACT, |d| {
         let t = floats(&[1.0, f64::NAN, 2.0], &[3], DType::F32, d);
-        Ok(vec![Tensor::scalar(t.power_sum(2.0)?), Tensor::scalar(t.power_sum(f64::INFINITY)?)])
+        Ok(vec![
+            Tensor::scalar(t.power_sum(2.0)?).to_device(d)?,
+            Tensor::scalar(t.power_sum(f64::INFINITY)?).to_device(d)?,
+        ])
     });
     p.finish();
 }
@@ -1078,6 +1090,19 @@ fn random_numbers_follow_manual_seed() {
             }
         }
     }
+    // The public constructors on a device, and the `_like` ones that follow their tensor.
+    for dt in FLOATS {
+        for shape in [&[][..], &[0], &[3, 5], &[67, 131]] {
+            p.check(format!("uniform_on/normal_on/rand_like/randn_like {shape:?} {dt}"), Tol::EXACT, |d| {
+                manual_seed(77);
+                let u = Tensor::uniform_on(shape, -1.0, 2.0, dt, d)?;
+                let n = Tensor::normal_on(shape, 0.5, 3.0, dt, d)?;
+                let r = u.rand_like()?;
+                let g = n.randn_like()?;
+                Ok(vec![u, n, r, g])
+            });
+        }
+    }
     for n in [0usize, 1, 10, 1000] {
         p.check(format!("randperm {n}"), Tol::EXACT, |d| {
             manual_seed(99);
@@ -1295,7 +1320,7 @@ fn batch_norm_statistics() {
     for s in [&[8usize, 3][..], &[4, 3, 5, 6], &[1, 2, 7], &[32, 16, 14, 14]] {
         for dt in FLOATS {
             for affine in [false, true] {
-                p.check(format!("channel_norm and backward {s:?} affine {affine} {dt}"), Tol::REDUCTION, |d| {
+                p.check(format!("channel_norm and backward {s:?} affine {affine} {dt}"), Tol::MATMUL, |d| {
                     let x = input(150, s, dt, Lay::Contiguous, d).add_scalar(3.0);
                     let w = inp(151, &[s[1]], dt, d);
                     let b = inp(152, &[s[1]], dt, d);
@@ -1358,7 +1383,7 @@ fn lstm_cell() {
     for (b, h) in [(1usize, 1usize), (4, 8), (0, 3), (64, 128)] {
         for dt in FLOATS {
             for with_gy in [false, true] {
-                p.check(format!("lstm_cell and backward B={b} H={h} gy {with_gy} {dt}"), Tol::ELEMENTWISE, |d| {
+                p.check(format!("lstm_cell and backward B={b} H={h} gy {with_gy} {dt}"), Tol::CHAINED, |d| {
                     let a = inp(170, &[b, 4 * h], dt, d);
                     let gi = input(171, &[b, 4 * h], dt, Lay::Stepped, d);
                     let c = inp(172, &[b, h], dt, d);
@@ -1427,7 +1452,7 @@ fn optimizer_steps() {
     for &s in shapes {
         for dt in FLOATS {
             for (i, hp) in sgds.iter().enumerate() {
-                p.check(format!("sgd_step_ config {i} {s:?} {dt}"), Tol::OPTIM, |d| {
+                p.check(format!("sgd_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
                     let param = inp(180, s, dt, d);
                     let buf = (hp.momentum != 0.0).then(|| param.zeros_like());
                     for step in 0..3u64 {
@@ -1438,7 +1463,7 @@ fn optimizer_steps() {
                 });
             }
             for (i, hp) in adams.iter().enumerate() {
-                p.check(format!("adam_step_ config {i} {s:?} {dt}"), Tol::OPTIM, |d| {
+                p.check(format!("adam_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
                     let param = inp(190, s, dt, d);
                     let (m, v) = (param.zeros_like(), param.zeros_like());
                     let vmax = hp.amsgrad.then(|| param.zeros_like());
@@ -1450,7 +1475,7 @@ fn optimizer_steps() {
                 });
             }
             for (i, hp) in rmsprops.iter().enumerate() {
-                p.check(format!("rmsprop_step_ config {i} {s:?} {dt}"), Tol::OPTIM, |d| {
+                p.check(format!("rmsprop_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
                     let param = inp(200, s, dt, d);
                     let sq = param.zeros_like();
                     let avg = hp.centered.then(|| param.zeros_like());

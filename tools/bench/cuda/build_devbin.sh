@@ -3,7 +3,7 @@
 # toolchain, into .devbin/ (from the repository root):
 #
 #   bash tools/bench/cuda/build_devbin.sh            # the real backend (--features cuda)
-#   FEATURE=emulated-cuda bash tools/bench/cuda/build_devbin.sh   # to try the flow here
+#   FEATURE=emulated-cuda BENCH_PROFILE=dev bash tools/bench/cuda/build_devbin.sh   # to try the flow here
 #
 # .devbin/cuda_parity, .devbin/cuda_backward (and .devbin/device_plumbing where that test
 # exists) are the test binaries under fixed names; .devbin/cuda_bench is the release build
@@ -59,6 +59,9 @@ for spec in "ember-tensor cuda_parity $FEATURE" "ember-autograd cuda_backward $F
     fi
     pack "$bin" "$name"
 done
-nice -n 19 cargo build --release -p ember --example cuda_bench --features "$ember_features"
-pack target/release/examples/cuda_bench cuda_bench
+# BENCH_PROFILE=dev builds the example faster, for trying the flow; timings want release.
+profile="${BENCH_PROFILE:-release}"
+nice -n 19 cargo build --profile "$profile" -p ember --example cuda_bench --features "$ember_features"
+dir=$([[ $profile == dev ]] && echo debug || echo "$profile")
+pack "target/$dir/examples/cuda_bench" cuda_bench
 echo "carry .devbin to the GPU machine and run: bash tools/bench/cuda/device_run.sh"

@@ -11,7 +11,7 @@
 //! gathers all its mismatches and fails once, listing them. Without a device each test
 //! prints one line saying why and returns.
 
-use ember_autograd::{Function, FunctionCtx, Var, grad, gradcheck};
+use ember_autograd::{Var, grad, gradcheck};
 use ember_tensor::{
     Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,
     InterpolateMode, LossReduction, MaxPoolArgs, Padding, Result, Tensor, UnfoldArgs,
@@ -619,27 +619,6 @@ fn second_order_gradients() {
 // gradcheck on the device
 // ---------------------------------------------------------------------------------------
 
-/// Moves its input to a device and its gradient back: gradcheck perturbs and seeds on the
-/// host, and this carries its inputs to the device under test and the output back, so that
-/// the function and its backward run on the device.
-struct ToDevice(Device);
-
-impl Function for ToDevice {
-    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        ctx.set(inputs[0].device());
-        Ok(vec![inputs[0].to_device(self.0)?])
-    }
-
-    fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
-        let from = ctx.get::<Device>().copied().unwrap_or(CPU);
-        Ok(vec![Some(Var::new(grads[0].value().to_device(from)?))])
-    }
-}
-
-fn to_device(v: &Var, dev: Device) -> Result<Var> {
-    Ok(ToDevice(dev).apply(&[v])?.remove(0))
-}
-
 #[test]
 fn gradcheck_runs_on_the_device() {
     require_cuda!();
@@ -656,20 +635,28 @@ fn gradcheck_runs_on_the_device() {
         ("prod and max", |v| v[0].prod(1, false)?.add(&v[0].max(0, false)?), vec![vec![3, 3]]),
     ];
     for (name, f, shapes) in cases {
-        let inputs: Vec<Tensor> =
-            shapes.iter().enumerate().map(|(i, s)| data(70 + i as u64, s, DType::F64, any, CPU)).collect();
-        let on_device = |vs: &[Var]| -> Result<Var> {
-            let moved = vs.iter().map(|v| to_device(v, CUDA)).collect::<Result<Vec<_>>>()?;
+        // gradcheck on f64 inputs that live on the device: it perturbs them and seeds the
+        // backward there.
+        let on_device: Vec<Tensor> =
+            shapes.iter().enumerate().map(|(i, s)| data(70 + i as u64, s, DType::F64, any, CUDA)).collect();
+        if let Err(e) = gradcheck(f, &on_device, 1e-6, 1e-7, 1e-5) {
+            failures.push(format!("gradcheck of {name} on {CUDA} inputs: {e}"));
+        }
+        // The same through `Var::to_device`: host inputs, the function and its backward on
+        // the device, the output brought back (the transfer's own gradient is checked too).
+        let on_host: Vec<Tensor> = on_device.iter().map(|t| t.to_device(CPU).unwrap()).collect();
+        let through = |vs: &[Var]| -> Result<Var> {
+            let moved = vs.iter().map(|v| v.to_device(CUDA)).collect::<Result<Vec<_>>>()?;
             let y = f(&moved)?;
             if y.device() != CUDA {
                 return Err(ember_tensor::Error::autograd(format!("{name} computed on {}", y.device())));
             }
-            to_device(&y, CPU)
+            y.to_device(CPU)
         };
-        if let Err(e) = gradcheck(on_device, &inputs, 1e-6, 1e-7, 1e-5) {
-            failures.push(format!("gradcheck of {name} on {CUDA}: {e}"));
+        if let Err(e) = gradcheck(through, &on_host, 1e-6, 1e-7, 1e-5) {
+            failures.push(format!("gradcheck of {name} through Var::to_device: {e}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    println!("gradcheck_runs_on_the_device: 4 gradchecks pass on {CUDA}");
+    println!("gradcheck_runs_on_the_device: 8 gradchecks pass on {CUDA}");
 }

@@ -121,17 +121,6 @@ fn add_us_per_call(dev: Device, numel: usize, calls: usize) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64() / calls as f64 * 1e6)
 }
 
-/// Moves a freshly built model's parameters onto `dev`.
-///
-/// SWITCH-OVER: the one place to change once `Module::to_device` lands (branch wt-plumb):
-/// replace the body with `model.to_device(dev)`.
-fn move_model(model: &dyn Module, dev: Device) -> Result<()> {
-    for p in model.parameters() {
-        p.set_value(p.value().to_device(dev)?)?;
-    }
-    Ok(())
-}
-
 /// Samples per second of the quick start's training loop for `build`'s model.
 struct Training {
     samples_per_s: f64,
@@ -150,7 +139,7 @@ fn train(
     const BATCH: usize = 64;
     const EPOCHS: usize = 3;
     let model = build()?;
-    move_model(&model, dev)?;
+    model.to_device(dev)?;
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
     let loader = mnist::loader(train, BATCH, seed)?;
     let mut cosine = CosineAnnealingLR::new(&mut opt, EPOCHS * loader.len(), 0.0)?;

@@ -201,33 +201,93 @@ fn measured<T>(what: &str, r: Result<T>) -> Option<T> {
     r.map_err(|e| eprintln!("  {what}: FAILED: {e}")).ok()
 }
 
+/// The measurements so far. The JSON file is rewritten after each one, so that a run cut
+/// short by a timeout still leaves the numbers it took.
+struct Report {
+    device: Device,
+    gpu: Option<String>,
+    tflops: Vec<(usize, Option<f64>)>,
+    adds: Vec<(usize, Option<f64>)>,
+    runs: Vec<(&'static str, Option<Training>)>,
+    peak_memory_bytes: Option<usize>,
+}
+
+impl Report {
+    fn render(&self) -> String {
+        let num = |v: Option<f64>| v.map_or("null".to_string(), json_num);
+        let mut j = String::from("{\n");
+        let _ = writeln!(j, "  \"framework\": \"ember\",");
+        let _ = writeln!(j, "  \"device\": {},", json_str(&self.device.to_string()));
+        let _ = writeln!(j, "  \"gpu\": {},", self.gpu.as_deref().map_or("null".into(), json_str));
+        let m: Vec<String> = self.tflops.iter().map(|(n, t)| format!("\"{n}\": {}", num(*t))).collect();
+        let _ = writeln!(j, "  \"matmul_tflops\": {{{}}},", m.join(", "));
+        let a: Vec<String> = self.adds.iter().map(|(n, us)| format!("\"{n}\": {}", num(*us))).collect();
+        let _ = writeln!(j, "  \"add_us_per_call\": {{{}}},", a.join(", "));
+        for (key, t) in &self.runs {
+            match t {
+                Some(t) => {
+                    let _ = writeln!(
+                        j,
+                        "  \"{key}\": {{\"samples_per_s\": {}, \"steps\": {}, \"batch_size\": 64, \"last_loss\": {}}},",
+                        json_num(t.samples_per_s),
+                        t.steps,
+                        json_num(t.last_loss)
+                    );
+                }
+                None => {
+                    let _ = writeln!(j, "  \"{key}\": null,");
+                }
+            }
+        }
+        let peak = self.peak_memory_bytes.map_or("null".into(), |b| b.to_string());
+        let _ = writeln!(j, "  \"peak_memory_bytes\": {peak}");
+        j.push('}');
+        j
+    }
+
+    fn save(&self, out: Option<&PathBuf>) -> Result<()> {
+        match out {
+            Some(path) => std::fs::write(path, format!("{}\n", self.render())).map_err(|e| ember::Error::io(path, e)),
+            None => Ok(()),
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let dev: Device = args.device.parse()?;
     dev.check_available()?;
     ember::manual_seed(args.seed);
     eprintln!("cuda_bench: ember on {dev}");
+    let out = args.out.as_ref();
+    let mut report = Report {
+        device: dev,
+        gpu: args.gpu_name.clone(),
+        tflops: Vec::new(),
+        adds: Vec::new(),
+        runs: Vec::new(),
+        peak_memory_bytes: None,
+    };
 
-    let mut tflops = Vec::new();
     for &n in &args.sizes {
         let t = measured(&format!("matmul {n}"), matmul_tflops(dev, n));
         if let Some(t) = t {
             eprintln!("  matmul {n}x{n} f32: {t:.2} TFLOP/s");
         }
-        tflops.push((n, t));
+        report.tflops.push((n, t));
+        report.save(out)?;
     }
-    let mut adds = Vec::new();
     for (numel, calls) in [(1usize, args.add_calls), (1 << 20, (args.add_calls / 10).max(1))] {
         let us = measured(&format!("add of {numel}"), add_us_per_call(dev, numel, calls));
         if let Some(us) = us {
             eprintln!("  add of {numel} elements: {us:.2} us per call ({calls} calls)");
         }
-        adds.push((numel, us));
+        report.adds.push((numel, us));
+        report.save(out)?;
     }
 
     let train_set = mnist::load(&args.data, true)?;
     ember::tensor::storage::reset_peak();
-    let mut runs = Vec::new();
     for (key, build, steps) in
         [("mnist_mlp", mnist::mlp as fn() -> _, args.mlp_steps), ("mnist_cnn", mnist::cnn, args.cnn_steps)]
     {
@@ -235,42 +295,15 @@ fn main() -> Result<()> {
         if let Some(t) = &t {
             eprintln!("  {key}: {:.0} samples/s, loss {:.4}", t.samples_per_s, t.last_loss);
         }
-        runs.push((key, t));
+        report.runs.push((key, t));
+        report.save(out)?;
     }
     // The host pool's statistics count CPU storages only: on a GPU the figure stays null
     // until the device backend reports its allocations.
-    let peak = if dev == Device::Cpu { Some(ember::tensor::storage::memory_stats().peak_bytes) } else { None };
-
-    let num = |v: Option<f64>| v.map_or("null".to_string(), json_num);
-    let mut j = String::from("{\n");
-    let _ = writeln!(j, "  \"framework\": \"ember\",");
-    let _ = writeln!(j, "  \"device\": {},", json_str(&dev.to_string()));
-    let _ = writeln!(j, "  \"gpu\": {},", args.gpu_name.as_deref().map_or("null".into(), json_str));
-    let m: Vec<String> = tflops.iter().map(|(n, t)| format!("\"{n}\": {}", num(*t))).collect();
-    let _ = writeln!(j, "  \"matmul_tflops\": {{{}}},", m.join(", "));
-    let a: Vec<String> = adds.iter().map(|(n, us)| format!("\"{n}\": {}", num(*us))).collect();
-    let _ = writeln!(j, "  \"add_us_per_call\": {{{}}},", a.join(", "));
-    for (key, t) in &runs {
-        match t {
-            Some(t) => {
-                let _ = writeln!(
-                    j,
-                    "  \"{key}\": {{\"samples_per_s\": {}, \"steps\": {}, \"batch_size\": 64, \"last_loss\": {}}},",
-                    json_num(t.samples_per_s),
-                    t.steps,
-                    json_num(t.last_loss)
-                );
-            }
-            None => {
-                let _ = writeln!(j, "  \"{key}\": null,");
-            }
-        }
+    if dev == Device::Cpu {
+        report.peak_memory_bytes = Some(ember::tensor::storage::memory_stats().peak_bytes);
     }
-    let _ = writeln!(j, "  \"peak_memory_bytes\": {}", peak.map_or("null".into(), |b| b.to_string()));
-    j.push('}');
-    println!("{j}");
-    if let Some(path) = &args.out {
-        std::fs::write(path, format!("{j}\n")).map_err(|e| ember::Error::io(path, e))?;
-    }
+    report.save(out)?;
+    println!("{}", report.render());
     Ok(())
 }

@@ -15,7 +15,10 @@
 # cuda_parity.log, cuda_backward.log, tests_other.log, bench.log, ember_gpu.json,
 # torch_gpu.json and summary.md (the step table and the comparison table, also printed
 # last). Each step has its own timeout, cut further so that the whole script ends within
-# about 5.5 minutes; a failing or hanging step does not stop the next.
+# about 5.5 minutes; a failing or hanging step does not stop the next, and the ember bench
+# rewrites its JSON after every measurement, so a timeout keeps what it measured.
+# EMBER_BENCH_ARGS and TORCH_BENCH_ARGS add flags to the two benchmarks (for a shorter
+# retry, e.g. "--sizes 1024,2048,4096 --mlp-steps 200 --cnn-steps 100").
 
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
@@ -112,8 +115,8 @@ TESTS=()
 for f in .devbin/*; do
     [[ -f "$f" && -x "$f" ]] || continue
     case "$(basename "$f")" in
-        cuda_bench*) BENCH="$f" ;;
         *.gz | *.json | *.md | *.txt | *.log) ;;
+        cuda_bench*) BENCH="$f" ;;
         *) TESTS+=("$f") ;;
     esac
 done
@@ -180,13 +183,15 @@ PY
 }
 
 if [[ -n "$BENCH" ]]; then
+    # shellcheck disable=SC2086 # EMBER_BENCH_ARGS is a list of flags
     bench ember_bench 90 "$OUT/ember_gpu.json" \
-        "$BENCH" --device cuda --out "$OUT/ember_gpu.json" --gpu-name "${GPU_NAME:-unknown}"
+        "$BENCH" --device cuda --out "$OUT/ember_gpu.json" --gpu-name "${GPU_NAME:-unknown}" ${EMBER_BENCH_ARGS:-}
 else
     log "no .devbin/cuda_bench"
     STEPS+=("| ember_bench | MISSING: no .devbin/cuda_bench | | |")
 fi
-bench torch_bench 90 "$OUT/torch_gpu.json" python3 tools/bench/cuda/torch_gpu.py --out "$OUT/torch_gpu.json"
+# shellcheck disable=SC2086
+bench torch_bench 90 "$OUT/torch_gpu.json" python3 tools/bench/cuda/torch_gpu.py --out "$OUT/torch_gpu.json" ${TORCH_BENCH_ARGS:-}
 
 # ---- the summary -------------------------------------------------------------------------
 {

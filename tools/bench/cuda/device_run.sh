@@ -15,7 +15,7 @@
 # cuda_parity.log, cuda_backward.log, tests_other.log, bench.log, ember_gpu.json,
 # torch_gpu.json and summary.md (the step table and the comparison table, also printed
 # last). Each step has its own timeout, cut further so that the whole script ends within
-# about 5.5 minutes; a failing or hanging step does not stop the next, and the ember bench
+# about 5 minutes; a failing or hanging step does not stop the next, and the ember bench
 # rewrites its JSON after every measurement, so a timeout keeps what it measured.
 # EMBER_BENCH_ARGS and TORCH_BENCH_ARGS add flags to the two benchmarks (for a shorter
 # retry, e.g. "--sizes 1024,2048,4096 --mlp-steps 200 --cnn-steps 100").
@@ -24,27 +24,30 @@ set -u
 cd "$(dirname "$0")/../../.." || exit 1
 OUT="${OUT:-$PWD/device_out}"
 mkdir -p "$OUT"
-BUDGET=330 # seconds for the whole script
+BUDGET=300 # seconds for the whole script (kills add up to 10 s a step)
 START=$SECONDS
 SUMMARY="$OUT/summary.md"
 STEPS=()
 
 log() { echo "[device_run +$((SECONDS - START))s] $*"; }
 
-# The timeout for a step: its own limit, or what is left of the budget (at least 10 s).
+# The timeout for a step: its own limit, or what is left of the budget after keeping
+# `reserve` seconds for later steps (at least 10 s).
 limit() {
-    local want=$1 left=$((BUDGET - (SECONDS - START)))
+    local want=$1 reserve=${2:-0} left=$((BUDGET - (SECONDS - START) - ${2:-0}))
     ((left < 10)) && left=10
     ((want < left)) && echo "$want" || echo "$left"
 }
 
 # run_step NAME LIMIT LOGFILE CMD...: runs CMD with a timeout, appending to LOGFILE, and
-# records the outcome for the summary.
+# records the outcome for the summary. The tests leave BENCH_RESERVE seconds of the budget
+# to the two benchmarks.
+BENCH_RESERVE=130
 run_step() {
     local name=$1 lim=$2 logf=$3
     shift 3
     local t0=$SECONDS rc
-    lim=$(limit "$lim")
+    lim=$(limit "$lim" "$BENCH_RESERVE")
     log "$name (timeout ${lim}s) -> $(basename "$logf")"
     {
         echo "===== $name: $* (timeout ${lim}s)"
@@ -70,6 +73,9 @@ ENV_LOG="$OUT/env.log"
 {
     echo "date: $(date -u)"
     echo "host: $(hostname)"
+    echo "commit: $(git log -1 --format='%h %s' 2>/dev/null || echo unknown)"
+    echo "python3: $(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+    ls -l .devbin/ 2>&1
     nvidia-smi || echo "nvidia-smi failed"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 } >>"$ENV_LOG" 2>&1
@@ -125,9 +131,9 @@ done
 for f in $(printf '%s\n' "${TESTS[@]}" | awk '{ p = /cuda_parity/ ? 0 : /cuda_backward/ ? 1 : 2; print p " " $0 }' | sort | cut -d' ' -f2-); do
     name=$(basename "$f")
     case "$name" in
-        cuda_parity*) run_step "$name" 150 "$OUT/cuda_parity.log" "$f" --test-threads=1 --nocapture ;;
-        cuda_backward*) run_step "$name" 90 "$OUT/cuda_backward.log" "$f" --test-threads=1 --nocapture ;;
-        *) run_step "$name" 60 "$OUT/tests_other.log" "$f" --test-threads=1 ;;
+        cuda_parity*) run_step "$name" 120 "$OUT/cuda_parity.log" "$f" --test-threads=1 --nocapture ;;
+        cuda_backward*) run_step "$name" 60 "$OUT/cuda_backward.log" "$f" --test-threads=1 --nocapture ;;
+        *) run_step "$name" 45 "$OUT/tests_other.log" "$f" --test-threads=1 ;;
     esac
 done
 
@@ -136,15 +142,16 @@ gpu_used_mib() {
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc '0-9'
 }
 
-# bench NAME LIMIT JSON CMD...: runs a benchmark with a timeout into bench.log, sampling the
+# bench NAME LIMIT RESERVE JSON CMD...: runs a benchmark with a timeout (leaving RESERVE
+# seconds of the budget to later steps) into bench.log, sampling the
 # GPU's used memory with nvidia-smi meanwhile; the peak above what was in use before it
 # started goes into its JSON as process_peak_gpu_memory_bytes (the CUDA context and library
 # workspaces included, which the allocators' own figures leave out).
 bench() {
-    local name=$1 lim=$2 json=$3
-    shift 3
+    local name=$1 lim=$2 reserve=$3 json=$4
+    shift 4
     local t0=$SECONDS rc status base peak=0 used
-    lim=$(limit "$lim")
+    lim=$(limit "$lim" "$reserve")
     log "$name (timeout ${lim}s) -> bench.log"
     echo "===== $name: $* (timeout ${lim}s)" >>"$OUT/bench.log"
     base=$(gpu_used_mib)
@@ -184,14 +191,14 @@ PY
 
 if [[ -n "$BENCH" ]]; then
     # shellcheck disable=SC2086 # EMBER_BENCH_ARGS is a list of flags
-    bench ember_bench 90 "$OUT/ember_gpu.json" \
+    bench ember_bench 70 60 "$OUT/ember_gpu.json" \
         "$BENCH" --device cuda --out "$OUT/ember_gpu.json" --gpu-name "${GPU_NAME:-unknown}" ${EMBER_BENCH_ARGS:-}
 else
     log "no .devbin/cuda_bench"
     STEPS+=("| ember_bench | MISSING: no .devbin/cuda_bench | | |")
 fi
 # shellcheck disable=SC2086
-bench torch_bench 90 "$OUT/torch_gpu.json" python3 tools/bench/cuda/torch_gpu.py --out "$OUT/torch_gpu.json" ${TORCH_BENCH_ARGS:-}
+bench torch_bench 60 0 "$OUT/torch_gpu.json" python3 tools/bench/cuda/torch_gpu.py --out "$OUT/torch_gpu.json" ${TORCH_BENCH_ARGS:-}
 
 # ---- the summary -------------------------------------------------------------------------
 {

@@ -9,6 +9,7 @@
 //! prints a `skipped:` line and passes.
 #![cfg(any(feature = "emulated-cuda", feature = "cuda"))]
 
+use ember::autograd::{Function, FunctionCtx, checkpoint};
 use ember::data::{DataLoader, TensorDataset};
 use ember::nn::{
     BatchNorm2d, Conv2d, CrossEntropyOptions, Dropout, Flatten, LSTM, Linear, MaxPool2d, ReLU, Reduction, Sequential,
@@ -16,7 +17,7 @@ use ember::nn::{
 };
 use ember::optim::{Adam, AdamConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig, Sgd, SgdConfig, clip_grad_norm_};
 use ember::prelude::*;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -25,7 +26,8 @@ const GPU: Device = Device::Cuda(0);
 const TOLERANCE: f64 = if cfg!(feature = "cuda") { 1e-4 } else { 0.0 };
 
 /// The global generator is shared by the tests of this file, which run on parallel threads:
-/// each comparison holds this lock, so that its two runs draw the same numbers.
+/// every test that draws holds this lock, so that a comparison's two runs draw the same
+/// numbers.
 static SEEDED: Mutex<()> = Mutex::new(());
 
 /// Named results of one run, read back to the host.
@@ -58,9 +60,14 @@ fn assert_same(what: &str, a: &Outcome, b: &Outcome, tol: f64) -> Result<()> {
     Ok(())
 }
 
+/// Holds the global generator for the calling test (see [`SEEDED`]).
+fn seeded() -> MutexGuard<'static, ()> {
+    SEEDED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Runs `run` with seed 0 on the CPU and on `device` and compares the outcomes.
 fn compare(what: &str, device: Device, run: impl Fn(Device) -> Result<Outcome>) -> Result<()> {
-    let _seeded = SEEDED.lock().unwrap_or_else(PoisonError::into_inner);
+    let _seeded = seeded();
     manual_seed(0);
     let on_cpu = run(Device::Cpu)?;
     manual_seed(0);
@@ -264,6 +271,7 @@ fn gradient_clipping_and_optimizers() -> Result<()> {
 #[test]
 fn checkpoints_move_between_devices() -> Result<()> {
     let Some(dev) = device("checkpoints_move_between_devices") else { return Ok(()) };
+    let _seeded = seeded();
     let path = std::env::temp_dir().join(format!("ember-device-plumbing-{}.safetensors", std::process::id()));
     let trained = small_cnn()?;
     trained.to_device(dev)?;
@@ -293,6 +301,7 @@ fn checkpoints_move_between_devices() -> Result<()> {
 #[test]
 fn data_loader_batches_and_var_to_device() -> Result<()> {
     let Some(dev) = device("data_loader_batches_and_var_to_device") else { return Ok(()) };
+    let _seeded = seeded();
     let (x, y) = circle_data(10)?;
     let loader = DataLoader::builder(TensorDataset::new(vec![x.clone(), y.clone()])?).batch_size(4).build()?;
     let mut rows = 0;
@@ -316,6 +325,45 @@ fn data_loader_batches_and_var_to_device() -> Result<()> {
     Ok(())
 }
 
+/// `(sin x, cos x)`: a custom function with two outputs, so that backward through one of
+/// them makes zero gradients for the other.
+struct SinCos;
+
+impl Function for SinCos {
+    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (s, c) = (inputs[0].sin(), inputs[0].cos());
+        ctx.save_for_backward(&[&s, &c]);
+        Ok(vec![s, c])
+    }
+
+    fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
+        let saved = ctx.saved_tensors()?;
+        Ok(vec![Some(grads[0].mul(&saved[1])?.sub(&grads[1].mul(&saved[0])?)?)])
+    }
+}
+
+#[test]
+fn custom_functions_checkpoints_and_hooks() -> Result<()> {
+    let Some(dev) = device("custom_functions_checkpoints_and_hooks") else { return Ok(()) };
+    compare("custom function, checkpoint, hooks", dev, |d| {
+        let x = Var::param(Tensor::randn([3, 4])?.to_device(d)?);
+        // Only the first output is used: the second one's gradient is zeros on the device.
+        let outs = SinCos.apply(&[&x])?;
+        outs[0].sum_all().backward()?;
+        let mut res = vec![("custom".to_string(), x.grad().ok_or_else(|| Error::autograd("no gradient"))?)];
+        x.zero_grad();
+        // A checkpointed segment with dropout recomputes the same mask on the device.
+        let drop = Dropout::new(0.5)?;
+        let y = checkpoint(move |v| Ok(drop.forward(&v[0])?.tanh().mul_scalar(3.0)), &[&x])?;
+        let doubled = x.register_hook(|g| Ok(Some(g.mul_scalar(2.0))))?;
+        y.sum_all().backward()?;
+        doubled.remove();
+        res.push(("checkpoint".to_string(), x.grad().ok_or_else(|| Error::autograd("no gradient"))?));
+        res.push(("y".to_string(), y.value()));
+        Ok(res)
+    })
+}
+
 /// Asserts that `r` is an error that names the CPU and the device.
 fn names_both<T>(what: &str, r: Result<T>, dev: Device) {
     match r {
@@ -330,6 +378,7 @@ fn names_both<T>(what: &str, r: Result<T>, dev: Device) {
 #[test]
 fn mixing_devices_is_an_error_naming_both() -> Result<()> {
     let Some(dev) = device("mixing_devices_is_an_error_naming_both") else { return Ok(()) };
+    let _seeded = seeded();
     let model = mlp()?;
     model.to_device(dev)?;
     let x_cpu = Var::new(Tensor::randn([3, 2])?);

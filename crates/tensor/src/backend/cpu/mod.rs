@@ -5,7 +5,7 @@
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
 mod attention;
-mod binary;
+pub(crate) mod binary;
 mod channel_norm;
 mod class_loss;
 mod contiguous;
@@ -19,7 +19,7 @@ mod join;
 mod lstm;
 mod matmul;
 mod norm;
-mod optim;
+pub(crate) mod optim;
 mod pool;
 mod random;
 mod reduce;

@@ -685,3 +685,148 @@ template <typename T> __device__ void rmsprop(i64 n, T* p, const T* g, T* s, T* 
     }
 DEF_OPTIM(f32, f32)
 DEF_OPTIM(f64, f64)
+
+// ---- classification losses of class-index targets ----
+//
+// A warp per row of `C` scores (the view `L` puts the class dimension last); the same
+// formulas as backend/cpu/class_loss.rs. A target that is neither ignored nor a class
+// raises `*bad`.
+
+__device__ __forceinline__ f64 warp_sum(f64 v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
+    for (int o = 16; o > 0; o /= 2) v = max_nan(v, (T)__shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Whether row r counts; raises `bad` for a target out of range.
+__device__ __forceinline__ bool target_ok(i64 tgt, i64 C, int has_ignore, i64 ignore, int* bad) {
+    if (has_ignore && tgt == ignore) return false;
+    if (tgt < 0 || tgt >= C) { *bad = 1; return false; }
+    return true;
+}
+
+// Counts the rows whose target is not ignored (the divisor of a mean) and checks targets.
+extern "C" __global__ void class_targets(i64 rows, i64 C, const i64* t, Strided Lt, int has_ignore, i64 ignore,
+                                         u64* counted, int* bad) {
+    GRID_LOOP(r, rows) {
+        if (target_ok(t[at(Lt, r)], C, has_ignore, ignore, bad)) atomicAdd(counted, 1ULL);
+    }
+}
+
+// The row's shift: its maximum, or 0 where that is not finite (as softmax shifts).
+template <typename T> __device__ __forceinline__ T row_shift(const T* s, const Strided& L, i64 r, i64 C, int lane) {
+    T m = lowest<T>();
+    for (i64 c = lane; c < C; c += 32) m = max_nan(m, s[at(L, r * C + c)]);
+    m = warp_max(m);
+    return (m - m == (T)0) ? m : (T)0;
+}
+
+template <typename T> __device__ void class_loss_rows(i64 rows, i64 C, const T* s, Strided L, const i64* t, Strided Lt,
+                                                      int logits, int has_ignore, i64 ignore, T hit, T spread, T* out,
+                                                      int* bad) {
+    int lane = threadIdx.x & 31;
+    i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 r = warp; r < rows; r += warps) {
+        i64 tgt = t[at(Lt, r)];
+        if (!target_ok(tgt, C, has_ignore, ignore, bad)) {
+            if (lane == 0) out[r] = (T)0;
+            continue;
+        }
+        T picked;
+        if (logits) {
+            T m = row_shift(s, L, r, C, lane);
+            f64 e = 0.0, sh = 0.0;
+            for (i64 c = lane; c < C; c += 32) {
+                T x = s[at(L, r * C + c)] - m;
+                e += (f64)exp(x);
+                sh += (f64)x;
+            }
+            e = warp_sum(e);
+            sh = warp_sum(sh);
+            T lse = log((T)e);
+            picked = lse - hit * (s[at(L, r * C + tgt)] - m);
+            if (spread != (T)0) picked = picked - spread * (T)sh;
+        } else {
+            f64 sum = 0.0;
+            if (spread != (T)0) {
+                for (i64 c = lane; c < C; c += 32) sum += (f64)s[at(L, r * C + c)];
+                sum = warp_sum(sum);
+            }
+            picked = -(hit * s[at(L, r * C + tgt)]);
+            if (spread != (T)0) picked = picked - spread * (T)sum;
+        }
+        if (lane == 0) out[r] = picked;
+    }
+}
+
+// The rows' losses summed in f64 by one block in a fixed order, divided by the count for
+// a mean (0 counted rows give NaN, as in PyTorch).
+template <typename T> __device__ void class_loss_total(i64 rows, const T* per_row, const u64* counted, int mean, T* out) {
+    __shared__ f64 sm[1024];
+    f64 acc = 0.0;
+    for (i64 r = threadIdx.x; r < rows; r += blockDim.x) acc += (f64)per_row[r];
+    sm[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) sm[threadIdx.x] += sm[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = (T)(mean ? sm[0] / (f64)*counted : sm[0]);
+}
+
+// The gradient with respect to the scores: `w * (softmax - q)` for logits, `-w * q` for
+// log-probabilities, zero for ignored rows; written through `Lo` into the scores' shape.
+template <typename T> __device__ void class_loss_grad(i64 rows, i64 C, const T* s, Strided L, const i64* t, Strided Lt,
+                                                      int logits, int has_ignore, i64 ignore, T hit, T spread,
+                                                      const T* g, Strided Lg, int reduction, const u64* counted,
+                                                      T* out, Strided Lo, int* bad) {
+    int lane = threadIdx.x & 31;
+    i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 r = warp; r < rows; r += warps) {
+        i64 tgt = t[at(Lt, r)];
+        if (!target_ok(tgt, C, has_ignore, ignore, bad)) {
+            for (i64 c = lane; c < C; c += 32) out[at(Lo, r * C + c)] = (T)0;
+            continue;
+        }
+        T w = reduction == 0 ? g[at(Lg, r)] : (reduction == 1 ? g[at(Lg, 0)] : g[at(Lg, 0)] / (T)(f64)*counted);
+        if (logits) {
+            T m = row_shift(s, L, r, C, lane);
+            f64 e = 0.0;
+            for (i64 c = lane; c < C; c += 32) e += (f64)exp(s[at(L, r * C + c)] - m);
+            e = warp_sum(e);
+            T k = w / (T)e, u = w * spread;
+            for (i64 c = lane; c < C; c += 32) {
+                T v = exp(s[at(L, r * C + c)] - m) * k - u;
+                if (c == tgt) v = v - w * hit;
+                out[at(Lo, r * C + c)] = v;
+            }
+        } else {
+            for (i64 c = lane; c < C; c += 32) {
+                T v = -(w * spread);
+                if (c == tgt) v = v - w * hit;
+                out[at(Lo, r * C + c)] = v;
+            }
+        }
+    }
+}
+
+#define DEF_CLASS_LOSS(N, T)                                                             \
+    extern "C" __global__ void class_loss_##N(i64 rows, i64 C, const T* s, Strided L, const i64* t, Strided Lt, \
+            int logits, int has_ignore, i64 ignore, T hit, T spread, T* out, int* bad) {  \
+        class_loss_rows<T>(rows, C, s, L, t, Lt, logits, has_ignore, ignore, hit, spread, out, bad); \
+    }                                                                                    \
+    extern "C" __global__ void class_loss_total_##N(i64 rows, const T* per_row, const u64* counted, int mean, T* out) { \
+        class_loss_total<T>(rows, per_row, counted, mean, out);                          \
+    }                                                                                    \
+    extern "C" __global__ void class_loss_grad_##N(i64 rows, i64 C, const T* s, Strided L, const i64* t, Strided Lt, \
+            int logits, int has_ignore, i64 ignore, T hit, T spread, const T* g, Strided Lg, int reduction, \
+            const u64* counted, T* out, Strided Lo, int* bad) {                          \
+        class_loss_grad<T>(rows, C, s, L, t, Lt, logits, has_ignore, ignore, hit, spread, g, Lg, reduction, counted, out, Lo, bad); \
+    }
+DEF_CLASS_LOSS(f32, f32)
+DEF_CLASS_LOSS(f64, f64)

@@ -10,9 +10,9 @@
 //!
 //! Memory comes from a caching allocator (`memory`); host data goes up through pinned
 //! staging buffers without blocking the host. Matrix products use cuBLAS; elementwise
-//! functions, reductions, softmax, indexing, joins and the optimizer steps have their own
-//! kernels; the heavy ops without one here (convolutions, pooling, normalisation,
-//! attention, the class losses, the LSTM cell) run as the `Backend` trait's default
+//! functions, reductions, softmax, the class losses, indexing, joins and the optimizer
+//! steps have their own kernels; the heavy ops without one here (convolutions, pooling,
+//! normalisation, attention, the LSTM cell) run as the `Backend` trait's default
 //! compositions of those kernels. Random numbers are drawn on the host from the global
 //! generator and uploaded, so `manual_seed` gives the same values on every device.
 
@@ -21,6 +21,7 @@ mod device;
 mod elementwise;
 mod index;
 mod launch;
+mod loss;
 mod matmul;
 mod memory;
 mod optim;
@@ -30,7 +31,7 @@ pub use memory::CudaStorage;
 
 use super::cpu::CpuBackend;
 use super::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
-use super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View, validate};
+use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, UnaryOp, View, validate};
 use crate::dtype::DType;
 use crate::layout::Layout;
 use crate::random::Distribution;
@@ -281,6 +282,22 @@ impl Backend for CudaBackend {
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
         wrap(reduce::softmax(self.st(s)?, &l, dim, log))
+    }
+
+    fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        self.gpu()?;
+        let op = loss.name();
+        let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
+        wrap(loss::forward(self.st(s)?, &l, self.st(t)?, &lt, loss))
+    }
+
+    fn class_loss_backward(&self, (s, l): View<'_>, (t, lt): View<'_>, (g, lg): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        self.gpu()?;
+        let op = loss.name();
+        let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
+        wrap(loss::backward(self.st(s)?, &l, self.st(t)?, &lt, self.st(g)?, &lg, loss))
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {

@@ -14,7 +14,7 @@ const MAX_BLOCKS: usize = 65_535;
 /// The view's shape and strides with `moved` taken out of their place and put last (in
 /// order): kernels then read output element `r` from elements `r * inner .. (r + 1) *
 /// inner` of the result. Also the product of the kept and of the moved extents.
-fn moved_last(l: &Layout, moved: &[usize]) -> (Vec<usize>, Vec<usize>, usize, usize) {
+pub(crate) fn moved_last(l: &Layout, moved: &[usize]) -> (Vec<usize>, Vec<usize>, usize, usize) {
     let (mut shape, mut strides) = (Vec::new(), Vec::new());
     let (mut outer, mut inner) = (1usize, 1usize);
     for d in (0..l.rank()).filter(|d| !moved.contains(d)) {

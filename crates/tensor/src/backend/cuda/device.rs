@@ -54,7 +54,8 @@ pub(crate) struct Gpu {
 /// Devices are numbered from 0; more than this many are not looked for.
 const MAX_DEVICES: usize = 16;
 
-static GPUS: [OnceLock<std::result::Result<&'static Gpu, String>>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+static GPUS: [OnceLock<std::result::Result<&'static Gpu, String>>; MAX_DEVICES] =
+    [const { OnceLock::new() }; MAX_DEVICES];
 
 /// The GPU `ordinal`, initialised on first use; an error says why it cannot be used.
 pub(crate) fn gpu(ordinal: usize) -> Result<&'static Gpu> {
@@ -95,14 +96,19 @@ impl Gpu {
         }
         // SAFETY: only tries to load the libraries.
         if unsafe { !cudarc::nvrtc::sys::is_culib_present() } {
-            return Err("NVRTC (libnvrtc.so.13) could not be loaded; add the CUDA 13 libraries to LD_LIBRARY_PATH".into());
+            return Err(
+                "NVRTC (libnvrtc.so.13) could not be loaded; add the CUDA 13 libraries to LD_LIBRARY_PATH".into()
+            );
         }
         if unsafe { !cudarc::cublas::sys::is_culib_present() } {
-            return Err("cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 libraries to LD_LIBRARY_PATH".into());
+            return Err(
+                "cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 libraries to LD_LIBRARY_PATH".into()
+            );
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| format!("cannot create a context: {e:?}"))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        let (major, minor) = ctx.compute_capability().map_err(|e| format!("cannot read the compute capability: {e:?}"))?;
+        let (major, minor) =
+            ctx.compute_capability().map_err(|e| format!("cannot read the compute capability: {e:?}"))?;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_or(32, |n| n.max(1) as u32);
@@ -144,7 +150,10 @@ impl Gpu {
         let full = [name.0, name.1, name.2].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("_");
         let c = CString::new(full.clone()).map_err(|e| self.err("bad kernel name", e))?;
         // SAFETY: the module is loaded and never unloaded; the context is current.
-        let f = Func(unsafe { result::module::get_function(self.module.0, c) }.map_err(|e| self.err(&format!("no kernel {full}"), e))?);
+        let f = Func(
+            unsafe { result::module::get_function(self.module.0, c) }
+                .map_err(|e| self.err(&format!("no kernel {full}"), e))?,
+        );
         self.funcs.write().unwrap_or_else(|p| p.into_inner()).insert(name, f);
         Ok(f)
     }

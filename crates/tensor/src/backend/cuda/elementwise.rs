@@ -93,7 +93,14 @@ pub(crate) fn zero(gpu: &Gpu, s: &CudaStorage) -> Result<()> {
 }
 
 /// `dst[ld] = convert(src[ls])` over `n` elements.
-pub(crate) fn convert(gpu: &Gpu, n: usize, dst: &CudaStorage, ld: &Strided, src: &CudaStorage, ls: &Strided) -> Result<()> {
+pub(crate) fn convert(
+    gpu: &Gpu,
+    n: usize,
+    dst: &CudaStorage,
+    ld: &Strided,
+    src: &CudaStorage,
+    ls: &Strided,
+) -> Result<()> {
     let f = gpu.func(("convert", sfx(src.dtype()), sfx(dst.dtype())))?;
     let (n64, pd, ps) = (n as i64, dst.ptr(), src.ptr());
     launch_elems(gpu, f, n, &mut [arg(&n64), arg(&pd), arg(ld), arg(&ps), arg(ls)])
@@ -234,7 +241,13 @@ pub(crate) fn binary(op: BinaryOp, a: &CudaStorage, la: &Layout, b: &CudaStorage
     Ok(out)
 }
 
-pub(crate) fn binary_inplace(op: BinaryOp, dst: &CudaStorage, ld: &Layout, src: &CudaStorage, ls: &Layout) -> Result<()> {
+pub(crate) fn binary_inplace(
+    op: BinaryOp,
+    dst: &CudaStorage,
+    ld: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
     same_dtype(op.name(), dst.dtype(), src.dtype())?;
     let d = Strided::of(op.name(), ld)?;
     binary_into(op, ld.numel(), dst, &d, dst, &d, src, &Strided::of(op.name(), ls)?)

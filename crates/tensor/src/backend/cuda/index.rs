@@ -29,7 +29,14 @@ fn flag(op: &'static str, index: &CudaStorage) -> Result<CudaStorage> {
 
 /// `Ok` unless the kernel raised `flag`; then the error names the first index outside
 /// `0..bound`.
-fn check_flag(op: &'static str, flag: &CudaStorage, index: &CudaStorage, li: &Layout, bound: usize, dim: usize) -> Result<()> {
+fn check_flag(
+    op: &'static str,
+    flag: &CudaStorage,
+    index: &CudaStorage,
+    li: &Layout,
+    bound: usize,
+    dim: usize,
+) -> Result<()> {
     let raised = download(flag)?.as_slice::<u8>().is_some_and(|f| f.iter().any(|&b| b != 0));
     if !raised {
         return Ok(());
@@ -40,7 +47,13 @@ fn check_flag(op: &'static str, flag: &CudaStorage, index: &CudaStorage, li: &La
     Err(Error::index(op, format!("index {i} is out of range for dimension {dim} of size {bound}")))
 }
 
-pub(crate) fn index_select(src: &CudaStorage, l: &Layout, dim: usize, index: &CudaStorage, li: &Layout) -> Result<CudaStorage> {
+pub(crate) fn index_select(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    index: &CudaStorage,
+    li: &Layout,
+) -> Result<CudaStorage> {
     let op = "index_select";
     indices_dtype(op, index)?;
     let gpu = src.gpu();
@@ -48,10 +61,11 @@ pub(crate) fn index_select(src: &CudaStorage, l: &Layout, dim: usize, index: &Cu
     let k = li.numel();
     let outer: usize = l.shape()[..dim].iter().product();
     let inner: usize = l.shape()[dim + 1..].iter().product();
-    let n = outer
-        .checked_mul(k)
-        .and_then(|n| n.checked_mul(inner))
-        .ok_or(Error::Alloc { op, elements: usize::MAX, dtype: src.dtype().name() })?;
+    let n = outer.checked_mul(k).and_then(|n| n.checked_mul(inner)).ok_or(Error::Alloc {
+        op,
+        elements: usize::MAX,
+        dtype: src.dtype().name(),
+    })?;
     let out = CudaStorage::alloc(gpu, op, n, src.dtype())?;
     let bad = flag(op, index)?;
     let (ls, lix) = (Strided::of(op, l)?, Strided::of(op, li)?);
@@ -72,7 +86,13 @@ pub(crate) fn index_select(src: &CudaStorage, l: &Layout, dim: usize, index: &Cu
     Ok(out)
 }
 
-pub(crate) fn gather(src: &CudaStorage, l: &Layout, dim: usize, index: &CudaStorage, li: &Layout) -> Result<CudaStorage> {
+pub(crate) fn gather(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    index: &CudaStorage,
+    li: &Layout,
+) -> Result<CudaStorage> {
     let op = "gather";
     indices_dtype(op, index)?;
     let gpu = src.gpu();
@@ -85,7 +105,12 @@ pub(crate) fn gather(src: &CudaStorage, l: &Layout, dim: usize, index: &CudaStor
     let f = gpu.func(("gather", sfx(src.dtype()), ""))?;
     let (n64, d32, sz) = (n as i64, dim as i32, size as i64);
     let (po, ps, pi, pb) = (out.ptr(), src.ptr(), index.ptr(), bad.ptr());
-    launch_elems(gpu, f, n, &mut [arg(&n64), arg(&d32), arg(&sz), arg(&po), arg(&ps), arg(&ls), arg(&pi), arg(&lix), arg(&pb)])?;
+    launch_elems(
+        gpu,
+        f,
+        n,
+        &mut [arg(&n64), arg(&d32), arg(&sz), arg(&po), arg(&ps), arg(&ls), arg(&pi), arg(&lix), arg(&pb)],
+    )?;
     if n > 0 {
         check_flag(op, &bad, index, li, size, dim)?;
     }

@@ -38,7 +38,8 @@ impl Strided {
                 _ => dims.push((n, s)),
             }
         }
-        let mut k = Strided { ndim: 0, contiguous: 0, offset: offset as i64, shape: [1; MAX_DIMS], stride: [0; MAX_DIMS] };
+        let mut k =
+            Strided { ndim: 0, contiguous: 0, offset: offset as i64, shape: [1; MAX_DIMS], stride: [0; MAX_DIMS] };
         if dims.is_empty() || (dims.len() == 1 && dims[0].1 == 1) {
             k.contiguous = 1;
             return Ok(k);
@@ -46,7 +47,10 @@ impl Strided {
         if dims.len() > MAX_DIMS {
             return Err(Error::invalid(
                 op,
-                format!("the CUDA kernels read views of at most {MAX_DIMS} strided dimensions; this one has {} (make it contiguous first)", dims.len()),
+                format!(
+                    "the CUDA kernels read views of at most {MAX_DIMS} strided dimensions; this one has {} (make it contiguous first)",
+                    dims.len()
+                ),
             ));
         }
         k.ndim = dims.len() as i32;
@@ -71,9 +75,18 @@ impl Strided {
     /// coordinates from it (`gather`, `scatter_add`).
     pub(crate) fn unmerged(op: &'static str, shape: &[usize], strides: &[usize], offset: usize) -> Result<Strided> {
         if shape.len() > MAX_DIMS {
-            return Err(Error::invalid(op, format!("the CUDA kernels take at most {MAX_DIMS} dimensions, got {}", shape.len())));
+            return Err(Error::invalid(
+                op,
+                format!("the CUDA kernels take at most {MAX_DIMS} dimensions, got {}", shape.len()),
+            ));
         }
-        let mut k = Strided { ndim: shape.len() as i32, contiguous: 0, offset: offset as i64, shape: [1; MAX_DIMS], stride: [0; MAX_DIMS] };
+        let mut k = Strided {
+            ndim: shape.len() as i32,
+            contiguous: 0,
+            offset: offset as i64,
+            shape: [1; MAX_DIMS],
+            stride: [0; MAX_DIMS],
+        };
         for (i, (&n, &s)) in shape.iter().zip(strides).enumerate() {
             k.shape[i] = n as i64;
             k.stride[i] = s as i64;

@@ -84,8 +84,18 @@ impl Rows {
     fn count(&self, t: &CudaStorage) -> Result<()> {
         let gpu = t.gpu();
         let f = gpu.func(("class_targets", "", ""))?;
-        let (rows, c, pt, pc, pb) = (self.rows as i64, self.classes as i64, t.ptr(), self.counted.ptr(), self.bad.ptr());
-        let mut args = [arg(&rows), arg(&c), arg(&pt), arg(&self.targets), arg(&self.has_ignore), arg(&self.ignore), arg(&pc), arg(&pb)];
+        let (rows, c, pt, pc, pb) =
+            (self.rows as i64, self.classes as i64, t.ptr(), self.counted.ptr(), self.bad.ptr());
+        let mut args = [
+            arg(&rows),
+            arg(&c),
+            arg(&pt),
+            arg(&self.targets),
+            arg(&self.has_ignore),
+            arg(&self.ignore),
+            arg(&pc),
+            arg(&pb),
+        ];
         launch(gpu, f, self.rows.div_ceil(256).clamp(1, 65_535) as u32, 256, &mut args)
     }
 
@@ -102,7 +112,13 @@ impl Rows {
     }
 }
 
-pub(crate) fn forward(s: &CudaStorage, l: &Layout, t: &CudaStorage, lt: &Layout, loss: &ClassLoss) -> Result<CudaStorage> {
+pub(crate) fn forward(
+    s: &CudaStorage,
+    l: &Layout,
+    t: &CudaStorage,
+    lt: &Layout,
+    loss: &ClassLoss,
+) -> Result<CudaStorage> {
     let op = loss.name();
     let gpu = s.gpu();
     let r = Rows::new(loss, s, l, lt)?;

@@ -79,7 +79,10 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
     }
     let too_big = |v: usize| i32::try_from(v).is_err();
     if [m, n, k, batch].into_iter().any(too_big) {
-        return Err(Error::invalid(op, format!("cuBLAS takes sizes below 2^31, got {batch} products of {m}x{k} by {k}x{n}")));
+        return Err(Error::invalid(
+            op,
+            format!("cuBLAS takes sizes below 2^31, got {batch} products of {m}x{k} by {k}x{n}"),
+        ));
     }
     // Operands cuBLAS cannot read in place are copied to contiguous first.
     let fit = |s: &CudaStorage, l: &Layout| -> Result<(Option<CudaStorage>, Operand)> {
@@ -106,15 +109,47 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
             DType::F32 => {
                 let (one, nil) = (1.0f32, 0.0f32);
                 blas::sgemm_strided_batched(
-                    handle.0, ob.op, oa.op, ni, mi, ki, &one, pb as *const f32, ob.ld as i32, ob.batch_stride,
-                    pa as *const f32, oa.ld as i32, oa.batch_stride, &nil, out.ptr() as *mut f32, ni, stride_c, bi,
+                    handle.0,
+                    ob.op,
+                    oa.op,
+                    ni,
+                    mi,
+                    ki,
+                    &one,
+                    pb as *const f32,
+                    ob.ld as i32,
+                    ob.batch_stride,
+                    pa as *const f32,
+                    oa.ld as i32,
+                    oa.batch_stride,
+                    &nil,
+                    out.ptr() as *mut f32,
+                    ni,
+                    stride_c,
+                    bi,
                 )
             }
             DType::F64 => {
                 let (one, nil) = (1.0f64, 0.0f64);
                 blas::dgemm_strided_batched(
-                    handle.0, ob.op, oa.op, ni, mi, ki, &one, pb as *const f64, ob.ld as i32, ob.batch_stride,
-                    pa as *const f64, oa.ld as i32, oa.batch_stride, &nil, out.ptr() as *mut f64, ni, stride_c, bi,
+                    handle.0,
+                    ob.op,
+                    oa.op,
+                    ni,
+                    mi,
+                    ki,
+                    &one,
+                    pb as *const f64,
+                    ob.ld as i32,
+                    ob.batch_stride,
+                    pa as *const f64,
+                    oa.ld as i32,
+                    oa.batch_stride,
+                    &nil,
+                    out.ptr() as *mut f64,
+                    ni,
+                    stride_c,
+                    bi,
                 )
             }
             dt => return Err(Error::dtype(op, format!("cuBLAS multiplies f32 and f64, got {dt}"))),

@@ -146,7 +146,8 @@ pub struct CudaStorage {
 impl CudaStorage {
     /// Uninitialised room for `len` elements of `dtype` on `gpu`.
     pub(crate) fn alloc(gpu: &'static Gpu, op: &'static str, len: usize, dtype: DType) -> Result<Self> {
-        let bytes = len.checked_mul(dtype.size_in_bytes()).ok_or(Error::Alloc { op, elements: len, dtype: dtype.name() })?;
+        let bytes =
+            len.checked_mul(dtype.size_in_bytes()).ok_or(Error::Alloc { op, elements: len, dtype: dtype.name() })?;
         Ok(CudaStorage { buf: DeviceBuffer::new(gpu, bytes)?, dtype, len })
     }
 
@@ -229,7 +230,8 @@ pub(crate) fn upload(gpu: &'static Gpu, data: &CpuStorage) -> Result<CudaStorage
         None => {
             let size = bytes.len().next_power_of_two().max(4096);
             // SAFETY: plain allocations; staging buffers live as long as the process.
-            let host = unsafe { result::malloc_host(size, 0) }.map_err(|e| gpu.err("pinned host allocation", e))? as *mut u8;
+            let host =
+                unsafe { result::malloc_host(size, 0) }.map_err(|e| gpu.err("pinned host allocation", e))? as *mut u8;
             let done = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
                 .map_err(|e| gpu.err("event creation", e))?;
             Staging { host, bytes: size, done }

@@ -292,7 +292,13 @@ impl Backend for CudaBackend {
         wrap(loss::forward(self.st(s)?, &l, self.st(t)?, &lt, loss))
     }
 
-    fn class_loss_backward(&self, (s, l): View<'_>, (t, lt): View<'_>, (g, lg): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+    fn class_loss_backward(
+        &self,
+        (s, l): View<'_>,
+        (t, lt): View<'_>,
+        (g, lg): View<'_>,
+        loss: &ClassLoss,
+    ) -> Result<Storage> {
         self.gpu()?;
         let op = loss.name();
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
@@ -355,12 +361,18 @@ impl Backend for CudaBackend {
         let mut total = 0usize;
         for ((s, _), l) in srcs.iter().zip(&layouts) {
             if s.dtype() != first.dtype() {
-                return Err(Error::dtype(op, format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype())));
+                return Err(Error::dtype(
+                    op,
+                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
+                ));
             }
             let rank = first_layout.rank();
             let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
             if !fits {
-                return Err(Error::shape(op, format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape())));
+                return Err(Error::shape(
+                    op,
+                    format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
+                ));
             }
             total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
         }

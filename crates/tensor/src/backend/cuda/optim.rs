@@ -3,9 +3,9 @@
 
 use super::launch::{arg, launch_elems};
 use super::{sfx, storage_of, storage_of_mut};
+use crate::backend::View;
 use crate::backend::cpu::optim::{operand, optional, param_range};
 use crate::backend::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
-use crate::backend::View;
 use crate::dtype::DType;
 use crate::{Error, Result};
 use std::ffi::c_void;
@@ -52,8 +52,12 @@ pub(crate) fn sgd_step((p, lp): Target<'_>, (g, lg): View<'_>, buffer: Option<Ta
     let gpu = ps.gpu();
     let f = gpu.func(("sgd", sfx(dtype), ""))?;
     let (n, pp, pg) = (rp.len() as i64, ps.ptr_at(rp.start), gs.ptr_at(rg.start));
-    let (neg_lr, wd, momentum, keep) =
-        (F::new(-hp.lr, dtype), F::new(hp.weight_decay, dtype), F::new(hp.momentum, dtype), F::new(1.0 - hp.dampening, dtype));
+    let (neg_lr, wd, momentum, keep) = (
+        F::new(-hp.lr, dtype),
+        F::new(hp.weight_decay, dtype),
+        F::new(hp.momentum, dtype),
+        F::new(1.0 - hp.dampening, dtype),
+    );
     let (decay, nesterov, fresh) = ((hp.weight_decay != 0.0) as i32, hp.nesterov as i32, hp.fresh_buffer as i32);
     let mut args = [
         arg(&n),
@@ -87,7 +91,8 @@ pub(crate) fn adam_step((p, lp): Target<'_>, (g, lg): View<'_>, st: AdamState<'_
         (Some((x, _)), Some(r)) => storage_of(x)?.ptr_at(r.start),
         _ => 0,
     };
-    let (pm, pv, pg) = (storage_of(m)?.ptr_at(rm.start), storage_of(v)?.ptr_at(rv.start), storage_of(g)?.ptr_at(rg.start));
+    let (pm, pv, pg) =
+        (storage_of(m)?.ptr_at(rm.start), storage_of(v)?.ptr_at(rv.start), storage_of(g)?.ptr_at(rg.start));
     let ps = storage_of_mut(p)?;
     let gpu = ps.gpu();
     let f = gpu.func(("adam", sfx(dtype), ""))?;
@@ -126,7 +131,12 @@ pub(crate) fn adam_step((p, lp): Target<'_>, (g, lg): View<'_>, st: AdamState<'_
     launch_elems(gpu, f, rp.len(), &mut args)
 }
 
-pub(crate) fn rmsprop_step((p, lp): Target<'_>, (g, lg): View<'_>, st: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+pub(crate) fn rmsprop_step(
+    (p, lp): Target<'_>,
+    (g, lg): View<'_>,
+    st: RmsPropState<'_>,
+    hp: &RmsPropStep,
+) -> Result<()> {
     let op = "rmsprop_step";
     let rp = param_range(op, p, lp)?;
     let dtype = p.dtype();

@@ -830,3 +830,58 @@ template <typename T> __device__ void class_loss_grad(i64 rows, i64 C, const T* 
     }
 DEF_CLASS_LOSS(f32, f32)
 DEF_CLASS_LOSS(f64, f64)
+
+// ---- sliding windows: unfold (im2col) and fold (col2im) ----
+
+struct Window {
+    i64 in[2], out[2], k[2], s[2], p[2], d[2];
+};
+
+// out [N, C * kh * kw, oh * ow] (contiguous) from the input view [N, C, h, w] read through
+// strides `st` from `off`; zero in the padding.
+template <typename T> __device__ void unfold(i64 n, i64 C, Window w, T* out, const T* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off) {
+    i64 P = w.out[0] * w.out[1], taps = w.k[0] * w.k[1];
+    GRID_LOOP(i, n) {
+        i64 pos = i % P, rest = i / P, row = rest % (C * taps), b = rest / (C * taps);
+        i64 c = row / taps, tap = row % taps;
+        i64 ki = tap / w.k[1], kj = tap % w.k[1];
+        i64 y = pos / w.out[1], xx = pos % w.out[1];
+        i64 iy = y * w.s[0] - w.p[0] + ki * w.d[0];
+        i64 ix = xx * w.s[1] - w.p[1] + kj * w.d[1];
+        bool inside = iy >= 0 && iy < w.in[0] && ix >= 0 && ix < w.in[1];
+        out[i] = inside ? x[off + b * s0 + c * s1 + iy * s2 + ix * s3] : (T)0;
+    }
+}
+
+// out [N, C, h, w] (contiguous): every column entry that unfold took from a position
+// summed back into it, gathered per output element in tap order (no atomics, so the sums
+// do not depend on scheduling). The columns are read through strides from `off`.
+template <typename T> __device__ void fold(i64 n, i64 C, Window w, T* out, const T* col, i64 s0, i64 s1, i64 s2, i64 off) {
+    i64 taps = w.k[0] * w.k[1];
+    GRID_LOOP(i, n) {
+        i64 ix = i % w.in[1], rest = i / w.in[1], iy = rest % w.in[0];
+        rest /= w.in[0];
+        i64 c = rest % C, b = rest / C;
+        f64 acc = 0.0;
+        for (i64 ki = 0; ki < w.k[0]; ++ki) {
+            i64 ty = iy + w.p[0] - ki * w.d[0];
+            if (ty < 0 || ty % w.s[0] != 0) continue;
+            i64 y = ty / w.s[0];
+            if (y >= w.out[0]) continue;
+            for (i64 kj = 0; kj < w.k[1]; ++kj) {
+                i64 tx = ix + w.p[1] - kj * w.d[1];
+                if (tx < 0 || tx % w.s[1] != 0) continue;
+                i64 xx = tx / w.s[1];
+                if (xx >= w.out[1]) continue;
+                i64 row = c * taps + ki * w.k[1] + kj;
+                acc += (f64)col[off + b * s0 + row * s1 + (y * w.out[1] + xx) * s2];
+            }
+        }
+        out[i] = (T)acc;
+    }
+}
+
+extern "C" __global__ void unfold_f32(i64 n, i64 C, Window w, f32* out, const f32* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off) { unfold<f32>(n, C, w, out, x, s0, s1, s2, s3, off); }
+extern "C" __global__ void unfold_f64(i64 n, i64 C, Window w, f64* out, const f64* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off) { unfold<f64>(n, C, w, out, x, s0, s1, s2, s3, off); }
+extern "C" __global__ void fold_f32(i64 n, i64 C, Window w, f32* out, const f32* col, i64 s0, i64 s1, i64 s2, i64 off) { fold<f32>(n, C, w, out, col, s0, s1, s2, off); }
+extern "C" __global__ void fold_f64(i64 n, i64 C, Window w, f64* out, const f64* col, i64 s0, i64 s1, i64 s2, i64 off) { fold<f64>(n, C, w, out, col, s0, s1, s2, off); }

@@ -11,10 +11,11 @@
 //! Memory comes from a caching allocator (`memory`); host data goes up through pinned
 //! staging buffers without blocking the host. Matrix products use cuBLAS; elementwise
 //! functions, reductions, softmax, the class losses, indexing, joins and the optimizer
-//! steps have their own kernels; the heavy ops without one here (convolutions, pooling,
-//! normalisation, attention, the LSTM cell) run as the `Backend` trait's default
-//! compositions of those kernels. Random numbers are drawn on the host from the global
-//! generator and uploaded, so `manual_seed` gives the same values on every device.
+//! steps, `unfold` and `fold` have their own kernels; the heavy ops without one here
+//! (convolutions, which compose from `unfold`, `fold` and cuBLAS; pooling, normalisation,
+//! attention, the LSTM cell) run as the `Backend` trait's default compositions. Random
+//! numbers are drawn on the host from the global generator and uploaded, so `manual_seed`
+//! gives the same values on every device.
 
 mod compile;
 mod device;
@@ -26,12 +27,14 @@ mod matmul;
 mod memory;
 mod optim;
 mod reduce;
+mod window;
 
 pub use memory::CudaStorage;
 
+use super::conv::check_window_view;
 use super::cpu::CpuBackend;
 use super::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
-use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, UnaryOp, View, validate};
+use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, SlidingWindow, UnaryOp, View, validate};
 use crate::dtype::DType;
 use crate::layout::Layout;
 use crate::random::Distribution;
@@ -315,6 +318,18 @@ impl Backend for CudaBackend {
             return super::compose::matmul(self, (a, &la), (b, &lb));
         }
         wrap(matmul::matmul(self.st(a)?, &la, self.st(b)?, &lb))
+    }
+
+    fn unfold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        self.gpu()?;
+        let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
+        wrap(window::unfold(self.st(s)?, &l, window, (n, c)))
+    }
+
+    fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        self.gpu()?;
+        let (n, c, l) = check_window_view("fold", window, s, l, true)?;
+        wrap(window::fold(self.st(s)?, &l, window, (n, c)))
     }
 
     fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {

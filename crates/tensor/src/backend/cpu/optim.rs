@@ -101,7 +101,14 @@ fn for_ranges(n: usize, f: impl Fn(Range<usize>) + Sync) {
 
 /// The element range a contiguous operand of an update occupies, after checking that it
 /// fits its storage, has the parameter's dtype and shape, and is contiguous.
-pub(crate) fn operand(op: &'static str, what: &str, s: &Storage, l: &Layout, dtype: DType, like: &Layout) -> Result<Range<usize>> {
+pub(crate) fn operand(
+    op: &'static str,
+    what: &str,
+    s: &Storage,
+    l: &Layout,
+    dtype: DType,
+    like: &Layout,
+) -> Result<Range<usize>> {
     let l = validate::view(op, s, l)?;
     if s.dtype() != dtype {
         return Err(Error::dtype(op, format!("{what} is {}, but the parameter is {dtype}", s.dtype())));

@@ -885,3 +885,68 @@ extern "C" __global__ void unfold_f32(i64 n, i64 C, Window w, f32* out, const f3
 extern "C" __global__ void unfold_f64(i64 n, i64 C, Window w, f64* out, const f64* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off) { unfold<f64>(n, C, w, out, x, s0, s1, s2, s3, off); }
 extern "C" __global__ void fold_f32(i64 n, i64 C, Window w, f32* out, const f32* col, i64 s0, i64 s1, i64 s2, i64 off) { fold<f32>(n, C, w, out, col, s0, s1, s2, off); }
 extern "C" __global__ void fold_f64(i64 n, i64 C, Window w, f64* out, const f64* col, i64 s0, i64 s1, i64 s2, i64 off) { fold<f64>(n, C, w, out, col, s0, s1, s2, off); }
+
+// ---- max pooling over planes ----
+//
+// `win` holds each output row's window (start, count) then each output column's; the
+// input view [N, C, h, w] is read through its strides. PyTorch's rule: a larger value or
+// any NaN takes the place, so the first maximum (or the last NaN) wins.
+template <typename T> __device__ void max_pool(i64 n, i64 C, i64 w, i64 oh, i64 ow, i64 rstep, i64 cstep, const i64* win,
+                                               const T* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off, T* out, i64* at) {
+    GRID_LOOP(i, n) {
+        i64 xo = i % ow, rest = i / ow, y = rest % oh, p = rest / oh;
+        i64 c = p % C, b = p / C;
+        i64 r0 = win[2 * y], rn = win[2 * y + 1], c0 = win[2 * oh + 2 * xo], cn = win[2 * oh + 2 * xo + 1];
+        T best = lowest<T>();
+        i64 arg = r0 * w + c0;
+        for (i64 a = 0; a < rn; ++a) {
+            i64 r = r0 + a * rstep;
+            for (i64 j = 0; j < cn; ++j) {
+                i64 cc = c0 + j * cstep;
+                T v = x[off + b * s0 + c * s1 + r * s2 + cc * s3];
+                if (v > best || v != v) {
+                    best = v;
+                    arg = r * w + cc;
+                }
+            }
+        }
+        out[i] = best;
+        at[i] = arg;
+    }
+}
+
+// out[n, c, q] = src[n, c, index[n, c, q]] over flattened planes of `plane` elements.
+template <typename T> __device__ void gather_planes(i64 n, i64 out_plane, i64 plane, const T* src, Strided Ls,
+                                                    const i64* index, Strided Li, T* out, int* bad) {
+    GRID_LOOP(i, n) {
+        i64 k = index[at(Li, i)];
+        if (k < 0 || k >= plane) { *bad = 1; out[i] = (T)0; continue; }
+        out[i] = src[at(Ls, (i / out_plane) * plane + k)];
+    }
+}
+
+// out (zeroed, [N, C, plane]) [n, c, index[n, c, q]] += src[n, c, q].
+template <typename T> __device__ void scatter_planes(i64 n, i64 in_plane, i64 plane, const T* src, Strided Ls,
+                                                     const i64* index, Strided Li, T* out, int* bad) {
+    GRID_LOOP(i, n) {
+        i64 k = index[at(Li, i)];
+        if (k < 0 || k >= plane) { *bad = 1; continue; }
+        atomic_add_(out + (i / in_plane) * plane + k, src[at(Ls, i)]);
+    }
+}
+
+#define DEF_POOL(N, T)                                                                   \
+    extern "C" __global__ void max_pool_##N(i64 n, i64 C, i64 w, i64 oh, i64 ow, i64 rstep, i64 cstep, \
+            const i64* win, const T* x, i64 s0, i64 s1, i64 s2, i64 s3, i64 off, T* out, i64* at) { \
+        max_pool<T>(n, C, w, oh, ow, rstep, cstep, win, x, s0, s1, s2, s3, off, out, at);  \
+    }                                                                                    \
+    extern "C" __global__ void gather_planes_##N(i64 n, i64 out_plane, i64 plane, const T* src, Strided Ls, \
+            const i64* index, Strided Li, T* out, int* bad) {                            \
+        gather_planes<T>(n, out_plane, plane, src, Ls, index, Li, out, bad);             \
+    }                                                                                    \
+    extern "C" __global__ void scatter_planes_##N(i64 n, i64 in_plane, i64 plane, const T* src, Strided Ls, \
+            const i64* index, Strided Li, T* out, int* bad) {                            \
+        scatter_planes<T>(n, in_plane, plane, src, Ls, index, Li, out, bad);             \
+    }
+DEF_POOL(f32, f32)
+DEF_POOL(f64, f64)

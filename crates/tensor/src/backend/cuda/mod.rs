@@ -11,9 +11,9 @@
 //! Memory comes from a caching allocator (`memory`); host data goes up through pinned
 //! staging buffers without blocking the host. Matrix products use cuBLAS; elementwise
 //! functions, reductions, softmax, the class losses, indexing, joins and the optimizer
-//! steps, `unfold` and `fold` have their own kernels; the heavy ops without one here
-//! (convolutions, which compose from `unfold`, `fold` and cuBLAS; pooling, normalisation,
-//! attention, the LSTM cell) run as the `Backend` trait's default compositions. Random
+//! steps, `unfold`, `fold` and max pooling have their own kernels; the heavy ops without one here
+//! (convolutions, which compose from `unfold`, `fold` and cuBLAS; average pooling and
+//! interpolation, normalisation, attention, the LSTM cell) run as the `Backend` trait's default compositions. Random
 //! numbers are drawn on the host from the global generator and uploaded, so `manual_seed`
 //! gives the same values on every device.
 
@@ -26,6 +26,7 @@ mod loss;
 mod matmul;
 mod memory;
 mod optim;
+mod pool;
 mod reduce;
 mod window;
 
@@ -34,6 +35,7 @@ pub use memory::CudaStorage;
 use super::conv::check_window_view;
 use super::cpu::CpuBackend;
 use super::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+use super::pool::{PoolWindows, check_gather_planes, check_planes, check_scatter_planes};
 use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, SlidingWindow, UnaryOp, View, validate};
 use crate::dtype::DType;
 use crate::layout::Layout;
@@ -330,6 +332,26 @@ impl Backend for CudaBackend {
         self.gpu()?;
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
         wrap(window::fold(self.st(s)?, &l, window, (n, c)))
+    }
+
+    fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
+        self.gpu()?;
+        windows.check("max_pool2d")?;
+        let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
+        let (values, index) = pool::max_pool2d(self.st(s)?, &l, windows)?;
+        Ok((Storage::Cuda(values), Storage::Cuda(index)))
+    }
+
+    fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = check_gather_planes(s, l, si, li)?;
+        wrap(pool::gather_planes(self.st(s)?, &l, self.st(si)?, &li))
+    }
+
+    fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
+        wrap(pool::scatter_planes(self.st(s)?, &l, self.st(si)?, &li, plane))
     }
 
     fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {

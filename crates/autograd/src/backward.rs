@@ -13,6 +13,12 @@ fn root_grad(root: &Var, grad_output: Option<&Var>, op: &str) -> Result<Var> {
                     "{op}: grad_output of shape {gs:?} does not match the output's shape {rs:?}"
                 )));
             }
+            let (gdev, rdev) = (g.device(), root.device());
+            if gdev != rdev {
+                return Err(Error::autograd(format!(
+                    "{op}: grad_output is on {gdev} but the output is on {rdev}; expected one device"
+                )));
+            }
             // Like PyTorch's validate_outputs, a gradient of another dtype is converted to
             // the output's (differentiably, should it carry a graph).
             Ok(if gd != rd { g.to_dtype(rd) } else { g.clone() })

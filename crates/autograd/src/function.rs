@@ -60,7 +60,7 @@ use crate::node::{Node, NodeRef, REQUIRES_GRAD, new_node};
 use crate::op::{Grads, Op, Saves};
 use crate::saved_hooks::{self, PackedValue};
 use crate::var::Var;
-use ember_tensor::{DType, Error, Result, Shape, Tensor};
+use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use smallvec::{SmallVec, smallvec};
@@ -284,7 +284,7 @@ struct Shared<F> {
     /// Replaced when the forward runs again (its inputs changed).
     ctx: Mutex<Arc<FunctionCtx>>,
     inputs: Vec<(Shape, DType)>,
-    outputs: Mutex<Vec<(Shape, DType)>>,
+    outputs: Mutex<Vec<(Shape, DType, Device)>>,
     /// For several outputs: the output nodes (weak: they hold this function's node).
     output_nodes: Mutex<Vec<Weak<Node<dyn Op>>>>,
 }
@@ -299,7 +299,7 @@ impl<F: Function> Shared<F> {
         }
         ctx.finish_forward(values, &outputs, pack);
         *self.ctx.lock() = Arc::new(ctx);
-        *self.outputs.lock() = outputs.iter().map(|t| (t.shape().clone(), t.dtype())).collect();
+        *self.outputs.lock() = outputs.iter().map(|t| (t.shape().clone(), t.dtype(), t.device())).collect();
         Ok(outputs)
     }
 
@@ -335,8 +335,11 @@ impl<F: Function> Shared<F> {
             grad_outputs.push(match g {
                 Some(g) => g,
                 None => {
-                    let (shape, dtype) = metas.get(j).cloned().unwrap_or((Shape::scalar(), DType::F32));
-                    Var::new(Tensor::zeros(shape, dtype)?)
+                    // Zeros on the output's device: the user's backward combines them with
+                    // the gradients of the other outputs.
+                    let (shape, dtype, device) =
+                        metas.get(j).cloned().unwrap_or((Shape::scalar(), DType::F32, Device::Cpu));
+                    Var::new(Tensor::full_on(shape, 0, dtype, device)?)
                 }
             });
         }

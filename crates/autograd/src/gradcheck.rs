@@ -42,7 +42,7 @@ where
     for j in 0..n_out {
         let mut onehot = vec![0.0f64; n_out];
         onehot[j] = 1.0;
-        let go = Var::new(Tensor::from_vec(onehot, out.shape())?);
+        let go = Var::new(Tensor::from_vec(onehot, out.shape())?.to_device(out.device())?);
         let grads = grad(&[&out], &refs, &[&go], true, false)?;
         for (i, g) in grads.iter().enumerate() {
             if let Some(g) = g {
@@ -57,7 +57,7 @@ where
     let eval = |i: usize, k: usize, delta: f64| -> Result<Vec<f64>> {
         let mut data = inputs[i].to_vec::<f64>()?;
         data[k] += delta;
-        let perturbed = Tensor::from_vec(data, inputs[i].shape().clone())?;
+        let perturbed = Tensor::from_vec(data, inputs[i].shape().clone())?.to_device(inputs[i].device())?;
         let vs: Vec<Var> = inputs
             .iter()
             .enumerate()

@@ -175,6 +175,14 @@ impl Var {
                 format!("gradient of shape {:?} for a value of shape {:?}", g.shape(), self.shape()),
             ));
         }
+        if let Some(g) = &grad
+            && g.device() != self.device()
+        {
+            return Err(Error::Device {
+                device: g.device().to_string(),
+                msg: format!("set_grad: the gradient is on {} but the value is on {}", g.device(), self.device()),
+            });
+        }
         *self.node.grad_slot() = grad.map(Var::new);
         Ok(())
     }

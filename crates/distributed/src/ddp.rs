@@ -7,7 +7,7 @@ use crate::host_buf::HostBuf;
 use crate::reduce_op::ReduceOp;
 use ember_autograd::{HookHandle, Var, is_grad_enabled};
 use ember_nn::Module;
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{Device, Error, Result, Tensor};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -281,6 +281,10 @@ impl<M: Module> Module for DistributedDataParallel<M> {
         self.module.named_buffers().into_iter().map(|(n, b)| (format!("module.{n}"), b)).collect()
     }
 
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        self.module.buffers_to_device(device)
+    }
+
     fn set_training(&self, on: bool) {
         self.module.set_training(on);
     }
@@ -418,7 +422,7 @@ impl Reducer {
             let p = &self.params[i].1;
             let g = match p.grad() {
                 Some(g) if !st.unused[i] => g,
-                _ => Tensor::zeros(p.value().shape().clone(), p.value().dtype())?,
+                _ => p.value().zeros_like(),
             };
             let buf = HostBuf::read("DistributedDataParallel", self.group.rank(), &g)?;
             match &mut flat {
@@ -429,7 +433,7 @@ impl Reducer {
         let flat = match flat {
             Some(f) => {
                 let n = f.len();
-                f.into_tensor(&[n])?
+                f.into_tensor(&[n], Device::Cpu)?
             }
             None => return Err(self.err(format!("bucket {b} is empty"))),
         };
@@ -474,7 +478,7 @@ impl Reducer {
                 let n = p.numel();
                 if used[i] {
                     let dims = p.value().shape().dims().to_vec();
-                    p.set_grad(Some(flat.slice(offset, n).into_tensor(&dims)?))?;
+                    p.set_grad(Some(flat.slice(offset, n).into_tensor(&dims, p.device())?))?;
                 }
                 offset += n;
             }

@@ -1,7 +1,7 @@
 //! Tensor contents on the host, as the transports move and combine them.
 
 use crate::reduce_op::ReduceOp;
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{DType, Device, Error, Result, Tensor};
 
 /// The elements of an `f32`, `f64` or `i64` tensor in logical order (`i64` for buffers
 /// such as BatchNorm's `num_batches_tracked`).
@@ -47,19 +47,20 @@ impl HostBuf {
         }
     }
 
-    /// A tensor of `shape` holding the elements.
-    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor> {
-        match self {
+    /// A tensor of `shape` on `device` holding the elements.
+    pub(crate) fn into_tensor(self, shape: &[usize], device: Device) -> Result<Tensor> {
+        let t = match self {
             HostBuf::F32(v) => Tensor::from_vec(v, shape),
             HostBuf::F64(v) => Tensor::from_vec(v, shape),
             HostBuf::I64(v) => Tensor::from_vec(v, shape),
-        }
+        }?;
+        t.to_device(device)
     }
 
     /// Writes the elements into `t` (same shape and dtype), in place.
     pub(crate) fn write_into(self, t: &Tensor) -> Result<()> {
         let shape = t.shape().dims().to_vec();
-        t.copy_(&self.into_tensor(&shape)?)
+        t.copy_(&self.into_tensor(&shape, t.device())?)
     }
 
     /// Elements `start..start + len` as a new buffer.

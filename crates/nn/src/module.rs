@@ -3,7 +3,7 @@
 use crate::serialize::{load_safetensors, save_safetensors};
 use crate::state_dict::StateDict;
 use ember_autograd::{Var, no_grad};
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{Device, Error, Result, Tensor};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -44,6 +44,53 @@ pub trait Module: Send + Sync {
     /// [`load_state_dict`](Module::load_state_dict) can write into them. None by default.
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         Vec::new()
+    }
+
+    /// Moves the buffers (those [`named_buffers`](Module::named_buffers) lists) to `device`,
+    /// for [`to_device`](Module::to_device). Nothing to do by default; a module that keeps
+    /// buffers replaces them here, and a container forwards the call to its children.
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
+
+    /// Moves every parameter (with its gradient, if any) and every buffer to `device`, in
+    /// place: PyTorch's `model.to(device)`. The parameter `Var`s stay the same handles, so
+    /// an optimizer built before or after the move updates the moved values; the optimizer's
+    /// state, if it has any yet, does not move (build optimizers after moving, as in
+    /// PyTorch).
+    ///
+    /// ```
+    /// use ember_nn::{Linear, Module};
+    /// use ember_tensor::Device;
+    /// let model = Linear::new(3, 2)?;
+    /// model.to_device(Device::Cpu)?;
+    /// assert!(model.parameters().iter().all(|p| p.device() == Device::Cpu));
+    /// assert!(model.to_device(Device::Cuda(7)).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    fn to_device(&self, device: Device) -> Result<()> {
+        device.check_available()?;
+        for p in self.parameters() {
+            if p.device() == device {
+                continue;
+            }
+            let grad = p.grad().map(|g| g.to_device(device)).transpose()?;
+            p.set_value(p.value().to_device(device)?)?;
+            p.set_grad(grad)?;
+        }
+        self.buffers_to_device(device)?;
+        match self.named_buffers().into_iter().find(|(_, b)| b.device() != device) {
+            Some((name, b)) => Err(Error::Device {
+                device: device.to_string(),
+                msg: format!(
+                    "to_device: buffer {name} stayed on {} (the module lists it in named_buffers but does not move it \
+                     in buffers_to_device)",
+                    b.device()
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Switches training mode on or off. Containers forward the call to their children;
@@ -100,7 +147,7 @@ pub trait Module: Send + Sync {
     /// differs from the module's is an error naming every offending key (with both shapes),
     /// and nothing is copied unless everything fits. Values of another dtype are converted
     /// to the module's, as PyTorch's `param.copy_(value)` does (an `f64` checkpoint loads
-    /// into an `f32` model).
+    /// into an `f32` model), and values on another device are copied to the module's.
     fn load_state_dict(&self, state: &StateDict) -> Result<()> {
         let targets: Vec<(String, Tensor)> =
             self.named_parameters().into_iter().map(|(n, p)| (n, p.value())).chain(self.named_buffers()).collect();
@@ -108,7 +155,9 @@ pub trait Module: Send + Sync {
         no_grad(|| {
             for (name, dst) in &targets {
                 if let Some(src) = state.get(name) {
-                    dst.copy_(src)?;
+                    // The module's device wins, as in PyTorch: a checkpoint read on the host
+                    // loads into a model on a GPU.
+                    dst.copy_(&src.to_device(dst.device())?)?;
                 }
             }
             Ok(())
@@ -234,6 +283,12 @@ macro_rules! forward_module {
             }
             fn named_buffers(&self) -> Vec<(String, Tensor)> {
                 (**self).named_buffers()
+            }
+            fn buffers_to_device(&self, device: Device) -> Result<()> {
+                (**self).buffers_to_device(device)
+            }
+            fn to_device(&self, device: Device) -> Result<()> {
+                (**self).to_device(device)
             }
             fn set_training(&self, on: bool) {
                 (**self).set_training(on)

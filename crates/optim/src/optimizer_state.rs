@@ -228,8 +228,8 @@ impl<'a> Reader<'a> {
     }
 
     /// A required state tensor of parameter `i`, checked against the parameter's value and
-    /// returned as a fresh contiguous tensor of the value's dtype (a float state of another
-    /// precision is converted, as PyTorch does).
+    /// returned as a fresh contiguous tensor of the value's dtype and device (a float state
+    /// of another precision is converted, as PyTorch does).
     pub fn tensor(&mut self, i: usize, name: &str, like: &Tensor) -> Result<Tensor> {
         let key = state_key(i, name);
         let Some((k, t)) = self.dict.tensors.get_key_value(&key) else {
@@ -252,8 +252,10 @@ impl<'a> Reader<'a> {
             ));
         }
         self.used_tensors.insert(k.as_str());
-        // `copy` after the conversion, which returns `t` itself when the dtype already fits.
-        Ok(t.to_dtype(like.dtype()).copy())
+        // `copy` after the conversion, which returns `t` itself when the dtype already fits;
+        // the state lives on its parameter's device, as PyTorch's optimizer `load_state_dict`
+        // casts it.
+        Ok(t.to_dtype(like.dtype()).copy().to_device(like.device())?)
     }
 
     /// Refuses entries that nothing read.

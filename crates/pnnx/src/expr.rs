@@ -108,8 +108,10 @@ impl Expr {
         match self {
             Expr::Input(i) => Ok(inputs[*i].clone()),
             Expr::Const(c) => {
-                let dtype = inputs.first().map_or(ember_tensor::DType::F32, |v| v.dtype());
-                Ok(Var::new(Tensor::from_vec(vec![*c], Vec::<usize>::new())?.to_dtype(dtype)))
+                let (dtype, device) = inputs
+                    .first()
+                    .map_or((ember_tensor::DType::F32, ember_tensor::Device::Cpu), |v| (v.dtype(), v.device()));
+                Ok(Var::new(Tensor::full_on(Vec::<usize>::new(), *c, dtype, device)?))
             }
             Expr::Call(f, args) => {
                 let a: Vec<Var> = args.iter().map(|e| e.eval(inputs)).collect::<Result<_>>()?;

@@ -5,7 +5,7 @@ use crate::param::Operator;
 use crate::weights::Weights;
 use ember_autograd::Var;
 use ember_nn::Module;
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// One operator and what it computes.
@@ -138,6 +138,10 @@ impl Module for PnnxModel {
         named
             .flat_map(|(name, m)| m.named_buffers().into_iter().map(move |(k, v)| (format!("{name}.{k}"), v)))
             .collect()
+    }
+
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        self.nodes.iter().filter_map(|n| n.step.module()).try_for_each(|m| m.buffers_to_device(device))
     }
 
     fn set_training(&self, on: bool) {

@@ -9,7 +9,7 @@ use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op};
 use crate::var::Var;
 use ember_tensor::backend::attention::OP;
-use ember_tensor::{Attention, AttentionShapes, DType, Error, Result, Shape, Tensor, check_attention};
+use ember_tensor::{Attention, AttentionShapes, DType, Device, Error, Result, Shape, Tensor, check_attention};
 use parking_lot::Mutex;
 use smallvec::smallvec;
 use std::sync::Arc;
@@ -24,9 +24,10 @@ fn check(q: &Var, k: &Var, v: &Var, mask: Option<&Var>) -> Result<AttentionShape
     )
 }
 
-/// The `u8` mask of the positions the causal triangle excludes (`j > i`), `[L, S]`.
-fn causal_excluded(l: usize, s: usize) -> Result<Tensor> {
-    Tensor::ones([l, s], DType::U8)?.triu(1)
+/// The `u8` mask of the positions the causal triangle excludes (`j > i`), `[L, S]`, on the
+/// scores' device.
+fn causal_excluded(l: usize, s: usize, device: Device) -> Result<Tensor> {
+    Tensor::full_on([l, s], 1, DType::U8, device)?.triu(1)
 }
 
 impl Var {
@@ -52,7 +53,7 @@ impl Var {
         }
         if spec.causal {
             // Row i always sees key 0, so the triangle alone leaves no row empty.
-            scores = scores.masked_fill(constant(causal_excluded(shapes.l, shapes.s)?), f64::NEG_INFINITY)?;
+            scores = scores.masked_fill(constant(causal_excluded(shapes.l, shapes.s, scores.device())?), f64::NEG_INFINITY)?;
         }
         if maybe_dead && shapes.s > 0 {
             // A row of only -inf has no softmax (NaN); it is set to 0 and passes no gradient.

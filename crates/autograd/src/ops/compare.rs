@@ -1,12 +1,12 @@
-//! Operations without a gradient (comparisons, argmax, ...), dtype casts, and the detaching
-//! identity. They are recorded all the same, so that a traced graph re-runs them.
+//! Operations without a gradient (comparisons, argmax, ...), dtype casts, device moves, and
+//! the detaching identity. They are recorded all the same, so that a traced graph re-runs them.
 
 use super::{apply, apply_infallible};
 use crate::backward_ctx::BackwardCtx;
 use crate::node::REQUIRES_GRAD;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::{CmpOp, DType, Dim, Result, Scalar, Tensor};
+use ember_tensor::{CmpOp, DType, Device, Dim, Result, Scalar, Tensor};
 use smallvec::smallvec;
 
 struct Compare(CmpOp);
@@ -136,6 +136,27 @@ impl Op for Cast {
     }
 }
 
+/// A move to another device: `to_device`. The gradient moves back to the source device.
+struct ToDevice {
+    to: Device,
+    from: Device,
+}
+
+impl Op for ToDevice {
+    fn name(&self) -> &str {
+        "to_device"
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        inputs[0].to_device(self.to)
+    }
+    fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        Ok(smallvec![Some(g.to_device(self.from)?)])
+    }
+    fn saves(&self) -> Saves {
+        Saves::NONE
+    }
+}
+
 /// The identity that stops gradients: `detach_node`.
 struct Detach;
 
@@ -179,6 +200,18 @@ impl Var {
         }
         let v = apply_infallible(Cast { to: dtype, from }, &[self]);
         if dtype.is_float() { v } else { no_grad_result(v) }
+    }
+
+    /// The value on `device` (PyTorch's `x.to(device)`): `self` when it is already there,
+    /// otherwise a copy whose gradient flows back to `self`'s device. An error for a device
+    /// that is not available.
+    pub fn to_device(&self, device: Device) -> Result<Var> {
+        let from = self.device();
+        if device == from {
+            device.check_available()?;
+            return Ok(self.clone());
+        }
+        apply(ToDevice { to: device, from }, &[self])
     }
 
     /// An identity node that stops gradients: it stays in the graph (visible in exports,

@@ -40,7 +40,7 @@ impl Op for ClassLossOp {
 /// operations, so that it can be differentiated again: `q`, the smoothed one-hot of the
 /// targets, and the ignored-row mask are constants; `w` is the incoming gradient per row.
 fn differentiable_grad(loss: &ClassLoss, x: &Var, target: &Tensor, g: &Var) -> Result<Var> {
-    let (shape, dtype) = (x.shape(), x.dtype());
+    let (shape, dtype, device) = (x.shape(), x.dtype(), x.device());
     let class_dim = ClassLoss::class_dim(shape.rank());
     let classes = shape[class_dim];
     let ignored = loss.ignore_index.map(|i| target.eq_scalar(i));
@@ -52,8 +52,8 @@ fn differentiable_grad(loss: &ClassLoss, x: &Var, target: &Tensor, g: &Var) -> R
     };
     let e = loss.label_smoothing;
     let at = safe.unsqueeze(class_dim)?;
-    let hit = Tensor::full(at.shape().clone(), 1.0 - e, dtype)?;
-    let q = Tensor::full(shape.clone(), e / classes as f64, dtype)?.scatter_add(class_dim, &at, &hit)?;
+    let hit = Tensor::full_on(at.shape().clone(), 1.0 - e, dtype, device)?;
+    let q = Tensor::full_on(shape.clone(), e / classes as f64, dtype, device)?.scatter_add(class_dim, &at, &hit)?;
 
     let mut w = match loss.reduction {
         LossReduction::None => g.clone(),
@@ -62,7 +62,7 @@ fn differentiable_grad(loss: &ClassLoss, x: &Var, target: &Tensor, g: &Var) -> R
     if loss.reduction == LossReduction::Mean {
         let counted = match &ignored {
             Some(mask) => mask.eq_scalar(0).to_dtype(dtype).sum_all(),
-            None => Tensor::full(Shape::scalar(), target.numel() as f64, dtype)?,
+            None => Tensor::full_on(Shape::scalar(), target.numel() as f64, dtype, device)?,
         };
         w = w.div(&constant(counted))?;
     }

@@ -274,7 +274,11 @@ impl Var {
         // Over an empty dimension there is no maximum; any shift works, and the result is
         // log(0) = -inf as in PyTorch.
         let empty = d.iter().any(|&i| self.shape()[i] == 0);
-        let m = if empty { Tensor::zeros(kept, self.dtype())? } else { self.value().max(&d[..], true)? };
+        let m = if empty {
+            Tensor::full_on(kept, 0, self.dtype(), self.device())?
+        } else {
+            self.value().max(&d[..], true)?
+        };
         let finite = m.abs().lt_scalar(f64::INFINITY);
         let shift = constant(finite.where_cond(&m, &m.zeros_like())?);
         let out = self.sub(&shift)?.exp().sum(&d[..], true)?.log().add(&shift)?;

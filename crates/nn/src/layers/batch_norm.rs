@@ -2,8 +2,9 @@
 
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::{Var, no_grad};
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{DType, Device, Error, Result, Tensor};
 use std::fmt;
+use std::sync::{PoisonError, RwLock};
 
 /// The shape `[1, C, 1, ..]` of rank `rank`, which broadcasts a per-channel vector over an
 /// `[N, C, *]` input.
@@ -187,27 +188,51 @@ impl Default for BatchNormOptions {
 
 /// The running statistics of a norm layer: PyTorch's `running_mean`, `running_var` and
 /// `num_batches_tracked` buffers.
-pub(crate) struct RunningStats {
+#[derive(Clone)]
+pub(crate) struct Stats {
     pub mean: Tensor,
     pub var: Tensor,
     pub num_batches_tracked: Tensor,
 }
 
+/// [`Stats`] behind a lock: updates write into the tensors in place, but
+/// [`Module::buffers_to_device`] replaces them through `&self`.
+pub(crate) struct RunningStats(RwLock<Stats>);
+
 impl RunningStats {
     pub fn new(c: usize, dtype: DType) -> Result<RunningStats> {
-        Ok(RunningStats {
+        Ok(RunningStats(RwLock::new(Stats {
             mean: Tensor::zeros([c], dtype)?,
             var: Tensor::ones([c], dtype)?,
             num_batches_tracked: Tensor::scalar(0i64),
-        })
+        })))
+    }
+
+    /// Handles to the current tensors (sharing their storage).
+    pub fn get(&self) -> Stats {
+        // A panic elsewhere while the lock was held cannot leave the handles half-written.
+        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn named(&self) -> Vec<(String, Tensor)> {
+        let s = self.get();
         vec![
-            ("running_mean".to_string(), self.mean.clone()),
-            ("running_var".to_string(), self.var.clone()),
-            ("num_batches_tracked".to_string(), self.num_batches_tracked.clone()),
+            ("running_mean".to_string(), s.mean),
+            ("running_var".to_string(), s.var),
+            ("num_batches_tracked".to_string(), s.num_batches_tracked),
         ]
+    }
+
+    /// Moves the statistics to `device` (nothing is replaced unless all three move).
+    pub fn to_device(&self, device: Device) -> Result<()> {
+        let mut g = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let moved = Stats {
+            mean: g.mean.to_device(device)?,
+            var: g.var.to_device(device)?,
+            num_batches_tracked: g.num_batches_tracked.to_device(device)?,
+        };
+        *g = moved;
+        Ok(())
     }
 }
 
@@ -277,20 +302,21 @@ impl BatchNorm {
         self.bias.as_ref()
     }
 
-    /// The running mean, if the layer tracks running statistics.
-    pub fn running_mean(&self) -> Option<&Tensor> {
-        self.running.as_ref().map(|r| &r.mean)
+    /// The running mean, if the layer tracks running statistics (a handle sharing its
+    /// storage).
+    pub fn running_mean(&self) -> Option<Tensor> {
+        self.running.as_ref().map(|r| r.get().mean)
     }
 
     /// The running (unbiased) variance, if the layer tracks running statistics.
-    pub fn running_var(&self) -> Option<&Tensor> {
-        self.running.as_ref().map(|r| &r.var)
+    pub fn running_var(&self) -> Option<Tensor> {
+        self.running.as_ref().map(|r| r.get().var)
     }
 
     /// The number of training batches seen (an `i64` scalar), if the layer tracks running
     /// statistics.
-    pub fn num_batches_tracked(&self) -> Option<&Tensor> {
-        self.running.as_ref().map(|r| &r.num_batches_tracked)
+    pub fn num_batches_tracked(&self) -> Option<Tensor> {
+        self.running.as_ref().map(|r| r.get().num_batches_tracked)
     }
 }
 
@@ -312,7 +338,8 @@ impl Module for BatchNorm {
         }
         let training = self.training.get();
         let mut momentum = self.options.momentum.unwrap_or(0.0);
-        if let (true, Some(r)) = (training, &self.running) {
+        let running = self.running.as_ref().map(RunningStats::get);
+        if let (true, Some(r)) = (training, &running) {
             no_grad(|| r.num_batches_tracked.add_scalar_(1))?;
             if self.options.momentum.is_none() {
                 momentum = 1.0 / r.num_batches_tracked.to_scalar::<i64>()? as f64;
@@ -320,7 +347,7 @@ impl Module for BatchNorm {
         }
         // Without running statistics, evaluation normalises with the batch's statistics too.
         let use_batch = training || self.running.is_none();
-        let (rm, rv) = match &self.running {
+        let (rm, rv) = match &running {
             Some(r) => (Some(&r.mean), Some(&r.var)),
             None => (None, None),
         };
@@ -333,6 +360,10 @@ impl Module for BatchNorm {
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         self.running.as_ref().map(RunningStats::named).unwrap_or_default()
+    }
+
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        self.running.as_ref().map_or(Ok(()), |r| r.to_device(device))
     }
 
     fn set_training(&self, on: bool) {
@@ -392,6 +423,9 @@ macro_rules! batch_norm_layer {
             }
             fn named_buffers(&self) -> Vec<(String, Tensor)> {
                 self.0.named_buffers()
+            }
+            fn buffers_to_device(&self, device: Device) -> Result<()> {
+                self.0.buffers_to_device(device)
             }
             fn set_training(&self, on: bool) {
                 self.0.set_training(on)

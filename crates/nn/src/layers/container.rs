@@ -3,7 +3,7 @@
 use crate::module::{Module, TrainingFlag};
 use crate::state_dict::StateDict;
 use ember_autograd::Var;
-use ember_tensor::{Result, Tensor};
+use ember_tensor::{Device, Result, Tensor};
 use std::fmt;
 
 /// Modules applied in order, each to the previous one's output; PyTorch's `nn.Sequential`.
@@ -100,6 +100,10 @@ impl Module for Sequential {
             out.extend(m.named_buffers().into_iter().map(|(n, b)| (format!("{i}.{n}"), b)));
         }
         out
+    }
+
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        self.children.iter().try_for_each(|m| m.buffers_to_device(device))
     }
 
     fn set_training(&self, on: bool) {

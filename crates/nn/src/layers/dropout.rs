@@ -82,7 +82,7 @@ pub fn dropout(x: &Var, p: f64, training: bool) -> Result<Var> {
         // 1 / (1 - p) would be infinite; every element is dropped.
         x.value().zeros_like()
     } else {
-        let keep = Tensor::uniform(x.shape(), 0.0, 1.0, dtype)?.lt_scalar(1.0 - p);
+        let keep = Tensor::uniform_on(x.shape(), 0.0, 1.0, dtype, x.device())?.lt_scalar(1.0 - p);
         keep.to_dtype(dtype).mul_scalar(1.0 / (1.0 - p))
     };
     x.mul(&Var::new(mask))
@@ -165,9 +165,9 @@ pub fn dropout2d(x: &Var, p: f64, training: bool) -> Result<Var> {
         *d = 1;
     }
     let mask = if p == 1.0 {
-        Tensor::zeros(shape, dtype)?
+        Tensor::full_on(shape, 0, dtype, x.device())?
     } else {
-        let keep = Tensor::uniform(shape, 0.0, 1.0, dtype)?.lt_scalar(1.0 - p);
+        let keep = Tensor::uniform_on(shape, 0.0, 1.0, dtype, x.device())?.lt_scalar(1.0 - p);
         keep.to_dtype(dtype).mul_scalar(1.0 / (1.0 - p))
     };
     x.mul(&Var::new(mask))

@@ -7,7 +7,7 @@ use super::batch_norm::{
 use super::group_norm::affine;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{DType, Device, Error, Result, Tensor};
 use std::fmt;
 
 /// Functional instance normalisation of `x` (`[N, C, *]`, float); PyTorch's
@@ -150,14 +150,15 @@ impl InstanceNorm2d {
         self.num_features
     }
 
-    /// The running mean, if the layer tracks running statistics.
-    pub fn running_mean(&self) -> Option<&Tensor> {
-        self.running.as_ref().map(|r| &r.mean)
+    /// The running mean, if the layer tracks running statistics (a handle sharing its
+    /// storage).
+    pub fn running_mean(&self) -> Option<Tensor> {
+        self.running.as_ref().map(|r| r.get().mean)
     }
 
     /// The running variance, if the layer tracks running statistics.
-    pub fn running_var(&self) -> Option<&Tensor> {
-        self.running.as_ref().map(|r| &r.var)
+    pub fn running_var(&self) -> Option<Tensor> {
+        self.running.as_ref().map(|r| r.get().var)
     }
 }
 
@@ -178,7 +179,8 @@ impl Module for InstanceNorm2d {
                 format!("expected {} channels, got input of shape {}", self.num_features, x.shape()),
             ));
         }
-        let (rm, rv) = match &self.running {
+        let running = self.running.as_ref().map(RunningStats::get);
+        let (rm, rv) = match &running {
             Some(r) => (Some(&r.mean), Some(&r.var)),
             None => (None, None),
         };
@@ -202,6 +204,10 @@ impl Module for InstanceNorm2d {
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         self.running.as_ref().map(RunningStats::named).unwrap_or_default()
+    }
+
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        self.running.as_ref().map_or(Ok(()), |r| r.to_device(device))
     }
 
     fn set_training(&self, on: bool) {

@@ -4,7 +4,7 @@ use super::{Node, Value, ValueInfo};
 use crate::ops::OpSpec;
 use ember_autograd::Var;
 use ember_nn::{Module, TrainingFlag};
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// A checked, ordered graph with its weights as `Var`s: run it with [`GraphModel::run`]
@@ -174,6 +174,15 @@ impl Module for GraphModel {
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         self.buffers.iter().map(|(n, v)| (n.clone(), v.value())).collect()
+    }
+
+    fn buffers_to_device(&self, device: Device) -> Result<()> {
+        for (_, b) in &self.buffers {
+            if b.device() != device {
+                b.set_value(b.value().to_device(device)?)?;
+            }
+        }
+        Ok(())
     }
 
     fn set_training(&self, on: bool) {

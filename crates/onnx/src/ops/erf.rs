@@ -16,16 +16,18 @@ impl Op for Erf {
 
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let x = inputs[0];
-        match x.dtype() {
+        // Computed on the host; the result goes back to the input's device.
+        let y = match x.dtype() {
             DType::F32 => {
                 let v: Vec<f32> = x.to_vec::<f32>()?.into_iter().map(libm::erff).collect();
-                Tensor::from_vec(v, x.shape().clone())
+                Tensor::from_vec(v, x.shape().clone())?
             }
             _ => {
                 let v: Vec<f64> = x.to_dtype(DType::F64).to_vec::<f64>()?.into_iter().map(libm::erf).collect();
-                Ok(Tensor::from_vec(v, x.shape().clone())?.to_dtype(x.dtype()))
+                Tensor::from_vec(v, x.shape().clone())?.to_dtype(x.dtype())
             }
-        }
+        };
+        y.to_device(x.device())
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {

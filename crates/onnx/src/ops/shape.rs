@@ -143,11 +143,12 @@ pub(crate) fn gather(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
             }
         })
         .collect::<Result<Vec<i64>>>()?;
-    let index = Var::new(Tensor::from_vec(flat, [idx.data.len()])?);
+    let index = Tensor::from_vec(flat, [idx.data.len()])?;
     let mut shape = dims[..ax].to_vec();
     shape.extend(&idx.shape);
     shape.extend(&dims[ax + 1..]);
-    one(map(data, |v| v.index_select(ax, &index)?.reshape(shape.as_slice()))?)
+    // The indices are host data: they go to the device of what they index.
+    one(map(data, |v| v.index_select(ax, &Var::new(index.to_device(v.device())?))?.reshape(shape.as_slice()))?)
 }
 
 pub(crate) fn unsqueeze(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {

@@ -200,12 +200,12 @@ impl Tensor {
     }
 
     /// Samples of `dist` of `shape` and float `dtype`, from the global generator.
-    fn random(op: &'static str, shape: Shape, dtype: DType, dist: Distribution) -> Result<Tensor> {
+    fn random(op: &'static str, shape: Shape, dtype: DType, dist: Distribution, device: Device) -> Result<Tensor> {
         let n = checked_numel(op, &shape)?;
         if !dtype.is_float() {
             return Err(Error::dtype(op, format!("random tensors must be float, got {dtype}")));
         }
-        let storage = backend_for(Device::Cpu)?.random(n, dist, dtype)?;
+        let storage = backend_for(device)?.random(n, dist, dtype)?;
         Ok(Tensor::from_storage(storage, shape))
     }
 
@@ -213,18 +213,29 @@ impl Tensor {
     /// `uniform_`: the bounds are taken in `dtype`, and no sample equals `high` (a draw that
     /// rounds up to it becomes the largest value below it). `low == high` gives `low`.
     pub fn uniform(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Result<Tensor> {
+        Self::uniform_on(shape, low, high, dtype, Device::Cpu)
+    }
+
+    /// [`Tensor::uniform`] on `device`. The samples are drawn from the same global generator
+    /// in the same order whatever the device, so a seeded run draws the same values.
+    pub fn uniform_on(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if low > high || !low.is_finite() || !high.is_finite() {
             return Err(Error::invalid("uniform", format!("invalid bounds [{low}, {high})")));
         }
-        Self::random("uniform", shape.into(), dtype, Distribution::Uniform { low, high })
+        Self::random("uniform", shape.into(), dtype, Distribution::Uniform { low, high }, device)
     }
 
     /// Normal samples with `mean` and standard deviation `std`, of `shape` and float `dtype`.
     pub fn normal(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
+        Self::normal_on(shape, mean, std, dtype, Device::Cpu)
+    }
+
+    /// [`Tensor::normal`] on `device` (drawn as [`Tensor::uniform_on`] draws).
+    pub fn normal_on(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if std < 0.0 || !std.is_finite() || !mean.is_finite() {
             return Err(Error::invalid("normal", format!("invalid mean {mean} or standard deviation {std}")));
         }
-        Self::random("normal", shape.into(), dtype, Distribution::Normal { mean, std })
+        Self::random("normal", shape.into(), dtype, Distribution::Normal { mean, std }, device)
     }
 
     /// `f32` samples from `[0, 1)`, like `torch.rand`.
@@ -237,14 +248,14 @@ impl Tensor {
         Self::normal(shape, 0.0, 1.0, DType::F32)
     }
 
-    /// Samples from `[0, 1)` with this tensor's shape and (float) dtype.
+    /// Samples from `[0, 1)` with this tensor's shape, (float) dtype and device.
     pub fn rand_like(&self) -> Result<Tensor> {
-        Self::uniform(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default())
+        Self::uniform_on(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default(), self.device)
     }
 
-    /// Standard normal samples with this tensor's shape and (float) dtype.
+    /// Standard normal samples with this tensor's shape, (float) dtype and device.
     pub fn randn_like(&self) -> Result<Tensor> {
-        Self::normal(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default())
+        Self::normal_on(self.shape().clone(), 0.0, 1.0, self.dtype.float_or_default(), self.device)
     }
 
     /// A random permutation of `0..n` as `i64` (for shuffling).

@@ -6,7 +6,7 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::dtype::{Element, Scalar};
 use crate::shape::Shape;
 use crate::storage::StorageCell;
-use crate::{Error, Result};
+use crate::{Device, Error, Result};
 
 /// Elements per parallel task of `update_`: a fused optimizer update is a few flops per
 /// element, so smaller tasks would cost more in scheduling than they save.
@@ -214,6 +214,20 @@ impl Tensor {
             Ok(())
         };
         check(self, "the updated tensor")?;
+        // The closure reads host memory: a tensor on another device would leave its operand
+        // without a host slice to read.
+        for (i, t) in [self].into_iter().chain(others).enumerate() {
+            if t.device != Device::Cpu {
+                let what = if i == 0 { "the updated tensor".to_string() } else { format!("operand {}", i - 1) };
+                return Err(Error::Device {
+                    device: t.device.to_string(),
+                    msg: format!(
+                        "{op}: {what} is on {}, but the closure runs on host memory: move it to cpu first",
+                        t.device
+                    ),
+                });
+            }
+        }
         for (i, o) in others.iter().enumerate() {
             check(o, &format!("operand {i}"))?;
             if o.shares_storage(self) {

@@ -40,7 +40,9 @@ pub(super) struct MaskShape {
 /// `-inf`, a float mask is added as it is.
 fn additive(mask: &Tensor, what: &str, dtype: DType) -> Result<Tensor> {
     match mask.dtype() {
-        DType::U8 => Tensor::zeros(mask.shape().clone(), dtype)?.masked_fill(mask, f64::NEG_INFINITY),
+        DType::U8 => {
+            Tensor::full_on(mask.shape().clone(), 0, dtype, mask.device())?.masked_fill(mask, f64::NEG_INFINITY)
+        }
         d if d.is_float() => Ok(mask.to_dtype(dtype)),
         d => Err(Error::dtype(OP, format!("the {what} must be bool (u8) or float, got {d}"))),
     }

@@ -278,7 +278,7 @@ impl MultiheadAttention {
         }
         let (q, mut k, mut v) = (self.split_heads(&q, n)?, self.split_heads(&k, n)?, self.split_heads(&v, n)?);
         if self.add_zero_attn {
-            let zeros = Var::new(Tensor::zeros([n, self.num_heads, 1, self.head_dim()], q.dtype())?);
+            let zeros = Var::new(Tensor::full_on([n, self.num_heads, 1, self.head_dim()], 0, q.dtype(), q.device())?);
             k = Var::cat(&[&k, &zeros], 2)?;
             v = Var::cat(&[&v, &zeros], 2)?;
             extra += 1;

@@ -139,7 +139,9 @@ impl CellCore {
     /// One step from `h` (and `c`), zeros where not given.
     fn run(&self, x: &Var, h: Option<&Var>, c: Option<&Var>) -> Result<State> {
         let (batched, batch) = self.check_input(x)?;
-        let zeros = || -> Result<Var> { Ok(Var::new(Tensor::zeros([batch, self.hidden_size], self.w_ih.dtype())?)) };
+        let zeros = || -> Result<Var> {
+            Ok(Var::new(Tensor::full_on([batch, self.hidden_size], 0, self.w_ih.dtype(), x.device())?))
+        };
         let h = match h {
             Some(h) => self.check_state("hx", h, batched, batch)?,
             None => zeros()?,

@@ -21,7 +21,7 @@
 
 use super::lengths::step_is_padding;
 use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var, is_grad_enabled};
-use ember_tensor::{Result, Tensor};
+use ember_tensor::{Device, Result, Tensor};
 
 /// One LSTM direction over `T` steps: inputs `gi` `[T, B, 4H]` (the input projection with
 /// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output `[T, 7, B, H]`.
@@ -47,12 +47,13 @@ impl LstmSequence {
         (0..steps).map(|i| if self.reverse { steps - 1 - i } else { i }).collect()
     }
 
-    /// The `u8` `[B, 1]` mask of the sequences that are padding at step `t`, if any is.
-    fn padding(&self, t: usize) -> Result<Option<Tensor>> {
+    /// The `u8` `[B, 1]` mask of the sequences that are padding at step `t`, if any is, on
+    /// the state's `device`.
+    fn padding(&self, t: usize, device: Device) -> Result<Option<Tensor>> {
         match &self.lengths {
             Some(l) if l.iter().any(|&n| t >= n) => {
                 let m: Vec<u8> = l.iter().map(|&n| u8::from(step_is_padding(t, n))).collect();
-                Ok(Some(Tensor::from_vec(m, [l.len(), 1])?))
+                Ok(Some(Tensor::from_vec(m, [l.len(), 1])?.to_device(device)?))
             }
             _ => Ok(None),
         }
@@ -74,7 +75,7 @@ impl Op for LstmSequence {
         for t in self.order(steps) {
             // The product, then the gates and the state update in one kernel pass.
             let y = Tensor::lstm_cell(&h.matmul(&w_t)?, &gi.select(0, t)?, &c)?;
-            match self.padding(t)? {
+            match self.padding(t, h.device())? {
                 Some(pad) => {
                     h = pad.where_cond(&h, &y.select(0, H)?)?;
                     c = pad.where_cond(&c, &y.select(0, C)?)?;
@@ -131,7 +132,7 @@ impl Op for LstmSequence {
             )?;
             let dh_prev = a.matmul(&w_hh)?;
             let dc_prev = dc_t.mul(&f)?;
-            match self.padding(t)? {
+            match self.padding(t, dh_prev.device())? {
                 Some(pad) => {
                     // Padded rows passed the state through: their gradient goes on as it is.
                     let pad = Var::new(pad);
@@ -189,7 +190,7 @@ impl LstmSequence {
             };
             let (a, dc_prev) = Tensor::lstm_cell_backward(&yt, Some(&gt), &dh, &dc, &c_prev)?;
             let dh_prev = a.matmul(&w_hh)?;
-            match self.padding(t)? {
+            match self.padding(t, dh.device())? {
                 Some(pad) => {
                     // Padded rows passed the state through: their gradient goes on as it is.
                     let dh_t = dh.add(&gt.select(0, H)?)?;
@@ -234,7 +235,7 @@ pub(crate) fn lstm_sequence(
     let padding_mask = match &lengths {
         Some(l) => {
             let m: Vec<u8> = (0..steps).flat_map(|t| l.iter().map(move |&n| u8::from(step_is_padding(t, n)))).collect();
-            Some(Tensor::from_vec(m, [steps, l.len(), 1])?)
+            Some(Tensor::from_vec(m, [steps, l.len(), 1])?.to_device(gi.device())?)
         }
         None => None,
     };

@@ -220,7 +220,7 @@ impl RnnCore {
         let h0 = h0.map(|h| if batched { Ok(h.clone()) } else { h.unsqueeze(1) }).transpose()?;
         let c0 = c0.map(|c| if batched { Ok(c.clone()) } else { c.unsqueeze(1) }).transpose()?;
         let masks = match lengths {
-            Some(l) => StepMasks::new(name, l, steps, batch)?,
+            Some(l) => StepMasks::new(name, l, steps, batch, x.device())?,
             None => None,
         };
 
@@ -234,11 +234,13 @@ impl RnnCore {
                 let init = State {
                     h: match &h0 {
                         Some(h) => h.select(0, k)?,
-                        None => Var::new(Tensor::zeros([batch, out_hidden], o.dtype)?),
+                        None => Var::new(Tensor::full_on([batch, out_hidden], 0, o.dtype, layer_input.device())?),
                     },
                     c: match (self.mode, &c0) {
                         (Mode::Lstm, Some(c)) => Some(c.select(0, k)?),
-                        (Mode::Lstm, None) => Some(Var::new(Tensor::zeros([batch, self.hidden_size], o.dtype)?)),
+                        (Mode::Lstm, None) => {
+                            Some(Var::new(Tensor::full_on([batch, self.hidden_size], 0, o.dtype, layer_input.device())?))
+                        }
                         _ => None,
                     },
                 };

@@ -9,7 +9,7 @@
 
 use super::step::State;
 use ember_autograd::Var;
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{Device, Error, Result, Tensor};
 
 /// Whether step `t` of a sequence of `len` real steps is padding.
 pub(crate) fn step_is_padding(t: usize, len: usize) -> bool {
@@ -35,7 +35,13 @@ impl StepMasks {
     /// The masks of a batch of `batch` sequences padded to `steps` steps, or `None` when
     /// every sequence has `steps` steps. `name` (the layer) is for errors: there must be
     /// one length per sequence, each in `1..=steps`.
-    pub(crate) fn new(name: &'static str, lengths: &[usize], steps: usize, batch: usize) -> Result<Option<StepMasks>> {
+    pub(crate) fn new(
+        name: &'static str,
+        lengths: &[usize],
+        steps: usize,
+        batch: usize,
+        device: Device,
+    ) -> Result<Option<StepMasks>> {
         if lengths.len() != batch {
             return Err(Error::shape(name, format!("got {} lengths for a batch of {batch} sequences", lengths.len())));
         }
@@ -58,8 +64,8 @@ impl StepMasks {
             let active: Vec<u8> = lengths.iter().map(|&n| u8::from(!step_is_padding(t, n))).collect();
             let padding: Vec<u8> = active.iter().map(|&a| 1 - a).collect();
             out.push(Some(StepMask {
-                active: Var::new(Tensor::from_vec(active, [batch, 1])?),
-                padding: Var::new(Tensor::from_vec(padding, [batch, 1])?),
+                active: Var::new(Tensor::from_vec(active, [batch, 1])?.to_device(device)?),
+                padding: Var::new(Tensor::from_vec(padding, [batch, 1])?.to_device(device)?),
             }));
         }
         Ok(Some(StepMasks { lengths: lengths.to_vec(), steps: out }))

@@ -229,9 +229,7 @@ mod tests {
     }
 
     fn to_vec(s: &Storage) -> Vec<f64> {
-        match s {
-            Storage::Cpu(c) => c.as_slice::<f64>().map(<[f64]>::to_vec).unwrap_or_default(),
-        }
+        s.as_cpu().and_then(|c| c.as_slice::<f64>()).map(<[f64]>::to_vec).unwrap_or_default()
     }
 
     fn assert_close(a: &[f64], b: &[f64]) {

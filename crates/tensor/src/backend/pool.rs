@@ -226,6 +226,54 @@ pub(crate) fn check_planes<'a>(
     Ok(l)
 }
 
+/// The checked views of a plane gather (the backward of max pooling,
+/// [`Backend::gather_planes`](super::Backend::gather_planes)): float planes `[N, C, h, w]`
+/// and an `i64` index `[N, C, oh, ow]`.
+pub(crate) fn check_gather_planes<'a>(
+    s: &Storage,
+    l: &'a Layout,
+    si: &Storage,
+    li: &'a Layout,
+) -> Result<(Cow<'a, Layout>, Cow<'a, Layout>)> {
+    let op = "max_pool2d_backward";
+    let li = validate::view(op, si, li)?;
+    let out = li.shape().dims();
+    if out.len() != 4 {
+        return Err(Error::shape(op, format!("expected a 4-d index, got shape {}", li.shape())));
+    }
+    let plane = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
+    let l = check_planes(op, s, l, plane, [out[2], out[3]], None)?;
+    if l.shape()[..2] != out[..2] || si.dtype() != DType::I64 {
+        return Err(Error::shape(
+            op,
+            format!("an index of shape {} does not fit planes of shape {}", li.shape(), l.shape()),
+        ));
+    }
+    Ok((l, li))
+}
+
+/// The checked views of a plane scatter ([`Backend::scatter_planes`](super::Backend::scatter_planes)):
+/// float values and an `i64` index of one shape `[N, C, oh, ow]`.
+pub(crate) fn check_scatter_planes<'a>(
+    s: &Storage,
+    l: &'a Layout,
+    si: &Storage,
+    li: &'a Layout,
+    plane: [usize; 2],
+) -> Result<(Cow<'a, Layout>, Cow<'a, Layout>)> {
+    let op = "max_pool2d_backward";
+    let from = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
+    let l = check_planes(op, s, l, from, plane, None)?;
+    let li = check_planes(op, si, li, from, from, Some(DType::I64))?;
+    if l.shape() != li.shape() {
+        return Err(Error::shape(
+            op,
+            format!("an index of shape {} does not fit values of shape {}", li.shape(), l.shape()),
+        ));
+    }
+    Ok((l, li))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

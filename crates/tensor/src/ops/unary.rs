@@ -286,7 +286,7 @@ fn clamp_elem<T: Element>(x: T, lo: T, hi: T) -> T {
 
 /// The exponent of an integer `pow_scalar`: a non-negative integer. A negative one is
 /// PyTorch's error (the result is not an integer), and a fraction needs a float tensor.
-fn int_exponent(e: Scalar) -> Result<u64> {
+pub(crate) fn int_exponent(e: Scalar) -> Result<u64> {
     match e {
         Scalar::Int(e) if e >= 0 => Ok(e as u64),
         Scalar::Int(e) => Err(Error::invalid(

@@ -321,7 +321,13 @@ impl Tensor {
         Ok(Tensor::from_storage(s, self.layout.shape().clone()))
     }
 
-    /// The tensor on `device`; an error for devices not compiled in.
+    /// The tensor on `device` (PyTorch's `tensor.to(device)`); `self` when it is there
+    /// already, an error naming the device when it cannot be used.
+    ///
+    /// A copy to a GPU does not wait for the transfer (like PyTorch's `non_blocking=True`
+    /// from pinned memory): the data is staged in page-locked host memory and the copy is
+    /// queued before the kernels that will read it. A copy back to the host waits for the
+    /// work queued before it.
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
         device.check_available()?;
         if device == self.device {

@@ -215,12 +215,12 @@ pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb
 /// constant: integer tensors compare with the exact value of the scalar, whatever its type
 /// and magnitude (`i64` values beyond 2^53, fractions, infinities, NaN).
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum IntCmp {
+pub(crate) enum IntCmp {
     Const(bool),
     Cmp(CmpOp, i64),
 }
 
-fn int_cmp(op: CmpOp, s: Scalar) -> IntCmp {
+pub(crate) fn int_cmp(op: CmpOp, s: Scalar) -> IntCmp {
     use CmpOp::*;
     const TWO_63: f64 = 9_223_372_036_854_775_808.0;
     let f = match s {

@@ -5,7 +5,7 @@
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
 mod attention;
-mod binary;
+pub(crate) mod binary;
 mod channel_norm;
 mod class_loss;
 mod contiguous;
@@ -19,7 +19,7 @@ mod join;
 mod lstm;
 mod matmul;
 mod norm;
-mod optim;
+pub(crate) mod optim;
 mod pool;
 mod random;
 mod reduce;
@@ -32,7 +32,7 @@ pub(crate) use reduce::reduced_shape;
 use super::attention::{Attention, check_views as check_attention_views};
 use super::conv::{Role, check_views, check_window_view};
 use super::norm as norm_check;
-use super::pool::{PoolWindows, Resample, check_planes};
+use super::pool::{PoolWindows, Resample, check_gather_planes, check_planes, check_scatter_planes};
 use super::{
     AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ConvGeometry, ReduceOp, RmsPropState, RmsPropStep,
     SgdStep, SlidingWindow, Target, UnaryOp, View, validate,
@@ -444,34 +444,12 @@ impl Backend for CpuBackend {
     }
 
     fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
-        let op = "max_pool2d_backward";
-        let li = validate::view(op, si, li)?;
-        let out = li.shape().dims();
-        if out.len() != 4 {
-            return Err(Error::shape(op, format!("expected a 4-d index, got shape {}", li.shape())));
-        }
-        let plane = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
-        let l = check_planes(op, s, l, plane, [out[2], out[3]], None)?;
-        if l.shape()[..2] != out[..2] || si.dtype() != DType::I64 {
-            return Err(Error::shape(
-                op,
-                format!("an index of shape {} does not fit planes of shape {}", li.shape(), l.shape()),
-            ));
-        }
+        let (l, li) = check_gather_planes(s, l, si, li)?;
         wrap(pool::gather_planes((cpu(s)?, &l), (cpu(si)?, &li)))
     }
 
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
-        let op = "max_pool2d_backward";
-        let from = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
-        let l = check_planes(op, s, l, from, plane, None)?;
-        let li = check_planes(op, si, li, from, from, Some(DType::I64))?;
-        if l.shape() != li.shape() {
-            return Err(Error::shape(
-                op,
-                format!("an index of shape {} does not fit values of shape {}", li.shape(), l.shape()),
-            ));
-        }
+        let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
         let _mode = float_mode::enter();
         wrap(pool::scatter_planes((cpu(s)?, &l), (cpu(si)?, &li), plane))
     }
@@ -521,7 +499,8 @@ impl Backend for CpuBackend {
         shape[dim] = total;
         let shape = Shape::from(shape);
         checked_numel(op, &shape)?;
-        let views: Vec<(&CpuStorage, &Layout)> = srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((cpu(s)?, &**l))).collect::<Result<_>>()?;
+        let views: Vec<(&CpuStorage, &Layout)> =
+            srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((cpu(s)?, &**l))).collect::<Result<_>>()?;
         wrap(join::cat(&views, dim, &shape))
     }
 

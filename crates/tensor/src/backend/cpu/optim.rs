@@ -101,7 +101,14 @@ fn for_ranges(n: usize, f: impl Fn(Range<usize>) + Sync) {
 
 /// The element range a contiguous operand of an update occupies, after checking that it
 /// fits its storage, has the parameter's dtype and shape, and is contiguous.
-fn operand(op: &'static str, what: &str, s: &Storage, l: &Layout, dtype: DType, like: &Layout) -> Result<Range<usize>> {
+pub(crate) fn operand(
+    op: &'static str,
+    what: &str,
+    s: &Storage,
+    l: &Layout,
+    dtype: DType,
+    like: &Layout,
+) -> Result<Range<usize>> {
     let l = validate::view(op, s, l)?;
     if s.dtype() != dtype {
         return Err(Error::dtype(op, format!("{what} is {}, but the parameter is {dtype}", s.dtype())));
@@ -115,7 +122,7 @@ fn operand(op: &'static str, what: &str, s: &Storage, l: &Layout, dtype: DType, 
 
 /// The parameter's element range, after checking that it fits its storage, is float and is
 /// contiguous.
-fn param_range(op: &'static str, s: &Storage, l: &Layout) -> Result<Range<usize>> {
+pub(crate) fn param_range(op: &'static str, s: &Storage, l: &Layout) -> Result<Range<usize>> {
     let dtype = s.dtype();
     if !dtype.is_float() {
         return Err(Error::dtype(op, format!("only f32 and f64 parameters can be updated, got {dtype}")));
@@ -136,7 +143,7 @@ fn slice_mut<'a, T: FloatElement>(op: &'static str, s: &'a mut Storage, r: Range
 
 /// Checks an optional state against the update's setting, and its layout against the
 /// parameter's; the element range for a present one.
-fn optional(
+pub(crate) fn optional(
     op: &'static str,
     what: &str,
     t: &Option<Target<'_>>,

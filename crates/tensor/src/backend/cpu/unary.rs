@@ -111,7 +111,7 @@ impl<T: Element> MapFn<T> for MapInPlace<'_, T> {
     }
 }
 
-fn not_for_ints(op: UnaryOp, dtype: crate::DType) -> Error {
+pub(crate) fn not_for_ints(op: UnaryOp, dtype: crate::DType) -> Error {
     Error::dtype(op.name(), format!("{} is only defined for float tensors, got {dtype}", op.name()))
 }
 

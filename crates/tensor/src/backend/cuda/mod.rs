@@ -1,0 +1,458 @@
+//! The CUDA backend (`Device::Cuda(n)`, cargo feature `cuda`).
+//!
+//! Built on `cudarc`, which loads the driver, cuBLAS and NVRTC at run time: a build with
+//! the feature runs on machines without a GPU and reports CUDA unavailable there. The
+//! kernels (kernels.cu) are compiled by NVRTC on first use of a device and cached on disk
+//! (`compile`). Every kernel and copy goes on the device's legacy default stream, so
+//! operations run in the order they were issued and the host only waits when it reads
+//! data back (`download`, `item`, index checks, `power_sum`) or calls
+//! [`Device::synchronize`](crate::Device::synchronize).
+//!
+//! Memory comes from a caching allocator (`memory`); host data goes up through pinned
+//! staging buffers without blocking the host. Matrix products use cuBLAS; elementwise
+//! functions, reductions, softmax, the class losses, indexing, joins and the optimizer
+//! steps, `unfold`, `fold` and max pooling have their own kernels; the heavy ops without one here
+//! (convolutions, which compose from `unfold`, `fold` and cuBLAS; average pooling and
+//! interpolation, normalisation, attention, the LSTM cell) run as the `Backend` trait's default compositions. Random
+//! numbers are drawn on the host from the global generator and uploaded, so `manual_seed`
+//! gives the same values on every device.
+
+mod compile;
+mod device;
+mod elementwise;
+mod index;
+mod launch;
+mod loss;
+mod matmul;
+mod memory;
+mod optim;
+mod pool;
+mod reduce;
+mod window;
+
+pub use memory::CudaStorage;
+
+use super::conv::check_window_view;
+use super::cpu::CpuBackend;
+use super::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+use super::pool::{PoolWindows, check_gather_planes, check_planes, check_scatter_planes};
+use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, SlidingWindow, UnaryOp, View, validate};
+use crate::dtype::DType;
+use crate::layout::Layout;
+use crate::random::Distribution;
+use crate::shape::{Shape, checked_numel};
+use crate::storage::{CpuStorage, Storage};
+use crate::{Device, Error, Result, Scalar};
+use device::{Gpu, gpu};
+
+/// The kernel-name suffix of a dtype.
+pub(crate) fn sfx(d: DType) -> &'static str {
+    match d {
+        DType::U8 => "u8",
+        DType::I64 => "i64",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    }
+}
+
+/// The device storage inside `s`, or an error for a storage of another device.
+pub(crate) fn storage_of(s: &Storage) -> Result<&CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        other => Err(foreign(other.device())),
+    }
+}
+
+/// [`storage_of`] for a storage written in place.
+pub(crate) fn storage_of_mut(s: &mut Storage) -> Result<&mut CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        other => Err(foreign(other.device())),
+    }
+}
+
+fn foreign(d: Device) -> Error {
+    Error::Device { device: d.to_string(), msg: "the CUDA backend was given a storage of this device".into() }
+}
+
+/// The backend of one GPU.
+#[derive(Debug)]
+pub struct CudaBackend {
+    ordinal: usize,
+}
+
+const MAX_BACKENDS: usize = 16;
+
+static BACKENDS: [CudaBackend; MAX_BACKENDS] = {
+    let mut b = [const { CudaBackend { ordinal: 0 } }; MAX_BACKENDS];
+    let mut i = 0;
+    while i < MAX_BACKENDS {
+        b[i].ordinal = i;
+        i += 1;
+    }
+    b
+};
+
+/// The backend of GPU `ordinal`, initialising the device on first use; an error says why
+/// it cannot be used (no driver, no such device, libraries missing, kernels failing to
+/// build).
+pub fn backend(ordinal: usize) -> Result<&'static CudaBackend> {
+    gpu(ordinal)?;
+    BACKENDS.get(ordinal).ok_or_else(|| Error::Device {
+        device: format!("cuda:{ordinal}"),
+        msg: format!("ember drives at most {MAX_BACKENDS} GPUs"),
+    })
+}
+
+/// The number of CUDA devices the driver reports (0 without a driver or GPU).
+pub fn device_count() -> usize {
+    device::device_count()
+}
+
+/// The GPU's name and compute capability, e.g. `NVIDIA H100 80GB HBM3 (sm_90)`.
+pub fn device_name(ordinal: usize) -> Result<String> {
+    Ok(gpu(ordinal)?.name.clone())
+}
+
+/// Device memory of GPU `ordinal` in bytes, as PyTorch's `torch.cuda` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaMemoryStats {
+    /// Held by live tensors now (`memory_allocated`).
+    pub allocated: usize,
+    /// The most held at once since the last [`reset_peak_memory`] (`max_memory_allocated`).
+    pub peak_allocated: usize,
+    /// Freed by tensors and kept for reuse (`memory_reserved - memory_allocated`).
+    pub cached: usize,
+}
+
+/// The memory figures of GPU `ordinal`.
+pub fn memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
+    let (allocated, peak_allocated, cached) = gpu(ordinal)?.memory.stats();
+    Ok(CudaMemoryStats { allocated, peak_allocated, cached })
+}
+
+/// Starts the peak of [`memory_stats`] again from the memory held now.
+pub fn reset_peak_memory(ordinal: usize) -> Result<()> {
+    gpu(ordinal)?.memory.reset_peak();
+    Ok(())
+}
+
+/// Returns the memory cached for reuse to the driver (`torch.cuda.empty_cache`). Waits for
+/// the device first.
+pub fn empty_cache(ordinal: usize) -> Result<()> {
+    let g = gpu(ordinal)?;
+    g.synchronize()?;
+    g.memory.empty_cache();
+    Ok(())
+}
+
+impl CudaBackend {
+    fn gpu(&self) -> Result<&'static Gpu> {
+        gpu(self.ordinal)
+    }
+
+    /// The device storage of `s`, which must be on this backend's GPU.
+    fn st<'a>(&self, s: &'a Storage) -> Result<&'a CudaStorage> {
+        let c = storage_of(s)?;
+        self.mine(c)?;
+        Ok(c)
+    }
+
+    fn st_mut<'a>(&self, s: &'a mut Storage) -> Result<&'a mut CudaStorage> {
+        let c = storage_of_mut(s)?;
+        self.mine(c)?;
+        Ok(c)
+    }
+
+    fn mine(&self, c: &CudaStorage) -> Result<()> {
+        if c.ordinal() != self.ordinal {
+            return Err(Error::Device {
+                device: format!("cuda:{}", c.ordinal()),
+                msg: format!("expected a storage on cuda:{}", self.ordinal),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn wrap(r: Result<CudaStorage>) -> Result<Storage> {
+    r.map(Storage::Cuda)
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.gpu()?.synchronize()
+    }
+
+    fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage> {
+        wrap(elementwise::full(self.gpu()?, numel, value, dtype))
+    }
+
+    fn upload(&self, data: CpuStorage) -> Result<Storage> {
+        wrap(memory::upload(self.gpu()?, &data))
+    }
+
+    fn download(&self, (s, l): View<'_>) -> Result<CpuStorage> {
+        self.gpu()?;
+        let l = validate::view("download", s, l)?;
+        elementwise::download(self.st(s)?, &l)
+    }
+
+    fn cast(&self, (s, l): View<'_>, dtype: DType) -> Result<Storage> {
+        self.gpu()?;
+        let l = validate::view("to_dtype", s, l)?;
+        wrap(elementwise::cast("to_dtype", self.st(s)?, &l, dtype))
+    }
+
+    fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let l = validate::view(op.name(), s, l)?;
+        wrap(elementwise::unary(op, self.st(s)?, &l))
+    }
+
+    fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
+        validate::same_shape(op.name(), &la, &lb)?;
+        wrap(elementwise::binary(op, self.st(a)?, &la, self.st(b)?, &lb))
+    }
+
+    fn compare(&self, op: CmpOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
+        validate::same_shape(op.name(), &la, &lb)?;
+        wrap(elementwise::compare(op, self.st(a)?, &la, self.st(b)?, &lb))
+    }
+
+    fn compare_scalar(&self, op: CmpOp, (a, la): View<'_>, scalar: Scalar) -> Result<Storage> {
+        self.gpu()?;
+        let la = validate::view(op.name(), a, la)?;
+        wrap(elementwise::compare_scalar(op, self.st(a)?, &la, scalar))
+    }
+
+    fn where_cond(&self, (c, lc): View<'_>, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let lc = validate::view("where", c, lc)?;
+        let (la, lb) = (validate::view("where", a, la)?, validate::view("where", b, lb)?);
+        validate::same_shape("where", &lc, &la)?;
+        validate::same_shape("where", &lc, &lb)?;
+        wrap(elementwise::where_cond(self.st(c)?, &lc, self.st(a)?, &la, self.st(b)?, &lb))
+    }
+
+    fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        self.gpu()?;
+        let l = validate::view(op.name(), dst, layout)?;
+        elementwise::unary_inplace(op, self.st_mut(dst)?, &l)
+    }
+
+    fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        self.gpu()?;
+        let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
+        validate::same_shape(op.name(), &ld, &ls)?;
+        let src = self.st(s)?;
+        elementwise::binary_inplace(op, self.st_mut(dst)?, &ld, src, &ls)
+    }
+
+    fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        self.gpu()?;
+        let (ld, ls) = (validate::view("copy_", dst, layout)?, validate::view("copy_", s, ls)?);
+        validate::same_shape("copy_", &ld, &ls)?;
+        let src = self.st(s)?;
+        elementwise::copy_inplace(self.st_mut(dst)?, &ld, src, &ls)
+    }
+
+    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()> {
+        self.gpu()?;
+        let l = validate::view("fill_", dst, layout)?;
+        elementwise::fill_inplace(self.st_mut(dst)?, &l, value)
+    }
+
+    fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
+        self.gpu()?;
+        let name = op.name();
+        let l = validate::view(name, s, l)?;
+        validate::sorted_dims(name, &l, dims)?;
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) && dims.len() != 1 {
+            return Err(Error::invalid(name, format!("expected exactly one dimension, got {dims:?}")));
+        }
+        wrap(reduce::reduce(op, self.st(s)?, &l, dims))
+    }
+
+    fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
+        self.gpu()?;
+        let l = validate::view("softmax", s, l)?;
+        validate::dim("softmax", &l, dim)?;
+        wrap(reduce::softmax(self.st(s)?, &l, dim, log))
+    }
+
+    fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        self.gpu()?;
+        let op = loss.name();
+        let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), None)?;
+        wrap(loss::forward(self.st(s)?, &l, self.st(t)?, &lt, loss))
+    }
+
+    fn class_loss_backward(
+        &self,
+        (s, l): View<'_>,
+        (t, lt): View<'_>,
+        (g, lg): View<'_>,
+        loss: &ClassLoss,
+    ) -> Result<Storage> {
+        self.gpu()?;
+        let op = loss.name();
+        let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
+        validate::class_loss(loss, (s.dtype(), &l), (t.dtype(), &lt), Some((g.dtype(), &lg)))?;
+        wrap(loss::backward(self.st(s)?, &l, self.st(t)?, &lt, self.st(g)?, &lg, loss))
+    }
+
+    fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
+        validate::matmul(&la, &lb)?;
+        if !a.dtype().is_float() || !b.dtype().is_float() {
+            // cuBLAS has no integer products: the elementwise composition computes them.
+            return super::compose::matmul(self, (a, &la), (b, &lb));
+        }
+        wrap(matmul::matmul(self.st(a)?, &la, self.st(b)?, &lb))
+    }
+
+    fn unfold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        self.gpu()?;
+        let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
+        wrap(window::unfold(self.st(s)?, &l, window, (n, c)))
+    }
+
+    fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        self.gpu()?;
+        let (n, c, l) = check_window_view("fold", window, s, l, true)?;
+        wrap(window::fold(self.st(s)?, &l, window, (n, c)))
+    }
+
+    fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
+        self.gpu()?;
+        windows.check("max_pool2d")?;
+        let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
+        let (values, index) = pool::max_pool2d(self.st(s)?, &l, windows)?;
+        Ok((Storage::Cuda(values), Storage::Cuda(index)))
+    }
+
+    fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = check_gather_planes(s, l, si, li)?;
+        wrap(pool::gather_planes(self.st(s)?, &l, self.st(si)?, &li))
+    }
+
+    fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
+        wrap(pool::scatter_planes(self.st(s)?, &l, self.st(si)?, &li, plane))
+    }
+
+    fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = (validate::view("index_select", s, l)?, validate::view("index_select", i, li)?);
+        validate::dim("index_select", &l, dim)?;
+        wrap(index::index_select(self.st(s)?, &l, dim, self.st(i)?, &li))
+    }
+
+    fn gather(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let (l, li) = (validate::view("gather", s, l)?, validate::view("gather", i, li)?);
+        validate::dim("gather", &l, dim)?;
+        validate::index_within("gather", &li, &l, dim, "input")?;
+        wrap(index::gather(self.st(s)?, &l, dim, self.st(i)?, &li))
+    }
+
+    fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
+        self.gpu()?;
+        let ld = validate::view("scatter_add", d, ld)?;
+        let (li, ls) = (validate::view("scatter_add", i, li)?, validate::view("scatter_add", s, ls)?);
+        validate::dim("scatter_add", &ld, dim)?;
+        validate::index_within("scatter_add", &li, &ld, dim, "destination")?;
+        validate::index_within("scatter_add", &li, &ls, usize::MAX, "source")?;
+        wrap(index::scatter_add(self.st(d)?, &ld, dim, self.st(i)?, &li, self.st(s)?, &ls))
+    }
+
+    fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
+        self.upload(host(CpuBackend.random(numel, dist, dtype)?)?)
+    }
+
+    fn randperm(&self, n: usize) -> Result<Storage> {
+        self.upload(host(CpuBackend.randperm(n)?)?)
+    }
+
+    fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
+        self.gpu()?;
+        let op = "cat";
+        let Some(&(first, first_layout)) = srcs.first() else {
+            return Err(Error::invalid(op, "expected at least one tensor"));
+        };
+        validate::dim(op, first_layout, dim)?;
+        let layouts = srcs.iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<Vec<_>>>()?;
+        let mut total = 0usize;
+        for ((s, _), l) in srcs.iter().zip(&layouts) {
+            if s.dtype() != first.dtype() {
+                return Err(Error::dtype(
+                    op,
+                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
+                ));
+            }
+            let rank = first_layout.rank();
+            let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
+            if !fits {
+                return Err(Error::shape(
+                    op,
+                    format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
+                ));
+            }
+            total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
+        }
+        let mut shape = first_layout.shape().to_vec();
+        shape[dim] = total;
+        let shape = Shape::from(shape);
+        checked_numel(op, &shape)?;
+        let views = srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((self.st(s)?, &**l))).collect::<Result<Vec<_>>>()?;
+        wrap(index::cat(&views, dim, &shape))
+    }
+
+    fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
+        self.gpu()?;
+        let l = validate::view("power_sum", s, l)?;
+        reduce::power_sum(self.st(s)?, &l, p)
+    }
+
+    fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
+        self.gpu()?;
+        self.st(param.0)?;
+        self.st(grad.0)?;
+        optim::sgd_step(param, grad, buffer, hp)
+    }
+
+    fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
+        self.gpu()?;
+        self.st(param.0)?;
+        self.st(grad.0)?;
+        optim::adam_step(param, grad, state, hp)
+    }
+
+    fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+        self.gpu()?;
+        self.st(param.0)?;
+        self.st(grad.0)?;
+        optim::rmsprop_step(param, grad, state, hp)
+    }
+}
+
+/// The host data inside a storage the CPU backend made.
+fn host(s: Storage) -> Result<CpuStorage> {
+    match s {
+        Storage::Cpu(c) => Ok(c),
+        other => Err(foreign(other.device())),
+    }
+}

@@ -85,7 +85,10 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 # ---- the CUDA libraries cudarc loads at run time -----------------------------------------
 SEARCH=(/usr/local/nvidia/lib64 /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib
     /usr/lib/x86_64-linux-gnu /usr/lib64
-    /opt/torch/.venv/lib/python3.12/site-packages/nvidia/*/lib)
+    /opt/torch/.venv/lib/python3.12/site-packages/nvidia/*/lib
+    /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib
+    /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/*/lib
+    /opt/torch/.venv/lib/python3*/site-packages/torch/lib)
 LIBDIRS=()
 for lib in libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13; do
     found=""
@@ -97,6 +100,10 @@ for lib in libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13; do
     done
     if [[ -z "$found" ]]; then
         found=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l { print $NF; exit }' | xargs -r dirname)
+    fi
+    if [[ -z "$found" ]]; then
+        # Last resort: anywhere on the machine's own disk, for a few seconds at most.
+        found=$(timeout 20 find / -xdev -name "$lib" -print -quit 2>/dev/null | xargs -r dirname)
     fi
     if [[ -n "$found" ]]; then
         echo "found $lib in $found" | tee -a "$ENV_LOG"

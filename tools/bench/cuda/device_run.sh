@@ -103,7 +103,7 @@ for lib in libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13; do
     fi
     if [[ -z "$found" ]]; then
         # Last resort: anywhere on the machine's own disk, for a few seconds at most.
-        found=$(timeout 20 find / -xdev -name "$lib" -print -quit 2>/dev/null | xargs -r dirname)
+        found=$(timeout 8 find / -xdev -name "$lib" -print -quit 2>/dev/null | xargs -r dirname)
     fi
     if [[ -n "$found" ]]; then
         echo "found $lib in $found" | tee -a "$ENV_LOG"

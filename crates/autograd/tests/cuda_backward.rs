@@ -381,9 +381,9 @@ fn indexing_and_view_gradients() {
             let x = param(30, &[5, 4], dt, d);
             let src = param(31, &[2, 4], dt, d);
             // Repeated indices: their gradients add up (atomics on a device).
-            let a = x.index_select(0, &ints(&[4, 0, 4, 1], &[4], d))?;
-            let b = x.gather(1, &ints(&[0, 3, 3, 1, 2, 2, 0, 0, 1, 3], &[5, 2], d))?;
-            let c = x.scatter_add(0, &ints(&[1, 1, 3, 0, 4, 4, 4, 2], &[2, 4], d), &src)?;
+            let a = x.index_select(0, ints(&[4, 0, 4, 1], &[4], d))?;
+            let b = x.gather(1, ints(&[0, 3, 3, 1, 2, 2, 0, 0, 1, 3], &[5, 2], d))?;
+            let c = x.scatter_add(0, ints(&[1, 1, 3, 0, 4, 4, 4, 2], &[2, 4], d), &src)?;
             let y = Var::cat(&[&a.flatten_all(), &b.flatten_all(), &c.flatten_all()], 0)?;
             backward(&y, &[&x, &src], d)
         });

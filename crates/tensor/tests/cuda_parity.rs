@@ -18,8 +18,9 @@
 use ember_tensor::backend::{AdamStep, RmsPropStep, SgdStep, backend_for};
 use ember_tensor::random::Distribution;
 use ember_tensor::{
-    Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, Layout, LossReduction,
-    MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs, manual_seed,
+    Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,
+    InterpolateMode, Layout, LossReduction, MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs,
+    manual_seed,
 };
 use ember_testing::elementwise::{BINARY, UNARY};
 use std::fmt::Write as _;
@@ -432,6 +433,34 @@ fn mixing_devices_is_an_error() {
         Ok(_) => p.failures.push("add of a cuda:0 and a cpu tensor: no error".into()),
         Err(e) if e.contains("panicked") => p.failures.push(format!("add of a cuda:0 and a cpu tensor panicked: {e}")),
         Err(_) => {}
+    }
+    p.finish();
+}
+
+#[test]
+fn creation_and_reading_on_the_device() {
+    require_cuda!();
+    let mut p = Parity::new("creation_and_reading_on_the_device");
+    for dt in DTYPES {
+        for shape in [&[][..], &[0], &[3, 5], &[67, 131]] {
+            p.check(format!("full_on and *_like {shape:?} {dt}"), Tol::EXACT, |d| {
+                let t = Tensor::full_on(shape, -7, dt, d)?;
+                Ok(vec![t.zeros_like(), t.ones_like(), t.full_like(3.75), t.full_like(i64::MAX), t])
+            });
+        }
+        // Reading values back through every accessor gives the CPU's numbers (compared as
+        // tensors made on the host from what was read).
+        p.check(format!("to_vec / to_vec2 / item / to_scalar {dt}"), Tol::EXACT, |d| {
+            let t = input(5, &[3, 4], dt, Lay::Transposed, d);
+            let flat = Tensor::from_vec(t.to_vec_f64()?, [12])?;
+            let rows = t.to_dtype(DType::F64).to_vec2::<f64>()?.concat();
+            let first = t.select(0, 1)?.select(0, 2)?;
+            let scalars = vec![first.item()?, first.to_dtype(DType::F64).to_scalar::<f64>()?];
+            Ok([flat, Tensor::from_vec(rows, [12])?, Tensor::from_vec(scalars, [2])?]
+                .into_iter()
+                .map(|t| t.to_device(d))
+                .collect::<Result<Vec<_>>>()?)
+        });
     }
     p.finish();
 }
@@ -1316,6 +1345,54 @@ fn pooling() {
             );
             let (y, i) = x.max_pool2d_with_indices(&MaxPoolArgs::new(2))?;
             Ok(vec![y, i])
+        });
+    }
+    p.finish();
+}
+
+#[test]
+fn one_dimensional_windows_and_resampling() {
+    require_cuda!();
+    let mut p = Parity::new("one_dimensional_windows_and_resampling");
+    for dt in FLOATS {
+        p.check(format!("conv1d / conv_transpose1d {dt}"), Tol::MATMUL, |d| {
+            let x = input(145, &[2, 3, 17], dt, Lay::Stepped, d);
+            let w = inp(146, &[4, 3, 5], dt, d);
+            let b = inp(147, &[4], dt, d);
+            let y = x.conv1d(&w, Some(&b), &ConvArgs::default().stride(2).padding(Padding::Explicit([2])))?;
+            let wt = inp(148, &[4, 2, 3], dt, d);
+            let z = y.conv_transpose1d(&wt, None, &ConvTransposeArgs::default().stride(2))?;
+            Ok(vec![y, z])
+        });
+        p.check(format!("max_pool1d / avg_pool1d / adaptive_avg_pool1d {dt}"), Tol::REDUCTION, |d| {
+            let x = input(149, &[2, 3, 17], dt, Lay::Transposed, d);
+            Ok(vec![
+                x.max_pool1d(&MaxPoolArgs::new(3).stride(2).padding(1))?,
+                x.avg_pool1d(&AvgPoolArgs::new(4).stride(3).ceil_mode(true))?,
+                x.adaptive_avg_pool1d(5)?,
+            ])
+        });
+        for (mode, align) in [
+            (InterpolateMode::Nearest, None),
+            (InterpolateMode::Bilinear, Some(false)),
+            (InterpolateMode::Bilinear, Some(true)),
+        ] {
+            p.check(format!("interpolate {mode:?} align_corners {align:?} {dt}"), Tol::REDUCTION, |d| {
+                let x = input(150, &[2, 3, 5, 7], dt, Lay::Transposed, d);
+                let args = InterpolateArgs { mode, align_corners: align, ..InterpolateArgs::size([9, 4]) };
+                one(x.interpolate(&args)?)
+            });
+        }
+        p.check(format!("gather_planes / scatter_planes {dt}"), Tol::REDUCTION, |d| {
+            let x = inp(151, &[2, 3, 4, 5], dt, d);
+            // Repeated positions: scatter_planes adds them up.
+            let idx: Vec<i64> = (0..2 * 3 * 2 * 2).map(|i| (mix(152, i as u64) % 20) as i64).collect();
+            let index = ints(&idx, &[2, 3, 2, 2], d);
+            let g = x.gather_planes(&index)?;
+            Ok(vec![g.clone(), g.scatter_planes(&index, [4, 5])?])
+        });
+        p.check_error(format!("gather_planes out of range {dt}"), |d| {
+            one(inp(151, &[1, 1, 2, 2], dt, d).gather_planes(&ints(&[4], &[1, 1, 1, 1], d))?)
         });
     }
     p.finish();

@@ -456,10 +456,10 @@ fn creation_and_reading_on_the_device() {
             let rows = t.to_dtype(DType::F64).to_vec2::<f64>()?.concat();
             let first = t.select(0, 1)?.select(0, 2)?;
             let scalars = vec![first.item()?, first.to_dtype(DType::F64).to_scalar::<f64>()?];
-            Ok([flat, Tensor::from_vec(rows, [12])?, Tensor::from_vec(scalars, [2])?]
+            [flat, Tensor::from_vec(rows, [12])?, Tensor::from_vec(scalars, [2])?]
                 .into_iter()
                 .map(|t| t.to_device(d))
-                .collect::<Result<Vec<_>>>()?)
+                .collect::<Result<Vec<_>>>()
         });
     }
     p.finish();

@@ -191,24 +191,6 @@ def main():
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
     print(f"torch_gpu: PyTorch {torch.__version__} on {dev} ({gpu})", file=sys.stderr)
 
-    tflops = {}
-    for n in [int(s) for s in args.sizes.split(",") if s]:
-        tflops[str(n)] = matmul_tflops(dev, n)
-        print(f"  matmul {n}x{n} f32: {tflops[str(n)]:.2f} TFLOP/s", file=sys.stderr)
-    adds = {}
-    for numel, calls in [(1, args.add_calls), (1 << 20, max(args.add_calls // 10, 1))]:
-        adds[str(numel)] = add_us_per_call(dev, numel, calls)
-        print(f"  add of {numel} elements: {adds[str(numel)]:.2f} us per call ({calls} calls)", file=sys.stderr)
-
-    images, labels = load_mnist(args.data)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    results = {}
-    for key, build, steps in [("mnist_mlp", mlp, args.mlp_steps), ("mnist_cnn", cnn, args.cnn_steps)]:
-        results[key] = train(dev, images, labels, build, args.warmup, steps, args.seed)
-        print(f"  {key}: {results[key]['samples_per_s']:.0f} samples/s, loss {results[key]['last_loss']:.4f}", file=sys.stderr)
-    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
-
     out = {
         "framework": "pytorch",
         "version": torch.__version__,
@@ -216,16 +198,48 @@ def main():
         "gpu": gpu,
         "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-        "matmul_tflops": tflops,
-        "add_us_per_call": adds,
-        **results,
-        "peak_memory_bytes": peak,
+        "matmul_tflops": {},
+        "add_us_per_call": {},
     }
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+
+    def save():
+        # Rewritten after every measurement, so that a run cut short keeps what it took.
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(json.dumps(out, indent=2) + "\n")
+
+    def measured(what, fn):
+        try:
+            return fn()
+        except Exception as e:  # one failing workload must not cost the others their numbers
+            print(f"  {what}: FAILED: {e!r}", file=sys.stderr)
+            return None
+
+    for n in [int(s) for s in args.sizes.split(",") if s]:
+        t = measured(f"matmul {n}", lambda: matmul_tflops(dev, n))
+        out["matmul_tflops"][str(n)] = t
+        if t is not None:
+            print(f"  matmul {n}x{n} f32: {t:.2f} TFLOP/s", file=sys.stderr)
+        save()
+    for numel, calls in [(1, args.add_calls), (1 << 20, max(args.add_calls // 10, 1))]:
+        us = measured(f"add of {numel}", lambda: add_us_per_call(dev, numel, calls))
+        out["add_us_per_call"][str(numel)] = us
+        if us is not None:
+            print(f"  add of {numel} elements: {us:.2f} us per call ({calls} calls)", file=sys.stderr)
+        save()
+
+    images, labels = load_mnist(args.data)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    for key, build, steps in [("mnist_mlp", mlp, args.mlp_steps), ("mnist_cnn", cnn, args.cnn_steps)]:
+        r = measured(key, lambda: train(dev, images, labels, build, args.warmup, steps, args.seed))
+        out[key] = r
+        if r is not None:
+            print(f"  {key}: {r['samples_per_s']:.0f} samples/s, loss {r['last_loss']:.4f}", file=sys.stderr)
+        save()
+    out["peak_memory_bytes"] = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
+    save()
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

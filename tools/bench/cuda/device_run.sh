@@ -115,7 +115,9 @@ done
 LD_LIBRARY_PATH="$(IFS=:; echo "${LIBDIRS[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$ENV_LOG"
-export RUST_BACKTRACE=1
+# Failure messages name the op and its inputs; backtraces of every caught kernel panic
+# would only bloat the logs.
+export RUST_BACKTRACE=0
 
 # ---- the device tests --------------------------------------------------------------------
 # build_devbin.sh ships the binaries gzipped.

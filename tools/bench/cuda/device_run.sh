@@ -112,8 +112,8 @@ TESTS=()
 for f in .devbin/*; do
     [[ -f "$f" && -x "$f" ]] || continue
     case "$(basename "$f")" in
-        cuda_bench*) BENCH="$f" ;;
         *.gz | *.json | *.md | *.txt | *.log) ;;
+        cuda_bench*) BENCH="$f" ;;
         *) TESTS+=("$f") ;;
     esac
 done

@@ -24,7 +24,7 @@ use crate::nn::{
     cross_entropy,
 };
 use crate::optim::{LrScheduler, Optimizer};
-use crate::tensor::{Error, Result, Tensor};
+use crate::tensor::{Device, Error, Result, Tensor};
 use std::path::Path;
 
 /// The widths of the quick-start MLP: 784-256-128-10.
@@ -253,10 +253,17 @@ pub fn loader(data: &Data, batch_size: usize, seed: u64) -> Result<DataLoader<Te
     DataLoader::builder(ds).batch_size(batch_size).shuffle(true).seed(seed).build()
 }
 
-/// One optimisation step on a batch; returns the batch loss.
+/// The device of `model`'s parameters (of the first; the CPU for a model without any):
+/// where its batches must go.
+pub fn device_of(model: &dyn Module) -> Device {
+    model.parameters().first().map_or(Device::Cpu, Var::device)
+}
+
+/// One optimisation step on a batch (moved to the model's device); returns the batch loss.
 pub fn train_step(model: &dyn Module, opt: &mut dyn Optimizer, x: &Tensor, y: &Tensor) -> Result<f64> {
-    let logits = model.forward(&Var::new(x.clone()))?;
-    let loss = cross_entropy(&logits, y, CrossEntropyOptions::default())?;
+    let device = device_of(model);
+    let logits = model.forward(&Var::new(x.to_device(device)?))?;
+    let loss = cross_entropy(&logits, &y.to_device(device)?, CrossEntropyOptions::default())?;
     opt.zero_grad();
     loss.backward()?;
     opt.step()?;
@@ -299,9 +306,10 @@ pub struct Evaluation {
     pub loss: f64,
 }
 
-/// Evaluates `model` on `data` in eval mode and without recording a graph; the model is
-/// left in the mode it was in.
+/// Evaluates `model` on `data` (batches moved to the model's device) in eval mode and
+/// without recording a graph; the model is left in the mode it was in.
 pub fn evaluate(model: &dyn Module, data: &Data) -> Result<Evaluation> {
+    let device = device_of(model);
     let was_training = model.is_training();
     model.eval();
     let result = no_grad(|| -> Result<Evaluation> {
@@ -310,8 +318,8 @@ pub fn evaluate(model: &dyn Module, data: &Data) -> Result<Evaluation> {
         let batch = 1000;
         for start in (0..n).step_by(batch) {
             let len = batch.min(n - start);
-            let x = Var::new(data.images.narrow(0, start, len)?);
-            let y = data.labels.narrow(0, start, len)?;
+            let x = Var::new(data.images.narrow(0, start, len)?.to_device(device)?);
+            let y = data.labels.narrow(0, start, len)?.to_device(device)?;
             let logits = model.forward(&x)?;
             let loss = cross_entropy(&logits, &y, CrossEntropyOptions::default())?;
             loss_sum += loss.item()? * len as f64;

@@ -255,7 +255,7 @@ impl<'a> Reader<'a> {
         // `copy` after the conversion, which returns `t` itself when the dtype already fits;
         // the state lives on its parameter's device, as PyTorch's optimizer `load_state_dict`
         // casts it.
-        Ok(t.to_dtype(like.dtype()).copy().to_device(like.device())?)
+        t.to_dtype(like.dtype()).copy().to_device(like.device())
     }
 
     /// Refuses entries that nothing read.

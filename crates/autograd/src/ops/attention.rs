@@ -53,7 +53,8 @@ impl Var {
         }
         if spec.causal {
             // Row i always sees key 0, so the triangle alone leaves no row empty.
-            scores = scores.masked_fill(constant(causal_excluded(shapes.l, shapes.s, scores.device())?), f64::NEG_INFINITY)?;
+            scores = scores
+                .masked_fill(constant(causal_excluded(shapes.l, shapes.s, scores.device())?), f64::NEG_INFINITY)?;
         }
         if maybe_dead && shapes.s > 0 {
             // A row of only -inf has no softmax (NaN); it is set to 0 and passes no gradient.

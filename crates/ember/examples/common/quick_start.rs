@@ -9,7 +9,7 @@ use clap::Parser;
 use ember::mnist::{self, Data};
 use ember::nn::{Module, ModuleExt};
 use ember::optim::{Adam, AdamConfig, CosineAnnealingLR, LrScheduler};
-use ember::{Result, Var};
+use ember::{Device, Result, Var};
 use plotters::style::{BLUE, RED};
 use std::path::Path;
 use std::time::Instant;
@@ -38,6 +38,10 @@ pub struct Args {
     /// Also write the model's graph (DOT and SVG).
     #[arg(long)]
     pub graph: bool,
+    /// Where to train and evaluate: `cpu`, `cuda` or `cuda:N` (a GPU needs the `cuda`
+    /// feature). The checkpoint is written from a host copy and loads on any device.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 /// How the learning rate evolves over the run.
@@ -84,6 +88,8 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     if args.batch_size == 0 || epochs == 0 {
         return Err(ember::Error::invalid(name, "--epochs and --batch-size must be positive"));
     }
+    let device: Device = args.device.parse().map_err(|e| ember::Error::invalid(name, format!("--device: {e}")))?;
+    device.check_available().map_err(|e| ember::Error::invalid(name, format!("--device {device}: {e}")))?;
     let out = args.common.start(name)?;
 
     let mut train = mnist::load(&args.common.data, true)?;
@@ -94,8 +100,9 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     println!("MNIST: {} training and {} test images from {}", train.len(), test.len(), args.common.data.display());
 
     let model = (example.build)()?;
+    model.to_device(device)?;
     println!(
-        "model: {}, {} parameters; Adam, lr {} ({}), batch {}",
+        "model: {} on {device}, {} parameters; Adam, lr {} ({}), batch {}",
         example.description,
         model.num_parameters(),
         args.lr,
@@ -154,6 +161,7 @@ pub fn run<M: Module>(example: Example<M>, args: Args) -> Result<f64> {
     let model_path = out.join(format!("{}.safetensors", example.checkpoint));
     model.save(&model_path)?;
     let reloaded = (example.build)()?;
+    reloaded.to_device(device)?;
     reloaded.load(&model_path)?;
     let again = mnist::evaluate(&reloaded, &test)?.accuracy;
     println!("saved {} (reloaded into a fresh model: {:.2}% test accuracy)", model_path.display(), 100.0 * again);
@@ -179,9 +187,10 @@ fn write_graph(model: &dyn Module, data: &Data, out: &Path, name: &str) -> Resul
     for (name, p) in model.named_parameters() {
         p.set_name(name);
     }
-    let x = Var::new(data.images.narrow(0, 0, 8)?);
+    let device = ember::mnist::device_of(model);
+    let x = Var::new(data.images.narrow(0, 0, 8)?.to_device(device)?);
     x.set_name("images");
-    let y = data.labels.narrow(0, 0, 8)?;
+    let y = data.labels.narrow(0, 0, 8)?.to_device(device)?;
     let loss = ember::nn::cross_entropy(&model.forward(&x)?, &y, Default::default())?;
     loss.set_name("loss");
     let dot = out.join(format!("{name}_graph.dot"));

@@ -148,7 +148,7 @@ pub(crate) fn gather(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     shape.extend(&idx.shape);
     shape.extend(&dims[ax + 1..]);
     // The indices are host data: they go to the device of what they index.
-    one(map(data, |v| v.index_select(ax, &Var::new(index.to_device(v.device())?))?.reshape(shape.as_slice()))?)
+    one(map(data, |v| v.index_select(ax, Var::new(index.to_device(v.device())?))?.reshape(shape.as_slice()))?)
 }
 
 pub(crate) fn unsqueeze(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {

@@ -238,9 +238,12 @@ impl RnnCore {
                     },
                     c: match (self.mode, &c0) {
                         (Mode::Lstm, Some(c)) => Some(c.select(0, k)?),
-                        (Mode::Lstm, None) => {
-                            Some(Var::new(Tensor::full_on([batch, self.hidden_size], 0, o.dtype, layer_input.device())?))
-                        }
+                        (Mode::Lstm, None) => Some(Var::new(Tensor::full_on(
+                            [batch, self.hidden_size],
+                            0,
+                            o.dtype,
+                            layer_input.device(),
+                        )?)),
                         _ => None,
                     },
                 };

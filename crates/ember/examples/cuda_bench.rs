@@ -19,9 +19,9 @@
 //!    cosine schedule over 3 epochs, batches of 64 from the shuffling loader over the
 //!    standardised host images, each batch copied to the device, the loss read back every
 //!    step): samples/s over `--mlp-steps` / `--cnn-steps` steps after `--warmup` steps.
-//! 4. `peak_memory_bytes`: the most device memory ember's tensors held (`null` until the
-//!    device reports it; `device_run.sh` also samples each process's GPU memory with
-//!    `nvidia-smi`).
+//! 4. `peak_memory_bytes`: the most device memory ember's tensors held during training (the
+//!    caching allocator's `Device::memory_stats`, like `torch.cuda.max_memory_allocated`);
+//!    `device_run.sh` also samples each process's GPU memory with `nvidia-smi`.
 //!
 //! `--device cpu` runs the same measurements on the CPU (for trying the program without a
 //! GPU; use small `--sizes` and step counts there).
@@ -288,6 +288,7 @@ fn main() -> Result<()> {
 
     let train_set = mnist::load(&args.data, true)?;
     ember::tensor::storage::reset_peak();
+    dev.reset_peak_memory()?;
     for (key, build, steps) in
         [("mnist_mlp", mnist::mlp as fn() -> _, args.mlp_steps), ("mnist_cnn", mnist::cnn, args.cnn_steps)]
     {
@@ -298,11 +299,12 @@ fn main() -> Result<()> {
         report.runs.push((key, t));
         report.save(out)?;
     }
-    // The host pool's statistics count CPU storages only: on a GPU the figure stays null
-    // until the device backend reports its allocations.
-    if dev == Device::Cpu {
-        report.peak_memory_bytes = Some(ember::tensor::storage::memory_stats().peak_bytes);
-    }
+    // A GPU's allocator counts its own memory; the host pool counts CPU storages.
+    report.peak_memory_bytes = match dev.memory_stats()? {
+        Some(m) => Some(m.peak_allocated),
+        None if dev == Device::Cpu => Some(ember::tensor::storage::memory_stats().peak_bytes),
+        None => None,
+    };
     report.save(out)?;
     println!("{}", report.render());
     Ok(())

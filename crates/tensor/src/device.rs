@@ -46,6 +46,23 @@ impl Device {
         crate::backend::backend_for(self)?.synchronize()
     }
 
+    /// The device memory figures of a GPU; `None` for the CPU (see
+    /// [`crate::storage::memory_stats`] for host memory).
+    pub fn memory_stats(self) -> Result<Option<DeviceMemory>> {
+        crate::backend::backend_for(self)?.memory()
+    }
+
+    /// Starts the peak of [`Device::memory_stats`] again from the memory held now.
+    pub fn reset_peak_memory(self) -> Result<()> {
+        crate::backend::backend_for(self)?.reset_peak_memory()
+    }
+
+    /// Returns the memory a GPU's caching allocator keeps for reuse to the driver
+    /// (`torch.cuda.empty_cache`); a no-op on the CPU.
+    pub fn empty_cache(self) -> Result<()> {
+        crate::backend::backend_for(self)?.empty_cache()
+    }
+
     /// The first GPU when one is available, the CPU otherwise.
     pub fn cuda_if_available() -> Device {
         if Device::Cuda(0).is_available() { Device::Cuda(0) } else { Device::Cpu }
@@ -59,6 +76,19 @@ impl Device {
             msg: "CUDA support is not compiled into this build of ember (enable the `cuda` feature)".into(),
         }
     }
+}
+
+/// Device memory in bytes as a GPU backend counts it (PyTorch's `torch.cuda.memory_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DeviceMemory {
+    /// Held by live tensors now (`memory_allocated`).
+    pub allocated: usize,
+    /// The most held at once since the last [`Device::reset_peak_memory`]
+    /// (`max_memory_allocated`).
+    pub peak_allocated: usize,
+    /// Freed by tensors and kept by the caching allocator for reuse
+    /// (`memory_reserved - memory_allocated`).
+    pub cached: usize,
 }
 
 impl fmt::Display for Device {

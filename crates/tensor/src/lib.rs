@@ -49,7 +49,7 @@ pub mod threading;
 pub use backend::{Attention, AttentionShapes, check_attention};
 pub use backend::{BinaryOp, ClassLoss, ClassScores, CmpOp, LossReduction, ReduceOp, UnaryOp};
 pub use conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
-pub use device::Device;
+pub use device::{Device, DeviceMemory};
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};
 pub use layout::Layout;

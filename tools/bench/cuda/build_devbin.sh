@@ -20,7 +20,7 @@ rm -f .devbin/*
 # The path of the test executable cargo built for `--test NAME`.
 test_binary() {
     local pkg=$1 name=$2 features=$3
-    nice -n 19 cargo test -p "$pkg" --features "$features" --test "$name" --no-run --message-format=json 2>/dev/null |
+    cargo test -p "$pkg" --features "$features" --test "$name" --no-run --message-format=json 2>/dev/null |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -61,7 +61,7 @@ for spec in "ember-tensor cuda_parity $FEATURE" "ember-autograd cuda_backward $F
 done
 # BENCH_PROFILE=dev builds the example faster, for trying the flow; timings want release.
 profile="${BENCH_PROFILE:-release}"
-nice -n 19 cargo build --profile "$profile" -p ember --example cuda_bench --features "$ember_features"
+cargo build --profile "$profile" -p ember --example cuda_bench --features "$ember_features"
 dir=$([[ $profile == dev ]] && echo debug || echo "$profile")
 pack "target/$dir/examples/cuda_bench" cuda_bench
 echo "carry .devbin to the GPU machine and run: bash tools/bench/cuda/device_run.sh"

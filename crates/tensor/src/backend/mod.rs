@@ -63,6 +63,18 @@ pub trait Backend: Send + Sync + 'static {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+    /// The device memory the backend's allocator counts, where it keeps such figures.
+    fn memory(&self) -> Result<Option<crate::DeviceMemory>> {
+        Ok(None)
+    }
+    /// Starts the peak of [`Backend::memory`] again from the memory held now.
+    fn reset_peak_memory(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Returns memory kept for reuse to the device's driver.
+    fn empty_cache(&self) -> Result<()> {
+        Ok(())
+    }
     /// `numel` elements of `value` (converted to `dtype` by [`Scalar::to_element`]).
     fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage>;
     /// Moves host data onto the device.

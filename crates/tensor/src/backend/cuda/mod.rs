@@ -114,38 +114,6 @@ pub fn device_name(ordinal: usize) -> Result<String> {
     Ok(gpu(ordinal)?.name.clone())
 }
 
-/// Device memory of GPU `ordinal` in bytes, as PyTorch's `torch.cuda` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CudaMemoryStats {
-    /// Held by live tensors now (`memory_allocated`).
-    pub allocated: usize,
-    /// The most held at once since the last [`reset_peak_memory`] (`max_memory_allocated`).
-    pub peak_allocated: usize,
-    /// Freed by tensors and kept for reuse (`memory_reserved - memory_allocated`).
-    pub cached: usize,
-}
-
-/// The memory figures of GPU `ordinal`.
-pub fn memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
-    let (allocated, peak_allocated, cached) = gpu(ordinal)?.memory.stats();
-    Ok(CudaMemoryStats { allocated, peak_allocated, cached })
-}
-
-/// Starts the peak of [`memory_stats`] again from the memory held now.
-pub fn reset_peak_memory(ordinal: usize) -> Result<()> {
-    gpu(ordinal)?.memory.reset_peak();
-    Ok(())
-}
-
-/// Returns the memory cached for reuse to the driver (`torch.cuda.empty_cache`). Waits for
-/// the device first.
-pub fn empty_cache(ordinal: usize) -> Result<()> {
-    let g = gpu(ordinal)?;
-    g.synchronize()?;
-    g.memory.empty_cache();
-    Ok(())
-}
-
 impl CudaBackend {
     fn gpu(&self) -> Result<&'static Gpu> {
         gpu(self.ordinal)
@@ -186,6 +154,23 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.gpu()?.synchronize()
+    }
+
+    fn memory(&self) -> Result<Option<crate::DeviceMemory>> {
+        let (allocated, peak_allocated, cached) = self.gpu()?.memory.stats();
+        Ok(Some(crate::DeviceMemory { allocated, peak_allocated, cached }))
+    }
+
+    fn reset_peak_memory(&self) -> Result<()> {
+        self.gpu()?.memory.reset_peak();
+        Ok(())
+    }
+
+    fn empty_cache(&self) -> Result<()> {
+        let g = self.gpu()?;
+        g.synchronize()?;
+        g.memory.empty_cache();
+        Ok(())
     }
 
     fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage> {

@@ -86,13 +86,15 @@ impl GraphModel {
     /// undeclared dtype taken as f32); returns the output shapes. A mismatch is an error
     /// naming the node. [`load`](crate::load) calls it when every input declares its rank.
     pub fn check_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        // On the model's device, should it have been moved.
+        let device = self.params.first().map_or(Device::Cpu, |(_, p)| p.device());
         let inputs = self
             .inputs
             .iter()
             .map(|info| {
                 let shape: Vec<usize> =
                     info.shape.as_ref().map(|s| s.iter().map(|d| d.unwrap_or(1)).collect()).unwrap_or_default();
-                Ok(Var::new(Tensor::zeros(shape, info.dtype.unwrap_or(ember_tensor::DType::F32))?))
+                Ok(Var::new(Tensor::full_on(shape, 0, info.dtype.unwrap_or(ember_tensor::DType::F32), device)?))
             })
             .collect::<Result<Vec<Var>>>()?;
         let outputs = ember_autograd::no_grad(|| self.run(&inputs.iter().collect::<Vec<_>>()))?;

@@ -13,9 +13,10 @@ use ember::autograd::{Function, FunctionCtx, checkpoint};
 use ember::data::{DataLoader, TensorDataset};
 use ember::mnist;
 use ember::nn::{
-    BatchNorm2d, Conv2d, CrossEntropyOptions, Dropout, Flatten, LSTM, Linear, MaxPool2d, ReLU, Reduction, Sequential,
-    Tanh, TransformerEncoderLayer, cross_entropy, mse_loss,
+    BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyOptions, Dropout, Flatten, GELU, LSTM, Linear, MaxPool2d, ReLU,
+    Reduction, Sequential, Tanh, TransformerEncoderLayer, Unflatten, cross_entropy, mse_loss,
 };
+use ember::onnx::{ExportOptions, export_bytes, load_bytes};
 use ember::optim::{Adam, AdamConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig, Sgd, SgdConfig, clip_grad_norm_};
 use ember::prelude::*;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -355,6 +356,31 @@ fn mnist_models_train_identically() -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+#[test]
+fn onnx_models_run_on_the_device() -> Result<()> {
+    let Some(dev) = device("onnx_models_run_on_the_device") else { return Ok(()) };
+    compare("ONNX", dev, |d| {
+        // GELU exports through Erf and constants, BatchNorm through its buffers.
+        let model = Sequential::new()
+            .add(Linear::new(6, 8)?)
+            .add(GELU::new())
+            .add(Unflatten::new(1, [8, 1]))
+            .add(BatchNorm1d::new(8)?)
+            .add(Flatten::new())
+            .add(Linear::new(8, 3)?);
+        model.eval();
+        let bytes = export_bytes(&model, &Var::new(Tensor::randn([2, 6])?), &ExportOptions::default())?;
+        let back = load_bytes(&bytes)?;
+        back.to_device(d)?;
+        let y = back.forward(&Var::param(Tensor::randn([2, 6])?.to_device(d)?))?;
+        assert_eq!(y.device(), d);
+        y.square().sum_all().backward()?;
+        let mut out = vec![("y".to_string(), y.value())];
+        out.extend(grads_of(&back));
+        Ok(out)
+    })
 }
 
 /// `(sin x, cos x)`: a custom function with two outputs, so that backward through one of

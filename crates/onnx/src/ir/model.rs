@@ -120,13 +120,25 @@ impl GraphModel {
         for (name, p) in self.params.iter().chain(&self.buffers) {
             env.insert(name, Value::Float(p.clone()));
         }
+        // Float constants (initializers that are not parameters, `Constant` nodes) are made
+        // on the host: they go to the device of the run, that of the model's parameters.
+        let device = self.params.first().map_or(Device::Cpu, |(_, p)| p.device());
+        let on_device = |v: Value| -> Result<Value> {
+            match v {
+                Value::Float(x) if x.device() != device => Ok(Value::Float(x.to_device(device)?)),
+                other => Ok(other),
+            }
+        };
         for (name, c) in &self.constants {
-            env.insert(name, c.clone());
+            env.insert(name, on_device(c.clone())?);
         }
         for (node, spec) in &self.nodes {
             let args: Vec<Option<Value>> =
                 node.inputs.iter().map(|n| if n.is_empty() { None } else { env.get(n.as_str()).cloned() }).collect();
-            let outs = (spec.run)(node, &args).map_err(|e| with_node(node, e))?;
+            let mut outs = (spec.run)(node, &args).map_err(|e| with_node(node, e))?;
+            if node.op_type == "Constant" {
+                outs = outs.into_iter().map(on_device).collect::<Result<_>>()?;
+            }
             for (name, v) in node.outputs.iter().zip(outs) {
                 if !name.is_empty() {
                     env.insert(name, v);

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example mnist -- [--epochs 3] [--batch-size 64] [--lr 1e-3]
 //!     [--schedule cosine|constant] [--data data/mnist] [--out runs/mnist] [--seed 0]
-//!     [--train-images N] [--graph]
+//!     [--train-images N] [--graph] [--device cpu|cuda|cuda:N]
 //! ```
 //!
 //! Inputs are standardised with MNIST's pixel mean and deviation, and the learning rate

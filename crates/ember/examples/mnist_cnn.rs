@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example mnist_cnn -- [--epochs 3] [--batch-size 64] [--lr 1e-3]
 //!     [--schedule cosine|constant] [--data data/mnist] [--out runs/mnist_cnn] [--seed 0]
-//!     [--train-images N] [--graph]
+//!     [--train-images N] [--graph] [--device cpu|cuda|cuda:N]
 //! ```
 //!
 //! The model is [`ember::mnist::cnn`]: two 5x5 convolutions (16 and 32 channels, padded to

@@ -11,10 +11,12 @@
 
 use ember::autograd::{Function, FunctionCtx, checkpoint};
 use ember::data::{DataLoader, TensorDataset};
+use ember::mnist;
 use ember::nn::{
-    BatchNorm2d, Conv2d, CrossEntropyOptions, Dropout, Flatten, LSTM, Linear, MaxPool2d, ReLU, Reduction, Sequential,
-    Tanh, TransformerEncoderLayer, cross_entropy, mse_loss,
+    BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyOptions, Dropout, Flatten, GELU, LSTM, Linear, MaxPool2d, ReLU,
+    Reduction, Sequential, Tanh, TransformerEncoderLayer, Unflatten, cross_entropy, mse_loss,
 };
+use ember::onnx::{ExportOptions, export_bytes, load_bytes};
 use ember::optim::{Adam, AdamConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig, Sgd, SgdConfig, clip_grad_norm_};
 use ember::prelude::*;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -325,6 +327,62 @@ fn data_loader_batches_and_var_to_device() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn mnist_models_train_identically() -> Result<()> {
+    let Some(dev) = device("mnist_models_train_identically") else { return Ok(()) };
+    type Build = fn() -> Result<Box<dyn Module>>;
+    let models: [(&str, Build); 4] = [
+        ("mlp", || Ok(Box::new(mnist::mlp()?))),
+        ("cnn", || Ok(Box::new(mnist::cnn()?))),
+        ("lstm", || Ok(Box::new(mnist::lstm_classifier()?))),
+        ("vit", || Ok(Box::new(mnist::vit_classifier()?))),
+    ];
+    for (name, build) in models {
+        compare(name, dev, |d| {
+            let model = build()?;
+            model.to_device(d)?;
+            assert_eq!(mnist::device_of(&*model), d);
+            let mut opt = Adam::new(model.parameters(), AdamConfig::default())?;
+            // Host batches, as the loader gives them: train_step moves them.
+            let x = Tensor::rand([4, 784])?;
+            let y = Tensor::from_vec(vec![3i64, 1, 4, 1], [4])?;
+            let loss = mnist::train_step(&*model, &mut opt, &x, &y)?;
+            // Evaluation moves its batches too.
+            let eval = mnist::evaluate(&*model, &mnist::Data { images: x, labels: y })?;
+            let mut out = vec![("loss".to_string(), Tensor::scalar(loss))];
+            out.push(("eval".to_string(), Tensor::from_vec(vec![eval.accuracy, eval.loss], [2])?));
+            out.extend(state_on(&*model, d));
+            Ok(out)
+        })?;
+    }
+    Ok(())
+}
+
+#[test]
+fn onnx_models_run_on_the_device() -> Result<()> {
+    let Some(dev) = device("onnx_models_run_on_the_device") else { return Ok(()) };
+    compare("ONNX", dev, |d| {
+        // GELU exports through Erf and constants, BatchNorm through its buffers.
+        let model = Sequential::new()
+            .add(Linear::new(6, 8)?)
+            .add(GELU::new())
+            .add(Unflatten::new(1, [8, 1]))
+            .add(BatchNorm1d::new(8)?)
+            .add(Flatten::new())
+            .add(Linear::new(8, 3)?);
+        model.eval();
+        let bytes = export_bytes(&model, &Var::new(Tensor::randn([2, 6])?), &ExportOptions::default())?;
+        let back = load_bytes(&bytes)?;
+        back.to_device(d)?;
+        let y = back.forward(&Var::param(Tensor::randn([2, 6])?.to_device(d)?))?;
+        assert_eq!(y.device(), d);
+        y.square().sum_all().backward()?;
+        let mut out = vec![("y".to_string(), y.value())];
+        out.extend(grads_of(&back));
+        Ok(out)
+    })
+}
+
 /// `(sin x, cos x)`: a custom function with two outputs, so that backward through one of
 /// them makes zero gradients for the other.
 struct SinCos;
@@ -362,6 +420,36 @@ fn custom_functions_checkpoints_and_hooks() -> Result<()> {
         res.push(("y".to_string(), y.value()));
         Ok(res)
     })
+}
+
+/// A module that lists a buffer but does not move it in `buffers_to_device`.
+struct StuckBuffer(Tensor);
+
+impl Module for StuckBuffer {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        Ok(x.clone())
+    }
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        Vec::new()
+    }
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        vec![("stuck".to_string(), self.0.clone())]
+    }
+    fn set_training(&self, _: bool) {}
+}
+
+#[test]
+fn a_buffer_left_behind_is_an_error_naming_it() -> Result<()> {
+    let Some(dev) = device("a_buffer_left_behind_is_an_error_naming_it") else { return Ok(()) };
+    let _seeded = seeded();
+    let err = StuckBuffer(Tensor::zeros([2], DType::F32)?).to_device(dev).expect_err("the buffer did not move");
+    let msg = err.to_string();
+    assert!(msg.contains("stuck") && msg.contains("buffers_to_device") && msg.contains("cpu"), "{msg}");
+    // Moving to a device that does not exist is an error before anything moves.
+    let model = mlp()?;
+    assert!(model.to_device(Device::Cuda(99)).is_err());
+    state_on(&model, Device::Cpu);
+    Ok(())
 }
 
 /// Asserts that `r` is an error that names the CPU and the device.

@@ -86,13 +86,15 @@ impl GraphModel {
     /// undeclared dtype taken as f32); returns the output shapes. A mismatch is an error
     /// naming the node. [`load`](crate::load) calls it when every input declares its rank.
     pub fn check_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        // On the model's device, should it have been moved.
+        let device = self.params.first().map_or(Device::Cpu, |(_, p)| p.device());
         let inputs = self
             .inputs
             .iter()
             .map(|info| {
                 let shape: Vec<usize> =
                     info.shape.as_ref().map(|s| s.iter().map(|d| d.unwrap_or(1)).collect()).unwrap_or_default();
-                Ok(Var::new(Tensor::zeros(shape, info.dtype.unwrap_or(ember_tensor::DType::F32))?))
+                Ok(Var::new(Tensor::full_on(shape, 0, info.dtype.unwrap_or(ember_tensor::DType::F32), device)?))
             })
             .collect::<Result<Vec<Var>>>()?;
         let outputs = ember_autograd::no_grad(|| self.run(&inputs.iter().collect::<Vec<_>>()))?;
@@ -118,13 +120,25 @@ impl GraphModel {
         for (name, p) in self.params.iter().chain(&self.buffers) {
             env.insert(name, Value::Float(p.clone()));
         }
+        // Float constants (initializers that are not parameters, `Constant` nodes) are made
+        // on the host: they go to the device of the run, that of the model's parameters.
+        let device = self.params.first().map_or(Device::Cpu, |(_, p)| p.device());
+        let on_device = |v: Value| -> Result<Value> {
+            match v {
+                Value::Float(x) if x.device() != device => Ok(Value::Float(x.to_device(device)?)),
+                other => Ok(other),
+            }
+        };
         for (name, c) in &self.constants {
-            env.insert(name, c.clone());
+            env.insert(name, on_device(c.clone())?);
         }
         for (node, spec) in &self.nodes {
             let args: Vec<Option<Value>> =
                 node.inputs.iter().map(|n| if n.is_empty() { None } else { env.get(n.as_str()).cloned() }).collect();
-            let outs = (spec.run)(node, &args).map_err(|e| with_node(node, e))?;
+            let mut outs = (spec.run)(node, &args).map_err(|e| with_node(node, e))?;
+            if node.op_type == "Constant" {
+                outs = outs.into_iter().map(on_device).collect::<Result<_>>()?;
+            }
             for (name, v) in node.outputs.iter().zip(outs) {
                 if !name.is_empty() {
                     env.insert(name, v);

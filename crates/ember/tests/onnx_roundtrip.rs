@@ -86,19 +86,131 @@ fn average_and_adaptive_pools_roundtrip_exactly() -> Result<()> {
     Ok(())
 }
 
+/// Whether the model `bytes` holds a node of operator `op` (its name appears).
+fn writes(bytes: &[u8], op: &str) -> bool {
+    bytes.windows(op.len()).any(|w| w == op.as_bytes())
+}
+
+/// Where `EMBER_ONNX_CHECK_DIR` names a folder, writes `<name>.onnx` and
+/// `<name>.io.safetensors` (`input`, `expected`) there for `tools/onnx_check.py`.
+fn keep_for_onnx_runtime(name: &str, bytes: &[u8], x: &Var, y: &Var) -> Result<()> {
+    let Some(dir) = std::env::var_os("EMBER_ONNX_CHECK_DIR") else { return Ok(()) };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| ember::Error::io(&dir, e))?;
+    let file = dir.join(format!("{name}.onnx"));
+    std::fs::write(&file, bytes).map_err(|e| ember::Error::io(&file, e))?;
+    let mut io = ember::nn::StateDict::new();
+    io.insert("input".to_string(), x.value().contiguous());
+    io.insert("expected".to_string(), y.value().contiguous());
+    ember::nn::save_safetensors(dir.join(format!("{name}.io.safetensors")), &io)
+}
+
+/// Exports `f` traced on an input of shape `shape(2)` with a dynamic batch, reloads it,
+/// and returns the largest difference from `f` on an input of shape `shape(3)`.
+fn roundtrip_fn(name: &str, f: impl Fn(&Var) -> Result<Var>, shape: impl Fn(usize) -> Vec<usize>) -> Result<f32> {
+    let options = ExportOptions::default().dynamic_batch(true);
+    let bytes = export_fn_bytes(|x| Ok(vec![f(&x[0])?]), &[], &[Var::new(Tensor::randn(shape(2))?)], &options)?;
+    let back = load_bytes(&bytes)?;
+    let x = Var::new(Tensor::randn(shape(3))?);
+    let want = f(&x)?;
+    keep_for_onnx_runtime(name, &bytes, &x, &want)?;
+    max_diff(&want, &back.forward(&x)?)
+}
+
+/// [`roundtrip_fn`] for a module (its parameters named as in the model).
+fn roundtrip_module(name: &str, model: &dyn Module, shape: impl Fn(usize) -> Vec<usize>) -> Result<f32> {
+    model.eval();
+    let options = ExportOptions::default().dynamic_batch(true);
+    let bytes = export_bytes(model, &Var::new(Tensor::randn(shape(2))?), &options)?;
+    let back = load_bytes(&bytes)?;
+    let x = Var::new(Tensor::randn(shape(3))?);
+    let want = model.forward(&x)?;
+    keep_for_onnx_runtime(name, &bytes, &x, &want)?;
+    max_diff(&want, &back.forward(&x)?)
+}
+
 #[test]
-fn a_pool_without_a_kernel_and_stride_description_is_named() -> Result<()> {
+fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
+    use ember::tensor::pool::MaxPoolArgs;
+    manual_seed(5);
+    // Padding; ceil_mode with a last window that PyTorch keeps (9 rows: 4 windows of 3,
+    // stride 2, the last one clipped); and ceil_mode whose extra window would start in the
+    // right padding and is dropped (5 with padding 1, kernel 2, stride 2).
+    let cases: Vec<(&str, MaxPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+        ("max_pool_padded", MaxPoolArgs::new(3).stride(2).padding(1), |n| vec![n, 3, 9, 10]),
+        ("max_pool_ceil", MaxPoolArgs::new(3).stride(2).ceil_mode(true), |n| vec![n, 3, 8, 10]),
+        ("max_pool_ceil_dropped", MaxPoolArgs::new(2).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 5]),
+        // Rows keep their ceil window, columns drop theirs: ONNX's one flag cannot say
+        // both, so the windows are written out.
+        ("max_pool_mixed_ceil", MaxPoolArgs::new([2, 3]).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 8]),
+        ("max_pool_dilated", MaxPoolArgs::new(2).stride(1).padding(1).dilation(2), |n| vec![n, 3, 7, 6]),
+    ];
+    for (name, args, shape) in cases {
+        assert_eq!(roundtrip_fn(name, |x| x.max_pool2d(&args), shape)?, 0.0, "{name}");
+    }
+    let mixed = MaxPoolArgs::new([2, 3]).stride(2).padding(1).ceil_mode(true);
+    let f = |x: &[Var]| Ok(vec![x[0].max_pool2d(&mixed)?]);
+    let bytes = export_fn_bytes(f, &[], &[Var::new(Tensor::randn([1, 3, 5, 8])?)], &ExportOptions::default())?;
+    assert!(writes(&bytes, "ReduceMax") && !writes(&bytes, "MaxPool"), "mixed ceil_mode is written as windows");
+    let args1 = MaxPoolArgs::<1>::new(3).stride(2).padding(1).ceil_mode(true);
+    assert_eq!(roundtrip_fn("max_pool1d_ceil", |x| x.max_pool1d(&args1), |n| vec![n, 4, 10])?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
+    use ember::tensor::pool::AvgPoolArgs;
+    manual_seed(6);
+    // Those with a kernel-and-stride description come back as the same pool: exactly.
+    let exact: Vec<(&str, AvgPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+        ("avg_pool_padded", AvgPoolArgs::new(3).stride(2).padding(1), |n| vec![n, 3, 9, 10]),
+        ("avg_pool_padded_exclude", AvgPoolArgs::new(3).stride(2).padding(1).count_include_pad(false), |n| {
+            vec![n, 3, 9, 10]
+        }),
+        ("avg_pool_ceil", AvgPoolArgs::new(3).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 8, 8]),
+        ("avg_pool_ceil_dropped", AvgPoolArgs::new(2).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 5]),
+    ];
+    for (name, args, shape) in exact {
+        assert_eq!(roundtrip_fn(name, |x| x.avg_pool2d(&args), shape)?, 0.0, "{name}");
+    }
+    let args1 = AvgPoolArgs::<1>::new(4).stride(3).padding(2).ceil_mode(true).count_include_pad(false);
+    assert_eq!(roundtrip_fn("avg_pool1d_ceil", |x| x.avg_pool1d(&args1), |n| vec![n, 4, 11])?, 0.0);
+    // A divisor override, and ceil_mode that differs between the dimensions, export as the
+    // pool's matrices.
+    let matrices: Vec<(&str, AvgPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+        ("avg_pool_divisor", AvgPoolArgs::new(3).stride(2).padding(1).divisor_override(5), |n| vec![n, 3, 9, 10]),
+        ("avg_pool_mixed_ceil", AvgPoolArgs::new([2, 3]).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 8]),
+    ];
+    for (name, args, shape) in matrices {
+        let d = roundtrip_fn(name, |x| x.avg_pool2d(&args), shape)?;
+        assert!(d <= 1e-6, "{name}: max abs difference {d}");
+    }
+    Ok(())
+}
+
+#[test]
+fn uneven_adaptive_pools_roundtrip() -> Result<()> {
+    use ember::nn::{AdaptiveAvgPool2d, AdaptiveMaxPool2d};
+    manual_seed(7);
+    let shape = |n: usize| vec![n, 3, 7, 10];
+    let d = roundtrip_module("adaptive_avg_pool_uneven", &AdaptiveAvgPool2d::new([3, 4]), shape)?;
+    assert!(d <= 1e-6, "adaptive average pool: max abs difference {d}");
+    assert_eq!(roundtrip_module("adaptive_max_pool_uneven", &AdaptiveMaxPool2d::new([3, 4]), shape)?, 0.0);
+    // Even windows are a plain average pool; an output larger than the input overlaps.
+    assert_eq!(roundtrip_module("adaptive_avg_pool_even", &AdaptiveAvgPool2d::new([7, 5]), shape)?, 0.0);
+    assert_eq!(roundtrip_fn("adaptive_max_pool_grow", |x| x.adaptive_max_pool2d([9, 4]), shape)?, 0.0);
+    let d = roundtrip_fn("adaptive_avg_pool1d_uneven", |x| x.adaptive_avg_pool1d(4), |n| vec![n, 3, 10])?;
+    assert!(d <= 1e-6, "adaptive 1-d average pool: max abs difference {d}");
+    Ok(())
+}
+
+#[test]
+fn an_operation_without_mapping_still_names_itself_among_pools() -> Result<()> {
+    // Dilated average pools do not exist; a pool next to an unmapped operation does not
+    // hide it.
     let x = Var::new(Tensor::randn([1, 2, 7, 7])?);
-    let padded = |x: &[Var]| {
-        let mut args = ember::tensor::pool::AvgPoolArgs::new(3);
-        args.padding = [1, 1];
-        Ok(vec![x[0].avg_pool2d(&args)?])
-    };
-    let err = export_fn_bytes(padded, &[], std::slice::from_ref(&x), &ExportOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("avg_pool2d") && err.to_string().contains("padding"), "{err}");
-    // An adaptive pool whose input the output size does not divide has unequal windows.
-    let uneven = |x: &[Var]| Ok(vec![x[0].adaptive_avg_pool2d([3, 3])?]);
-    let err = export_fn_bytes(uneven, &[], &[x], &ExportOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("adaptive_avg_pool2d"), "{err}");
+    let f = |x: &[Var]| Ok(vec![x[0].adaptive_avg_pool2d([3, 3])?.sin()]);
+    let err = export_fn_bytes(f, &[], &[x], &ExportOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("'sin'"), "{err}");
     Ok(())
 }

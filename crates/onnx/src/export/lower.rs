@@ -6,6 +6,9 @@ use ember_autograd::Var;
 use ember_autograd::export::{ExportAttr, OpExport};
 use ember_tensor::{DType, Error, Result, Tensor};
 
+mod conv;
+mod pool;
+
 /// Collects nodes and initializers while the traced graph is walked.
 pub(super) struct Writer {
     nodes: Vec<NodeProto>,
@@ -33,6 +36,13 @@ fn ints(desc: &OpExport, name: &str) -> Result<Vec<i64>> {
 fn int(desc: &OpExport, name: &str) -> Result<i64> {
     match desc.get(name) {
         Some(ExportAttr::Int(v)) => Ok(*v),
+        _ => Err(missing(desc, name)),
+    }
+}
+
+fn float_list(desc: &OpExport, name: &str) -> Result<Vec<f64>> {
+    match desc.get(name) {
+        Some(ExportAttr::Floats(v)) => Ok(v.clone()),
         _ => Err(missing(desc, name)),
     }
 }
@@ -198,34 +208,17 @@ impl Writer {
                     if bias { self.node("Add", &[&m, a(2)?], vec![]) } else { m }
                 }
             }
-            "conv2d" => {
-                let p = ints(desc, "padding")?;
-                let mut inputs = vec![a(0)?, a(1)?];
-                if args.len() > 2 {
-                    inputs.push(a(2)?);
-                }
-                let attrs = vec![
-                    ints_attr("kernel_shape", ints(desc, "kernel")?),
-                    ints_attr("strides", ints(desc, "stride")?),
-                    ints_attr("pads", vec![p[0], p[1], p[0], p[1]]),
-                    ints_attr("dilations", ints(desc, "dilation")?),
-                    int_attr("group", int(desc, "groups")?),
-                ];
-                self.node("Conv", &inputs, attrs)
+            "conv1d" | "conv2d" => self.conv(desc, args, out)?,
+            "conv_transpose1d" | "conv_transpose2d" => self.conv_transpose(desc, args, out)?,
+            "max_pool1d" | "max_pool2d" | "adaptive_max_pool1d" | "adaptive_max_pool2d" => {
+                self.max_pool(desc, a(0)?, args[0].1, out)?
             }
-            "max_pool2d" => {
-                let attrs = vec![
-                    ints_attr("kernel_shape", ints(desc, "kernel")?),
-                    ints_attr("strides", ints(desc, "stride")?),
-                    ints_attr("dilations", ints(desc, "dilation")?),
-                ];
-                self.pool("MaxPool", attrs, a(0)?, args[0].1, out)?
-            }
-            "avg_pool2d" => {
-                let attrs =
-                    vec![ints_attr("kernel_shape", ints(desc, "kernel")?), ints_attr("strides", ints(desc, "stride")?)];
-                self.pool("AveragePool", attrs, a(0)?, args[0].1, out)?
-            }
+            "avg_pool1d"
+            | "avg_pool2d"
+            | "adaptive_avg_pool1d"
+            | "adaptive_avg_pool2d"
+            | "upsample_nearest"
+            | "upsample_linear" => self.linear_map(desc, a(0)?, args[0].1, out)?,
             "reshape" => {
                 let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 0)?;
                 self.node("Reshape", &[a(0)?, &s], vec![])
@@ -276,22 +269,6 @@ impl Writer {
     }
 
     /// Attention, decomposed: `softmax(q k^T * scale [+ causal mask]) v`.
-    /// A pool over the planes of `x` (named `input`): ember pools planes of any leading
-    /// shape, ONNX wants `[N, C, H, W]`, so other ranks are reshaped there and back.
-    fn pool(&mut self, op: &str, attrs: Vec<AttributeProto>, input: &str, x: &Var, out: &Var) -> Result<String> {
-        if x.shape().rank() == 4 {
-            return Ok(self.node(op, &[input], attrs));
-        }
-        let dims: Vec<i64> = x.shape().dims().iter().map(|&d| d as i64).collect();
-        let k = dims.len();
-        let four = self.const_ints(&[-1, 1, dims[k - 2], dims[k - 1]])?;
-        let r = self.node("Reshape", &[input, &four], vec![]);
-        let p = self.node(op, &[&r], attrs);
-        let back: Vec<i64> = out.shape().dims().iter().map(|&d| d as i64).collect();
-        let back = self.target_shape(&back, x, 0)?;
-        Ok(self.node("Reshape", &[&p, &back], vec![]))
-    }
-
     fn attention(&mut self, desc: &OpExport, args: &[(&str, &Var)]) -> Result<String> {
         let (q, k, v) = (args[0], args[1], args[2]);
         let rank = k.1.shape().rank() as i64;

@@ -55,6 +55,11 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Gemm", &["alpha", "beta", "transA", "transB"], linear::gemm),
     op("Conv", &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], nn::conv),
     op(
+        "ConvTranspose",
+        &["auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"],
+        nn::conv_transpose,
+    ),
+    op(
         "MaxPool",
         &["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"],
         nn::max_pool,
@@ -66,6 +71,7 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Softmax", &["axis"], nn::softmax),
     op("LogSoftmax", &["axis"], nn::log_softmax),
     op("ReduceMean", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_mean),
+    op("ReduceMax", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_max),
     op("ReduceSum", &["keepdims", "noop_with_empty_axes"], reduce::reduce_sum),
     op("Shape", &["start", "end"], shape::shape),
     op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),

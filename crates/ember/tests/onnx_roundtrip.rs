@@ -214,3 +214,51 @@ fn an_operation_without_mapping_still_names_itself_among_pools() -> Result<()> {
     assert!(err.to_string().contains("'sin'"), "{err}");
     Ok(())
 }
+
+#[test]
+fn one_d_grouped_dilated_and_transposed_convolutions_roundtrip() -> Result<()> {
+    use ember::nn::ConvTranspose1dOptions;
+    use ember::nn::ConvTranspose2dOptions;
+    use ember::nn::functional::Padding;
+    use ember::nn::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose1d, ConvTranspose2d};
+    manual_seed(8);
+    let conv1d = Conv1d::with_options(4, 6, 3, Conv1dOptions::default().stride(2).padding(1).dilation(2).groups(2))?;
+    assert_eq!(roundtrip_module("conv1d", &conv1d, |n| vec![n, 4, 17])?, 0.0);
+    let grouped =
+        Conv2d::with_options(6, 9, [3, 2], Conv2dOptions::default().stride([2, 1]).dilation([1, 2]).groups(3))?;
+    assert_eq!(roundtrip_module("conv2d_grouped_dilated", &grouped, |n| vec![n, 6, 9, 8])?, 0.0);
+    // "same" with an even kernel pads one more zero after than before.
+    let same = Conv2d::with_options(3, 4, 4, Conv2dOptions::default().padding(Padding::Same))?;
+    let d = roundtrip_module("conv2d_same_even", &same, |n| vec![n, 3, 7, 6])?;
+    assert!(d <= 1e-6, "conv2d same: max abs difference {d}");
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1).dilation([1, 2]).groups(2);
+    let up = ConvTranspose2d::with_options(4, 6, 3, options)?;
+    assert_eq!(roundtrip_module("conv_transpose2d", &up, |n| vec![n, 4, 5, 6])?, 0.0);
+    let up1 = ConvTranspose1d::with_options(3, 2, 4, ConvTranspose1dOptions::default().stride(3).padding(2))?;
+    assert_eq!(roundtrip_module("conv_transpose1d", &up1, |n| vec![n, 3, 7])?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn nearest_and_bilinear_interpolation_roundtrips() -> Result<()> {
+    use ember::nn::Upsample;
+    use ember::tensor::pool::InterpolateMode;
+    manual_seed(9);
+    let plane = |n: usize| vec![n, 3, 5, 7];
+    let cases: Vec<(&str, Upsample, Vec<usize>)> = vec![
+        ("upsample_nearest_x2", Upsample::scale_factor(2.0), plane(0)),
+        ("upsample_nearest_size", Upsample::size([8, 4]), plane(0)),
+        ("upsample_bilinear", Upsample::scale_factors([1.5, 2.5]).mode(InterpolateMode::Bilinear), plane(0)),
+        (
+            "upsample_bilinear_align",
+            Upsample::size([9, 4]).mode(InterpolateMode::Bilinear).align_corners(true),
+            plane(0),
+        ),
+        ("upsample_linear_1d", Upsample::scale_factor(1.7).mode(InterpolateMode::Linear), vec![0, 3, 6]),
+    ];
+    for (name, layer, shape) in cases {
+        let d = roundtrip_module(name, &layer, |n| [vec![n], shape[1..].to_vec()].concat())?;
+        assert!(d <= 1e-6, "{name}: max abs difference {d}");
+    }
+    Ok(())
+}

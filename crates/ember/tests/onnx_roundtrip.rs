@@ -262,3 +262,69 @@ fn nearest_and_bilinear_interpolation_roundtrips() -> Result<()> {
     }
     Ok(())
 }
+
+/// Self-attention of `x` (`[N, L, E]`) split into 2 heads, under `mask` and `causal`.
+fn heads_attention(x: &Var, mask: Option<&Var>, causal: bool) -> Result<Var> {
+    let dims = x.shape().dims().to_vec();
+    let (n, l, e) = (dims[0] as i64, dims[1] as i64, dims[2]);
+    let h = x.reshape([n, l, 2, e as i64 / 2])?.permute(&[0, 2, 1, 3])?;
+    let spec = ember::tensor::Attention { scale: ember::tensor::Attention::default_scale(e / 2), causal };
+    h.mul_scalar(0.5).attention(&h, &h.mul_scalar(2.0), mask, &spec)
+}
+
+#[test]
+fn attention_with_bool_and_float_masks_roundtrips() -> Result<()> {
+    manual_seed(10);
+    // A bool mask (non-zero = attends) that is a second graph input; query row 2 of the
+    // second sequence sees no key, and gives 0 as in ember.
+    let mut keep = vec![1u8; 2 * 5 * 5];
+    for j in 0..5 {
+        keep[25 + 2 * 5 + j] = 0;
+        keep[j * 5 + 4] = 0;
+    }
+    let mask = Var::new(Tensor::from_vec(keep, [2, 1, 5, 5])?);
+    let x = Var::new(Tensor::randn([2, 5, 8])?);
+    let f = |v: &[Var]| Ok(vec![heads_attention(&v[0], Some(&v[1]), false)?]);
+    let bytes = export_fn_bytes(f, &[], &[x.clone(), mask.clone()], &ExportOptions::default())?;
+    let back = load_bytes(&bytes)?;
+    let want = heads_attention(&x, Some(&mask), false)?;
+    let got = back.run(&[&x, &mask])?;
+    let d = max_diff(&want, &got[0])?;
+    assert!(d <= 1e-6, "bool mask: max abs difference {d}");
+    assert!(want.value().to_vec::<f32>()?.iter().all(|v| v.is_finite()), "the dead row is 0, not NaN");
+    // A float mask (a constant of the graph), with the causal triangle.
+    let bias = Var::new(Tensor::randn([5, 5])?);
+    let d = roundtrip_fn("attention_float_mask_causal", |x| heads_attention(x, Some(&bias), true), |n| vec![n, 5, 8])?;
+    assert!(d <= 1e-6, "float mask: max abs difference {d}");
+    Ok(())
+}
+
+#[test]
+fn multihead_attention_with_padding_and_attention_masks_roundtrips() -> Result<()> {
+    use ember::nn::{MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions};
+    manual_seed(11);
+    let mha =
+        MultiheadAttention::with_options(8, 2, MultiheadAttentionOptions { batch_first: true, ..Default::default() })?;
+    mha.eval();
+    let pad = Tensor::from_vec(vec![0u8, 0, 0, 1, 1, 0, 0, 0, 0, 1], [2, 5])?;
+    let attn = Tensor::randn([5, 5])?;
+    for need_weights in [true, false] {
+        let args = MultiheadAttentionArgs {
+            key_padding_mask: Some(&pad),
+            attn_mask: Some(&attn),
+            need_weights,
+            ..Default::default()
+        };
+        let f = |x: &Var| Ok(mha.forward_with(x, x, x, &args)?.output);
+        let params = mha.named_parameters();
+        let x = Var::new(Tensor::randn([2, 5, 8])?);
+        let bytes =
+            export_fn_bytes(|v| Ok(vec![f(&v[0])?]), &params, std::slice::from_ref(&x), &ExportOptions::default())?;
+        let name = if need_weights { "mha_masks_weights" } else { "mha_masks" };
+        let want = f(&x)?;
+        keep_for_onnx_runtime(name, &bytes, &x, &want)?;
+        let d = max_diff(&want, &load_bytes(&bytes)?.forward(&x)?)?;
+        assert!(d <= 1e-6, "{name}: max abs difference {d}");
+    }
+    Ok(())
+}

@@ -102,13 +102,13 @@ impl Writer {
     }
 
     fn const_ints(&mut self, v: &[i64]) -> Result<String> {
-        let name = self.name("const");
+        let name = self.name("constant");
         self.initializer(&name, &Tensor::from_vec(v.to_vec(), [v.len()])?)?;
         Ok(name)
     }
 
     fn const_scalar(&mut self, v: f64, dtype: DType) -> Result<String> {
-        let name = self.name("const");
+        let name = self.name("constant");
         self.initializer(&name, &Tensor::scalar(v).to_dtype(dtype))?;
         Ok(name)
     }
@@ -268,26 +268,60 @@ impl Writer {
         })
     }
 
-    /// Attention, decomposed: `softmax(q k^T * scale [+ causal mask]) v`.
+    /// Attention, decomposed: `softmax(q k^T * scale [+ mask] [+ causal mask]) v`. A bool
+    /// (`u8`) mask keeps the scores where it is non-zero and puts `-inf` elsewhere (`Where`);
+    /// a float mask is added. With a mask a row can lose every key: ember (as PyTorch's CPU
+    /// attention) makes such rows 0, so the decomposition finds them (`ReduceMax` = `-inf`)
+    /// and zeroes them too.
     fn attention(&mut self, desc: &OpExport, args: &[(&str, &Var)]) -> Result<String> {
-        let (q, k, v) = (args[0], args[1], args[2]);
-        let rank = k.1.shape().rank() as i64;
-        let mut perm: Vec<i64> = (0..rank).collect();
-        perm.swap(rank as usize - 1, rank as usize - 2);
+        let operand = |i: usize| {
+            args.get(i)
+                .copied()
+                .ok_or_else(|| Error::invalid("onnx export", format!("'{}' lacks input {i}", desc.kind)))
+        };
+        let (q, k, v) = (operand(0)?, operand(1)?, operand(2)?);
+        let rank = k.1.shape().rank();
+        if rank < 2 {
+            return Err(Error::shape("onnx export", format!("'{}' of a key of shape {}", desc.kind, k.1.shape())));
+        }
+        let mut perm: Vec<i64> = (0..rank as i64).collect();
+        perm.swap(rank - 1, rank - 2);
         let dtype = q.1.dtype();
         let kt = self.node("Transpose", &[k.0], vec![ints_attr("perm", perm)]);
         let s = self.node("MatMul", &[q.0, &kt], vec![]);
         let scale = self.const_scalar(float(desc, "scale")?, dtype)?;
         let mut s = self.node("Mul", &[&s, &scale], vec![]);
+        let masked = matches!(desc.get("masked"), Some(ExportAttr::Int(1)));
+        if masked {
+            let m = operand(3)?;
+            s = if m.1.dtype() == DType::U8 {
+                let keep = self.node("Cast", &[m.0], vec![int_attr("to", data_type::BOOL as i64)]);
+                let ninf = self.const_scalar(f64::NEG_INFINITY, dtype)?;
+                self.node("Where", &[&keep, &s, &ninf], vec![])
+            } else {
+                self.node("Add", &[&s, m.0], vec![])
+            };
+        }
         if int(desc, "causal")? != 0 {
-            let (l, n) = (q.1.shape()[q.1.shape().rank() - 2], k.1.shape()[k.1.shape().rank() - 2]);
+            let (l, n) = (q.1.shape()[q.1.shape().rank() - 2], k.1.shape()[rank - 2]);
             let mask: Vec<f64> =
                 (0..l).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f64::NEG_INFINITY })).collect();
             let name = self.name("causal_mask");
             self.initializer(&name, &Tensor::from_vec(mask, [l, n])?.to_dtype(dtype))?;
             s = self.node("Add", &[&s, &name], vec![]);
         }
-        let p = self.node("Softmax", &[&s], vec![int_attr("axis", -1)]);
-        Ok(self.node("MatMul", &[&p, v.0], vec![]))
+        let mut p = if masked {
+            let top = self.node("ReduceMax", &[&s], vec![ints_attr("axes", vec![-1]), int_attr("keepdims", 1)]);
+            let ninf = self.const_scalar(f64::NEG_INFINITY, dtype)?;
+            let dead = self.node("Equal", &[&top, &ninf], vec![]);
+            let zero = self.const_scalar(0.0, dtype)?;
+            let live = self.node("Where", &[&dead, &zero, &s], vec![]);
+            let p = self.node("Softmax", &[&live], vec![int_attr("axis", -1)]);
+            self.node("Where", &[&dead, &zero, &p], vec![])
+        } else {
+            self.node("Softmax", &[&s], vec![int_attr("axis", -1)])
+        };
+        p = self.node("MatMul", &[&p, v.0], vec![]);
+        Ok(p)
     }
 }

@@ -8,6 +8,7 @@ use ember_tensor::{DType, Error, Result, Tensor};
 
 mod conv;
 mod pool;
+mod recurrent;
 
 /// Collects nodes and initializers while the traced graph is walked.
 pub(super) struct Writer {
@@ -115,11 +116,22 @@ impl Writer {
 
     /// A shape for Reshape/Expand: with a dynamic batch, a leading batch-sized dimension
     /// of an input that leads with the batch is copied (`0`) or broadcast (`1`) instead.
+    /// A reshape whose leading dimension folds the batch with others (`[B * T, F]`, as
+    /// recurrent layers and attention write, or back) infers it (`-1`) from the rest.
     fn target_shape(&mut self, dims: &[i64], from: &Var, copy: i64) -> Result<String> {
         let mut dims = dims.to_vec();
         let leads_with_batch = from.shape().dims().first().copied() == self.batch;
-        if self.dynamic_batch && leads_with_batch && dims.first().map(|&d| d as usize) == self.batch {
+        let batch = self.batch.unwrap_or(0) as i64;
+        if self.dynamic_batch && leads_with_batch && dims.first().copied() == Some(batch) {
             dims[0] = copy;
+        } else if self.dynamic_batch
+            && copy == 0
+            && batch > 0
+            && !dims.contains(&-1)
+            && dims.first().is_some_and(|&d| d > 0 && d % batch == 0)
+            && from.shape().dims().first().is_some_and(|&d| d > 0 && d as i64 % batch == 0)
+        {
+            dims[0] = -1;
         }
         self.const_ints(&dims)
     }
@@ -262,6 +274,7 @@ impl Writer {
                 self.node("Where", &[&c, &v, a(0)?], vec![])
             }
             "scaled_dot_product_attention" | "attention" => self.attention(desc, args)?,
+            "lstm_sequence" => self.lstm_sequence(desc, args)?,
             other => {
                 return Err(Error::invalid("onnx export", format!("operation '{other}' has no ONNX mapping")));
             }

@@ -15,7 +15,7 @@ stored input, prints the largest absolute difference from ember's output and whe
 argmax predictions agree, and exits non-zero above 1e-5.
 
 The ONNX round-trip tests write one model per exported operation the same way, each with
-its own `<model>.io.safetensors` (`input`, `expected`):
+its own `<model>.io.safetensors` (`input`, further inputs `input_1`, ..., `expected`):
 
     EMBER_ONNX_CHECK_DIR=runs/onnx_ops cargo test -p ember --test onnx_roundtrip
     /work/main/.venv-torch/bin/python tools/onnx_check.py runs/onnx_ops
@@ -34,26 +34,29 @@ from safetensors.numpy import load_file  # noqa: E402
 
 
 def cases(folder):
-    """`(name, input, expected)` for every model in `folder`."""
+    """`(name, inputs, expected)` for every model in `folder`."""
     shared = os.path.join(folder, "onnx_check.safetensors")
     if os.path.exists(shared):
         tensors = load_file(shared)
         for name in sorted({k.rsplit(".", 1)[0] for k in tensors}):
-            yield name, tensors[f"{name}.input"], tensors[f"{name}.expected"]
+            yield name, [tensors[f"{name}.input"]], tensors[f"{name}.expected"]
     for file in sorted(os.listdir(folder)):
         if file.endswith(".io.safetensors"):
             tensors = load_file(os.path.join(folder, file))
-            yield file[: -len(".io.safetensors")], tensors["input"], tensors["expected"]
+            inputs = [tensors["input"]]
+            while f"input_{len(inputs)}" in tensors:
+                inputs.append(tensors[f"input_{len(inputs)}"])
+            yield file[: -len(".io.safetensors")], inputs, tensors["expected"]
 
 
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "runs/onnx"
     worst = 0.0
-    for name, x, want in cases(folder):
+    for name, xs, want in cases(folder):
         path = os.path.join(folder, f"{name}.onnx")
         onnx.checker.check_model(onnx.load(path), full_check=True)
         session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        got = session.run(None, {session.get_inputs()[0].name: x})[0]
+        got = session.run(None, {i.name: x for i, x in zip(session.get_inputs(), xs)})[0]
         if got.shape != want.shape:
             print(f"{name}: ONNX Runtime gives shape {got.shape}, ember {want.shape}")
             worst = float("inf")

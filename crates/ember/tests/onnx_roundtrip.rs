@@ -94,13 +94,21 @@ fn writes(bytes: &[u8], op: &str) -> bool {
 /// Where `EMBER_ONNX_CHECK_DIR` names a folder, writes `<name>.onnx` and
 /// `<name>.io.safetensors` (`input`, `expected`) there for `tools/onnx_check.py`.
 fn keep_for_onnx_runtime(name: &str, bytes: &[u8], x: &Var, y: &Var) -> Result<()> {
+    keep_for_onnx_runtime_with(name, bytes, &[x], y)
+}
+
+/// [`keep_for_onnx_runtime`] for a graph of several inputs (`input`, `input_1`, ...).
+fn keep_for_onnx_runtime_with(name: &str, bytes: &[u8], xs: &[&Var], y: &Var) -> Result<()> {
     let Some(dir) = std::env::var_os("EMBER_ONNX_CHECK_DIR") else { return Ok(()) };
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir).map_err(|e| ember::Error::io(&dir, e))?;
     let file = dir.join(format!("{name}.onnx"));
     std::fs::write(&file, bytes).map_err(|e| ember::Error::io(&file, e))?;
     let mut io = ember::nn::StateDict::new();
-    io.insert("input".to_string(), x.value().contiguous());
+    for (i, x) in xs.iter().enumerate() {
+        let key = if i == 0 { "input".to_string() } else { format!("input_{i}") };
+        io.insert(key, x.value().contiguous());
+    }
     io.insert("expected".to_string(), y.value().contiguous());
     ember::nn::save_safetensors(dir.join(format!("{name}.io.safetensors")), &io)
 }
@@ -286,6 +294,7 @@ fn attention_with_bool_and_float_masks_roundtrips() -> Result<()> {
     let bytes = export_fn_bytes(f, &[], &[x.clone(), mask.clone()], &ExportOptions::default())?;
     let back = load_bytes(&bytes)?;
     let want = heads_attention(&x, Some(&mask), false)?;
+    keep_for_onnx_runtime_with("attention_bool_mask_input", &bytes, &[&x, &mask], &want)?;
     let got = back.run(&[&x, &mask])?;
     let d = max_diff(&want, &got[0])?;
     assert!(d <= 1e-6, "bool mask: max abs difference {d}");

@@ -135,6 +135,9 @@ fn roundtrip_module(name: &str, model: &dyn Module, shape: impl Fn(usize) -> Vec
     max_diff(&want, &load_bytes(&bytes)?.forward(&x)?)
 }
 
+/// A named case: the arguments and the input shape at a batch size.
+type Case<A> = (&'static str, A, fn(usize) -> Vec<usize>);
+
 #[test]
 fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
     use ember::tensor::pool::MaxPoolArgs;
@@ -142,7 +145,7 @@ fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
     // Padding; ceil_mode with a last window that PyTorch keeps (9 rows: 4 windows of 3,
     // stride 2, the last one clipped); and ceil_mode whose extra window would start in the
     // right padding and is dropped (5 with padding 1, kernel 2, stride 2).
-    let cases: Vec<(&str, MaxPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+    let cases: Vec<Case<MaxPoolArgs<2>>> = vec![
         ("max_pool_padded", MaxPoolArgs::new(3).stride(2).padding(1), |n| vec![n, 3, 9, 10]),
         ("max_pool_ceil", MaxPoolArgs::new(3).stride(2).ceil_mode(true), |n| vec![n, 3, 8, 10]),
         ("max_pool_ceil_dropped", MaxPoolArgs::new(2).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 5]),
@@ -168,7 +171,7 @@ fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
     use ember::tensor::pool::AvgPoolArgs;
     manual_seed(6);
     // Those with a kernel-and-stride description come back as the same pool: exactly.
-    let exact: Vec<(&str, AvgPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+    let exact: Vec<Case<AvgPoolArgs<2>>> = vec![
         ("avg_pool_padded", AvgPoolArgs::new(3).stride(2).padding(1), |n| vec![n, 3, 9, 10]),
         ("avg_pool_padded_exclude", AvgPoolArgs::new(3).stride(2).padding(1).count_include_pad(false), |n| {
             vec![n, 3, 9, 10]
@@ -183,7 +186,7 @@ fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
     assert_eq!(roundtrip_fn("avg_pool1d_ceil", |x| x.avg_pool1d(&args1), |n| vec![n, 4, 11])?, 0.0);
     // A divisor override, and ceil_mode that differs between the dimensions, export as the
     // pool's matrices.
-    let matrices: Vec<(&str, AvgPoolArgs<2>, fn(usize) -> Vec<usize>)> = vec![
+    let matrices: Vec<Case<AvgPoolArgs<2>>> = vec![
         ("avg_pool_divisor", AvgPoolArgs::new(3).stride(2).padding(1).divisor_override(5), |n| vec![n, 3, 9, 10]),
         ("avg_pool_mixed_ceil", AvgPoolArgs::new([2, 3]).stride(2).padding(1).ceil_mode(true), |n| vec![n, 3, 5, 8]),
     ];

@@ -349,7 +349,7 @@ impl Var {
         // a plain average pool with kernel and stride `input / output`; other inputs export
         // as their matrices.
         let ([ih, iw], [oh, ow]) = (plan.map.input(), plan.map.output());
-        let export = (oh > 0 && ow > 0 && ih % oh == 0 && iw % ow == 0).then(|| {
+        let export = (oh > 0 && ow > 0 && ih.is_multiple_of(oh) && iw.is_multiple_of(ow)).then(|| {
             let k = [ih / oh, iw / ow];
             let g = PoolGeometry { kernel: k, stride: k, padding: [0, 0], dilation: [1, 1], ceil_mode: false };
             kernel_description(name, &g, [ih, iw], [oh, ow])

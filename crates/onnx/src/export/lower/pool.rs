@@ -57,7 +57,7 @@ impl Writer {
         axis: i64,
         step: i64,
     ) -> Result<String> {
-        if windows.len() % 2 != 0 {
+        if !windows.len().is_multiple_of(2) {
             return Err(Error::invalid("onnx export", format!("'{}' has malformed windows", desc.kind)));
         }
         let pairs: Vec<(i64, i64)> = windows.chunks(2).map(|w| (w[0], w[1])).collect();

@@ -264,11 +264,23 @@ fn nearest_and_bilinear_interpolation_roundtrips() -> Result<()> {
             plane(0),
         ),
         ("upsample_linear_1d", Upsample::scale_factor(1.7).mode(InterpolateMode::Linear), vec![0, 3, 6]),
+        ("upsample_nearest_1d_size", Upsample::size([11]), vec![0, 3, 6]),
+        ("downsample_nearest", Upsample::scale_factors([0.7, 0.5]), vec![0, 3, 10, 8]),
+        ("upsample_nearest_recompute", Upsample::scale_factor(1.7).recompute_scale_factor(true), plane(0)),
     ];
     for (name, layer, shape) in cases {
         let d = roundtrip_module(name, &layer, |n| [vec![n], shape[1..].to_vec()].concat())?;
         assert!(d <= 1e-6, "{name}: max abs difference {d}");
     }
+    // Written as ONNX's Resize; a scale that single precision does not hold (0.7, 1.7) as
+    // the map's matrices.
+    let resize = |layer: &Upsample, shape: [usize; 4]| -> Result<bool> {
+        let bytes = export_bytes(layer, &Var::new(Tensor::randn(shape)?), &ExportOptions::default())?;
+        Ok(writes(&bytes, "Resize"))
+    };
+    assert!(resize(&Upsample::scale_factor(2.0).mode(InterpolateMode::Bilinear), [1, 2, 4, 4])?);
+    assert!(resize(&Upsample::scale_factors([2.5, 0.5]), [1, 2, 10, 8])?);
+    assert!(!resize(&Upsample::scale_factors([0.7, 0.5]), [1, 2, 10, 8])?);
     Ok(())
 }
 

@@ -123,9 +123,9 @@ pub(super) struct Linear {
     pub names: (&'static str, &'static str),
     pub map: Arc<Resample>,
     pub adjoint: Arc<Resample>,
-    /// How an exporter sees the map when it is an average pool with a kernel-and-stride
-    /// description; `None` for the others (divisor overrides, uneven adaptive windows,
-    /// interpolation, adjoints), which export as their matrices.
+    /// How an exporter sees the map: an average pool's kernel-and-stride description, or an
+    /// interpolation's arguments; `None` for the others (divisor overrides, uneven adaptive
+    /// windows, adjoints). All but the pools also export their matrices.
     pub export: Option<crate::export::OpExport>,
 }
 
@@ -145,15 +145,22 @@ impl Op for Linear {
         self.names.0
     }
     fn export(&self) -> Result<crate::export::OpExport> {
-        // Otherwise `y = rows · x · colsᵀ` on the planes, with the matrices written out.
-        Ok(self.export.clone().unwrap_or_else(|| {
-            let [ih, iw] = self.map.input();
-            let [oh, ow] = self.map.output();
-            crate::export::OpExport::new(self.names.0)
-                .ints("plane", [ih, iw, oh, ow])
-                .attr("rows", crate::export::ExportAttr::Floats(dense(&self.map.rows)))
-                .attr("cols", crate::export::ExportAttr::Floats(dense(&self.map.cols)))
-        }))
+        // An average pool's kernel and stride say it all; otherwise `y = rows · x · colsᵀ`
+        // on the planes, with the matrices written out (beside an interpolation's own
+        // description).
+        match &self.export {
+            Some(d) if d.get("kernel").is_some() => Ok(d.clone()),
+            other => {
+                let [ih, iw] = self.map.input();
+                let [oh, ow] = self.map.output();
+                Ok(other
+                    .clone()
+                    .unwrap_or_else(|| crate::export::OpExport::new(self.names.0))
+                    .ints("plane", [ih, iw, oh, ow])
+                    .attr("rows", crate::export::ExportAttr::Floats(dense(&self.map.rows)))
+                    .attr("cols", crate::export::ExportAttr::Floats(dense(&self.map.cols))))
+            }
+        }
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].resample2d(&self.map)

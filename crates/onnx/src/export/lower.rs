@@ -23,6 +23,10 @@ fn int_attr(name: &str, v: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INT, i: v, ..Default::default() }
 }
 
+fn string_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
+}
+
 fn ints_attr(name: &str, v: Vec<i64>) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v, ..Default::default() }
 }

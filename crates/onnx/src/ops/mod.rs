@@ -7,6 +7,7 @@ mod int;
 mod linear;
 mod nn;
 mod reduce;
+mod resize;
 mod shape;
 
 use crate::ir::{Attr, IntTensor, Node, Value};
@@ -73,6 +74,21 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("ReduceMean", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_mean),
     op("ReduceMax", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_max),
     op("ReduceSum", &["keepdims", "noop_with_empty_axes"], reduce::reduce_sum),
+    op(
+        "Resize",
+        &[
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+        ],
+        resize::resize,
+    ),
     op("Shape", &["start", "end"], shape::shape),
     op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
     op("Reshape", &["allowzero"], shape::reshape),

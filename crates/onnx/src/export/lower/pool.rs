@@ -3,7 +3,7 @@
 //! (max pools: `Slice` + `ReduceMax` + `Concat` per output position and dimension) or of
 //! the linear map (average pools, interpolation: `MatMul` by its two matrices).
 
-use super::{Writer, float_list, int, int_attr, ints, ints_attr};
+use super::{Writer, float_list, int, int_attr, ints, ints_attr, string_attr};
 use crate::proto::AttributeProto;
 use ember_autograd::Var;
 use ember_autograd::export::OpExport;
@@ -84,6 +84,11 @@ impl Writer {
             attrs.push(int_attr("count_include_pad", int(desc, "count_include_pad")?));
             return self.pool("AveragePool", attrs, input, x, out);
         }
+        if desc.get("mode").is_some()
+            && let Some(y) = self.resize(desc, input, x)?
+        {
+            return Ok(y);
+        }
         // `y = rows · x · colsᵀ` over the last two dimensions; a dimension the map leaves
         // alone (the height of a 1-d map) is skipped, so that it stays exact.
         let plane = ints(desc, "plane")?;
@@ -122,6 +127,47 @@ impl Writer {
             y = self.node("Identity", &[input], vec![]);
         }
         Ok(y)
+    }
+
+    /// An interpolation as `Resize` (opset 13 semantics): PyTorch's `nearest` is
+    /// `asymmetric` coordinates with `floor`; linear modes are `align_corners` or
+    /// `pytorch_half_pixel`. Scale factors that set the source positions go in as `scales`,
+    /// otherwise the output size as `sizes` (the batch and channels read off the input, so
+    /// that the batch stays dynamic). `None` when a scale is not a `float` (the source
+    /// positions would move) or would not give the output its size (ONNX Runtime rounds
+    /// `input * scale` in single precision).
+    fn resize(&mut self, desc: &OpExport, input: &str, x: &Var) -> Result<Option<String>> {
+        let plane = ints(desc, "plane")?;
+        if plane.len() != 4 || x.shape().rank() != 4 {
+            return Err(Error::shape("onnx export", format!("'{}' of planes {plane:?} from {}", desc.kind, x.shape())));
+        }
+        let linear = int(desc, "mode")? != 0;
+        let mut attrs = vec![string_attr("mode", if linear { "linear" } else { "nearest" })];
+        if linear {
+            let align = int(desc, "align_corners")? != 0;
+            attrs.push(string_attr(
+                "coordinate_transformation_mode",
+                if align { "align_corners" } else { "pytorch_half_pixel" },
+            ));
+        } else {
+            attrs.push(string_attr("coordinate_transformation_mode", "asymmetric"));
+            attrs.push(string_attr("nearest_mode", "floor"));
+        }
+        if desc.get("scales").is_some() {
+            let s = float_list(desc, "scales")?;
+            let exact = |v: f64| f64::from(v as f32) == v;
+            let sized = |i: usize| (plane[i] as f32 * s[i] as f32).floor() as i64 == plane[i + 2];
+            if s.len() != 2 || !(0..2).all(|i| exact(s[i]) && sized(i)) {
+                return Ok(None);
+            }
+            let scales = self.name("scales");
+            self.initializer(&scales, &Tensor::from_vec(vec![1.0, 1.0, s[0] as f32, s[1] as f32], [4])?)?;
+            return Ok(Some(self.node("Resize", &[input, "", &scales], attrs)));
+        }
+        let lead = self.node("Shape", &[input], vec![int_attr("start", 0), int_attr("end", 2)]);
+        let out = self.const_ints(&plane[2..])?;
+        let sizes = self.node("Concat", &[&lead, &out], vec![int_attr("axis", 0)]);
+        Ok(Some(self.node("Resize", &[input, "", "", &sizes], attrs)))
     }
 
     /// A pool over the planes of `x` (named `input`): ember pools planes of any leading

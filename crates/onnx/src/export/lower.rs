@@ -38,6 +38,14 @@ fn ints(desc: &OpExport, name: &str) -> Result<Vec<i64>> {
     }
 }
 
+/// The two-element (height, width) list `name`.
+fn pair(desc: &OpExport, name: &str) -> Result<[i64; 2]> {
+    let v = ints(desc, name)?;
+    <[i64; 2]>::try_from(v.as_slice()).map_err(|_| {
+        Error::invalid("onnx export", format!("operation '{}' has '{name}' {v:?}, not 2 values", desc.kind))
+    })
+}
+
 fn int(desc: &OpExport, name: &str) -> Result<i64> {
     match desc.get(name) {
         Some(ExportAttr::Int(v)) => Ok(*v),

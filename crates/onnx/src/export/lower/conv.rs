@@ -1,6 +1,6 @@
 //! Convolutions (1-d ones run on planes of height 1) as `Conv` and `ConvTranspose`.
 
-use super::{Writer, int, int_attr, ints, ints_attr};
+use super::{Writer, int, int_attr, ints_attr, pair};
 use ember_autograd::Var;
 use ember_autograd::export::OpExport;
 use ember_tensor::{Error, Result};
@@ -24,16 +24,16 @@ impl Writer {
     /// the smallest that gives the output its size, and never below the start's.
     pub(super) fn conv(&mut self, desc: &OpExport, args: &[(&str, &Var)], out: &Var) -> Result<String> {
         let (k, s, p, d) =
-            (ints(desc, "kernel")?, ints(desc, "stride")?, ints(desc, "padding")?, ints(desc, "dilation")?);
+            (pair(desc, "kernel")?, pair(desc, "stride")?, pair(desc, "padding")?, pair(desc, "dilation")?);
         let x = args.first().ok_or_else(|| Error::invalid("onnx export", format!("'{}' lacks input 0", desc.kind)))?;
         let (input, output) = (plane(&desc.kind, x.1)?, plane(&desc.kind, out)?);
         let end: Vec<i64> =
             (0..2).map(|i| ((output[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 - input[i] - p[i]).max(p[i])).collect();
         let attrs = vec![
-            ints_attr("kernel_shape", k),
-            ints_attr("strides", s),
+            ints_attr("kernel_shape", k.to_vec()),
+            ints_attr("strides", s.to_vec()),
             ints_attr("pads", vec![p[0], p[1], end[0], end[1]]),
-            ints_attr("dilations", d),
+            ints_attr("dilations", d.to_vec()),
             int_attr("group", int(desc, "groups")?),
         ];
         Ok(self.node("Conv", &operands(args), attrs))
@@ -44,7 +44,7 @@ impl Writer {
     /// output has beyond the rest.
     pub(super) fn conv_transpose(&mut self, desc: &OpExport, args: &[(&str, &Var)], out: &Var) -> Result<String> {
         let (k, s, p, d) =
-            (ints(desc, "kernel")?, ints(desc, "stride")?, ints(desc, "padding")?, ints(desc, "dilation")?);
+            (pair(desc, "kernel")?, pair(desc, "stride")?, pair(desc, "padding")?, pair(desc, "dilation")?);
         let y = args.first().ok_or_else(|| Error::invalid("onnx export", format!("'{}' lacks input 0", desc.kind)))?;
         let (input, output) = (plane(&desc.kind, y.1)?, plane(&desc.kind, out)?);
         let extra: Vec<i64> =
@@ -56,10 +56,10 @@ impl Writer {
             ));
         }
         let attrs = vec![
-            ints_attr("kernel_shape", k),
-            ints_attr("strides", s),
+            ints_attr("kernel_shape", k.to_vec()),
+            ints_attr("strides", s.to_vec()),
             ints_attr("pads", vec![p[0], p[1], p[0], p[1]]),
-            ints_attr("dilations", d),
+            ints_attr("dilations", d.to_vec()),
             ints_attr("output_padding", extra),
             int_attr("group", int(desc, "groups")?),
         ];

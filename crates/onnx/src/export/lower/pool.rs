@@ -3,14 +3,14 @@
 //! (max pools: `Slice` + `ReduceMax` + `Concat` per output position and dimension) or of
 //! the linear map (average pools, interpolation: `MatMul` by its two matrices).
 
-use super::{Writer, float_list, int, int_attr, ints, ints_attr, string_attr};
+use super::{Writer, float_list, int, int_attr, ints, ints_attr, pair, string_attr};
 use crate::proto::AttributeProto;
 use ember_autograd::Var;
 use ember_autograd::export::OpExport;
 use ember_tensor::{Error, Result, Tensor};
 
 /// ONNX's `pads` (`[top, left, bottom, right]`) for symmetric padding `[h, w]`.
-fn pads(p: &[i64]) -> Vec<i64> {
+fn pads(p: [i64; 2]) -> Vec<i64> {
     vec![p[0], p[1], p[0], p[1]]
 }
 
@@ -18,14 +18,14 @@ fn pads(p: &[i64]) -> Vec<i64> {
 /// the operator has them (`AveragePool` gets them in opset 19).
 fn kernel_attrs(desc: &OpExport, dilations: bool) -> Result<Vec<AttributeProto>> {
     let mut attrs = vec![
-        ints_attr("kernel_shape", ints(desc, "kernel")?),
-        ints_attr("strides", ints(desc, "stride")?),
-        ints_attr("pads", pads(&ints(desc, "padding")?)),
+        ints_attr("kernel_shape", pair(desc, "kernel")?.to_vec()),
+        ints_attr("strides", pair(desc, "stride")?.to_vec()),
+        ints_attr("pads", pads(pair(desc, "padding")?)),
         int_attr("ceil_mode", int(desc, "ceil_mode")?),
     ];
     if dilations {
-        attrs.push(ints_attr("dilations", ints(desc, "dilation")?));
-    } else if ints(desc, "dilation")?.iter().any(|&d| d != 1) {
+        attrs.push(ints_attr("dilations", pair(desc, "dilation")?.to_vec()));
+    } else if pair(desc, "dilation")?.iter().any(|&d| d != 1) {
         return Err(Error::invalid("onnx export", format!("'{}' with dilation has no ONNX mapping", desc.kind)));
     }
     Ok(attrs)
@@ -40,7 +40,7 @@ impl Writer {
         }
         // Adaptive pools and pools whose ceil_mode differs between dimensions: the maximum
         // over each planned window, rows first (a maximum is separable, so this is exact).
-        let step = ints(desc, "step")?;
+        let step = pair(desc, "step")?;
         let rank = x.shape().rank() as i64;
         let rows = self.reduce_windows(desc, input, &ints(desc, "rows")?, rank - 2, step[0])?;
         self.reduce_windows(desc, &rows, &ints(desc, "cols")?, rank - 1, step[1])

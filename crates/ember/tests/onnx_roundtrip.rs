@@ -215,8 +215,7 @@ fn uneven_adaptive_pools_roundtrip() -> Result<()> {
 
 #[test]
 fn an_operation_without_mapping_still_names_itself_among_pools() -> Result<()> {
-    // Dilated average pools do not exist; a pool next to an unmapped operation does not
-    // hide it.
+    // A pool that exports next to an operation that does not: the error names the latter.
     let x = Var::new(Tensor::randn([1, 2, 7, 7])?);
     let f = |x: &[Var]| Ok(vec![x[0].adaptive_avg_pool2d([3, 3])?.sin()]);
     let err = export_fn_bytes(f, &[], &[x], &ExportOptions::default()).unwrap_err();

@@ -377,6 +377,13 @@ fn recurrent_layers_roundtrip() -> Result<()> {
     let lstm = LSTM::with_options(5, 4, options)?;
     let d = roundtrip_static("lstm", &lstm, &x)?;
     assert!(d <= 1e-6, "LSTM: max abs difference {d}");
+    // A projected LSTM, a ReLU RNN without biases.
+    let projected = LSTM::with_options(5, 4, RnnOptions { proj_size: 2, ..options })?;
+    let d = roundtrip_static("lstm_projected", &projected, &x)?;
+    assert!(d <= 1e-6, "projected LSTM: max abs difference {d}");
+    let relu = RnnOptions { nonlinearity: ember::nn::Nonlinearity::Relu, bias: false, ..RnnOptions::default() };
+    let d = roundtrip_static("rnn_relu", &RNN::with_options(5, 4, relu)?, &Var::new(Tensor::randn([6, 2, 5])?))?;
+    assert!(d <= 1e-6, "ReLU RNN: max abs difference {d}");
     let single = LSTM::new(5, 3)?;
     let d = roundtrip_static("lstm_seq_first", &single, &Var::new(Tensor::randn([6, 2, 5])?))?;
     assert!(d <= 1e-6, "LSTM (sequence first): max abs difference {d}");

@@ -126,6 +126,86 @@ impl Writer {
         Ok(name)
     }
 
+    /// A Reshape (`copy` 0) or Expand (`copy` 1) target `dims`, given the same target in the
+    /// second trace (`alt`): the one dimension that follows the batch is inferred (`-1`)
+    /// by a reshape, and kept from the input (`1`) by an expand. Without a second trace,
+    /// [`Writer::target_shape`]'s assumption that the batch leads.
+    fn batch_shape(
+        &mut self,
+        desc: &OpExport,
+        dims: &[i64],
+        alt: Option<&[i64]>,
+        from: &Var,
+        copy: i64,
+    ) -> Result<String> {
+        let Some(alt) = alt else { return self.target_shape(dims, from, copy) };
+        if alt == dims {
+            return self.const_ints(dims);
+        }
+        let changes = || {
+            Error::invalid(
+                "onnx export",
+                format!("'{}' to {dims:?} (and {alt:?} one sample later) has no dynamic-batch form", desc.kind),
+            )
+        };
+        let i = super::batch::the_batch_dim(dims, alt).ok_or_else(changes)?;
+        let mut dims = dims.to_vec();
+        if copy == 0 {
+            dims[i] = -1;
+        } else {
+            // An expand keeps the input's extent there only if the input has it.
+            let from = from.shape().dims().to_vec();
+            let j = (i + from.len()).checked_sub(dims.len()).ok_or_else(changes)?;
+            if from.get(j).map(|&d| d as i64) != Some(dims[i]) {
+                return Err(changes());
+            }
+            dims[i] = 1;
+        }
+        self.const_ints(&dims)
+    }
+
+    /// A constant leaf `value` that is `other` in the second trace of a dynamic batch
+    /// (a recurrent layer's zero state): when it is filled with one value and one
+    /// dimension is the batch, `Expand` of that value to a shape whose batch dimension is
+    /// read off the graph's first input (`input`); named `name`.
+    pub(super) fn batch_constant(&mut self, name: &str, value: &Tensor, other: &Tensor, input: &str) -> Result<String> {
+        let (a, b): (Vec<i64>, Vec<i64>) = (
+            value.shape().dims().iter().map(|&d| d as i64).collect(),
+            other.shape().dims().iter().map(|&d| d as i64).collect(),
+        );
+        let refuse = |why: &str| {
+            Error::invalid(
+                "onnx export",
+                format!("constant '{name}' of shape {a:?} changes with the batch size ({b:?}): {why}"),
+            )
+        };
+        let i = super::batch::the_batch_dim(&a, &b).ok_or_else(|| refuse("more than one dimension changes"))?;
+        if self.batch.map(|n| n as i64) != Some(a[i]) || b[i] != a[i] + 1 {
+            return Err(refuse("the changing dimension is not the batch"));
+        }
+        let values = value.to_dtype(DType::F64).to_vec::<f64>()?;
+        let fill = values.first().copied().unwrap_or(0.0);
+        let uniform = |t: &Tensor| -> Result<bool> {
+            Ok(t.to_dtype(DType::F64).to_vec::<f64>()?.iter().all(|&v| v.to_bits() == fill.to_bits()))
+        };
+        if !uniform(value)? || !uniform(other)? {
+            return Err(refuse("it is not filled with one value"));
+        }
+        let scalar = self.const_scalar(fill, value.dtype())?;
+        let shape = self.node("Shape", &[input], vec![int_attr("start", 0), int_attr("end", 1)]);
+        let mut parts = Vec::with_capacity(3);
+        if i > 0 {
+            parts.push(self.const_ints(&a[..i])?);
+        }
+        parts.push(shape);
+        if i + 1 < a.len() {
+            parts.push(self.const_ints(&a[i + 1..])?);
+        }
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let target = self.node("Concat", &parts, vec![int_attr("axis", 0)]);
+        Ok(self.node("Expand", &[&scalar, &target], vec![]))
+    }
+
     /// A shape for Reshape/Expand: with a dynamic batch, a leading batch-sized dimension
     /// of an input that leads with the batch is copied (`0`) or broadcast (`1`) instead.
     /// A reshape whose leading dimension folds the batch with others (`[B * T, F]`, as
@@ -150,7 +230,28 @@ impl Writer {
 
     /// Writes the nodes for `desc` applied to `args` (`(value name, var)`), computing
     /// `out`; returns the name of the result.
-    pub(super) fn lower(&mut self, desc: &OpExport, args: &[(&str, &Var)], out: &Var, _: usize) -> Result<String> {
+    /// `alt` is the same operation in the second trace of a dynamic batch (one sample
+    /// more), which says what follows the batch.
+    pub(super) fn lower(
+        &mut self,
+        desc: &OpExport,
+        args: &[(&str, &Var)],
+        out: &Var,
+        alt: Option<&OpExport>,
+    ) -> Result<String> {
+        if let Some(alt) = alt
+            && alt != desc
+            && desc.kind != "reshape"
+            && desc.kind != "expand"
+        {
+            return Err(Error::invalid(
+                "onnx export",
+                format!(
+                    "operation '{}' changes with the batch size ({:?} vs {:?}); export it without a dynamic batch",
+                    desc.kind, desc.attrs, alt.attrs
+                ),
+            ));
+        }
         let a = |i: usize| -> Result<&str> {
             args.get(i)
                 .map(|(n, _)| *n)
@@ -244,11 +345,13 @@ impl Writer {
             | "upsample_nearest"
             | "upsample_linear" => self.linear_map(desc, a(0)?, args[0].1, out)?,
             "reshape" => {
-                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 0)?;
+                let alt = alt.map(|d| ints(d, "shape")).transpose()?;
+                let s = self.batch_shape(desc, &ints(desc, "shape")?, alt.as_deref(), args[0].1, 0)?;
                 self.node("Reshape", &[a(0)?, &s], vec![])
             }
             "expand" => {
-                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 1)?;
+                let alt = alt.map(|d| ints(d, "shape")).transpose()?;
+                let s = self.batch_shape(desc, &ints(desc, "shape")?, alt.as_deref(), args[0].1, 1)?;
                 self.node("Expand", &[a(0)?, &s], vec![])
             }
             "permute" => self.node("Transpose", &[a(0)?], vec![ints_attr("perm", ints(desc, "perm")?)]),

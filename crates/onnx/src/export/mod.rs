@@ -30,8 +30,10 @@ pub struct ExportOptions {
     pub input_names: Vec<String>,
     /// Output names (`output`, `output_1`, ...).
     pub output_names: Vec<String>,
-    /// Declare dimension 0 of every input and output as a symbolic `batch`, and write
-    /// reshapes so that they copy it (this assumes the batch stays in dimension 0).
+    /// Declare dimension 0 of every input and output as a symbolic `batch`. The model is
+    /// traced a second time one sample larger, and the shapes it writes (reshape and expand
+    /// targets, batch-sized constants such as zero states) follow the batch wherever it
+    /// sits inside; an operation whose description changes with the batch is an error.
     pub dynamic_batch: bool,
 }
 

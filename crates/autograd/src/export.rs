@@ -20,6 +20,8 @@ pub enum ExportAttr {
     Ints(Vec<i64>),
     /// A float (a scalar operand, an epsilon).
     Float(f64),
+    /// A list of floats (the entries of a small constant matrix).
+    Floats(Vec<f64>),
     /// A dtype (a cast's target).
     DType(ember_tensor::DType),
 }

@@ -96,12 +96,11 @@ impl Op for AttentionOp {
 
     fn export(&self) -> Result<crate::export::OpExport> {
         use crate::export::{ExportAttr, OpExport};
-        if self.mask {
-            return Err(ember_tensor::Error::invalid("export", "attention with a mask has no export description yet"));
-        }
+        // The mask, when there is one, is the fourth input; its dtype says how it applies.
         Ok(OpExport::new(OP)
             .attr("scale", ExportAttr::Float(self.spec.scale))
-            .attr("causal", ExportAttr::Int(self.spec.causal as i64)))
+            .attr("causal", ExportAttr::Int(self.spec.causal as i64))
+            .attr("masked", ExportAttr::Int(self.mask as i64)))
     }
 
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {

@@ -30,6 +30,17 @@ fn bias_grad(g: &Var) -> Result<Var> {
     g.sum([0i64, 2, 3], false)
 }
 
+/// A convolution's geometry as an exporter sees it.
+fn describe(name: &str, geom: &ConvGeometry) -> crate::export::OpExport {
+    let w = &geom.window;
+    crate::export::OpExport::new(name)
+        .ints("kernel", w.kernel)
+        .ints("stride", w.stride)
+        .ints("padding", w.padding)
+        .ints("dilation", w.dilation)
+        .attr("groups", crate::export::ExportAttr::Int(geom.groups as i64))
+}
+
 /// `conv(x, w) + b` (the bias is an optional third input).
 struct Conv {
     name: &'static str,
@@ -41,13 +52,7 @@ impl Op for Conv {
         self.name
     }
     fn export(&self) -> Result<crate::export::OpExport> {
-        let w = &self.geom.window;
-        Ok(crate::export::OpExport::new(self.name)
-            .ints("kernel", w.kernel)
-            .ints("stride", w.stride)
-            .ints("padding", w.padding)
-            .ints("dilation", w.dilation)
-            .attr("groups", crate::export::ExportAttr::Int(self.geom.groups as i64)))
+        Ok(describe(self.name, &self.geom))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].conv2d_resolved(inputs[1], inputs.get(2).copied(), &self.geom)
@@ -76,6 +81,11 @@ struct ConvTranspose {
 impl Op for ConvTranspose {
     fn name(&self) -> &str {
         self.name
+    }
+    fn export(&self) -> Result<crate::export::OpExport> {
+        // The geometry is the convolution's this transposes: the same kernel, stride,
+        // padding and dilation; the exporter reads the output padding off the shapes.
+        Ok(describe(self.name, &self.geom))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].conv_transpose2d_resolved(inputs[1], inputs.get(2).copied(), &self.geom)

@@ -3,9 +3,25 @@
 //! (see `pool.rs`).
 
 use super::pool::run_linear;
+use crate::export::{ExportAttr, OpExport};
 use crate::var::Var;
 use ember_tensor::Result;
 use ember_tensor::pool::{InterpolateArgs, interpolate_plan};
+
+/// How an exporter sees an interpolation (beside the map's matrices, which the linear map
+/// adds): the mode, `align_corners`, and the scale factors on the planned planes when the
+/// source positions come from them (otherwise from the sizes).
+fn describe(args: &InterpolateArgs, nearest: bool, rank: usize) -> OpExport {
+    let mut d = OpExport::new(if nearest { "upsample_nearest" } else { "upsample_linear" })
+        .attr("mode", ExportAttr::Int(i64::from(!nearest)))
+        .attr("align_corners", ExportAttr::Int(i64::from(args.align_corners.unwrap_or(false))));
+    if let (Some(f), false) = (&args.scale_factor, args.recompute_scale_factor.unwrap_or(false)) {
+        let at = |i: usize| f.get(i).or(f.first()).copied().unwrap_or(1.0);
+        let scales = if rank == 3 { vec![1.0, at(0)] } else { vec![at(0), at(1)] };
+        d = d.attr("scales", ExportAttr::Floats(scales));
+    }
+    d
+}
 
 impl Var {
     /// Resamples `[N, C, L]` or `[N, C, H, W]` inputs with PyTorch's `F.interpolate`
@@ -23,10 +39,12 @@ impl Var {
     /// ```
     pub fn interpolate(&self, args: &InterpolateArgs) -> Result<Var> {
         let plan = interpolate_plan(&self.shape(), args, self.dtype())?;
-        let name = match args.mode {
-            ember_tensor::InterpolateMode::Nearest => ("upsample_nearest", "upsample_nearest_backward"),
-            _ => ("upsample_linear", "upsample_linear_backward"),
+        let nearest = args.mode == ember_tensor::InterpolateMode::Nearest;
+        let name = if nearest {
+            ("upsample_nearest", "upsample_nearest_backward")
+        } else {
+            ("upsample_linear", "upsample_linear_backward")
         };
-        run_linear(self, name, plan, None)
+        run_linear(self, name, plan, Some(describe(args, nearest, self.shape().rank())))
     }
 }

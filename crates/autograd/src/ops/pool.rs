@@ -34,6 +34,8 @@ struct MaxPool {
     name: &'static str,
     windows: Arc<PoolWindows>,
     index: Arc<Mutex<Option<Tensor>>>,
+    /// The kernel-and-stride description, when the pool has one ([`kernel_description`]).
+    export: Option<crate::export::OpExport>,
 }
 
 impl Op for MaxPool {
@@ -41,19 +43,18 @@ impl Op for MaxPool {
         self.name
     }
     fn export(&self) -> Result<crate::export::OpExport> {
-        // The windows are planned (clipped at the borders); only a pool whose windows are
-        // all whole and evenly spaced has a kernel and stride to describe.
-        let (Some((kh, sh)), Some((kw, sw))) = (whole_windows(&self.windows.rows), whole_windows(&self.windows.cols))
-        else {
-            return Err(Error::invalid(
-                "export",
-                format!("{}: only pools without padding or ceil_mode can be exported", self.name),
-            ));
-        };
-        Ok(crate::export::OpExport::new(self.name)
-            .ints("kernel", [kh, kw])
-            .ints("stride", [sh, sw])
-            .ints("dilation", [self.windows.rows.step, self.windows.cols.step]))
+        // A pool with a kernel-and-stride description exports as such; any other (adaptive,
+        // or one whose ceil_mode ONNX's single flag cannot say) as its planned windows.
+        Ok(self.export.clone().unwrap_or_else(|| {
+            let (rows, cols) = (&self.windows.rows, &self.windows.cols);
+            let flat = |a: &ember_tensor::backend::AxisWindows| {
+                a.windows.iter().flat_map(|&(s, c)| [s, c]).collect::<Vec<_>>()
+            };
+            crate::export::OpExport::new(self.name)
+                .ints("rows", flat(rows))
+                .ints("cols", flat(cols))
+                .ints("step", [rows.step, cols.step])
+        }))
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (values, index) = inputs[0].max_pool2d_resolved(&self.windows)?;
@@ -122,10 +123,21 @@ pub(super) struct Linear {
     pub names: (&'static str, &'static str),
     pub map: Arc<Resample>,
     pub adjoint: Arc<Resample>,
-    /// How an exporter sees the map, when it is a plain average pool; `None` for maps
-    /// with no kernel-and-stride description (padded or ceil-mode pools, interpolation,
-    /// adjoints).
+    /// How an exporter sees the map: an average pool's kernel-and-stride description, or an
+    /// interpolation's arguments; `None` for the others (divisor overrides, uneven adaptive
+    /// windows, adjoints). All but the pools also export their matrices.
     pub export: Option<crate::export::OpExport>,
+}
+
+/// A separable map's dimension as a dense row-major `[output, input]` matrix.
+fn dense(a: &ember_tensor::backend::AxisTaps) -> Vec<f64> {
+    let mut m = vec![0.0; a.output() * a.input];
+    for o in 0..a.output() {
+        for t in a.offsets[o]..a.offsets[o + 1] {
+            m[o * a.input + a.index[t]] += a.weight[t];
+        }
+    }
+    m
 }
 
 impl Op for Linear {
@@ -133,16 +145,22 @@ impl Op for Linear {
         self.names.0
     }
     fn export(&self) -> Result<crate::export::OpExport> {
-        self.export.clone().ok_or_else(|| {
-            Error::invalid(
-                "export",
-                format!(
-                    "{}: only average pools without padding or ceil_mode (and adaptive ones whose input divides \
-                     evenly) can be exported",
-                    self.names.0
-                ),
-            )
-        })
+        // An average pool's kernel and stride say it all; otherwise `y = rows · x · colsᵀ`
+        // on the planes, with the matrices written out (beside an interpolation's own
+        // description).
+        match &self.export {
+            Some(d) if d.get("kernel").is_some() => Ok(d.clone()),
+            other => {
+                let [ih, iw] = self.map.input();
+                let [oh, ow] = self.map.output();
+                Ok(other
+                    .clone()
+                    .unwrap_or_else(|| crate::export::OpExport::new(self.names.0))
+                    .ints("plane", [ih, iw, oh, ow])
+                    .attr("rows", crate::export::ExportAttr::Floats(dense(&self.map.rows)))
+                    .attr("cols", crate::export::ExportAttr::Floats(dense(&self.map.cols))))
+            }
+        }
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         inputs[0].resample2d(&self.map)
@@ -176,9 +194,14 @@ pub(super) fn run_linear(
 
 /// Runs a planned max pool named `name` on `x`: the values (recorded) and the positions of
 /// the maxima, both shaped as planned.
-fn run_max(x: &Var, name: &'static str, plan: PoolPlan<PoolWindows>) -> Result<(Var, Tensor)> {
+fn run_max(
+    x: &Var,
+    name: &'static str,
+    plan: PoolPlan<PoolWindows>,
+    export: Option<crate::export::OpExport>,
+) -> Result<(Var, Tensor)> {
     let index = Arc::new(Mutex::new(None));
-    let op = MaxPool { name, windows: Arc::new(plan.map), index: index.clone() };
+    let op = MaxPool { name, windows: Arc::new(plan.map), index: index.clone(), export };
     let values = apply(op, &[&x.reshape(&plan.input)?])?;
     // A handle to the same indices: the op keeps its own for the backward.
     let index = index.lock().clone();
@@ -187,13 +210,70 @@ fn run_max(x: &Var, name: &'static str, plan: PoolPlan<PoolWindows>) -> Result<(
     Ok((values.reshape(&plan.output)?, index))
 }
 
-/// `(kernel, stride)` of windows that are all whole (`count` taps) and evenly spaced from
-/// 0, as an unpadded pool without `ceil_mode` plans them.
-fn whole_windows(a: &ember_tensor::backend::AxisWindows) -> Option<(usize, usize)> {
-    let k = a.windows.first()?.1;
-    let stride = a.windows.get(1).map_or(k.max(1), |w| w.0);
-    let even = a.windows.iter().enumerate().all(|(i, &(start, count))| start == i * stride && count == k);
-    (even && k > 0 && stride > 0).then_some((k, stride))
+/// A pool's geometry, lifted to the planned planes (`[h, w]` each).
+struct PoolGeometry {
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+}
+
+impl PoolGeometry {
+    /// Lifts `D`-dimensional arguments as the planner does (a 1-d pool runs along the width
+    /// of planes of height 1).
+    fn lift<const D: usize>(
+        kernel: [usize; D],
+        stride: Option<[usize; D]>,
+        padding: [usize; D],
+        dilation: [usize; D],
+        ceil_mode: bool,
+    ) -> PoolGeometry {
+        let two = |v: [usize; D], fill: usize| if D == 1 { [fill, v[0]] } else { [v[0], v[D - 1]] };
+        PoolGeometry {
+            kernel: two(kernel, 1),
+            stride: two(stride.unwrap_or(kernel), 1),
+            padding: two(padding, 0),
+            dilation: two(dilation, 1),
+            ceil_mode,
+        }
+    }
+}
+
+/// The kernel-and-stride description (ONNX's `MaxPool` / `AveragePool` attributes) of a
+/// pool with geometry `g` from planes `input` to planes `output`, or `None` when ONNX's
+/// single `ceil_mode` flag cannot give every dimension its planned size.
+///
+/// PyTorch drops a ceil-mode window that would start in the right padding; the output then
+/// has the floor-mode size and the same windows, so such a dimension is written without
+/// `ceil_mode`. A pool whose dimensions need different flags has no description.
+fn kernel_description(
+    kind: &str,
+    g: &PoolGeometry,
+    input: [usize; 2],
+    output: [usize; 2],
+) -> Option<crate::export::OpExport> {
+    let extent = |i: usize, ceil: bool| {
+        let (k, s, p, d) = (g.kernel[i] as i64, g.stride[i] as i64, g.padding[i] as i64, g.dilation[i] as i64);
+        let span = input[i] as i64 + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
+        (span >= 0 && s > 0).then(|| span / s + 1)
+    };
+    let matches = |ceil: bool| (0..2).all(|i| extent(i, ceil) == Some(output[i] as i64));
+    let ceil = if matches(false) {
+        false
+    } else if g.ceil_mode && matches(true) {
+        true
+    } else {
+        return None;
+    };
+    Some(
+        crate::export::OpExport::new(kind)
+            .ints("kernel", g.kernel)
+            .ints("stride", g.stride)
+            .ints("padding", g.padding)
+            .ints("dilation", g.dilation)
+            .attr("ceil_mode", crate::export::ExportAttr::Int(ceil as i64)),
+    )
 }
 
 /// The name of a `D`-dimensional operation, for errors and graphs.
@@ -207,7 +287,10 @@ impl Var {
     /// maxima in their planes. `self` is `[N, C, ..]` or unbatched `[C, ..]`.
     pub fn max_pool_with_indices<const D: usize>(&self, args: &MaxPoolArgs<D>) -> Result<(Var, Tensor)> {
         let name = named::<D>("max_pool1d", "max_pool2d");
-        run_max(self, name, max_pool_plan(name, &self.shape(), args)?)
+        let plan = max_pool_plan(name, &self.shape(), args)?;
+        let g = PoolGeometry::lift(args.kernel_size, args.stride, args.padding, args.dilation, args.ceil_mode);
+        let export = kernel_description(name, &g, plan.map.input(), plan.map.output());
+        run_max(self, name, plan, export)
     }
 
     /// 1-d max pooling (PyTorch's `max_pool1d`): `[N, C, L]` or `[C, L]`.
@@ -241,15 +324,16 @@ impl Var {
     pub fn avg_pool<const D: usize>(&self, args: &AvgPoolArgs<D>) -> Result<Var> {
         let name = named::<D>("avg_pool1d", "avg_pool2d");
         let back = named::<D>("avg_pool1d_backward", "avg_pool2d_backward");
-        // Without padding, ceil_mode or a divisor override every window is whole and divided
-        // by its size: a plain kernel-and-stride average.
-        let plain =
-            D == 2 && args.padding.iter().all(|&p| p == 0) && !args.ceil_mode && args.divisor_override.is_none();
-        let export = plain.then(|| {
-            let stride = args.stride.unwrap_or(args.kernel_size);
-            crate::export::OpExport::new("avg_pool2d").ints("kernel", args.kernel_size).ints("stride", stride)
-        });
-        run_linear(self, (name, back), avg_pool_plan(name, &self.shape(), args)?, export)
+        let plan = avg_pool_plan(name, &self.shape(), args)?;
+        // A divisor override has no ONNX attribute: such pools export as their matrices.
+        let export = if args.divisor_override.is_none() {
+            let g = PoolGeometry::lift(args.kernel_size, args.stride, args.padding, [1; D], args.ceil_mode);
+            kernel_description(name, &g, plan.map.input(), plan.map.output())
+                .map(|d| d.attr("count_include_pad", crate::export::ExportAttr::Int(args.count_include_pad as i64)))
+        } else {
+            None
+        };
+        run_linear(self, (name, back), plan, export)
     }
 
     /// 1-d average pooling (PyTorch's `avg_pool1d`).
@@ -267,16 +351,18 @@ impl Var {
     pub fn adaptive_avg_pool<const D: usize>(&self, size: [usize; D]) -> Result<Var> {
         let name = named::<D>("adaptive_avg_pool1d", "adaptive_avg_pool2d");
         let back = named::<D>("adaptive_avg_pool1d_backward", "adaptive_avg_pool2d_backward");
+        let plan = adaptive_avg_pool_plan(name, &self.shape(), size)?;
         // An input that the output size divides evenly is pooled in equal, disjoint windows:
-        // a plain average pool with kernel and stride `input / output`.
-        let dims = self.shape().dims().to_vec();
-        let plane = &dims[dims.len().saturating_sub(D)..];
-        let even = D == 2 && plane.len() == 2 && (0..2).all(|i| size[i] > 0 && plane[i].is_multiple_of(size[i]));
-        let export = even.then(|| {
-            let k = [plane[0] / size[0], plane[1] / size[1]];
-            crate::export::OpExport::new("avg_pool2d").ints("kernel", k).ints("stride", k)
+        // a plain average pool with kernel and stride `input / output`; other inputs export
+        // as their matrices.
+        let ([ih, iw], [oh, ow]) = (plan.map.input(), plan.map.output());
+        let export = (oh > 0 && ow > 0 && ih.is_multiple_of(oh) && iw.is_multiple_of(ow)).then(|| {
+            let k = [ih / oh, iw / ow];
+            let g = PoolGeometry { kernel: k, stride: k, padding: [0, 0], dilation: [1, 1], ceil_mode: false };
+            kernel_description(name, &g, [ih, iw], [oh, ow])
+                .map(|d| d.attr("count_include_pad", crate::export::ExportAttr::Int(1)))
         });
-        run_linear(self, (name, back), adaptive_avg_pool_plan(name, &self.shape(), size)?, export)
+        run_linear(self, (name, back), plan, export.flatten())
     }
 
     /// 1-d adaptive average pooling.
@@ -294,7 +380,7 @@ impl Var {
     /// `return_indices=True`).
     pub fn adaptive_max_pool_with_indices<const D: usize>(&self, size: [usize; D]) -> Result<(Var, Tensor)> {
         let name = named::<D>("adaptive_max_pool1d", "adaptive_max_pool2d");
-        run_max(self, name, adaptive_max_pool_plan(name, &self.shape(), size)?)
+        run_max(self, name, adaptive_max_pool_plan(name, &self.shape(), size)?, None)
     }
 
     /// 2-d adaptive max pooling.

@@ -6,6 +6,10 @@ use ember_autograd::Var;
 use ember_autograd::export::{ExportAttr, OpExport};
 use ember_tensor::{DType, Error, Result, Tensor};
 
+mod conv;
+mod pool;
+mod recurrent;
+
 /// Collects nodes and initializers while the traced graph is walked.
 pub(super) struct Writer {
     nodes: Vec<NodeProto>,
@@ -19,6 +23,10 @@ fn int_attr(name: &str, v: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INT, i: v, ..Default::default() }
 }
 
+fn string_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
+}
+
 fn ints_attr(name: &str, v: Vec<i64>) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v, ..Default::default() }
 }
@@ -30,9 +38,24 @@ fn ints(desc: &OpExport, name: &str) -> Result<Vec<i64>> {
     }
 }
 
+/// The two-element (height, width) list `name`.
+fn pair(desc: &OpExport, name: &str) -> Result<[i64; 2]> {
+    let v = ints(desc, name)?;
+    <[i64; 2]>::try_from(v.as_slice()).map_err(|_| {
+        Error::invalid("onnx export", format!("operation '{}' has '{name}' {v:?}, not 2 values", desc.kind))
+    })
+}
+
 fn int(desc: &OpExport, name: &str) -> Result<i64> {
     match desc.get(name) {
         Some(ExportAttr::Int(v)) => Ok(*v),
+        _ => Err(missing(desc, name)),
+    }
+}
+
+fn float_list(desc: &OpExport, name: &str) -> Result<Vec<f64>> {
+    match desc.get(name) {
+        Some(ExportAttr::Floats(v)) => Ok(v.clone()),
         _ => Err(missing(desc, name)),
     }
 }
@@ -92,31 +115,143 @@ impl Writer {
     }
 
     fn const_ints(&mut self, v: &[i64]) -> Result<String> {
-        let name = self.name("const");
+        let name = self.name("constant");
         self.initializer(&name, &Tensor::from_vec(v.to_vec(), [v.len()])?)?;
         Ok(name)
     }
 
     fn const_scalar(&mut self, v: f64, dtype: DType) -> Result<String> {
-        let name = self.name("const");
+        let name = self.name("constant");
         self.initializer(&name, &Tensor::scalar(v).to_dtype(dtype))?;
         Ok(name)
     }
 
+    /// A Reshape (`copy` 0) or Expand (`copy` 1) target `dims`, given the same target in the
+    /// second trace (`alt`): the one dimension that follows the batch is inferred (`-1`)
+    /// by a reshape, and kept from the input (`1`) by an expand. Without a second trace,
+    /// [`Writer::target_shape`]'s assumption that the batch leads.
+    fn batch_shape(
+        &mut self,
+        desc: &OpExport,
+        dims: &[i64],
+        alt: Option<&[i64]>,
+        from: &Var,
+        copy: i64,
+    ) -> Result<String> {
+        let Some(alt) = alt else { return self.target_shape(dims, from, copy) };
+        if alt == dims {
+            return self.const_ints(dims);
+        }
+        let changes = || {
+            Error::invalid(
+                "onnx export",
+                format!("'{}' to {dims:?} (and {alt:?} one sample later) has no dynamic-batch form", desc.kind),
+            )
+        };
+        let i = super::batch::the_batch_dim(dims, alt).ok_or_else(changes)?;
+        let mut dims = dims.to_vec();
+        if copy == 0 {
+            dims[i] = -1;
+        } else {
+            // An expand keeps the input's extent there only if the input has it.
+            let from = from.shape().dims().to_vec();
+            let j = (i + from.len()).checked_sub(dims.len()).ok_or_else(changes)?;
+            if from.get(j).map(|&d| d as i64) != Some(dims[i]) {
+                return Err(changes());
+            }
+            dims[i] = 1;
+        }
+        self.const_ints(&dims)
+    }
+
+    /// A constant leaf `value` that is `other` in the second trace of a dynamic batch
+    /// (a recurrent layer's zero state): when it is filled with one value and one
+    /// dimension is the batch, `Expand` of that value to a shape whose batch dimension is
+    /// read off the graph's first input (`input`); named `name`.
+    pub(super) fn batch_constant(&mut self, name: &str, value: &Tensor, other: &Tensor, input: &str) -> Result<String> {
+        let (a, b): (Vec<i64>, Vec<i64>) = (
+            value.shape().dims().iter().map(|&d| d as i64).collect(),
+            other.shape().dims().iter().map(|&d| d as i64).collect(),
+        );
+        let refuse = |why: &str| {
+            Error::invalid(
+                "onnx export",
+                format!("constant '{name}' of shape {a:?} changes with the batch size ({b:?}): {why}"),
+            )
+        };
+        let i = super::batch::the_batch_dim(&a, &b).ok_or_else(|| refuse("more than one dimension changes"))?;
+        if self.batch.map(|n| n as i64) != Some(a[i]) || b[i] != a[i] + 1 {
+            return Err(refuse("the changing dimension is not the batch"));
+        }
+        let values = value.to_dtype(DType::F64).to_vec::<f64>()?;
+        let fill = values.first().copied().unwrap_or(0.0);
+        let uniform = |t: &Tensor| -> Result<bool> {
+            Ok(t.to_dtype(DType::F64).to_vec::<f64>()?.iter().all(|&v| v.to_bits() == fill.to_bits()))
+        };
+        if !uniform(value)? || !uniform(other)? {
+            return Err(refuse("it is not filled with one value"));
+        }
+        let scalar = self.const_scalar(fill, value.dtype())?;
+        let shape = self.node("Shape", &[input], vec![int_attr("start", 0), int_attr("end", 1)]);
+        let mut parts = Vec::with_capacity(3);
+        if i > 0 {
+            parts.push(self.const_ints(&a[..i])?);
+        }
+        parts.push(shape);
+        if i + 1 < a.len() {
+            parts.push(self.const_ints(&a[i + 1..])?);
+        }
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let target = self.node("Concat", &parts, vec![int_attr("axis", 0)]);
+        Ok(self.node("Expand", &[&scalar, &target], vec![]))
+    }
+
     /// A shape for Reshape/Expand: with a dynamic batch, a leading batch-sized dimension
     /// of an input that leads with the batch is copied (`0`) or broadcast (`1`) instead.
+    /// A reshape whose leading dimension folds the batch with others (`[B * T, F]`, as
+    /// recurrent layers and attention write, or back) infers it (`-1`) from the rest.
     fn target_shape(&mut self, dims: &[i64], from: &Var, copy: i64) -> Result<String> {
         let mut dims = dims.to_vec();
         let leads_with_batch = from.shape().dims().first().copied() == self.batch;
-        if self.dynamic_batch && leads_with_batch && dims.first().map(|&d| d as usize) == self.batch {
+        let batch = self.batch.unwrap_or(0) as i64;
+        if self.dynamic_batch && leads_with_batch && dims.first().copied() == Some(batch) {
             dims[0] = copy;
+        } else if self.dynamic_batch
+            && copy == 0
+            && batch > 0
+            && !dims.contains(&-1)
+            && dims.first().is_some_and(|&d| d > 0 && d % batch == 0)
+            && from.shape().dims().first().is_some_and(|&d| d > 0 && d as i64 % batch == 0)
+        {
+            dims[0] = -1;
         }
         self.const_ints(&dims)
     }
 
     /// Writes the nodes for `desc` applied to `args` (`(value name, var)`), computing
     /// `out`; returns the name of the result.
-    pub(super) fn lower(&mut self, desc: &OpExport, args: &[(&str, &Var)], out: &Var, _: usize) -> Result<String> {
+    /// `alt` is the same operation in the second trace of a dynamic batch (one sample
+    /// more), which says what follows the batch.
+    pub(super) fn lower(
+        &mut self,
+        desc: &OpExport,
+        args: &[(&str, &Var)],
+        out: &Var,
+        alt: Option<&OpExport>,
+    ) -> Result<String> {
+        if let Some(alt) = alt
+            && alt != desc
+            && desc.kind != "reshape"
+            && desc.kind != "expand"
+        {
+            return Err(Error::invalid(
+                "onnx export",
+                format!(
+                    "operation '{}' changes with the batch size ({:?} vs {:?}); export it without a dynamic batch",
+                    desc.kind, desc.attrs, alt.attrs
+                ),
+            ));
+        }
         let a = |i: usize| -> Result<&str> {
             args.get(i)
                 .map(|(n, _)| *n)
@@ -198,40 +333,25 @@ impl Writer {
                     if bias { self.node("Add", &[&m, a(2)?], vec![]) } else { m }
                 }
             }
-            "conv2d" => {
-                let p = ints(desc, "padding")?;
-                let mut inputs = vec![a(0)?, a(1)?];
-                if args.len() > 2 {
-                    inputs.push(a(2)?);
-                }
-                let attrs = vec![
-                    ints_attr("kernel_shape", ints(desc, "kernel")?),
-                    ints_attr("strides", ints(desc, "stride")?),
-                    ints_attr("pads", vec![p[0], p[1], p[0], p[1]]),
-                    ints_attr("dilations", ints(desc, "dilation")?),
-                    int_attr("group", int(desc, "groups")?),
-                ];
-                self.node("Conv", &inputs, attrs)
+            "conv1d" | "conv2d" => self.conv(desc, args, out)?,
+            "conv_transpose1d" | "conv_transpose2d" => self.conv_transpose(desc, args, out)?,
+            "max_pool1d" | "max_pool2d" | "adaptive_max_pool1d" | "adaptive_max_pool2d" => {
+                self.max_pool(desc, a(0)?, args[0].1, out)?
             }
-            "max_pool2d" => {
-                let attrs = vec![
-                    ints_attr("kernel_shape", ints(desc, "kernel")?),
-                    ints_attr("strides", ints(desc, "stride")?),
-                    ints_attr("dilations", ints(desc, "dilation")?),
-                ];
-                self.pool("MaxPool", attrs, a(0)?, args[0].1, out)?
-            }
-            "avg_pool2d" => {
-                let attrs =
-                    vec![ints_attr("kernel_shape", ints(desc, "kernel")?), ints_attr("strides", ints(desc, "stride")?)];
-                self.pool("AveragePool", attrs, a(0)?, args[0].1, out)?
-            }
+            "avg_pool1d"
+            | "avg_pool2d"
+            | "adaptive_avg_pool1d"
+            | "adaptive_avg_pool2d"
+            | "upsample_nearest"
+            | "upsample_linear" => self.linear_map(desc, a(0)?, args[0].1, out)?,
             "reshape" => {
-                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 0)?;
+                let alt = alt.map(|d| ints(d, "shape")).transpose()?;
+                let s = self.batch_shape(desc, &ints(desc, "shape")?, alt.as_deref(), args[0].1, 0)?;
                 self.node("Reshape", &[a(0)?, &s], vec![])
             }
             "expand" => {
-                let s = self.target_shape(&ints(desc, "shape")?, args[0].1, 1)?;
+                let alt = alt.map(|d| ints(d, "shape")).transpose()?;
+                let s = self.batch_shape(desc, &ints(desc, "shape")?, alt.as_deref(), args[0].1, 1)?;
                 self.node("Expand", &[a(0)?, &s], vec![])
             }
             "permute" => self.node("Transpose", &[a(0)?], vec![ints_attr("perm", ints(desc, "perm")?)]),
@@ -269,48 +389,67 @@ impl Writer {
                 self.node("Where", &[&c, &v, a(0)?], vec![])
             }
             "scaled_dot_product_attention" | "attention" => self.attention(desc, args)?,
+            "lstm_sequence" => self.lstm_sequence(desc, args)?,
             other => {
                 return Err(Error::invalid("onnx export", format!("operation '{other}' has no ONNX mapping")));
             }
         })
     }
 
-    /// Attention, decomposed: `softmax(q k^T * scale [+ causal mask]) v`.
-    /// A pool over the planes of `x` (named `input`): ember pools planes of any leading
-    /// shape, ONNX wants `[N, C, H, W]`, so other ranks are reshaped there and back.
-    fn pool(&mut self, op: &str, attrs: Vec<AttributeProto>, input: &str, x: &Var, out: &Var) -> Result<String> {
-        if x.shape().rank() == 4 {
-            return Ok(self.node(op, &[input], attrs));
-        }
-        let dims: Vec<i64> = x.shape().dims().iter().map(|&d| d as i64).collect();
-        let k = dims.len();
-        let four = self.const_ints(&[-1, 1, dims[k - 2], dims[k - 1]])?;
-        let r = self.node("Reshape", &[input, &four], vec![]);
-        let p = self.node(op, &[&r], attrs);
-        let back: Vec<i64> = out.shape().dims().iter().map(|&d| d as i64).collect();
-        let back = self.target_shape(&back, x, 0)?;
-        Ok(self.node("Reshape", &[&p, &back], vec![]))
-    }
-
+    /// Attention, decomposed: `softmax(q k^T * scale [+ mask] [+ causal mask]) v`. A bool
+    /// (`u8`) mask keeps the scores where it is non-zero and puts `-inf` elsewhere (`Where`);
+    /// a float mask is added. With a mask a row can lose every key: ember (as PyTorch's CPU
+    /// attention) makes such rows 0, so the decomposition finds them (`ReduceMax` = `-inf`)
+    /// and zeroes them too.
     fn attention(&mut self, desc: &OpExport, args: &[(&str, &Var)]) -> Result<String> {
-        let (q, k, v) = (args[0], args[1], args[2]);
-        let rank = k.1.shape().rank() as i64;
-        let mut perm: Vec<i64> = (0..rank).collect();
-        perm.swap(rank as usize - 1, rank as usize - 2);
+        let operand = |i: usize| {
+            args.get(i)
+                .copied()
+                .ok_or_else(|| Error::invalid("onnx export", format!("'{}' lacks input {i}", desc.kind)))
+        };
+        let (q, k, v) = (operand(0)?, operand(1)?, operand(2)?);
+        let rank = k.1.shape().rank();
+        if rank < 2 {
+            return Err(Error::shape("onnx export", format!("'{}' of a key of shape {}", desc.kind, k.1.shape())));
+        }
+        let mut perm: Vec<i64> = (0..rank as i64).collect();
+        perm.swap(rank - 1, rank - 2);
         let dtype = q.1.dtype();
         let kt = self.node("Transpose", &[k.0], vec![ints_attr("perm", perm)]);
         let s = self.node("MatMul", &[q.0, &kt], vec![]);
         let scale = self.const_scalar(float(desc, "scale")?, dtype)?;
         let mut s = self.node("Mul", &[&s, &scale], vec![]);
+        let masked = matches!(desc.get("masked"), Some(ExportAttr::Int(1)));
+        if masked {
+            let m = operand(3)?;
+            s = if m.1.dtype() == DType::U8 {
+                let keep = self.node("Cast", &[m.0], vec![int_attr("to", data_type::BOOL as i64)]);
+                let ninf = self.const_scalar(f64::NEG_INFINITY, dtype)?;
+                self.node("Where", &[&keep, &s, &ninf], vec![])
+            } else {
+                self.node("Add", &[&s, m.0], vec![])
+            };
+        }
         if int(desc, "causal")? != 0 {
-            let (l, n) = (q.1.shape()[q.1.shape().rank() - 2], k.1.shape()[k.1.shape().rank() - 2]);
+            let (l, n) = (q.1.shape()[q.1.shape().rank() - 2], k.1.shape()[rank - 2]);
             let mask: Vec<f64> =
                 (0..l).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f64::NEG_INFINITY })).collect();
             let name = self.name("causal_mask");
             self.initializer(&name, &Tensor::from_vec(mask, [l, n])?.to_dtype(dtype))?;
             s = self.node("Add", &[&s, &name], vec![]);
         }
-        let p = self.node("Softmax", &[&s], vec![int_attr("axis", -1)]);
-        Ok(self.node("MatMul", &[&p, v.0], vec![]))
+        let mut p = if masked {
+            let top = self.node("ReduceMax", &[&s], vec![ints_attr("axes", vec![-1]), int_attr("keepdims", 1)]);
+            let ninf = self.const_scalar(f64::NEG_INFINITY, dtype)?;
+            let dead = self.node("Equal", &[&top, &ninf], vec![]);
+            let zero = self.const_scalar(0.0, dtype)?;
+            let live = self.node("Where", &[&dead, &zero, &s], vec![]);
+            let p = self.node("Softmax", &[&live], vec![int_attr("axis", -1)]);
+            self.node("Where", &[&dead, &zero, &p], vec![])
+        } else {
+            self.node("Softmax", &[&s], vec![int_attr("axis", -1)])
+        };
+        p = self.node("MatMul", &[&p, v.0], vec![]);
+        Ok(p)
     }
 }

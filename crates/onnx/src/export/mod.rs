@@ -6,6 +6,7 @@
 //! turns the description into ONNX nodes. An operation without a description or without an
 //! ONNX mapping is an error naming it.
 
+mod batch;
 mod lower;
 
 use crate::proto::{
@@ -29,8 +30,10 @@ pub struct ExportOptions {
     pub input_names: Vec<String>,
     /// Output names (`output`, `output_1`, ...).
     pub output_names: Vec<String>,
-    /// Declare dimension 0 of every input and output as a symbolic `batch`, and write
-    /// reshapes so that they copy it (this assumes the batch stays in dimension 0).
+    /// Declare dimension 0 of every input and output as a symbolic `batch`. The model is
+    /// traced a second time one sample larger, and the shapes it writes (reshape and expand
+    /// targets, batch-sized constants such as zero states) follow the batch wherever it
+    /// sits inside; an operation whose description changes with the batch is an error.
     pub dynamic_batch: bool,
 }
 
@@ -88,9 +91,11 @@ pub fn export_bytes(model: &dyn Module, example: &Var, options: &ExportOptions) 
 }
 
 /// Traces `f` on `examples` and returns the ONNX bytes. `params` names the parameters
-/// (leaves reached that are not listed become initializers named `const_<n>`).
+/// (leaves reached that are not listed become initializers named `const_<n>`). With a
+/// dynamic batch `f` is traced a second time, on inputs one sample larger, to find the
+/// sizes that follow the batch.
 pub fn export_fn_bytes(
-    f: impl FnOnce(&[Var]) -> Result<Vec<Var>>,
+    f: impl Fn(&[Var]) -> Result<Vec<Var>>,
     params: &[(String, Var)],
     examples: &[Var],
     options: &ExportOptions,
@@ -101,6 +106,8 @@ pub fn export_fn_bytes(
     let mut w =
         lower::Writer::new(options.dynamic_batch, examples.first().and_then(|x| x.shape().dims().first().copied()));
     let nodes = trace_graph(&outputs.iter().collect::<Vec<_>>());
+    let alt = if options.dynamic_batch { batch::second_trace(&f, examples, &nodes)? } else { None };
+    let alt_of = |i: usize| alt.as_ref().and_then(|a| a.get(i));
     let name_at = |names: &[String], i: usize, base: &str| {
         names.get(i).cloned().unwrap_or_else(|| if i == 0 { base.to_string() } else { format!("{base}_{i}") })
     };
@@ -120,14 +127,24 @@ pub fn export_fn_bytes(
                     pname.clone()
                 } else {
                     let c = format!("const_{i}");
-                    w.initializer(&c, &n.var.value())?;
-                    c
+                    let (value, other) = (n.var.value(), alt_of(i).map(|a| a.var.value()));
+                    match other {
+                        Some(other) if other.shape() != value.shape() => {
+                            let input = name_at(&options.input_names, 0, "input");
+                            w.batch_constant(&c, &value, &other, &input)?
+                        }
+                        _ => {
+                            w.initializer(&c, &value)?;
+                            c
+                        }
+                    }
                 }
             }
             Some(desc) => {
                 let desc = desc.as_ref().map_err(|e| Error::invalid("onnx export", e.to_string()))?;
                 let args: Vec<(&str, &Var)> = n.inputs.iter().map(|&j| (names[j].as_str(), &nodes[j].var)).collect();
-                w.lower(desc, &args, &n.var, i)?
+                let alt = alt_of(i).and_then(|a| a.op.as_ref()).and_then(|d| d.as_ref().ok());
+                w.lower(desc, &args, &n.var, alt)?
             }
         };
         names.push(name);

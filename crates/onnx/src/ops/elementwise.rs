@@ -86,9 +86,20 @@ pub(crate) fn modulo(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     })?)])
 }
 
+/// `Equal`: of integers on the host; of floats (e.g. a score row's maximum against
+/// `-inf`) as host booleans too, since conditions (`Where`) are host tensors.
 pub(crate) fn equal(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
-    let (a, b) = (int_in(args, 0)?, int_in(args, 1)?);
-    let mut t = int::zip(a, b, |a, b| Ok((a == b) as i64))?;
+    if let (Value::Int(a), Value::Int(b)) = (input(args, 0)?, input(args, 1)?) {
+        let mut t = int::zip(a, b, |a, b| Ok((a == b) as i64))?;
+        t.is_bool = true;
+        return Ok(vec![Value::Int(t)]);
+    }
+    let (a, b) = (input(args, 0)?.to_var()?, input(args, 1)?.to_var()?);
+    let shape = a.add(&b)?.shape();
+    let host =
+        |v: &Var| -> Result<Vec<f64>> { v.value().broadcast_to(shape.clone())?.to_dtype(DType::F64).to_vec::<f64>() };
+    let (x, y) = (host(&a)?, host(&b)?);
+    let mut t = IntTensor::new(shape.dims().to_vec(), x.iter().zip(&y).map(|(p, q)| (p == q) as i64).collect())?;
     t.is_bool = true;
     Ok(vec![Value::Int(t)])
 }
@@ -163,6 +174,12 @@ pub(crate) fn cast(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
             data: t.data.iter().map(|&v| (v != 0) as i64).collect(),
             is_bool: true,
         })]),
+        (Value::Float(v), data_type::BOOL) => {
+            let vals = v.value().to_dtype(DType::F64).to_vec::<f64>()?;
+            let mut t = IntTensor::new(v.shape().dims().to_vec(), vals.iter().map(|&f| (f != 0.0) as i64).collect())?;
+            t.is_bool = true;
+            Ok(vec![Value::Int(t)])
+        }
         (Value::Float(v), data_type::INT64 | data_type::INT32) => {
             let vals = v.value().to_dtype(DType::F64).to_vec::<f64>()?;
             Ok(vec![Value::Int(IntTensor::new(

@@ -7,6 +7,7 @@ mod int;
 mod linear;
 mod nn;
 mod reduce;
+mod resize;
 mod shape;
 
 use crate::ir::{Attr, IntTensor, Node, Value};
@@ -55,6 +56,11 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Gemm", &["alpha", "beta", "transA", "transB"], linear::gemm),
     op("Conv", &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], nn::conv),
     op(
+        "ConvTranspose",
+        &["auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"],
+        nn::conv_transpose,
+    ),
+    op(
         "MaxPool",
         &["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"],
         nn::max_pool,
@@ -66,7 +72,23 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Softmax", &["axis"], nn::softmax),
     op("LogSoftmax", &["axis"], nn::log_softmax),
     op("ReduceMean", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_mean),
+    op("ReduceMax", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_max),
     op("ReduceSum", &["keepdims", "noop_with_empty_axes"], reduce::reduce_sum),
+    op(
+        "Resize",
+        &[
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+        ],
+        resize::resize,
+    ),
     op("Shape", &["start", "end"], shape::shape),
     op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
     op("Reshape", &["allowzero"], shape::reshape),

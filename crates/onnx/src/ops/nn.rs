@@ -3,6 +3,7 @@
 use super::{axis, float, float_attr, float_in, int_attr, ints_attr, opt_float_in, string_attr};
 use crate::ir::{Node, Value};
 use ember_nn::functional::{AvgPoolArgs, ConvArgs, MaxPoolArgs, Padding, layer_norm as ln};
+use ember_tensor::conv::ConvTransposeArgs;
 use ember_tensor::{Error, Result};
 
 type Args<'a> = &'a [Option<Value>];
@@ -18,20 +19,24 @@ fn pair(node: &Node, name: &str, default: usize) -> Result<[usize; 2]> {
     }
 }
 
-/// Symmetric 2-d padding from `pads` (`[top, left, bottom, right]`) and `auto_pad`.
-fn pads(node: &Node) -> Result<[usize; 2]> {
+/// 2-d padding `[top, left, bottom, right]` from `pads` and `auto_pad`.
+fn pads4(node: &Node) -> Result<[usize; 4]> {
     let auto = string_attr(node, "auto_pad", "NOTSET")?;
     if auto != "NOTSET" && auto != "VALID" {
         return Err(Error::invalid("onnx", format!("auto_pad '{auto}' is not supported (use explicit pads)")));
     }
     match ints_attr(node, "pads")? {
-        None => Ok([0, 0]),
-        Some(p) if p.len() == 4 && p[0] == p[2] && p[1] == p[3] && p.iter().all(|&x| x >= 0) => {
-            Ok([p[0] as usize, p[1] as usize])
-        }
-        Some(p) => {
-            Err(Error::invalid("onnx", format!("pads {p:?} are not supported (2-d, the same before and after)")))
-        }
+        None => Ok([0; 4]),
+        Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => Ok([p[0], p[1], p[2], p[3]].map(|v| v as usize)),
+        Some(p) => Err(Error::invalid("onnx", format!("pads {p:?} are not supported (2-d, non-negative)"))),
+    }
+}
+
+/// Symmetric 2-d padding from `pads` (`[top, left, bottom, right]`) and `auto_pad`.
+fn pads(node: &Node) -> Result<[usize; 2]> {
+    match pads4(node)? {
+        [t, l, b, r] if t == b && l == r => Ok([t, l]),
+        p => Err(Error::invalid("onnx", format!("pads {p:?} are not supported (2-d, the same before and after)"))),
     }
 }
 
@@ -62,13 +67,49 @@ pub(crate) fn conv(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     {
         return Err(Error::shape("onnx", format!("kernel_shape does not match the weight's shape {}", w.shape())));
     }
+    // Padding that differs before and after (PyTorch's "same" with an even kernel) is
+    // written out as zeros; symmetric padding stays the convolution's own.
+    let [top, left, bottom, right] = pads4(node)?;
+    let (x, padding) = if top == bottom && left == right {
+        (x.clone(), [top, left])
+    } else {
+        (x.pad(&[(left, right), (top, bottom)], 0.0)?, [0, 0])
+    };
     let args = ConvArgs {
         stride: pair(node, "strides", 1)?,
-        padding: Padding::Explicit(pads(node)?),
+        padding: Padding::Explicit(padding),
         dilation: pair(node, "dilations", 1)?,
         groups: group as usize,
     };
     float(x.conv2d(w, b, &args)?)
+}
+
+/// `ConvTranspose` (2-d, symmetric pads, explicit `output_padding`; `output_shape` is not
+/// supported).
+pub(crate) fn conv_transpose(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    let (x, w, b) = (float_in(args, 0)?, float_in(args, 1)?, opt_float_in(args, 2)?);
+    four_d(x)?;
+    if node.attr("output_shape").is_some() {
+        return Err(Error::invalid("onnx", "output_shape is not supported (use pads and output_padding)"));
+    }
+    let group = int_attr(node, "group", 1)?;
+    if group < 1 {
+        return Err(Error::invalid("onnx", format!("group must be positive, got {group}")));
+    }
+    if node.attr("kernel_shape").is_some()
+        && w.shape().rank() == 4
+        && pair(node, "kernel_shape", 1)? != [w.shape()[2], w.shape()[3]]
+    {
+        return Err(Error::shape("onnx", format!("kernel_shape does not match the weight's shape {}", w.shape())));
+    }
+    let args = ConvTransposeArgs {
+        stride: pair(node, "strides", 1)?,
+        padding: pads(node)?,
+        output_padding: pair(node, "output_padding", 0)?,
+        dilation: pair(node, "dilations", 1)?,
+        groups: group as usize,
+    };
+    float(x.conv_transpose2d(w, b, &args)?)
 }
 
 pub(crate) fn max_pool(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {

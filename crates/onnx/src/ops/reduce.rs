@@ -1,4 +1,4 @@
-//! Reductions: `ReduceMean` (opset 13-17: axes as an attribute) and `ReduceSum` (axes as
+//! Reductions: `ReduceMean` and `ReduceMax` (opset 13-17: axes as an attribute) and `ReduceSum` (axes as
 //! an input since opset 13).
 
 use super::{axis, float, float_in, int_attr, ints_attr, opt_ints_in};
@@ -29,6 +29,15 @@ pub(crate) fn reduce_sum(node: &Node, args: &[Option<Value>]) -> Result<Vec<Valu
     let keep = int_attr(node, "keepdims", 1)? != 0;
     match axes(x, opt_ints_in(args, 1)?, node)? {
         Some(a) => float(x.sum(a, keep)?),
+        None => float(x.clone()),
+    }
+}
+
+pub(crate) fn reduce_max(node: &Node, args: &[Option<Value>]) -> Result<Vec<Value>> {
+    let x = float_in(args, 0)?;
+    let keep = int_attr(node, "keepdims", 1)? != 0;
+    match axes(x, ints_attr(node, "axes")?, node)? {
+        Some(a) => float(x.max(a, keep)?),
         None => float(x.clone()),
     }
 }

@@ -65,6 +65,19 @@ impl Op for LstmSequence {
         "lstm_sequence"
     }
 
+    fn export(&self) -> Result<ember_autograd::export::OpExport> {
+        // Sequences of different lengths hold their state over the padded steps; an
+        // exporter has only the recurrence without lengths to write.
+        if self.lengths.is_some() {
+            return Err(ember_tensor::Error::invalid(
+                "export",
+                "lstm_sequence: sequences with lengths (packed sequences) cannot be exported",
+            ));
+        }
+        Ok(ember_autograd::export::OpExport::new("lstm_sequence")
+            .attr("reverse", ember_autograd::export::ExportAttr::Int(self.reverse as i64)))
+    }
+
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
         let steps = gi.shape()[0];

@@ -201,6 +201,40 @@ pub(crate) fn class_targets(loss: &ClassLoss, targets: &[i64], classes: usize) -
     Ok(counted)
 }
 
+/// The checked views of a join along `dim` and the joined shape: at least one view, one
+/// dtype, shapes that agree outside `dim`, and a result small enough to address.
+pub(crate) fn cat<'l>(srcs: &[(&Storage, &'l Layout)], dim: usize) -> Result<(Vec<Cow<'l, Layout>>, Shape)> {
+    let op = "cat";
+    let Some(&(first, first_layout)) = srcs.first() else {
+        return Err(Error::invalid(op, "expected at least one tensor"));
+    };
+    self::dim(op, first_layout, dim)?;
+    let layouts = srcs.iter().map(|(s, l)| view(op, s, l)).collect::<Result<Vec<_>>>()?;
+    let mut total = 0usize;
+    for ((s, _), l) in srcs.iter().zip(&layouts) {
+        if s.dtype() != first.dtype() {
+            return Err(Error::dtype(
+                op,
+                format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
+            ));
+        }
+        let rank = first_layout.rank();
+        let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
+        if !fits {
+            return Err(Error::shape(
+                op,
+                format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
+            ));
+        }
+        total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
+    }
+    let mut shape = first_layout.shape().to_vec();
+    shape[dim] = total;
+    let shape = Shape::from(shape);
+    crate::shape::checked_numel(op, &shape)?;
+    Ok((layouts, shape))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

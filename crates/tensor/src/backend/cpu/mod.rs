@@ -41,7 +41,6 @@ use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::random::Distribution;
-use crate::shape::{Shape, checked_numel};
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
 
@@ -471,34 +470,7 @@ impl Backend for CpuBackend {
     }
 
     fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
-        let op = "cat";
-        let Some(&(first, first_layout)) = srcs.first() else {
-            return Err(Error::invalid(op, "expected at least one tensor"));
-        };
-        validate::dim(op, first_layout, dim)?;
-        let layouts = srcs.iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<Vec<_>>>()?;
-        let mut total = 0usize;
-        for ((s, _), l) in srcs.iter().zip(&layouts) {
-            if s.dtype() != first.dtype() {
-                return Err(Error::dtype(
-                    op,
-                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
-                ));
-            }
-            let rank = first_layout.rank();
-            let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
-            if !fits {
-                return Err(Error::shape(
-                    op,
-                    format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
-                ));
-            }
-            total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
-        }
-        let mut shape = first_layout.shape().to_vec();
-        shape[dim] = total;
-        let shape = Shape::from(shape);
-        checked_numel(op, &shape)?;
+        let (layouts, shape) = validate::cat(srcs, dim)?;
         let views: Vec<(&CpuStorage, &Layout)> =
             srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((cpu(s)?, &**l))).collect::<Result<_>>()?;
         wrap(join::cat(&views, dim, &shape))

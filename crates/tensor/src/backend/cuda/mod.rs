@@ -40,7 +40,6 @@ use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, SlidingWindow, UnaryO
 use crate::dtype::DType;
 use crate::layout::Layout;
 use crate::random::Distribution;
-use crate::shape::{Shape, checked_numel};
 use crate::storage::{CpuStorage, Storage};
 use crate::{Device, Error, Result, Scalar};
 use device::{Gpu, gpu};
@@ -374,34 +373,7 @@ impl Backend for CudaBackend {
 
     fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
         self.gpu()?;
-        let op = "cat";
-        let Some(&(first, first_layout)) = srcs.first() else {
-            return Err(Error::invalid(op, "expected at least one tensor"));
-        };
-        validate::dim(op, first_layout, dim)?;
-        let layouts = srcs.iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<Vec<_>>>()?;
-        let mut total = 0usize;
-        for ((s, _), l) in srcs.iter().zip(&layouts) {
-            if s.dtype() != first.dtype() {
-                return Err(Error::dtype(
-                    op,
-                    format!("expected views of one dtype, got {} and {}", first.dtype(), s.dtype()),
-                ));
-            }
-            let rank = first_layout.rank();
-            let fits = l.rank() == rank && (0..rank).all(|i| i == dim || l.shape()[i] == first_layout.shape()[i]);
-            if !fits {
-                return Err(Error::shape(
-                    op,
-                    format!("cannot join {} and {} along dimension {dim}", first_layout.shape(), l.shape()),
-                ));
-            }
-            total = total.checked_add(l.shape()[dim]).ok_or_else(|| Error::shape(op, "the joined extent overflows"))?;
-        }
-        let mut shape = first_layout.shape().to_vec();
-        shape[dim] = total;
-        let shape = Shape::from(shape);
-        checked_numel(op, &shape)?;
+        let (layouts, shape) = validate::cat(srcs, dim)?;
         let views = srcs.iter().zip(&layouts).map(|((s, _), l)| Ok((self.st(s)?, &**l))).collect::<Result<Vec<_>>>()?;
         wrap(index::cat(&views, dim, &shape))
     }

@@ -729,3 +729,18 @@ fn std_errors_name_std() {
     let msg = t.std(5, true, false).unwrap_err().to_string();
     assert!(msg.starts_with("std:"), "{msg}");
 }
+
+/// channel_norm of channels with zero-size planes (`[n, c, 0]`) once read the first element
+/// of an empty input and panicked (found through group_norm in `crates/nn/tests/prop_nn.rs`):
+/// the statistics of nothing are NaN and the output is empty, forward and backward.
+#[test]
+fn channel_norm_of_zero_size_planes_is_empty() {
+    for dt in [DType::F32, DType::F64] {
+        let x = Tensor::zeros([1, 2, 0], dt).unwrap();
+        let (y, mean, var) = x.channel_norm(None, None, 1e-5).unwrap();
+        assert_eq!(y.shape().dims(), &[1, 2, 0]);
+        assert!(mean.to_vec_f64().unwrap().iter().all(|m| m.is_nan()), "{mean:?}");
+        let (gx, _, _) = x.channel_norm_backward(&y, &mean, &var, None, 1e-5).unwrap();
+        assert_eq!(gx.shape().dims(), &[1, 2, 0]);
+    }
+}

@@ -12,8 +12,9 @@
 use ember_autograd::Var;
 use ember_nn::functional as F;
 use ember_nn::{
-    BatchNorm1d, BatchNorm2d, CrossEntropyOptions, GRUCell, GroupNorm, HuberOptions, InstanceNorm2d, LSTMCell,
-    LayerNorm, Module, MultiheadAttention, MultiheadAttentionArgs, NllOptions, RMSNorm, RNNCell, Reduction,
+    BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyOptions, Embedding, GRU, GRUCell, GroupNorm, HuberOptions,
+    InstanceNorm2d, LSTM, LSTMCell, LayerNorm, Linear, Module, MultiheadAttention, MultiheadAttentionArgs, NllOptions,
+    RMSNorm, RNN, RNNCell, Reduction, RnnOptions,
 };
 use ember_tensor::{DType, Result, Tensor};
 use proptest::prelude::*;
@@ -707,4 +708,147 @@ proptest! {
             prop_assert!(close(&f64s(&h), &want, DType::F32), "GRUCell {:?} vs {:?}", f64s(&h), want);
         }
     }
+
+    /// RNN, LSTM (with and without projection) and GRU with random layer counts,
+    /// directions, layouts and (sometimes wrong) input widths and initial states: outputs
+    /// of PyTorch's shapes, the last step of a one-layer forward output equal to h_n; or an
+    /// error naming the layer.
+    #[test]
+    fn recurrent_layers_shapes_and_final_state(
+        kind in 0usize..3,
+        input in 1usize..4,
+        hidden in 0usize..4,
+        layers in 0usize..3,
+        bidirectional in any::<bool>(),
+        batch_first in any::<bool>(),
+        proj in 0usize..3,
+        steps in 0usize..4,
+        batch in 0usize..3,
+        unbatched in prop::bool::weighted(0.2),
+        width_off in prop::bool::weighted(0.15),
+        state in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        let proj = if kind == 1 { proj } else { 0 };
+        let name = ["RNN", "LSTM", "GRU"][kind];
+        let options = RnnOptions::default().num_layers(layers).bidirectional(bidirectional).batch_first(batch_first).proj_size(proj);
+        let dirs = if bidirectional { 2 } else { 1 };
+        let built: Result<Box<dyn Fn(&Var, Option<&Var>, Option<&Var>) -> Result<(Var, Var)>>> = match kind {
+            0 => RNN::with_options(input, hidden, options).map(|m| Box::new(move |x: &Var, h: Option<&Var>, _: Option<&Var>| m.run(x, h).map(|o| (o.output, o.h_n))) as Box<_>),
+            1 => LSTM::with_options(input, hidden, options).map(|m| Box::new(move |x: &Var, h: Option<&Var>, c: Option<&Var>| {
+                m.run(x, h.zip(c)).map(|o| (o.output, o.h_n))
+            }) as Box<_>),
+            _ => GRU::with_options(input, hidden, options).map(|m| Box::new(move |x: &Var, h: Option<&Var>, _: Option<&Var>| m.run(x, h).map(|o| (o.output, o.h_n))) as Box<_>),
+        };
+        let Some(run) = ok_or_names(built, &[name]) else {
+            prop_assert!(hidden == 0 || layers == 0 || (proj > 0 && proj >= hidden), "{} refused hidden {} layers {} proj {}", name, hidden, layers, proj);
+            return Ok(());
+        };
+        let out_h = if proj > 0 { proj } else { hidden };
+        let width = input + usize::from(width_off);
+        let xs = match (unbatched, batch_first) {
+            (true, _) => vec![steps, width],
+            (false, true) => vec![batch, steps, width],
+            (false, false) => vec![steps, batch, width],
+        };
+        let x = var(&xs, seed, DType::F32);
+        // state 0: none; 1: the right shape; 2: one layer too many.
+        let lead = layers * dirs + usize::from(state == 2);
+        let hs = if unbatched { vec![lead, out_h] } else { vec![lead, batch, out_h] };
+        let cs = if unbatched { vec![lead, hidden] } else { vec![lead, batch, hidden] };
+        let (h0, c0) = (var(&hs, seed ^ 1, DType::F32), var(&cs, seed ^ 2, DType::F32));
+        let got = ok_or_names(run(&x, (state > 0).then_some(&h0), (state > 0).then_some(&c0)), &[name]);
+        // PyTorch refuses empty sequences too.
+        prop_assert_eq!(got.is_some(), !width_off && state != 2 && steps > 0, "{} on {:?} with state {}", name, xs, state);
+        if let Some((output, h_n)) = got {
+            let feat = dirs * out_h;
+            let want_out = match (unbatched, batch_first) {
+                (true, _) => vec![steps, feat],
+                (false, true) => vec![batch, steps, feat],
+                (false, false) => vec![steps, batch, feat],
+            };
+            prop_assert_eq!(output.shape().dims().to_vec(), want_out);
+            let want_h = if unbatched { vec![layers * dirs, out_h] } else { vec![layers * dirs, batch, out_h] };
+            prop_assert_eq!(h_n.shape().dims().to_vec(), want_h);
+            if layers == 1 && !bidirectional && steps > 0 {
+                let time = if batch_first && !unbatched { 1 } else { 0 };
+                let last = output.select(time as i64, steps - 1).unwrap();
+                prop_assert!(close(&f64s(&last), &f64s(&h_n.select(0, 0).unwrap()), DType::F32), "{}: last output is not h_n", name);
+            }
+        }
+    }
+
+    /// dropout and dropout2d with any probability: refused outside [0, 1] naming the op;
+    /// the identity when not training or p = 0; otherwise every element (every channel for
+    /// dropout2d) is dropped or scaled by 1 / (1 - p).
+    #[test]
+    fn dropout_keeps_or_scales(s in shape(4), p in prop_oneof![Just(0.0), Just(0.5), Just(1.0), Just(-0.1), Just(1.5), Just(f64::NAN)], training in any::<bool>(), seed in any::<u64>()) {
+        let x = var(&s, seed, DType::F64);
+        let data = values(&s, seed);
+        let valid = (0.0..=1.0).contains(&p);
+        let got = ok_or_names(F::dropout(&x, p, training), &["dropout"]);
+        prop_assert_eq!(got.is_some(), valid, "dropout p={}", p);
+        if let Some(y) = got {
+            let y = f64s(&y);
+            prop_assert_eq!(y.len(), data.len());
+            for (a, b) in y.iter().zip(&data) {
+                let kept = if !training || p == 0.0 { *a == *b } else if p == 1.0 { *a == 0.0 } else { *a == 0.0 || (*a - b / (1.0 - p)).abs() < 1e-12 };
+                prop_assert!(kept, "dropout p={} training={}: {} from {}", p, training, a, b);
+            }
+        }
+        if let Some(y) = ok_or_names(F::dropout2d(&x, p, training), &["dropout2d"]) {
+            prop_assert!(valid && (s.len() == 3 || s.len() == 4), "dropout2d accepted p={} on {:?}", p, s);
+            let y = f64s(&y);
+            // A channel is the trailing plane: all of it is dropped or all of it kept.
+            let plane: usize = s[s.len() - 2..].iter().product();
+            for (yc, xc) in y.chunks(plane.max(1)).zip(data.chunks(plane.max(1))) {
+                let dropped = yc.iter().zip(xc).all(|(a, b)| *a == 0.0 || *b == 0.0);
+                let scale = if !training || p == 0.0 { 1.0 } else { 1.0 / (1.0 - p) };
+                let kept = yc.iter().zip(xc).all(|(a, b)| (a - b * scale).abs() < 1e-12);
+                prop_assert!(dropped || kept, "dropout2d mixed a channel");
+            }
+        }
+    }
+
+    /// Layers whose parameters cannot be held are refused before anything is allocated:
+    /// never an abort. (The errors name the initialiser that refused, `uniform`, `normal`
+    /// or `ones`, with the sizes.)
+    #[test]
+    fn huge_layers_are_refused(a in 1usize << 20..1usize << 40, b in 1usize << 20..1usize << 40) {
+        let refused = ["cannot allocate", "too many elements"];
+        prop_assert!(ok_or_names(Linear::new(a, b), &refused).is_none());
+        prop_assert!(ok_or_names(Embedding::new(a, b), &refused).is_none());
+        prop_assert!(ok_or_names(Conv2d::new(a, b, 3), &refused).is_none());
+        prop_assert!(ok_or_names(LayerNorm::new(&[a, b]), &refused).is_none());
+        prop_assert!(ok_or_names(RNN::new(a, b), &refused).is_none());
+        prop_assert!(ok_or_names(MultiheadAttention::new(a, 1), &refused).is_none());
+    }
+}
+
+/// Found by `recurrent_layers_shapes_and_final_state`: a batch of zero sequences failed in
+/// an internal reshape (`[T, 0, -1]` has nothing to infer from), and an empty sequence gave
+/// that reshape's error. The first now runs; the second is refused naming the layer, as
+/// PyTorch refuses it.
+#[test]
+fn recurrent_layers_run_empty_batches_and_refuse_empty_sequences() {
+    let x = |shape: [usize; 3]| Var::new(Tensor::zeros(shape, DType::F32).unwrap());
+    let lstm = LSTM::new(3, 4).unwrap();
+    let out = lstm.run(&x([5, 0, 3]), None).unwrap();
+    assert_eq!(out.output.shape().dims(), &[5, 0, 4]);
+    assert_eq!(out.h_n.shape().dims(), &[1, 0, 4]);
+    let gru = GRU::new(3, 4).unwrap();
+    assert_eq!(gru.run(&x([2, 0, 3]), None).unwrap().output.shape().dims(), &[2, 0, 4]);
+    let e = lstm.run(&x([0, 2, 3]), None).err().expect("an empty sequence is an error").to_string();
+    assert!(e.starts_with("LSTM:") && e.contains("sequence length"), "{e}");
+    let e = RNN::new(3, 4).unwrap().run(&x([0, 0, 3]), None).err().expect("an empty sequence is an error").to_string();
+    assert!(e.starts_with("RNN:"), "{e}");
+}
+
+/// dropout2d's probability errors name dropout2d (they named dropout; found by
+/// `dropout_keeps_or_scales`).
+#[test]
+fn dropout2d_probability_errors_name_dropout2d() {
+    let x = Var::new(Tensor::zeros([1, 2, 2, 2], DType::F32).unwrap());
+    let e = F::dropout2d(&x, 1.5, true).unwrap_err().to_string();
+    assert!(e.starts_with("dropout2d:"), "{e}");
 }

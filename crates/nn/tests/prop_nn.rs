@@ -116,7 +116,6 @@ fn normalise(data: &[f64], group: &[usize], groups: usize, eps: f64, rms: bool) 
 
 /// Naive attention of `q [b, l, e]` over `k [b, s, e]`, `v [b, s, ev]` with an additive
 /// `[l, s]` bias (`-inf` hides); rows with every score hidden are `None`.
-#[allow(clippy::too_many_arguments)]
 fn naive_attention(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 5], bias: &[f64], scale: f64) -> Vec<Option<f64>> {
     let [b, l, s, e, ev] = dims;
     let mut out = Vec::new();
@@ -142,6 +141,9 @@ fn naive_attention(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 5], bias: &[f6
     }
     out
 }
+
+/// A recurrent layer run on an input and optional `h0` and `c0`: its output and h_n.
+type RunLayer = dyn Fn(&Var, Option<&Var>, Option<&Var>) -> Result<(Var, Var)>;
 
 /// A layer's output and its functional form's: both values and bitwise equal, or both
 /// refused.
@@ -461,19 +463,19 @@ proptest! {
                 same(Some(y), F::batch_norm(&x, Some(&rm), Some(&rv), None, None, true, 0.1, 1e-5), "BatchNorm1d")?;
             }
         }
-        if let Some(bn) = ok_or_names(BatchNorm2d::new(features), &["BatchNorm2d"]) {
-            if ok_or_names(bn.forward(&x), &["BatchNorm2d", "batch_norm"]).is_some() {
-                prop_assert!(fits && s.len() == 4);
-            }
+        if let Some(bn) = ok_or_names(BatchNorm2d::new(features), &["BatchNorm2d"])
+            && ok_or_names(bn.forward(&x), &["BatchNorm2d", "batch_norm"]).is_some()
+        {
+            prop_assert!(fits && s.len() == 4);
         }
-        if let Some(inorm) = ok_or_names(InstanceNorm2d::new(features), &["InstanceNorm2d"]) {
-            if let Some(y) = ok_or_names(inorm.forward(&x), &["InstanceNorm2d", "instance_norm"]) {
-                prop_assert!(s.len() == 3 || s.len() == 4, "InstanceNorm2d accepted {:?}", s);
-                // A 3-d input is one unbatched sample [C, H, W].
-                let batched = if s.len() == 3 { x.unsqueeze(0).unwrap() } else { x.clone() };
-                let want = F::instance_norm(&batched, None, None, None, None, true, 0.1, 1e-5).and_then(|y| y.reshape(s.clone()));
-                same(Some(y), want, "InstanceNorm2d")?;
-            }
+        if let Some(inorm) = ok_or_names(InstanceNorm2d::new(features), &["InstanceNorm2d"])
+            && let Some(y) = ok_or_names(inorm.forward(&x), &["InstanceNorm2d", "instance_norm"])
+        {
+            prop_assert!(s.len() == 3 || s.len() == 4, "InstanceNorm2d accepted {:?}", s);
+            // A 3-d input is one unbatched sample [C, H, W].
+            let batched = if s.len() == 3 { x.unsqueeze(0).unwrap() } else { x.clone() };
+            let want = F::instance_norm(&batched, None, None, None, None, true, 0.1, 1e-5).and_then(|y| y.reshape(s.clone()));
+            same(Some(y), want, "InstanceNorm2d")?;
         }
         if let Some(gn) = ok_or_names(GroupNorm::new(groups, features), &["GroupNorm", "group_norm"]) {
             prop_assert!(groups > 0 && features % groups == 0);
@@ -576,11 +578,11 @@ proptest! {
         prop_assert_eq!(got.is_some(), !width_off);
         if let Some(out) = got {
             prop_assert_eq!(out.output.shape().dims().to_vec(), qs.clone());
-            if let Some(weights) = out.weights {
-                if src > 0 {
-                    let row_sums = weights.value().sum(-1, false).unwrap().to_vec_f64().unwrap();
-                    prop_assert!(row_sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "{:?}", row_sums);
-                }
+            if let Some(weights) = out.weights
+                && src > 0
+            {
+                let row_sums = weights.value().sum(-1, false).unwrap().to_vec_f64().unwrap();
+                prop_assert!(row_sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "{:?}", row_sums);
             }
         }
     }
@@ -733,7 +735,7 @@ proptest! {
         let name = ["RNN", "LSTM", "GRU"][kind];
         let options = RnnOptions::default().num_layers(layers).bidirectional(bidirectional).batch_first(batch_first).proj_size(proj);
         let dirs = if bidirectional { 2 } else { 1 };
-        let built: Result<Box<dyn Fn(&Var, Option<&Var>, Option<&Var>) -> Result<(Var, Var)>>> = match kind {
+        let built: Result<Box<RunLayer>> = match kind {
             0 => RNN::with_options(input, hidden, options).map(|m| Box::new(move |x: &Var, h: Option<&Var>, _: Option<&Var>| m.run(x, h).map(|o| (o.output, o.h_n))) as Box<_>),
             1 => LSTM::with_options(input, hidden, options).map(|m| Box::new(move |x: &Var, h: Option<&Var>, c: Option<&Var>| {
                 m.run(x, h.zip(c)).map(|o| (o.output, o.h_n))

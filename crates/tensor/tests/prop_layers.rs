@@ -79,6 +79,9 @@ fn at(data: &[f64], shape: &[usize], idx: &[usize]) -> f64 {
     data[idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum::<usize>()]
 }
 
+/// A reduction of one lane of values.
+type Lane<'a> = dyn Fn(&[f64]) -> f64 + 'a;
+
 /// The geometry of one spatial dimension.
 #[derive(Clone, Copy, Debug)]
 struct Geom {
@@ -114,6 +117,7 @@ impl Geom {
 }
 
 /// Naive grouped 2-d convolution of `x [n, c, h, w]` with `w [oc, c / g, kh, kw]`.
+#[allow(clippy::too_many_arguments)]
 fn naive_conv(
     x: &[f64],
     xs: [usize; 4],
@@ -673,7 +677,7 @@ proptest! {
             if !keep { out.remove(d); }
             (out, vals)
         };
-        let cases: [(&str, Result<Tensor>, &dyn Fn(&[f64]) -> f64); 6] = [
+        let cases: [(&str, Result<Tensor>, &Lane<'_>); 6] = [
             ("prod", t.prod(dim, keep), &|l| l.iter().product()),
             ("min", t.min(dim, keep), &|l| l.iter().copied().fold(f64::INFINITY, f64::min)),
             ("std", t.std(dim, unbiased, keep), &|l| {

@@ -12,11 +12,12 @@
 use ember_autograd::Var;
 use ember_nn::functional as F;
 use ember_nn::{
-    BatchNorm1d, BatchNorm2d, Conv2d, CrossEntropyOptions, Embedding, GRU, GRUCell, GroupNorm, HuberOptions,
-    InstanceNorm2d, LSTM, LSTMCell, LayerNorm, Linear, Module, MultiheadAttention, MultiheadAttentionArgs, NllOptions,
-    RMSNorm, RNN, RNNCell, Reduction, RnnOptions,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Conv2dOptions, ConvOptions,
+    CrossEntropyOptions, Embedding, GRU, GRUCell, GroupNorm, HuberOptions, InstanceNorm2d, LSTM, LSTMCell, LayerNorm,
+    Linear, MaxPool2d, Module, MultiheadAttention, MultiheadAttentionArgs, NllOptions, RMSNorm, RNN, RNNCell,
+    Reduction, RnnOptions,
 };
-use ember_tensor::{DType, Result, Tensor};
+use ember_tensor::{DType, Padding, Result, Tensor};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.
@@ -810,6 +811,50 @@ proptest! {
                 prop_assert!(dropped || kept, "dropout2d mixed a channel");
             }
         }
+    }
+
+    /// Conv1d/Conv2d layers with random options (explicit, "same" and "valid" padding,
+    /// stride, dilation, groups; some invalid) and the pooling layers compute their
+    /// functional forms bitwise with their own parameters, or refuse naming the layer;
+    /// "same" padding keeps the spatial size.
+    #[test]
+    fn conv_and_pool_layers_agree_with_functions(
+        n in 0usize..3,
+        c in 0usize..4,
+        hw in 0usize..6,
+        oc in 0usize..4,
+        k in 0usize..4,
+        stride in 0usize..3,
+        pad in 0usize..4,
+        dil in 0usize..3,
+        groups in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        let padding = match pad { 0 => Padding::Same, 1 => Padding::Valid, p => Padding::Explicit([p - 2; 2]) };
+        let options = Conv2dOptions { stride: [stride; 2], padding, dilation: [dil; 2], groups, ..Default::default() };
+        let x = var(&[n, c, hw, hw], seed, DType::F32);
+        if let Some(conv) = ok_or_names(Conv2d::with_options(c, oc, k, options), &["Conv2d"]) {
+            prop_assert!(k > 0 && stride > 0 && dil > 0 && groups > 0 && c % groups == 0 && oc % groups == 0, "Conv2d accepted {:?}", options);
+            let layer = ok_or_names(conv.forward(&x), &["Conv2d", "conv2d"]);
+            if let (Some(y), Padding::Same) = (&layer, padding) {
+                prop_assert_eq!(y.shape().dims()[2..].to_vec(), vec![hw, hw]);
+            }
+            same(layer, F::conv2d(&x, conv.weight(), conv.bias(), conv.args()), "Conv2d")?;
+        }
+        let options1 = ConvOptions::<1> { stride: [stride], padding: match padding { Padding::Explicit([p, _]) => Padding::Explicit([p]), Padding::Same => Padding::Same, Padding::Valid => Padding::Valid }, dilation: [dil], groups, ..Default::default() };
+        let x1 = var(&[n, c, hw], seed, DType::F32);
+        if let Some(conv) = ok_or_names(Conv1d::with_options(c, oc, k, options1), &["Conv1d"]) {
+            same(ok_or_names(conv.forward(&x1), &["Conv1d", "conv1d"]), F::conv1d(&x1, conv.weight(), conv.bias(), conv.args()), "Conv1d")?;
+        }
+        let p = pad.saturating_sub(2);
+        let mp = MaxPool2d::new(k).stride(stride).padding(p).dilation(dil);
+        same(ok_or_names(mp.forward(&x), &["max_pool2d", "MaxPool2d"]), F::max_pool2d(&x, &mp.args), "MaxPool2d")?;
+        let ap = AvgPool2d::new(k).stride(stride).padding(p);
+        same(ok_or_names(ap.forward(&x), &["avg_pool2d", "AvgPool2d"]), F::avg_pool2d(&x, &ap.args), "AvgPool2d")?;
+        let aap = AdaptiveAvgPool2d::new([k, oc]);
+        same(ok_or_names(aap.forward(&x), &["adaptive_avg_pool2d", "AdaptiveAvgPool2d"]), F::adaptive_avg_pool2d(&x, [k, oc]), "AdaptiveAvgPool2d")?;
+        let uargs = F::UnfoldArgs::new(k).stride(stride).padding(p).dilation(dil);
+        same(ok_or_names(F::unfold(&x, &uargs), &["unfold"]), x.im2col(&uargs), "unfold")?;
     }
 
     /// Layers whose parameters cannot be held are refused before anything is allocated:

@@ -748,3 +748,28 @@ fn channel_norm_of_zero_size_planes_is_empty() {
         assert_eq!(gx.shape().dims(), &[1, 2, 0]);
     }
 }
+
+/// Outputs of interpolate and the adaptive pools too large to hold are refused before the
+/// per-axis maps (as long as the output's sides) are built: a 2^31 x 2^31 output once built
+/// two 2^31-entry maps and ran the process out of memory.
+#[test]
+fn huge_resampling_outputs_are_refused() {
+    let x = Tensor::ones([1, 1, 2, 2], DType::F32).unwrap();
+    let big = 1usize << 31;
+    let refused = |r: Result<Tensor>, op: &str| {
+        let msg = r.expect_err("a huge output is refused").to_string();
+        assert!(msg.starts_with(op) && msg.contains("too many elements"), "{msg}");
+    };
+    refused(x.interpolate(&InterpolateArgs::size([big, big])), "interpolate");
+    refused(x.adaptive_avg_pool2d([big, big]), "adaptive_avg_pool2d");
+    refused(x.adaptive_max_pool2d([big, big]), "adaptive_max_pool2d");
+}
+
+/// unfold with a padding of 2^31 has a 2^32 x 2^32 grid of blocks: its count overflowed
+/// (a panic in checked builds, a wrapped size otherwise); it is an error naming unfold.
+#[test]
+fn unfold_with_a_huge_block_grid_is_refused() {
+    let x = Tensor::ones([1, 1, 2, 2], DType::F32).unwrap();
+    let msg = x.im2col(&UnfoldArgs::new(1).padding(1usize << 31)).unwrap_err().to_string();
+    assert!(msg.starts_with("unfold:") && msg.contains("too large"), "{msg}");
+}

@@ -725,6 +725,26 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// Geometry whose result cannot be held (sides from 2^31, so every output has more than
+    /// ember's 2^60 elements) is refused with an error naming the op, before any output-sized
+    /// work: never an overflow, an abort or an exhausted memory.
+    #[test]
+    fn huge_geometry_is_refused(a in 1usize << 31..1usize << 32, b in 1usize << 31..1usize << 32, big in 1usize << 31..1usize << 40, dt in dtype()) {
+        let x = tensor(&[1, 1, 2, 2], 0, dt);
+        let w = tensor(&[1, 1, 1, 1], 1, dt);
+        prop_assert!(ok_or_names(x.interpolate(&InterpolateArgs::size([a, b])), "interpolate").is_none());
+        prop_assert!(ok_or_names(x.adaptive_avg_pool2d([a, b]), "adaptive_avg_pool2d").is_none());
+        prop_assert!(ok_or_names(x.adaptive_max_pool2d([a, b]), "adaptive_max_pool2d").is_none());
+        prop_assert!(ok_or_names(x.im2col(&UnfoldArgs::new(1).padding(big)), "unfold").is_none());
+        prop_assert!(ok_or_names(tensor(&[1, 1, 1], 2, dt).col2im([a, b], &UnfoldArgs::new(1)), "fold").is_none());
+        prop_assert!(ok_or_names(x.conv2d(&w, None, &ConvArgs::default().padding(big)), "conv2d").is_none());
+        prop_assert!(ok_or_names(x.conv_transpose2d(&w, None, &ConvTransposeArgs::default().stride(big)), "conv_transpose2d").is_none());
+    }
+}
+
 /// `std` resolves its own dimensions: a bad one is an error naming `std`, not the `var` it
 /// is computed from (found by `more_reductions_match_naive`).
 #[test]

@@ -57,7 +57,7 @@ impl Mlp {
 
 #[test]
 fn checkpointed_segments_give_identical_values_and_gradients() -> Result<()> {
-    ember_tensor::manual_seed(5);
+    let _rng = ember_testing::gradcheck::seed_guard(5);
     let mlp = Mlp::new(6, 8);
     let x = Var::param(randn(&[4, 8]));
     let target = Var::new(randn(&[4, 8]));
@@ -106,7 +106,7 @@ fn the_segment_is_recomputed_during_backward_only() -> Result<()> {
 
 #[test]
 fn several_inputs_and_grad_reach_captured_parameters_without_touching_grad() -> Result<()> {
-    ember_tensor::manual_seed(6);
+    let _rng = ember_testing::gradcheck::seed_guard(6);
     let w = Var::param(randn(&[3, 3]));
     let a = Var::param(randn(&[2, 3]));
     let b = Var::param(randn(&[2, 3]));
@@ -144,7 +144,7 @@ fn hooks_on_captured_parameters_run() -> Result<()> {
 
 #[test]
 fn nested_checkpoints_give_identical_gradients() -> Result<()> {
-    ember_tensor::manual_seed(7);
+    let _rng = ember_testing::gradcheck::seed_guard(7);
     let mlp = Mlp::new(4, 5);
     let x = Var::param(randn(&[3, 5]));
     mlp.block(0, 4)(&x)?.sum_all().backward()?;

@@ -57,7 +57,7 @@ fn mlp_loss(theta: &Var, x: &Var, y: &Var) -> Result<Var> {
 
 #[test]
 fn hessian_vector_product_matches_the_explicit_hessian() -> Result<()> {
-    ember_tensor::manual_seed(11);
+    let _rng = ember_testing::gradcheck::seed_guard(11);
     let n = 12;
     let theta = Var::param(Tensor::randn([n])?.to_dtype(DType::F64));
     let x = Var::new(Tensor::randn([5, 2])?.to_dtype(DType::F64));

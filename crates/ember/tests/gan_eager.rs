@@ -8,6 +8,18 @@ use ember::gan::{self, PIXELS, dcgan};
 use ember::nn::Module;
 use ember::optim::AdamConfig;
 use ember::{Result, Tensor, Var, manual_seed};
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests run on several threads but draw from ember's one global generator (weight
+/// initialisation, noise): each holds this lock from seeding to its end, so that its draws
+/// do not depend on how the others are scheduled.
+static RNG: Mutex<()> = Mutex::new(());
+
+fn seed_guard(seed: u64) -> MutexGuard<'static, ()> {
+    let guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(seed);
+    guard
+}
 
 fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
     params.iter().map(|p| p.value().to_vec::<f32>()).collect()
@@ -15,7 +27,7 @@ fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
 
 #[test]
 fn dcgan_networks_map_noise_to_images_to_logits() -> Result<()> {
-    manual_seed(0);
+    let _rng = seed_guard(0);
     let g = dcgan::generator(16, 8)?;
     let d = dcgan::discriminator(8, true)?;
     let images = g.forward(&Var::new(Tensor::randn([3, 16])?))?;
@@ -27,7 +39,7 @@ fn dcgan_networks_map_noise_to_images_to_logits() -> Result<()> {
 
 #[test]
 fn dcgan_and_wgan_gp_steps_route_gradients_as_designed() -> Result<()> {
-    manual_seed(1);
+    let _rng = seed_guard(1);
     let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist"), 64)?;
     let adam = AdamConfig { lr: 2e-4, betas: (0.0, 0.9), ..Default::default() };
     for loss in [GanLoss::Bce, GanLoss::WganGp { lambda: 10.0 }] {
@@ -51,7 +63,7 @@ fn dcgan_and_wgan_gp_steps_route_gradients_as_designed() -> Result<()> {
 
 #[test]
 fn gradient_penalty_is_differentiable_to_the_critic() -> Result<()> {
-    manual_seed(2);
+    let _rng = seed_guard(2);
     let (g, d) = (gan::generator(8, 16)?, gan::discriminator(16)?);
     let gan = EagerGan::new(g, d, 8, 4, GanLoss::WganGp { lambda: 10.0 }, AdamConfig::default())?;
     let real = Var::new(Tensor::rand([4, PIXELS])?);

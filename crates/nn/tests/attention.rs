@@ -8,7 +8,7 @@ use ember_nn::{
     MultiheadAttentionOptions, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer, TransformerLayerOptions, generate_square_subsequent_mask,
 };
-use ember_tensor::{DType, Result, Tensor, manual_seed};
+use ember_tensor::{DType, Result, Tensor};
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.named_parameters().into_iter().map(|(n, _)| n).collect()
@@ -28,7 +28,7 @@ fn err_text<T: std::fmt::Debug>(r: Result<T>) -> String {
 
 #[test]
 fn multihead_attention_names_shapes_and_init_match_pytorch() -> Result<()> {
-    manual_seed(0);
+    let _rng = ember_testing::gradcheck::seed_guard(0);
     let mha = MultiheadAttention::new(8, 2)?;
     assert_eq!(names(&mha), ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]);
     let sd = mha.state_dict();
@@ -62,7 +62,7 @@ fn multihead_attention_names_shapes_and_init_match_pytorch() -> Result<()> {
 
 #[test]
 fn layouts_and_unbatched_inputs_agree() -> Result<()> {
-    manual_seed(1);
+    let _rng = ember_testing::gradcheck::seed_guard(1);
     let seq_first = MultiheadAttention::new(8, 2)?;
     let batch_first =
         MultiheadAttention::with_options(8, 2, MultiheadAttentionOptions { batch_first: true, ..Default::default() })?;
@@ -89,7 +89,7 @@ fn layouts_and_unbatched_inputs_agree() -> Result<()> {
 
 #[test]
 fn averaged_weights_are_the_mean_of_the_heads_and_rows_sum_to_one() -> Result<()> {
-    manual_seed(2);
+    let _rng = ember_testing::gradcheck::seed_guard(2);
     let mha = MultiheadAttention::new(8, 4)?;
     let x = Var::new(Tensor::randn([6, 2, 8])?);
     let per_head = MultiheadAttentionArgs { average_attn_weights: false, ..Default::default() };
@@ -107,7 +107,7 @@ fn averaged_weights_are_the_mean_of_the_heads_and_rows_sum_to_one() -> Result<()
 
 #[test]
 fn bool_masks_hide_where_true_like_float_minus_infinity() -> Result<()> {
-    manual_seed(3);
+    let _rng = ember_testing::gradcheck::seed_guard(3);
     let mha = MultiheadAttention::new(4, 2)?;
     let x = Var::new(Tensor::randn([3, 2, 4])?);
     let hide = Tensor::from_vec(vec![0u8, 1, 0, 0, 0, 1, 0, 0, 0], [3, 3])?;
@@ -146,6 +146,7 @@ fn causal_mask_helper_matches_pytorch() -> Result<()> {
 
 #[test]
 fn bad_configurations_shapes_and_masks_are_errors_naming_them() -> Result<()> {
+    let _rng = ember_testing::gradcheck::seed_guard(7);
     assert!(err_text(MultiheadAttention::new(10, 3)).contains("divisible"));
     assert!(err_text(MultiheadAttention::new(0, 1)).contains("positive"));
     let bad_p = MultiheadAttentionOptions { dropout: 1.5, ..Default::default() };
@@ -185,7 +186,7 @@ fn mask(m: &Tensor) -> MultiheadAttentionArgs<'_> {
 
 #[test]
 fn dropout_acts_in_training_only() -> Result<()> {
-    manual_seed(4);
+    let _rng = ember_testing::gradcheck::seed_guard(4);
     let mha = MultiheadAttention::with_options(4, 2, MultiheadAttentionOptions { dropout: 0.5, ..Default::default() })?;
     let x = Var::new(Tensor::randn([6, 2, 4])?);
     let w = values(&mha.forward_with(&x, &x, &x, &MultiheadAttentionArgs::default())?.weights.expect("w"));
@@ -204,7 +205,7 @@ fn small() -> TransformerLayerOptions {
 
 #[test]
 fn transformer_layers_have_pytorch_names_and_independent_copies() -> Result<()> {
-    manual_seed(5);
+    let _rng = ember_testing::gradcheck::seed_guard(5);
     let layer = TransformerEncoderLayer::with_options(8, 2, small())?;
     assert_eq!(
         names(&layer),
@@ -249,7 +250,7 @@ fn transformer_layers_have_pytorch_names_and_independent_copies() -> Result<()> 
 
 #[test]
 fn transformer_layers_run_batched_unbatched_and_batch_first() -> Result<()> {
-    manual_seed(6);
+    let _rng = ember_testing::gradcheck::seed_guard(6);
     let layer = TransformerEncoderLayer::with_options(8, 2, small())?;
     let bf = TransformerEncoderLayer::with_options(8, 2, TransformerLayerOptions { batch_first: true, ..small() })?;
     bf.load_state_dict(&layer.state_dict())?;

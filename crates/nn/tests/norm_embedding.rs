@@ -7,10 +7,11 @@ mod common;
 use common::{assert_close, idx, t32, t64, values};
 use ember_autograd::Var;
 use ember_nn::{Embedding, EmbeddingOptions, LayerNorm, LayerNormOptions, Module, layer_norm};
-use ember_tensor::{DType, Error, Tensor, manual_seed};
+use ember_tensor::{DType, Error, Tensor};
 
 #[test]
 fn layer_norm_normalises_the_trailing_dimensions() {
+    let _rng = ember_testing::gradcheck::seed_guard(10);
     let norm = LayerNorm::with_options(&[4], LayerNormOptions { dtype: DType::F64, ..Default::default() }).unwrap();
     let x = Var::new(t64(&[1.0, 2.0, 3.0, 4.0, 10.0, 10.0, 10.0, 14.0], &[2, 4]));
     // Row 1: mean 2.5, biased variance 1.25; row 2: mean 11, variance 3.
@@ -35,6 +36,7 @@ fn layer_norm_normalises_the_trailing_dimensions() {
 
 #[test]
 fn layer_norm_parameters_init_and_repr_follow_pytorch() {
+    let _rng = ember_testing::gradcheck::seed_guard(11);
     let norm = LayerNorm::new(&[3]).unwrap();
     assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias"]);
     assert_eq!(norm.weight().unwrap().value().to_vec::<f32>().unwrap(), vec![1.0; 3]);
@@ -58,6 +60,7 @@ fn layer_norm_parameters_init_and_repr_follow_pytorch() {
 
 #[test]
 fn layer_norm_rejects_bad_shapes_and_options() {
+    let _rng = ember_testing::gradcheck::seed_guard(12);
     let norm = LayerNorm::new(&[4]).unwrap();
     let wrong = norm.forward(&Var::new(Tensor::zeros([2, 3], DType::F32).unwrap())).unwrap_err();
     assert!(matches!(wrong, Error::Shape { .. }), "{wrong}");
@@ -104,7 +107,7 @@ fn embedding_gradients_accumulate_per_row_and_skip_the_padding_row() {
 
 #[test]
 fn embedding_init_repr_and_padding_row_follow_pytorch() {
-    manual_seed(3);
+    let _rng = ember_testing::gradcheck::seed_guard(3);
     let emb =
         Embedding::with_options(1000, 8, EmbeddingOptions { padding_idx: Some(7), ..Default::default() }).unwrap();
     assert_eq!(emb.state_dict().keys().collect::<Vec<_>>(), ["weight"]);
@@ -121,6 +124,7 @@ fn embedding_init_repr_and_padding_row_follow_pytorch() {
 
 #[test]
 fn embedding_rejects_bad_indices_and_parts() {
+    let _rng = ember_testing::gradcheck::seed_guard(13);
     let emb = Embedding::new(4, 2).unwrap();
     let floats = emb.forward(&Var::new(t32(&[1.0], &[1]))).unwrap_err();
     assert!(matches!(floats, Error::DType { .. }) && floats.to_string().contains("i64"), "{floats}");

@@ -8,7 +8,7 @@ use ember_nn::{
     BatchNorm1d, BatchNorm2d, BatchNormOptions, Dropout2d, GroupNorm, InstanceNorm2d, InstanceNormOptions, Module,
     RMSNorm, load_safetensors, save_safetensors,
 };
-use ember_tensor::{DType, Tensor, manual_seed};
+use ember_tensor::{DType, Tensor};
 
 fn input(shape: &[usize]) -> Var {
     Var::new(Tensor::randn(shape.to_vec()).unwrap())
@@ -16,6 +16,7 @@ fn input(shape: &[usize]) -> Var {
 
 #[test]
 fn batch_norm_state_dict_has_pytorch_names_and_dtypes() {
+    let _rng = ember_testing::gradcheck::seed_guard(10);
     let bn = BatchNorm2d::new(4).unwrap();
     let state = bn.state_dict();
     assert_eq!(
@@ -44,7 +45,7 @@ fn batch_norm_state_dict_has_pytorch_names_and_dtypes() {
 
 #[test]
 fn batch_norm_training_updates_running_stats_and_eval_uses_them() {
-    manual_seed(1);
+    let _rng = ember_testing::gradcheck::seed_guard(1);
     let bn = BatchNorm2d::new(3).unwrap();
     let x = input(&[4, 3, 2, 2]);
     bn.forward(&x).unwrap();
@@ -76,7 +77,7 @@ fn batch_norm_training_updates_running_stats_and_eval_uses_them() {
 
 #[test]
 fn load_state_dict_and_safetensors_round_trip() {
-    manual_seed(2);
+    let _rng = ember_testing::gradcheck::seed_guard(2);
     let a = BatchNorm2d::new(3).unwrap();
     for _ in 0..3 {
         a.forward(&input(&[2, 3, 2, 2])).unwrap();
@@ -104,6 +105,7 @@ fn load_state_dict_and_safetensors_round_trip() {
 
 #[test]
 fn errors_name_the_op_and_the_shapes() {
+    let _rng = ember_testing::gradcheck::seed_guard(11);
     let msg = |e: ember_tensor::Error| e.to_string();
     let bn2 = BatchNorm2d::new(3).unwrap();
     let e = msg(bn2.forward(&input(&[2, 3, 4])).unwrap_err());
@@ -135,6 +137,7 @@ fn errors_name_the_op_and_the_shapes() {
 
 #[test]
 fn untracked_batch_norm_uses_batch_statistics_in_eval() {
+    let _rng = ember_testing::gradcheck::seed_guard(12);
     let bn =
         BatchNorm2d::with_options(2, BatchNormOptions { track_running_stats: false, ..Default::default() }).unwrap();
     let x = input(&[3, 2, 2, 2]);
@@ -145,7 +148,7 @@ fn untracked_batch_norm_uses_batch_statistics_in_eval() {
 
 #[test]
 fn dropout2d_zeroes_whole_channels_with_the_right_rate_and_scale() {
-    manual_seed(3);
+    let _rng = ember_testing::gradcheck::seed_guard(3);
     let drop = Dropout2d::new(0.3).unwrap();
     let (n, c, plane) = (50, 40, 6);
     let y = drop.forward(&Var::new(Tensor::ones([n, c, 2, 3], DType::F32).unwrap())).unwrap();
@@ -173,6 +176,7 @@ fn dropout2d_zeroes_whole_channels_with_the_right_rate_and_scale() {
 
 #[test]
 fn layers_print_like_pytorch() {
+    let _rng = ember_testing::gradcheck::seed_guard(13);
     assert_eq!(
         format!("{:?}", BatchNorm2d::new(16).unwrap()),
         "BatchNorm2d(16, eps=1e-5, momentum=0.1, affine=true, track_running_stats=true)"

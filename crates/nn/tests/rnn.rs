@@ -7,7 +7,7 @@ mod common;
 use common::values;
 use ember_autograd::Var;
 use ember_nn::{CellOptions, GRU, GRUCell, LSTM, LSTMCell, Module, Nonlinearity, RNN, RNNCell, RnnOptions, Sequential};
-use ember_tensor::{DType, Error, Tensor, manual_seed};
+use ember_tensor::{DType, Error, Tensor};
 
 fn randn(shape: &[usize]) -> Var {
     Var::new(Tensor::randn(shape).unwrap())
@@ -19,6 +19,7 @@ fn max_abs_diff(a: &Var, b: &Var) -> f64 {
 
 #[test]
 fn shapes_in_every_layout() {
+    let _rng = ember_testing::gradcheck::seed_guard(10);
     let o = RnnOptions::default().num_layers(3).bidirectional(true);
     let lstm = LSTM::with_options(5, 7, o).unwrap();
     let out = lstm.run(&randn(&[4, 2, 5]), None).unwrap();
@@ -49,6 +50,7 @@ fn shapes_in_every_layout() {
 
 #[test]
 fn batch_first_and_unbatched_match_the_time_major_layout() {
+    let _rng = ember_testing::gradcheck::seed_guard(11);
     let lstm = LSTM::with_options(3, 4, RnnOptions::default().bidirectional(true)).unwrap();
     let lstm_bf = LSTM::with_options(3, 4, RnnOptions::default().bidirectional(true).batch_first(true)).unwrap();
     lstm_bf.load_state_dict(&lstm.state_dict()).unwrap();
@@ -66,6 +68,7 @@ fn batch_first_and_unbatched_match_the_time_major_layout() {
 
 #[test]
 fn initial_states_are_used() {
+    let _rng = ember_testing::gradcheck::seed_guard(12);
     let gru = GRU::with_options(3, 4, RnnOptions::default().num_layers(2)).unwrap();
     let x = randn(&[3, 2, 3]);
     let zeros = Var::new(Tensor::zeros([2, 2, 4], DType::F32).unwrap());
@@ -78,6 +81,7 @@ fn initial_states_are_used() {
 
 #[test]
 fn state_dict_names_and_shapes_follow_pytorch() {
+    let _rng = ember_testing::gradcheck::seed_guard(13);
     let o = RnnOptions::default().num_layers(2).bidirectional(true).proj_size(2);
     let lstm = LSTM::with_options(3, 4, o).unwrap();
     let sd = lstm.state_dict();
@@ -104,7 +108,7 @@ fn state_dict_names_and_shapes_follow_pytorch() {
 
 #[test]
 fn parameters_are_uniform_within_one_over_sqrt_hidden() {
-    manual_seed(3);
+    let _rng = ember_testing::gradcheck::seed_guard(3);
     let lstm = LSTM::with_options(10, 16, RnnOptions::default().num_layers(2)).unwrap();
     let bound = 1.0 / 4.0;
     for (name, p) in lstm.named_parameters() {
@@ -117,6 +121,7 @@ fn parameters_are_uniform_within_one_over_sqrt_hidden() {
 
 #[test]
 fn dropout_between_layers_only_in_training() {
+    let _rng = ember_testing::gradcheck::seed_guard(14);
     let lstm = LSTM::with_options(3, 8, RnnOptions::default().num_layers(2).dropout(0.5)).unwrap();
     let x = randn(&[4, 2, 3]);
     lstm.eval();
@@ -136,6 +141,7 @@ fn dropout_between_layers_only_in_training() {
 
 #[test]
 fn padded_steps_change_nothing() {
+    let _rng = ember_testing::gradcheck::seed_guard(15);
     let o = RnnOptions::default().num_layers(2).bidirectional(true);
     let lstm = LSTM::with_options(3, 4, o).unwrap();
     let x = randn(&[6, 3, 3]);
@@ -168,7 +174,7 @@ fn padded_steps_change_nothing() {
 
 #[test]
 fn cells_step_like_one_layer() {
-    manual_seed(5);
+    let _rng = ember_testing::gradcheck::seed_guard(5);
     let lstm = LSTM::new(3, 4).unwrap();
     let cell = LSTMCell::new(3, 4).unwrap();
     let sd = lstm.state_dict();
@@ -196,6 +202,7 @@ fn cells_step_like_one_layer() {
 
 #[test]
 fn reprs_follow_pytorch() {
+    let _rng = ember_testing::gradcheck::seed_guard(16);
     let o = RnnOptions::default().num_layers(2).batch_first(true).dropout(0.25).bidirectional(true);
     assert_eq!(
         format!("{:?}", LSTM::with_options(10, 20, o.proj_size(5)).unwrap()),
@@ -225,6 +232,7 @@ fn shape_error(r: ember_tensor::Result<impl Sized>, op: &str, contains: &[&str])
 
 #[test]
 fn errors_name_the_layer_and_the_shapes() {
+    let _rng = ember_testing::gradcheck::seed_guard(17);
     let lstm = LSTM::with_options(3, 4, RnnOptions::default().num_layers(2)).unwrap();
     shape_error(lstm.run(&randn(&[5, 2, 6]), None), "LSTM", &["3", "[5, 2, 6]"]);
     shape_error(lstm.run(&randn(&[2, 5, 2, 3]), None), "LSTM", &["[2, 5, 2, 3]"]);
@@ -248,6 +256,7 @@ fn errors_name_the_layer_and_the_shapes() {
 
 #[test]
 fn bad_options_are_refused() {
+    let _rng = ember_testing::gradcheck::seed_guard(18);
     let invalid = |r: ember_tensor::Result<GRU>| assert!(matches!(r, Err(Error::InvalidArgument { .. })));
     invalid(GRU::with_options(3, 4, RnnOptions::default().proj_size(2)));
     invalid(GRU::with_options(3, 4, RnnOptions::default().num_layers(0)));

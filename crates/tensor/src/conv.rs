@@ -16,7 +16,7 @@
 //! ```
 
 use crate::backend::{ConvGeometry, SlidingWindow};
-use crate::shape::Shape;
+use crate::shape::{Shape, checked_numel};
 use crate::{Error, Result};
 
 /// A per-dimension argument given either once for every spatial dimension (`3`) or per
@@ -634,13 +634,18 @@ pub fn unfold_plan(input: &[usize], args: &UnfoldArgs) -> Result<WindowPlan> {
     let op = "unfold";
     let (full, keep_batch) = batched(op, input, 2)?;
     let window = unfold_window(&full, args)?;
-    let rows =
-        full[1].checked_mul(window.taps()).ok_or_else(|| Error::shape(op, format!("input {input:?} is too large")))?;
-    let mut output = vec![full[0], rows, window.positions()];
+    let too_large = || Error::shape(op, format!("input {input:?} is too large"));
+    let rows = full[1].checked_mul(window.taps()).ok_or_else(too_large)?;
+    // Checked: large paddings make each side of the block grid fit while their product
+    // does not.
+    let positions = window.output[0].checked_mul(window.output[1]).ok_or_else(too_large)?;
+    let mut output = vec![full[0], rows, positions];
     if !keep_batch {
         output.remove(0);
     }
-    Ok(WindowPlan { window, input: Shape::from(full), output: Shape::from(output) })
+    let output = Shape::from(output);
+    checked_numel(op, &output)?;
+    Ok(WindowPlan { window, input: Shape::from(full), output })
 }
 
 /// The plan of `fold` of `input` (`[N, C * kh * kw, L]` or unbatched `[C * kh * kw, L]`)
@@ -653,7 +658,9 @@ pub fn fold_plan(input: &[usize], output_size: [usize; 2], args: &UnfoldArgs) ->
     if !keep_batch {
         output.remove(0);
     }
-    Ok(WindowPlan { window, input: Shape::from(full), output: Shape::from(output) })
+    let output = Shape::from(output);
+    checked_numel(op, &output)?;
+    Ok(WindowPlan { window, input: Shape::from(full), output })
 }
 
 /// An error unless `input` is `[N, C, spatial..]` and `weight` `[out, in, kernel..]` with

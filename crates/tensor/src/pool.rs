@@ -16,7 +16,7 @@
 
 use crate::backend::{AxisTaps, AxisWindows, PoolWindows, Resample};
 use crate::conv::Spatial;
-use crate::shape::Shape;
+use crate::shape::{Shape, checked_numel};
 use crate::{DType, Error, Result};
 
 /// The arguments of `max_pool1d` / `max_pool2d` (PyTorch's names and defaults: the stride
@@ -446,6 +446,9 @@ fn adaptive_lift<const D: usize>(op: &'static str, input: &[usize], size: [usize
     if h.max(w).max(size.into_iter().max().unwrap_or(0)) >= 1 << 32 {
         return Err(Error::invalid(op, "sizes must be below 2^32"));
     }
+    // Before the per-axis windows, which are as long as the output's sides: an output too
+    // large to hold must not first build them.
+    checked_numel(op, &lifted.output(two(size, 1)))?;
     Ok(lifted)
 }
 
@@ -662,6 +665,8 @@ pub fn interpolate_plan(input: &[usize], args: &InterpolateArgs, dtype: DType) -
             ),
         ));
     }
+    // Before the per-axis sample maps, which are as long as the output's sides.
+    checked_numel(op, &Shape::from(input[..2].iter().chain(&size).copied().collect::<Vec<_>>()))?;
     let align = args.align_corners.unwrap_or(false);
     let axis = |d: usize| {
         let (i, o) = (spatial[d], size[d]);

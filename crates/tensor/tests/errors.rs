@@ -348,7 +348,7 @@ fn reduction_errors() {
     fails!(x.argmin(-3, true), "argmin", "dimension -3");
     fails!(x.var(2, true, false), "var", "dimension 2");
     fails!(x.var([0, -2], true, false), "var", "more than once");
-    fails!(x.std(3, false, false), "var", "dimension 3");
+    fails!(x.std(3, false, false), "std", "dimension 3");
     fails!(x.logsumexp(2, false), "logsumexp", "dimension 2");
     fails!(x.logsumexp([1, 1], false), "logsumexp", "more than once");
     fails!(x.softmax(2), "softmax", "dimension 2");

@@ -4,7 +4,7 @@
 
 use ember_autograd::{Var, enable_grad, grad, gradcheck};
 use ember_tensor::{DType, Result, Tensor, manual_seed};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Tests run on several threads but draw from ember's one global generator: the lock makes
 /// every input the same on every run.
@@ -16,6 +16,16 @@ pub fn seeded<R>(seed: u64, draw: impl FnOnce() -> R) -> R {
     let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
     manual_seed(seed);
     draw()
+}
+
+/// Seeds the global generator with `seed` and keeps every other test from drawing until the
+/// returned guard drops: for a test whose whole body draws (layer initialisation, `randn`,
+/// dropout), taken first so that the guard drops after everything else. Not reentrant: the
+/// holder must not call [`seeded`] or [`normal`].
+pub fn seed_guard(seed: u64) -> MutexGuard<'static, ()> {
+    let guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(seed);
+    guard
 }
 
 /// Standard normal `f64` values of `shape`, drawn after seeding the global generator with

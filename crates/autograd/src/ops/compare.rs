@@ -181,13 +181,15 @@ impl Op for Detach {
 impl Var {
     /// The `i64` index of the first maximum along `dim`; no gradient.
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
-        let d = dim.resolve(self.rank(), "argmax")?;
+        // A 0-d value takes dimension 0 or -1, as `Tensor::argmax` (and PyTorch) does.
+        let d = dim.resolve(self.rank().max(1), "argmax")?;
         Ok(no_grad_result(apply(ArgExtreme { dim: d, keepdim, max: true }, &[self])?))
     }
 
     /// The `i64` index of the first minimum along `dim`; no gradient.
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
-        let d = dim.resolve(self.rank(), "argmin")?;
+        // A 0-d value takes dimension 0 or -1, as `Tensor::argmin` (and PyTorch) does.
+        let d = dim.resolve(self.rank().max(1), "argmin")?;
         Ok(no_grad_result(apply(ArgExtreme { dim: d, keepdim, max: false }, &[self])?))
     }
 

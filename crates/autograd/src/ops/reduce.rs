@@ -256,7 +256,9 @@ impl Var {
     /// The standard deviation over `dims`. Where it is 0 (constant data) its gradient is 0,
     /// as in PyTorch, not the NaN of differentiating `sqrt` at 0.
     pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
-        Ok(apply_infallible(StdOfVar, &[&self.var(dims, unbiased, keepdim)?]))
+        // Resolved here so that a bad dimension is an error naming `std`, not `var`.
+        let d = self.resolve_dims(dims, "std")?;
+        Ok(apply_infallible(StdOfVar, &[&self.var(&d[..], unbiased, keepdim)?]))
     }
 
     /// The standard deviation of all elements (gradient 0 where it is 0, as for

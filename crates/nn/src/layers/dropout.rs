@@ -32,7 +32,7 @@ pub struct Dropout {
 impl Dropout {
     /// Dropout with drop probability `p` in `[0, 1]`.
     pub fn new(p: f64) -> Result<Dropout> {
-        check_p(p)?;
+        check_p("dropout", p)?;
         Ok(Dropout { p, training: TrainingFlag::new() })
     }
 
@@ -60,9 +60,9 @@ impl Module for Dropout {
     }
 }
 
-fn check_p(p: f64) -> Result<()> {
+fn check_p(op: &'static str, p: f64) -> Result<()> {
     if !(0.0..=1.0).contains(&p) {
-        return Err(Error::invalid("dropout", format!("the probability must be in [0, 1], got {p}")));
+        return Err(Error::invalid(op, format!("the probability must be in [0, 1], got {p}")));
     }
     Ok(())
 }
@@ -70,7 +70,7 @@ fn check_p(p: f64) -> Result<()> {
 /// Functional dropout: `x` itself when not `training` or when `p = 0`; zeros when `p = 1`;
 /// otherwise `x` times a mask of `0` (probability `p`) and `1 / (1 - p)`.
 pub fn dropout(x: &Var, p: f64, training: bool) -> Result<Var> {
-    check_p(p)?;
+    check_p("dropout", p)?;
     if !training || p == 0.0 || x.numel() == 0 {
         return Ok(x.clone());
     }
@@ -112,7 +112,7 @@ pub struct Dropout2d {
 impl Dropout2d {
     /// Channel dropout with drop probability `p` in `[0, 1]`.
     pub fn new(p: f64) -> Result<Dropout2d> {
-        check_p(p)?;
+        check_p("dropout2d", p)?;
         Ok(Dropout2d { p, training: TrainingFlag::new() })
     }
 
@@ -144,7 +144,7 @@ impl Module for Dropout2d {
 /// `p = 0`; otherwise `x` times a mask with one value per channel, `0` (probability `p`) or
 /// `1 / (1 - p)`, broadcast over the spatial dimensions.
 pub fn dropout2d(x: &Var, p: f64, training: bool) -> Result<Var> {
-    check_p(p)?;
+    check_p("dropout2d", p)?;
     let rank = x.shape().rank();
     if rank != 3 && rank != 4 {
         return Err(Error::shape(

@@ -178,7 +178,9 @@ impl Tensor {
 
     /// The standard deviation over `dims`.
     pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Tensor> {
-        Ok(self.var(dims, unbiased, keepdim)?.sqrt())
+        // Resolved here, not by `var`, so that a bad dimension is an error naming `std`.
+        let d = dims.resolve_reduction(self.rank(), "std")?;
+        Ok(self.var_resolved(&d, unbiased, keepdim)?.sqrt())
     }
 
     /// The standard deviation of all elements.

@@ -208,6 +208,9 @@ impl RnnCore {
             x.clone()
         };
         let (steps, batch) = (x.shape()[0], x.shape()[1]);
+        if steps == 0 {
+            return Err(Error::shape(name, format!("Expected sequence length to be larger than 0 in {name}")));
+        }
         let state_batch = batched.then_some(batch);
         let out_hidden = self.out_hidden();
         if let Some(h) = h0 {
@@ -280,11 +283,11 @@ impl RnnCore {
         let (steps, batch, features) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         // The input's contribution for every step at once: one matrix product.
         let bias = input_bias(self.mode, p.b_ih.as_ref(), p.b_hh.as_ref())?;
-        let gi = x.reshape([steps * batch, features])?.linear(&p.w_ih, bias.as_ref())?.reshape([
-            steps as i64,
-            batch as i64,
-            -1,
-        ])?;
+        // The gate width from the weight, not inferred: with no rows (batch 0) there is
+        // nothing to infer it from.
+        let gates = p.w_ih.shape()[0];
+        let gi =
+            x.reshape([steps * batch, features])?.linear(&p.w_ih, bias.as_ref())?.reshape([steps, batch, gates])?;
         if self.mode == Mode::Lstm && p.w_hr.is_none() {
             let (h0, c0) = (&init.h, init.c.as_ref().unwrap_or(&init.h));
             let lengths = masks.map(StepMasks::lengths);

@@ -122,7 +122,9 @@ fn forward_typed<T: FloatElement>(
     let [outer, c, inner] = dims;
     let m = (outer * inner) as f64;
     let sums = channel_sums(dims, |ch, start, len, acc| {
-        let k = x[ch * inner].to_f64();
+        // Zero-size planes (`inner == 0`) still reach here once per outer index, with nothing
+        // to shift by.
+        let k = if inner > 0 { x[ch * inner].to_f64() } else { 0.0 };
         let block = &x[start..start + len];
         if len < SHORT_RUN {
             for v in block {

@@ -7,19 +7,8 @@ use ember::gan::eager::{EagerGan, GanLoss};
 use ember::gan::{self, PIXELS, dcgan};
 use ember::nn::Module;
 use ember::optim::AdamConfig;
-use ember::{Result, Tensor, Var, manual_seed};
-use std::sync::{Mutex, MutexGuard};
-
-/// The tests run on several threads but draw from ember's one global generator (weight
-/// initialisation, noise): each holds this lock from seeding to its end, so that its draws
-/// do not depend on how the others are scheduled.
-static RNG: Mutex<()> = Mutex::new(());
-
-fn seed_guard(seed: u64) -> MutexGuard<'static, ()> {
-    let guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
-    manual_seed(seed);
-    guard
-}
+use ember::{Result, Tensor, Var};
+use ember_testing::gradcheck::seed_guard;
 
 fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
     params.iter().map(|p| p.value().to_vec::<f32>()).collect()

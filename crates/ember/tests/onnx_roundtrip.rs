@@ -3,7 +3,8 @@
 
 use ember::nn::{Module, TransformerActivation, TransformerEncoder, TransformerEncoderLayer, TransformerLayerOptions};
 use ember::onnx::{ExportOptions, export_bytes, export_fn_bytes, load_bytes};
-use ember::{Result, Tensor, Var, manual_seed, mnist};
+use ember::{Result, Tensor, Var, mnist};
+use ember_testing::gradcheck::seed_guard;
 
 fn max_diff(a: &Var, b: &Var) -> Result<f32> {
     assert_eq!(a.shape(), b.shape());
@@ -25,7 +26,7 @@ fn roundtrip(model: &dyn Module, features: &[usize]) -> Result<f32> {
 
 #[test]
 fn quick_start_mlp_roundtrips_exactly() -> Result<()> {
-    manual_seed(1);
+    let _rng = seed_guard(1);
     let model = mnist::mlp()?;
     assert_eq!(roundtrip(&model, &[784])?, 0.0);
     Ok(())
@@ -33,7 +34,7 @@ fn quick_start_mlp_roundtrips_exactly() -> Result<()> {
 
 #[test]
 fn quick_start_cnn_roundtrips_exactly() -> Result<()> {
-    manual_seed(2);
+    let _rng = seed_guard(2);
     let model = mnist::cnn()?;
     assert_eq!(roundtrip(&model, &[784])?, 0.0);
     Ok(())
@@ -41,7 +42,7 @@ fn quick_start_cnn_roundtrips_exactly() -> Result<()> {
 
 #[test]
 fn transformer_encoder_roundtrips() -> Result<()> {
-    manual_seed(3);
+    let _rng = seed_guard(3);
     let options = TransformerLayerOptions {
         dim_feedforward: 64,
         batch_first: true,
@@ -73,7 +74,7 @@ fn an_operation_without_mapping_is_named() -> Result<()> {
 #[test]
 fn average_and_adaptive_pools_roundtrip_exactly() -> Result<()> {
     use ember::nn::{AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, Linear, ReLU, Sequential};
-    manual_seed(4);
+    let _rng = seed_guard(4);
     let model = Sequential::new()
         .add(ember::nn::Unflatten::new(1, [1, 12, 12]))
         .add(Conv2d::new(1, 4, 3)?)
@@ -141,7 +142,7 @@ type Case<A> = (&'static str, A, fn(usize) -> Vec<usize>);
 #[test]
 fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
     use ember::tensor::pool::MaxPoolArgs;
-    manual_seed(5);
+    let _rng = seed_guard(5);
     // Padding; ceil_mode with a last window that PyTorch keeps (9 rows: 4 windows of 3,
     // stride 2, the last one clipped); and ceil_mode whose extra window would start in the
     // right padding and is dropped (5 with padding 1, kernel 2, stride 2).
@@ -169,7 +170,7 @@ fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
 #[test]
 fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
     use ember::tensor::pool::AvgPoolArgs;
-    manual_seed(6);
+    let _rng = seed_guard(6);
     // Those with a kernel-and-stride description come back as the same pool: exactly.
     let exact: Vec<Case<AvgPoolArgs<2>>> = vec![
         ("avg_pool_padded", AvgPoolArgs::new(3).stride(2).padding(1), |n| vec![n, 3, 9, 10]),
@@ -200,7 +201,7 @@ fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
 #[test]
 fn uneven_adaptive_pools_roundtrip() -> Result<()> {
     use ember::nn::{AdaptiveAvgPool2d, AdaptiveMaxPool2d};
-    manual_seed(7);
+    let _rng = seed_guard(7);
     let shape = |n: usize| vec![n, 3, 7, 10];
     let d = roundtrip_module("adaptive_avg_pool_uneven", &AdaptiveAvgPool2d::new([3, 4]), shape)?;
     assert!(d <= 1e-6, "adaptive average pool: max abs difference {d}");
@@ -229,7 +230,7 @@ fn one_d_grouped_dilated_and_transposed_convolutions_roundtrip() -> Result<()> {
     use ember::nn::ConvTranspose2dOptions;
     use ember::nn::functional::Padding;
     use ember::nn::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose1d, ConvTranspose2d};
-    manual_seed(8);
+    let _rng = seed_guard(8);
     let conv1d = Conv1d::with_options(4, 6, 3, Conv1dOptions::default().stride(2).padding(1).dilation(2).groups(2))?;
     assert_eq!(roundtrip_module("conv1d", &conv1d, |n| vec![n, 4, 17])?, 0.0);
     let grouped =
@@ -251,7 +252,7 @@ fn one_d_grouped_dilated_and_transposed_convolutions_roundtrip() -> Result<()> {
 fn nearest_and_bilinear_interpolation_roundtrips() -> Result<()> {
     use ember::nn::Upsample;
     use ember::tensor::pool::InterpolateMode;
-    manual_seed(9);
+    let _rng = seed_guard(9);
     let plane = |n: usize| vec![n, 3, 5, 7];
     let cases: Vec<(&str, Upsample, Vec<usize>)> = vec![
         ("upsample_nearest_x2", Upsample::scale_factor(2.0), plane(0)),
@@ -294,7 +295,7 @@ fn heads_attention(x: &Var, mask: Option<&Var>, causal: bool) -> Result<Var> {
 
 #[test]
 fn attention_with_bool_and_float_masks_roundtrips() -> Result<()> {
-    manual_seed(10);
+    let _rng = seed_guard(10);
     // A bool mask (non-zero = attends) that is a second graph input; query row 2 of the
     // second sequence sees no key, and gives 0 as in ember.
     let mut keep = vec![1u8; 2 * 5 * 5];
@@ -323,7 +324,7 @@ fn attention_with_bool_and_float_masks_roundtrips() -> Result<()> {
 #[test]
 fn multihead_attention_with_padding_and_attention_masks_roundtrips() -> Result<()> {
     use ember::nn::{MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions};
-    manual_seed(11);
+    let _rng = seed_guard(11);
     let mha =
         MultiheadAttention::with_options(8, 2, MultiheadAttentionOptions { batch_first: true, ..Default::default() })?;
     mha.eval();
@@ -363,7 +364,7 @@ fn roundtrip_static(name: &str, model: &dyn Module, x: &Var) -> Result<f32> {
 #[test]
 fn recurrent_layers_roundtrip() -> Result<()> {
     use ember::nn::{GRU, LSTM, RNN, RnnOptions};
-    manual_seed(12);
+    let _rng = seed_guard(12);
     // Batch-first layers at a second batch size: the recurrences run time-major inside
     // (the batch in dimension 1) from zero states of the batch's size.
     let options = RnnOptions::default().num_layers(2).batch_first(true).bidirectional(true);

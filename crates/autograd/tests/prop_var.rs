@@ -9,31 +9,11 @@
 use ember_autograd::Var;
 use ember_tensor::pool::MaxPoolArgs;
 use ember_tensor::{ClassLoss, ClassScores, ConvArgs, DType, LossReduction, Result, Tensor};
+use ember_testing::prop::{dtype, param, shape, tensor, values};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.
 const CASES: u32 = 1000;
-
-fn values(shape: &[usize], seed: u64) -> Vec<f64> {
-    let n: usize = shape.iter().product();
-    (0..n).map(|i| ((i as u64 * 2_654_435_761 + seed) % 17) as f64 / 4.0 - 2.0).collect()
-}
-
-fn tensor(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
-    Tensor::from_vec(values(shape, seed), shape.to_vec()).unwrap().to_dtype(dtype)
-}
-
-fn param(shape: &[usize], seed: u64, dtype: DType) -> Var {
-    Var::param(tensor(shape, seed, dtype))
-}
-
-fn dtype() -> impl Strategy<Value = DType> {
-    prop_oneof![Just(DType::F32), Just(DType::F64)]
-}
-
-fn shape(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(0usize..5, 0..=max_rank)
-}
 
 /// The Var op agrees with the Tensor op: both fail (naming `op`), or both succeed with the
 /// same bits; then backward reaches every input with a gradient of its shape.

@@ -8,29 +8,12 @@
 
 use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
 use ember_tensor::{ConvArgs, DType, Result, Tensor};
+use ember_testing::prop::{dtype, shape, tensor, values};
 use proptest::prelude::*;
 
 /// Cases per property: enough to hit every error path, small enough for a debug-build run
 /// of a few seconds.
 const CASES: u32 = 1000;
-
-/// The values of a tensor of `shape`: small quarters, exact in both float dtypes.
-fn values(shape: &[usize], seed: u64) -> Vec<f64> {
-    let n: usize = shape.iter().product();
-    (0..n).map(|i| ((i as u64 * 2_654_435_761 + seed) % 17) as f64 / 4.0 - 2.0).collect()
-}
-
-fn tensor(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
-    Tensor::from_vec(values(shape, seed), shape.to_vec()).unwrap().to_dtype(dtype)
-}
-
-fn dtype() -> impl Strategy<Value = DType> {
-    prop_oneof![Just(DType::F32), Just(DType::F64)]
-}
-
-fn shape(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(0usize..5, 0..=max_rank)
-}
 
 /// `Ok(v)`, or `None` after checking that the error names `op`.
 fn ok_or_names<T>(result: Result<T>, op: &str) -> Option<T> {

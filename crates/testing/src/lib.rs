@@ -9,6 +9,7 @@
 //!   tensor crate's reference tests and the autograd crate's gradient checks;
 //! - [`fixture`]: a fixture tensor ([`FixtureTensor`]) and parsing a fixture file;
 //! - [`compare`]: how close a value must be ([`Tolerance`]) and what a mismatch reports;
+//! - [`prop`]: the inputs and strategies of the API property tests;
 //! - [`scenario`]: the `scenarios` fixture format (inputs, outputs and gradients by name)
 //!   and [`run_scenario`], which replays one and checks that every fixture tensor was used.
 
@@ -16,6 +17,7 @@ pub mod compare;
 pub mod elementwise;
 pub mod fixture;
 pub mod gradcheck;
+pub mod prop;
 pub mod scenario;
 
 pub use compare::{Tolerance, tensor_mismatch};

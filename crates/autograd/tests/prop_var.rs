@@ -9,7 +9,7 @@
 use ember_autograd::Var;
 use ember_tensor::pool::MaxPoolArgs;
 use ember_tensor::{ClassLoss, ClassScores, ConvArgs, DType, LossReduction, Result, Tensor};
-use ember_testing::prop::{dtype, param, shape, tensor, values};
+use ember_testing::prop::{dtype, param, shape};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.

@@ -7,7 +7,7 @@
 //! range over -6..6 and indices over -2..7, so roughly half the calls are invalid.
 
 use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
-use ember_tensor::{ConvArgs, DType, Result, Tensor};
+use ember_tensor::{ConvArgs, Result, Tensor};
 use ember_testing::prop::{dtype, shape, tensor, values};
 use proptest::prelude::*;
 

@@ -8,10 +8,12 @@
 //! value an element's update reads comes from the same element.
 
 use super::iter::{par_for, threads};
-use crate::backend::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
-use crate::backend::{View, validate};
+use crate::backend::View;
+use crate::backend::optim::{
+    AdamRanges, AdamState, AdamStep, RmsPropRanges, RmsPropState, RmsPropStep, SgdRanges, SgdStep, Target, check_adam,
+    check_rmsprop, check_sgd,
+};
 use crate::dtype::{DType, Element, FloatElement};
-use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{Error, Result};
 use std::ops::Range;
@@ -99,37 +101,6 @@ fn for_ranges(n: usize, f: impl Fn(Range<usize>) + Sync) {
     par_for(n.div_ceil(chunk), |i| f(i * chunk..n.min((i + 1) * chunk)));
 }
 
-/// The element range a contiguous operand of an update occupies, after checking that it
-/// fits its storage, has the parameter's dtype and shape, and is contiguous.
-pub(crate) fn operand(
-    op: &'static str,
-    what: &str,
-    s: &Storage,
-    l: &Layout,
-    dtype: DType,
-    like: &Layout,
-) -> Result<Range<usize>> {
-    let l = validate::view(op, s, l)?;
-    if s.dtype() != dtype {
-        return Err(Error::dtype(op, format!("{what} is {}, but the parameter is {dtype}", s.dtype())));
-    }
-    if l.shape() != like.shape() {
-        return Err(Error::shape(op, format!("{what} has shape {}, but the parameter {}", l.shape(), like.shape())));
-    }
-    l.contiguous_range()
-        .ok_or_else(|| Error::invalid(op, format!("{what} must be contiguous (strides {:?})", l.strides())))
-}
-
-/// The parameter's element range, after checking that it fits its storage, is float and is
-/// contiguous.
-pub(crate) fn param_range(op: &'static str, s: &Storage, l: &Layout) -> Result<Range<usize>> {
-    let dtype = s.dtype();
-    if !dtype.is_float() {
-        return Err(Error::dtype(op, format!("only f32 and f64 parameters can be updated, got {dtype}")));
-    }
-    operand(op, "the parameter", s, l, dtype, l)
-}
-
 fn slice<'a, T: FloatElement>(op: &'static str, s: &'a Storage, r: Range<usize>) -> Result<&'a [T]> {
     let c = super::cpu(s)?.as_slice::<T>();
     c.map(|c| &c[r]).ok_or_else(|| Error::dtype(op, format!("expected {}, got {}", T::DTYPE, s.dtype())))
@@ -139,24 +110,6 @@ fn slice_mut<'a, T: FloatElement>(op: &'static str, s: &'a mut Storage, r: Range
     let dtype = s.dtype();
     let c = super::cpu_mut(s)?.as_mut_slice::<T>();
     c.map(|c| &mut c[r]).ok_or_else(|| Error::dtype(op, format!("expected {}, got {dtype}", T::DTYPE)))
-}
-
-/// Checks an optional state against the update's setting, and its layout against the
-/// parameter's; the element range for a present one.
-pub(crate) fn optional(
-    op: &'static str,
-    what: &str,
-    t: &Option<Target<'_>>,
-    wanted: bool,
-    dtype: DType,
-    like: &Layout,
-) -> Result<Option<Range<usize>>> {
-    match (t, wanted) {
-        (Some((s, l)), true) => operand(op, what, s, l, dtype, like).map(Some),
-        (None, false) => Ok(None),
-        (Some(_), false) => Err(Error::invalid(op, format!("{what} was given, but the settings do not use it"))),
-        (None, true) => Err(Error::invalid(op, format!("the settings need {what}, which was not given"))),
-    }
 }
 
 /// Runs `$body` with `$T` bound to the parameter's float element type.
@@ -217,10 +170,8 @@ fn sgd_momentum_chunk<T: FloatElement>(p: &mut [T], g: &[T], b: &mut [T], k: &Sg
 /// See [`crate::backend::Backend::sgd_step`].
 pub(crate) fn sgd_step((p, lp): Target<'_>, (g, lg): View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
     let op = "sgd_step";
-    let rp = param_range(op, p, lp)?;
+    let SgdRanges { param: rp, grad: rg, buffer: rb } = check_sgd((p, lp), (g, lg), &buffer, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let rb = optional(op, "a momentum buffer", &buffer, hp.momentum != 0.0, dtype, lp)?;
     float_dispatch!(dtype, T => {
         let k = SgdConsts::<T> {
             neg_lr: T::from_f64(-hp.lr),
@@ -332,16 +283,10 @@ fn adam_chunk<T: FloatElement, const AMS: bool>(
 /// See [`crate::backend::Backend::adam_step`].
 pub(crate) fn adam_step((p, lp): Target<'_>, (g, lg): View<'_>, st: AdamState<'_>, hp: &AdamStep) -> Result<()> {
     let op = "adam_step";
-    let rp = param_range(op, p, lp)?;
+    let AdamRanges { param: rp, grad: rg, exp_avg: rm, exp_avg_sq: rv, max_exp_avg_sq: rmax } =
+        check_adam((p, lp), (g, lg), &st, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let AdamState { exp_avg: (m, lm), exp_avg_sq: (v, lv), max_exp_avg_sq } = st;
-    let rm = operand(op, "exp_avg", m, lm, dtype, lp)?;
-    let rv = operand(op, "exp_avg_sq", v, lv, dtype, lp)?;
-    let rmax = optional(op, "max_exp_avg_sq", &max_exp_avg_sq, hp.amsgrad, dtype, lp)?;
-    if hp.step == 0 {
-        return Err(Error::invalid(op, "the step count starts at 1"));
-    }
+    let AdamState { exp_avg: (m, _), exp_avg_sq: (v, _), max_exp_avg_sq } = st;
     float_dispatch!(dtype, T => {
         let k = AdamConsts::<T>::new(hp);
         let g = slice::<T>(op, g, rg)?;
@@ -435,13 +380,10 @@ pub(crate) fn rmsprop_step(
     hp: &RmsPropStep,
 ) -> Result<()> {
     let op = "rmsprop_step";
-    let rp = param_range(op, p, lp)?;
+    let RmsPropRanges { param: rp, grad: rg, square_avg: rs, grad_avg: rga, momentum_buffer: rb } =
+        check_rmsprop((p, lp), (g, lg), &st, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let RmsPropState { square_avg: (s, ls), grad_avg, momentum_buffer } = st;
-    let rs = operand(op, "square_avg", s, ls, dtype, lp)?;
-    let rga = optional(op, "grad_avg", &grad_avg, hp.centered, dtype, lp)?;
-    let rb = optional(op, "a momentum buffer", &momentum_buffer, hp.momentum > 0.0, dtype, lp)?;
+    let RmsPropState { square_avg: (s, _), grad_avg, momentum_buffer } = st;
     float_dispatch!(dtype, T => {
         let w = T::from_f64(1.0 - hp.alpha);
         let k = RmsPropConsts::<T> {

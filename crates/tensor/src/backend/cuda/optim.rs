@@ -1,13 +1,15 @@
 //! Fused optimizer steps: one kernel per parameter, the same arithmetic in the same order
-//! as the CPU kernels (backend/cpu/optim.rs, which also checks the operands for both).
+//! as the CPU kernels (backend/cpu/optim.rs), after the checks both share (backend/optim.rs).
 
 use super::launch::{arg, launch_elems};
 use super::{sfx, storage_of, storage_of_mut};
+use crate::Result;
 use crate::backend::View;
-use crate::backend::cpu::optim::{operand, optional, param_range};
-use crate::backend::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
+use crate::backend::optim::{
+    AdamRanges, AdamState, AdamStep, RmsPropRanges, RmsPropState, RmsPropStep, SgdRanges, SgdStep, Target, check_adam,
+    check_rmsprop, check_sgd,
+};
 use crate::dtype::DType;
-use crate::{Error, Result};
 use std::ffi::c_void;
 
 /// A constant of the update in the parameter's dtype.
@@ -38,11 +40,8 @@ impl F {
 }
 
 pub(crate) fn sgd_step((p, lp): Target<'_>, (g, lg): View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
-    let op = "sgd_step";
-    let rp = param_range(op, p, lp)?;
+    let SgdRanges { param: rp, grad: rg, buffer: rb } = check_sgd((p, lp), (g, lg), &buffer, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let rb = optional(op, "a momentum buffer", &buffer, hp.momentum != 0.0, dtype, lp)?;
     let pb = match (&buffer, &rb) {
         (Some((b, _)), Some(r)) => storage_of(b)?.ptr_at(r.start),
         _ => 0,
@@ -76,17 +75,10 @@ pub(crate) fn sgd_step((p, lp): Target<'_>, (g, lg): View<'_>, buffer: Option<Ta
 }
 
 pub(crate) fn adam_step((p, lp): Target<'_>, (g, lg): View<'_>, st: AdamState<'_>, hp: &AdamStep) -> Result<()> {
-    let op = "adam_step";
-    let rp = param_range(op, p, lp)?;
+    let AdamRanges { param: rp, grad: rg, exp_avg: rm, exp_avg_sq: rv, max_exp_avg_sq: rmax } =
+        check_adam((p, lp), (g, lg), &st, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let AdamState { exp_avg: (m, lm), exp_avg_sq: (v, lv), max_exp_avg_sq } = st;
-    let rm = operand(op, "exp_avg", m, lm, dtype, lp)?;
-    let rv = operand(op, "exp_avg_sq", v, lv, dtype, lp)?;
-    let rmax = optional(op, "max_exp_avg_sq", &max_exp_avg_sq, hp.amsgrad, dtype, lp)?;
-    if hp.step == 0 {
-        return Err(Error::invalid(op, "the step count starts at 1"));
-    }
+    let AdamState { exp_avg: (m, _), exp_avg_sq: (v, _), max_exp_avg_sq } = st;
     let pmax = match (&max_exp_avg_sq, &rmax) {
         (Some((x, _)), Some(r)) => storage_of(x)?.ptr_at(r.start),
         _ => 0,
@@ -137,14 +129,10 @@ pub(crate) fn rmsprop_step(
     st: RmsPropState<'_>,
     hp: &RmsPropStep,
 ) -> Result<()> {
-    let op = "rmsprop_step";
-    let rp = param_range(op, p, lp)?;
+    let RmsPropRanges { param: rp, grad: rg, square_avg: rs, grad_avg: rga, momentum_buffer: rb } =
+        check_rmsprop((p, lp), (g, lg), &st, hp)?;
     let dtype = p.dtype();
-    let rg = operand(op, "the gradient", g, lg, dtype, lp)?;
-    let RmsPropState { square_avg: (s, ls), grad_avg, momentum_buffer } = st;
-    let rs = operand(op, "square_avg", s, ls, dtype, lp)?;
-    let rga = optional(op, "grad_avg", &grad_avg, hp.centered, dtype, lp)?;
-    let rb = optional(op, "a momentum buffer", &momentum_buffer, hp.momentum > 0.0, dtype, lp)?;
+    let RmsPropState { square_avg: (s, _), grad_avg, momentum_buffer } = st;
     let pga = match (&grad_avg, &rga) {
         (Some((a, _)), Some(r)) => storage_of(a)?.ptr_at(r.start),
         _ => 0,

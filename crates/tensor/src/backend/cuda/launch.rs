@@ -28,19 +28,11 @@ impl Strided {
     /// from `offset`. Dimensions are merged where possible; a dense view becomes the
     /// `contiguous` fast path.
     pub(crate) fn new(op: &'static str, shape: &[usize], strides: &[usize], offset: usize) -> Result<Strided> {
-        let mut dims: Vec<(usize, usize)> = Vec::with_capacity(shape.len());
-        for (&n, &s) in shape.iter().zip(strides) {
-            if n == 1 {
-                continue;
-            }
-            match dims.last_mut() {
-                Some(last) if last.1 == s * n => *last = (last.0 * n, s),
-                _ => dims.push((n, s)),
-            }
-        }
+        // The CPU kernels' merging of dimensions that step through memory as one.
+        let (dims, [steps]) = crate::layout::coalesce(shape, [strides]);
         let mut k =
             Strided { ndim: 0, contiguous: 0, offset: offset as i64, shape: [1; MAX_DIMS], stride: [0; MAX_DIMS] };
-        if dims.is_empty() || (dims.len() == 1 && dims[0].1 == 1) {
+        if dims.is_empty() || (dims.len() == 1 && steps[0] == 1) {
             k.contiguous = 1;
             return Ok(k);
         }
@@ -54,7 +46,7 @@ impl Strided {
             ));
         }
         k.ndim = dims.len() as i32;
-        for (i, (n, s)) in dims.into_iter().enumerate() {
+        for (i, (&n, &s)) in dims.iter().zip(&steps).enumerate() {
             k.shape[i] = n as i64;
             k.stride[i] = s as i64;
         }

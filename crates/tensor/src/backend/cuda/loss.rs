@@ -37,6 +37,8 @@ impl F {
 struct Rows {
     rows: usize,
     classes: usize,
+    /// `rows` and `classes` as the kernels take them.
+    extents: [i64; 2],
     scores: Strided,
     targets: Strided,
     logits: i32,
@@ -62,6 +64,7 @@ impl Rows {
         Ok(Rows {
             rows,
             classes,
+            extents: [rows as i64, classes as i64],
             scores: Strided::new(op, &shape, &strides, l.offset())?,
             targets: Strided::of(op, lt)?,
             logits: (loss.scores == ClassScores::Logits) as i32,
@@ -75,6 +78,24 @@ impl Rows {
         })
     }
 
+    /// The arguments the loss and gradient kernels begin with: the extents, the scores and
+    /// targets (`scores`, `targets` are their device addresses), and the settings.
+    fn head<'a>(&'a self, scores: &'a u64, targets: &'a u64) -> Vec<*mut c_void> {
+        vec![
+            arg(&self.extents[0]),
+            arg(&self.extents[1]),
+            arg(scores),
+            arg(&self.scores),
+            arg(targets),
+            arg(&self.targets),
+            arg(&self.logits),
+            arg(&self.has_ignore),
+            arg(&self.ignore),
+            self.hit.arg(),
+            self.spread.arg(),
+        ]
+    }
+
     /// Blocks of 256 threads for a warp per row.
     fn blocks(&self) -> u32 {
         self.rows.div_ceil(8).clamp(1, 65_535) as u32
@@ -84,11 +105,10 @@ impl Rows {
     fn count(&self, t: &CudaStorage) -> Result<()> {
         let gpu = t.gpu();
         let f = gpu.func(("class_targets", "", ""))?;
-        let (rows, c, pt, pc, pb) =
-            (self.rows as i64, self.classes as i64, t.ptr(), self.counted.ptr(), self.bad.ptr());
+        let (pt, pc, pb) = (t.ptr(), self.counted.ptr(), self.bad.ptr());
         let mut args = [
-            arg(&rows),
-            arg(&c),
+            arg(&self.extents[0]),
+            arg(&self.extents[1]),
             arg(&pt),
             arg(&self.targets),
             arg(&self.has_ignore),
@@ -125,22 +145,9 @@ pub(crate) fn forward(
     let per_row = CudaStorage::alloc(gpu, op, r.rows, s.dtype())?;
     if r.rows > 0 {
         let f = gpu.func(("class_loss", sfx(s.dtype()), ""))?;
-        let (rows, c, ps, pt, po, pb) = (r.rows as i64, r.classes as i64, s.ptr(), t.ptr(), per_row.ptr(), r.bad.ptr());
-        let mut args = [
-            arg(&rows),
-            arg(&c),
-            arg(&ps),
-            arg(&r.scores),
-            arg(&pt),
-            arg(&r.targets),
-            arg(&r.logits),
-            arg(&r.has_ignore),
-            arg(&r.ignore),
-            r.hit.arg(),
-            r.spread.arg(),
-            arg(&po),
-            arg(&pb),
-        ];
+        let (ps, pt, po, pb) = (s.ptr(), t.ptr(), per_row.ptr(), r.bad.ptr());
+        let mut args = r.head(&ps, &pt);
+        args.extend([arg(&po), arg(&pb)]);
         launch(gpu, f, r.blocks(), 256, &mut args)?;
     }
     let out = match loss.reduction {
@@ -194,28 +201,9 @@ pub(crate) fn backward(
     let lo = Strided::new(op, &shape, &out_strides, 0)?;
     let lgs = Strided::of(op, lg)?;
     let f = gpu.func(("class_loss_grad", sfx(s.dtype()), ""))?;
-    let (rows, c, ps, pt, pg, pc, po, pb) =
-        (r.rows as i64, r.classes as i64, s.ptr(), t.ptr(), g.ptr(), r.counted.ptr(), out.ptr(), r.bad.ptr());
-    let mut args = [
-        arg(&rows),
-        arg(&c),
-        arg(&ps),
-        arg(&r.scores),
-        arg(&pt),
-        arg(&r.targets),
-        arg(&r.logits),
-        arg(&r.has_ignore),
-        arg(&r.ignore),
-        r.hit.arg(),
-        r.spread.arg(),
-        arg(&pg),
-        arg(&lgs),
-        arg(&reduction),
-        arg(&pc),
-        arg(&po),
-        arg(&lo),
-        arg(&pb),
-    ];
+    let (ps, pt, pg, pc, po, pb) = (s.ptr(), t.ptr(), g.ptr(), r.counted.ptr(), out.ptr(), r.bad.ptr());
+    let mut args = r.head(&ps, &pt);
+    args.extend([arg(&pg), arg(&lgs), arg(&reduction), arg(&pc), arg(&po), arg(&lo), arg(&pb)]);
     launch(gpu, f, r.blocks(), 256, &mut args)?;
     r.check(loss, t, lt)?;
     Ok(out)

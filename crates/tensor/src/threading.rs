@@ -15,6 +15,12 @@
 //! sleep at once after each kernel (MNIST MLP training on 2 threads then ran 11–14% slower
 //! on our 2-core machine; see BENCHMARKS.md).
 //!
+//! Whether the helpers join kernels at all is measured as the program runs: on a shared
+//! virtual machine the host sometimes runs two vCPUs on one core, and then one thread is
+//! faster than two. The team probes the other mode for 30 ms after each second and keeps
+//! whichever makes loops faster; results do not depend on it. `EMBER_THREAD_TUNING=0` turns
+//! the probing off (helpers join every kernel).
+//!
 //! Every thread running a kernel, the caller and the helpers alike, flushes subnormal floats
 //! to zero while it does, unless [`set_flush_denormal`] or `EMBER_FLUSH_DENORMAL=0` turns that
 //! off; the program's own code between kernels keeps its own float mode.

@@ -25,6 +25,7 @@ mod random;
 mod reduce;
 mod softmax;
 pub(crate) mod team;
+mod team_tuner;
 pub(crate) mod unary;
 
 pub(crate) use reduce::reduced_shape;

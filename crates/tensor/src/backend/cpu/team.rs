@@ -15,7 +15,12 @@
 //! serial work, and waking a sleeping thread costs 15–25 µs on the virtual machines we
 //! measured (a park/unpark round trip took 32–45 µs), more than a whole small kernel; a
 //! watching helper joins within a fraction of a microsecond. OpenMP, under PyTorch, spins between parallel regions for the same reason.
+//!
+//! Whether helpers are offered a loop at all is measured as the program runs
+//! ([`super::team_tuner`]): on a shared virtual machine they sometimes cost more than they
+//! save.
 
+use super::team_tuner;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -265,12 +270,31 @@ impl Helpers {
 /// the loop. Safe to call from several threads at once and from inside a loop body: a
 /// caller never waits for a helper that has not joined its loop, and at worst runs the loop
 /// alone.
+///
+/// Whether helpers are called at all is up to [`super::team_tuner`], which measures whether
+/// they make loops faster on this machine.
 pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
     let helpers = helpers.min(n.saturating_sub(1));
     if helpers == 0 {
         (0..n).for_each(f);
         return;
     }
+    if !team_tuner::enabled() {
+        return run_team(n, helpers, f);
+    }
+    let tuner = &team_tuner::TUNER;
+    let start = Instant::now();
+    if tuner.solo() {
+        (0..n).for_each(f);
+    } else {
+        run_team(n, helpers, f);
+    }
+    let end = Instant::now();
+    tuner.record(end - start, end);
+}
+
+/// [`run`] with `helpers` (at least one) offered the loop.
+fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
     let shared = Arc::new(Shared {
         next: AtomicUsize::new(0),
         helpers: AtomicUsize::new(0),
@@ -313,6 +337,7 @@ pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
 
 #[cfg(test)]
 mod tests {
+    // The loops here call the helpers whatever the tuner thinks of them: `run_team`.
     use super::*;
     use std::sync::atomic::AtomicU32;
 
@@ -320,7 +345,7 @@ mod tests {
     fn every_index_runs_once() {
         for n in [0, 1, 2, 3, 17, 1000] {
             let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
-            run(n, 3, &|i| {
+            run_team(n, 3, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
@@ -337,8 +362,8 @@ mod tests {
                     for round in 0..50 {
                         let n = 8 + (t * 7 + round) % 40;
                         let hits: Vec<AtomicU32> = (0..n * 3).map(|_| AtomicU32::new(0)).collect();
-                        run(n, 3, &|i| {
-                            run(3, 3, &|j| {
+                        run_team(n, 3, &|i| {
+                            run_team(3, 3, &|j| {
                                 hits[i * 3 + j].fetch_add(1, Ordering::Relaxed);
                             });
                         });
@@ -355,14 +380,14 @@ mod tests {
             return; // no helpers to wake
         }
         let hits = AtomicU32::new(0);
-        run(4, 1, &|_| {
+        run_team(4, 1, &|_| {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         // Long enough for the helpers to stop watching and sleep.
         std::thread::sleep(spin_wait() * 20);
         let helper_ran = AtomicU32::new(0);
         let caller = std::thread::current().id();
-        run(2, 1, &|_| {
+        run_team(2, 1, &|_| {
             if std::thread::current().id() != caller {
                 helper_ran.fetch_add(1, Ordering::Relaxed);
             }
@@ -387,7 +412,7 @@ mod tests {
         assert_eq!(spin_wait(), Duration::ZERO);
         for n in [1, 7, 64, 500] {
             let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
-            run(n, 3, &|i| {
+            run_team(n, 3, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
@@ -400,7 +425,7 @@ mod tests {
     fn a_panic_reaches_the_caller_after_the_loop() {
         let done = AtomicU32::new(0);
         let r = catch_unwind(AssertUnwindSafe(|| {
-            run(64, 2, &|i| {
+            run_team(64, 2, &|i| {
                 if i == 5 {
                     panic!("index 5");
                 }

@@ -1,0 +1,215 @@
+//! Whether helper threads make parallel loops faster on this machine, measured while the
+//! program runs.
+//!
+//! On a shared virtual machine two vCPUs are not always two cores: for stretches of
+//! seconds to minutes the host may run them on one core (or let another guest take most of
+//! one). Then a helper slows the caller down instead of sharing its work, and two threads
+//! run slower than one. The quick-start MLP on our 2-vCPU machine ran at about 118,000
+//! samples/s on two threads when the host gave each vCPU a core, at about 52,000 when it
+//! did not, and at 73,000 on one thread either way; the host switched between the two at
+//! arbitrary times.
+//!
+//! So the team measures. It runs *main* phases of a second (the first one shorter) in the
+//! mode it believes faster (with helpers, or the caller alone) and, after each, a short
+//! *probe* phase in the other mode,
+//! and compares the average wall time of a loop in the probe with the average over the
+//! same length of time at the end of the main phase. A training loop repeats the same
+//! kernels every step, so phases of tens of milliseconds see the same mix of loops. A probe
+//! faster by [`MARGIN`] makes its mode the main one. With helpers worth having, the probes
+//! cost about 1% (the solo probe's share of the time); without, the helpers sleep through
+//! the main phases and the caller runs at the speed of one thread.
+//!
+//! Which thread runs which part of a loop never changes a result (the parts are fixed by
+//! the work's shape), so the tuner changes timing only. `EMBER_THREAD_TUNING=0` turns it off
+//! (helpers join every loop).
+
+use parking_lot::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The length of a main phase.
+const MAIN: Duration = Duration::from_secs(1);
+
+/// The length of the first main phase: short, so that a program started on a host that
+/// shares one core between the vCPUs finds out soon.
+const FIRST_MAIN: Duration = Duration::from_millis(200);
+
+/// The length of a probe, and of the end of a main phase it is compared with.
+const PROBE: Duration = Duration::from_millis(30);
+
+/// The fewest loops a probe, or the end of a main phase, averages over.
+const MIN_LOOPS: u64 = 32;
+
+/// How much faster a probe's loops must be on average to change the main mode.
+const MARGIN: f64 = 0.1;
+
+/// The tuner of the process's parallel loops.
+pub(crate) static TUNER: Tuner = Tuner::new();
+
+/// Whether the tuner is on: `EMBER_THREAD_TUNING=0` turns it off; read once.
+pub(crate) fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("EMBER_THREAD_TUNING").map_or(true, |v| v.trim() != "0"))
+}
+
+/// The mode loops run in now, and the phases that decide it.
+pub(crate) struct Tuner {
+    /// Whether loops run on the caller alone now.
+    solo: AtomicBool,
+    state: Mutex<State>,
+}
+
+/// Where the tuner is in its phases.
+struct State {
+    /// The mode of the main phases.
+    main_solo: bool,
+    /// Whether the current phase is a probe of the other mode.
+    probing: bool,
+    /// When the current phase began (`None` before the first loop).
+    phase_start: Option<Instant>,
+    /// The loops measured so far in the current window, and their total wall time.
+    loops: u64,
+    busy: Duration,
+    /// Whether the current window has begun (a main phase measures only its end).
+    measuring: bool,
+    /// The last main phase's window: loops and total wall time.
+    reference: (u64, Duration),
+    /// Whether a probe has run yet.
+    probed: bool,
+}
+
+impl Tuner {
+    const fn new() -> Tuner {
+        Tuner {
+            solo: AtomicBool::new(false),
+            state: Mutex::new(State {
+                main_solo: false,
+                probing: false,
+                phase_start: None,
+                loops: 0,
+                busy: Duration::ZERO,
+                measuring: false,
+                reference: (0, Duration::ZERO),
+                probed: false,
+            }),
+        }
+    }
+
+    /// Whether loops should run on the caller alone now.
+    pub(crate) fn solo(&self) -> bool {
+        self.solo.load(Ordering::Relaxed)
+    }
+
+    /// Records a loop that took `took` of wall time and ended at `now`, and moves to the
+    /// next phase when this one is over.
+    pub(crate) fn record(&self, took: Duration, now: Instant) {
+        // Loops finishing at the same moment on other threads skip their record rather than
+        // wait: the averages need a sample, not every loop.
+        let Some(mut s) = self.state.try_lock() else { return };
+        let start = *s.phase_start.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start);
+        let main = if s.probed { MAIN } else { FIRST_MAIN };
+        if !s.probing && !s.measuring && elapsed + PROBE >= main {
+            s.measuring = true;
+        }
+        if s.measuring {
+            s.loops += 1;
+            s.busy += took;
+        }
+        let window_done = s.loops >= MIN_LOOPS && elapsed >= if s.probing { PROBE } else { main };
+        if !window_done {
+            return;
+        }
+        if s.probing {
+            let (ref_loops, ref_busy) = s.reference;
+            let probe_avg = s.busy.as_secs_f64() / s.loops as f64;
+            let main_avg = ref_busy.as_secs_f64() / ref_loops.max(1) as f64;
+            if probe_avg < main_avg * (1.0 - MARGIN) {
+                s.main_solo = !s.main_solo;
+            }
+            s.probing = false;
+            s.probed = true;
+            s.measuring = false;
+            self.solo.store(s.main_solo, Ordering::Relaxed);
+        } else {
+            s.reference = (s.loops, s.busy);
+            s.probing = true;
+            // A probe measures from its start.
+            s.measuring = true;
+            self.solo.store(!s.main_solo, Ordering::Relaxed);
+        }
+        s.phase_start = Some(now);
+        s.loops = 0;
+        s.busy = Duration::ZERO;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `tuner` loops of `took` each, back to back from `*now`, for `span`, taking
+    /// `took` from `solo_took` while the tuner runs solo.
+    fn feed(tuner: &Tuner, now: &mut Instant, span: Duration, team_took: Duration, solo_took: Duration) {
+        let end = *now + span;
+        while *now < end {
+            let took = if tuner.solo() { solo_took } else { team_took };
+            *now += took;
+            tuner.record(took, *now);
+        }
+    }
+
+    #[test]
+    fn a_faster_mode_found_by_a_probe_becomes_the_main_mode() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        // Helpers help (loops of 100 µs with them, 160 µs alone): the probe of solo running
+        // loses, and the team stays the main mode through several rounds.
+        feed(&tuner, &mut now, MAIN * 3, us(100), us(160));
+        assert!(!tuner.solo() || tuner.state.lock().probing);
+        assert!(!tuner.state.lock().main_solo);
+        // The host takes the second core away: with helpers, loops now take 200 µs. The next
+        // probe of solo running wins and the caller runs alone from then on.
+        feed(&tuner, &mut now, MAIN * 3, us(200), us(160));
+        assert!(tuner.state.lock().main_solo);
+        // The cores come back: a probe of the team wins again.
+        feed(&tuner, &mut now, MAIN * 3, us(100), us(160));
+        assert!(!tuner.state.lock().main_solo);
+    }
+
+    #[test]
+    fn the_first_probe_comes_early() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        // Started on a host where helpers slow loops down, the caller runs alone well
+        // before the first full main phase would have ended.
+        feed(&tuner, &mut now, FIRST_MAIN + PROBE * 2, us(200), us(160));
+        assert!(tuner.state.lock().main_solo);
+    }
+
+    #[test]
+    fn a_difference_within_the_margin_changes_nothing() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        feed(&tuner, &mut now, MAIN * 4, us(100), us(105));
+        assert!(!tuner.state.lock().main_solo);
+        feed(&tuner, &mut now, MAIN * 4, us(100), us(95));
+        assert!(!tuner.state.lock().main_solo);
+    }
+
+    #[test]
+    fn probes_wait_for_enough_loops() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        // Loops of 100 ms: a main phase holds only ten, so it lasts until it has measured
+        // MIN_LOOPS of them, and no probe starts before.
+        let ms = Duration::from_millis;
+        feed(&tuner, &mut now, MAIN * 2, ms(100), ms(300));
+        assert!(!tuner.solo());
+        assert!(!tuner.state.lock().probing);
+    }
+}

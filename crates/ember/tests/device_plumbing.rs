@@ -2,12 +2,11 @@
 //! optimizers, checkpoints and data run there exactly as on the CPU.
 //!
 //! Each check runs the same seeded computation on the CPU and on the device and compares
-//! every loss, gradient and parameter. Under the emulated device (feature `emulated-cuda`)
-//! the kernels are the CPU's, so the results must be bit-identical: any difference means a
+//! every loss, gradient and parameter. Under the emulated device (`Device::emulate_cuda`,
+//! in builds without the `cuda` feature) the kernels are the CPU's, so the results must be bit-identical: any difference means a
 //! tensor was made on, or moved to, the wrong device somewhere. On a real GPU (feature
 //! `cuda`) the same checks compare within [`TOLERANCE`]. Without a usable `cuda:0` each test
 //! prints a `skipped:` line and passes.
-#![cfg(any(feature = "emulated-cuda", feature = "cuda"))]
 
 use ember::autograd::{Function, FunctionCtx, checkpoint};
 use ember::data::{DataLoader, TensorDataset};
@@ -37,6 +36,8 @@ type Outcome = Vec<(String, Tensor)>;
 
 /// The device to test on, or `None` (after printing why) when `cuda:0` cannot be used.
 fn device(test: &str) -> Option<Device> {
+    // Without the `cuda` feature, the emulated device stands in for a GPU.
+    Device::emulate_cuda();
     match GPU.check_available() {
         Ok(()) => Some(GPU),
         Err(e) => {

@@ -63,13 +63,40 @@ impl Device {
         crate::backend::backend_for(self)?.empty_cache()
     }
 
+    /// Turns on an emulated `cuda:0` in a build without the `cuda` feature, for testing
+    /// device plumbing on machines without a GPU; returns whether `cuda:0` is emulated now
+    /// (`false` in a build with the `cuda` feature, where `cuda:0` is the real device).
+    ///
+    /// The emulated device's tensors are host memory marked as living on `cuda:0`, and its
+    /// kernels are the CPU's: every device check, move and placement behaves as with a GPU,
+    /// and results are bitwise the CPU's. Once on, it stays on for the whole process.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Device, Tensor};
+    /// if Device::emulate_cuda() {
+    ///     let x = Tensor::ones([2], DType::F32)?.to_device(Device::Cuda(0))?;
+    ///     assert_eq!(x.device(), Device::Cuda(0));
+    ///     assert_eq!(x.to_vec::<f32>()?, vec![1.0, 1.0]);
+    /// }
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn emulate_cuda() -> bool {
+        #[cfg(feature = "cuda")]
+        return false;
+        #[cfg(not(feature = "cuda"))]
+        {
+            crate::backend::cuda::turn_on();
+            true
+        }
+    }
+
     /// The first GPU when one is available, the CPU otherwise.
     pub fn cuda_if_available() -> Device {
         if Device::Cuda(0).is_available() { Device::Cuda(0) } else { Device::Cpu }
     }
 
     /// The error for a GPU in a build without GPU support.
-    #[cfg_attr(any(feature = "cuda", feature = "emulated-cuda"), allow(dead_code))]
+    #[cfg_attr(feature = "cuda", allow(dead_code))]
     pub(crate) fn not_compiled(self) -> Error {
         Error::Device {
             device: self.to_string(),

@@ -1,7 +1,7 @@
-//! The emulated `cuda:0` (feature `emulated-cuda`): tensors move to it and back unchanged,
-//! every kernel on it gives the CPU's bits, storages of the wrong device and operands on
-//! different devices are errors naming the devices.
-#![cfg(all(feature = "emulated-cuda", not(feature = "cuda")))]
+//! The emulated `cuda:0` (`Device::emulate_cuda`, in builds without the `cuda` feature):
+//! tensors move to it and back unchanged, every kernel on it gives the CPU's bits, storages
+//! of the wrong device and operands on different devices are errors naming the devices.
+#![cfg(not(feature = "cuda"))]
 
 use ember_tensor::backend::cpu::CpuBackend;
 use ember_tensor::backend::{Backend, cuda};
@@ -37,6 +37,7 @@ fn randn(shape: impl Into<Shape>) -> Result<Tensor> {
 
 #[test]
 fn round_trip_keeps_values_dtype_and_shape() -> Result<()> {
+    assert!(Device::emulate_cuda());
     let t = Tensor::from_vec(vec![1.5f32, -0.0, f32::NAN, f32::INFINITY, 7.0, 1e-42], [2, 3])?;
     let d = t.to_device(GPU)?;
     assert_eq!(d.device(), GPU);
@@ -55,6 +56,7 @@ fn round_trip_keeps_values_dtype_and_shape() -> Result<()> {
 
 #[test]
 fn device_availability_and_other_ordinals() {
+    assert!(Device::emulate_cuda());
     assert!(GPU.is_available());
     assert_eq!(Device::cuda_if_available(), GPU);
     assert!(GPU.synchronize().is_ok());
@@ -68,6 +70,7 @@ fn device_availability_and_other_ordinals() {
 
 #[test]
 fn creation_on_the_device() -> Result<()> {
+    assert!(Device::emulate_cuda());
     let z = Tensor::full_on([2, 2], 3.0, DType::F64, GPU)?;
     assert_eq!(z.device(), GPU);
     assert_eq!(z.to_vec::<f64>()?, vec![3.0; 4]);
@@ -86,6 +89,7 @@ fn creation_on_the_device() -> Result<()> {
 
 #[test]
 fn elementwise_reductions_and_matmul_match_the_cpu_bitwise() -> Result<()> {
+    assert!(Device::emulate_cuda());
     manual_seed(1);
     let (a, b, m) = (randn([4, 5])?, randn([5])?, randn([5, 3])?);
     same_on_both(&[&a, &b], |t| t[0].add(&t[1]))?;
@@ -113,6 +117,7 @@ fn elementwise_reductions_and_matmul_match_the_cpu_bitwise() -> Result<()> {
 
 #[test]
 fn heavy_kernels_match_the_cpu_bitwise() -> Result<()> {
+    assert!(Device::emulate_cuda());
     manual_seed(2);
     let (x, w, bias) = (randn([2, 3, 6, 6])?, randn([4, 3, 3, 3])?, randn([4])?);
     same_on_both(&[&x, &w, &bias], |t| t[0].conv2d(&t[1], Some(&t[2]), &ConvArgs::<2>::default().padding(1)))?;
@@ -131,6 +136,7 @@ fn heavy_kernels_match_the_cpu_bitwise() -> Result<()> {
 
 #[test]
 fn fused_optimizer_steps_match_the_cpu_bitwise() -> Result<()> {
+    assert!(Device::emulate_cuda());
     use ember_tensor::backend::AdamStep;
     manual_seed(3);
     let (p, g) = (randn([7])?, randn([7])?);
@@ -154,6 +160,7 @@ fn fused_optimizer_steps_match_the_cpu_bitwise() -> Result<()> {
 
 #[test]
 fn the_device_backend_refuses_host_storages() {
+    assert!(Device::emulate_cuda());
     let backend = cuda::backend(0).unwrap();
     assert_eq!(backend.device(), GPU);
     let host = Storage::Cpu(CpuStorage::zeros("test", 4, DType::F32).unwrap());
@@ -183,6 +190,7 @@ fn names_both_devices<T: std::fmt::Debug>(what: &str, r: Result<T>) {
 
 #[test]
 fn mixing_devices_is_an_error_naming_both() -> Result<()> {
+    assert!(Device::emulate_cuda());
     let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?;
     let b = a.to_device(GPU)?;
     let mask = a.gt_scalar(1.0);

@@ -3,7 +3,7 @@
 # toolchain, into .devbin/ (from the repository root):
 #
 #   bash tools/bench/cuda/build_devbin.sh            # the real backend (--features cuda)
-#   FEATURE=emulated-cuda BENCH_PROFILE=dev bash tools/bench/cuda/build_devbin.sh   # to try the flow here
+#   FEATURE= BENCH_PROFILE=dev bash tools/bench/cuda/build_devbin.sh   # to try the flow here (emulated cuda:0)
 #
 # .devbin/cuda_parity, .devbin/cuda_backward (and .devbin/device_plumbing where that test
 # exists) are the test binaries under fixed names; .devbin/cuda_bench is the release build

@@ -1,5 +1,5 @@
-//! An emulated `Device::Cuda(0)` for testing the device plumbing on machines without a GPU
-//! (the `emulated-cuda` feature; ignored when the real `cuda` feature is on).
+//! An emulated `Device::Cuda(0)` for testing the device plumbing on machines without a GPU,
+//! in builds without the `cuda` feature: off until [`Device::emulate_cuda`] turns it on.
 //!
 //! Its storages are [`Storage::Cuda`] values, so every check that compares devices, every
 //! `to_device` and every tensor that should follow its inputs onto the device behaves as
@@ -23,6 +23,7 @@ use crate::layout::Layout;
 use crate::random::Distribution;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The data of a tensor on the emulated device: a host storage in disguise.
 #[derive(Debug)]
@@ -67,13 +68,26 @@ pub fn backend(ordinal: usize) -> Result<&'static CudaBackend> {
     if ordinal != 0 {
         return Err(Error::Device {
             device: Device::Cuda(ordinal).to_string(),
-            msg: "the emulated CUDA backend (feature `emulated-cuda`) has one device, cuda:0".into(),
+            msg: "the emulated CUDA backend (`Device::emulate_cuda`) has one device, cuda:0".into(),
         });
     }
     Ok(&BACKEND)
 }
 
 const DEVICE: Device = Device::Cuda(0);
+
+/// Whether [`Device::emulate_cuda`] has turned the emulation on.
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Turns the emulation on for the rest of the process.
+pub(crate) fn turn_on() {
+    ON.store(true, Ordering::Relaxed);
+}
+
+/// Whether the emulation is on: `cuda:0` exists only then.
+pub(crate) fn is_on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
 
 fn foreign(op: &'static str, s: &Storage) -> Error {
     Error::Device {

@@ -11,7 +11,7 @@ pub mod conv;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-#[cfg(all(feature = "emulated-cuda", not(feature = "cuda")))]
+#[cfg(not(feature = "cuda"))]
 #[path = "emulated_cuda.rs"]
 pub mod cuda;
 pub mod loss;
@@ -377,9 +377,11 @@ pub trait Backend: Send + Sync + 'static {
 pub fn backend_for(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::Cpu => Ok(&cpu::CpuBackend),
-        #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+        #[cfg(feature = "cuda")]
         Device::Cuda(n) => Ok(cuda::backend(n)?),
-        #[cfg(not(any(feature = "cuda", feature = "emulated-cuda")))]
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(n) if cuda::is_on() => Ok(cuda::backend(n)?),
+        #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => Err(device.not_compiled()),
     }
 }

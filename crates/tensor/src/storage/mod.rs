@@ -110,8 +110,8 @@ storage_element!(f64, F64);
 pub enum Storage {
     /// Host memory.
     Cpu(CpuStorage),
-    /// Memory of a CUDA device.
-    #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
+    /// Memory of a CUDA device (host memory in disguise on the emulated `cuda:0`, see
+    /// [`Device::emulate_cuda`]).
     Cuda(crate::backend::cuda::CudaStorage),
 }
 
@@ -120,7 +120,6 @@ impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
-            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
             Storage::Cuda(s) => s.dtype(),
         }
     }
@@ -129,7 +128,6 @@ impl Storage {
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
-            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
             Storage::Cuda(s) => s.len(),
         }
     }
@@ -143,7 +141,6 @@ impl Storage {
     pub fn device(&self) -> Device {
         match self {
             Storage::Cpu(_) => Device::Cpu,
-            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
             Storage::Cuda(s) => Device::Cuda(s.ordinal()),
         }
     }
@@ -152,7 +149,6 @@ impl Storage {
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
-            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
             Storage::Cuda(_) => None,
         }
     }
@@ -161,7 +157,6 @@ impl Storage {
     pub fn as_cpu_mut(&mut self) -> Option<&mut CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
-            #[cfg(any(feature = "cuda", feature = "emulated-cuda"))]
             Storage::Cuda(_) => None,
         }
     }

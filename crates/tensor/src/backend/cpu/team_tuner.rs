@@ -21,7 +21,7 @@
 //!
 //! Which thread runs which part of a loop never changes a result (the parts are fixed by
 //! the work's shape), so the tuner changes timing only. `EMBER_THREAD_TUNING=0` turns it off
-//! (helpers join every loop).
+//! (helpers join every loop); `EMBER_THREAD_TUNING=log` prints every probe's outcome.
 
 use parking_lot::Mutex;
 use std::sync::OnceLock;
@@ -47,10 +47,16 @@ const MARGIN: f64 = 0.1;
 /// The tuner of the process's parallel loops.
 pub(crate) static TUNER: Tuner = Tuner::new();
 
-/// Whether the tuner is on: `EMBER_THREAD_TUNING=0` turns it off; read once.
+/// `EMBER_THREAD_TUNING`: `0` turns the tuner off, `log` prints each probe's outcome to
+/// standard error; read once.
+fn setting() -> &'static str {
+    static SETTING: OnceLock<String> = OnceLock::new();
+    SETTING.get_or_init(|| std::env::var("EMBER_THREAD_TUNING").map(|v| v.trim().to_string()).unwrap_or_default())
+}
+
+/// Whether the tuner is on.
 pub(crate) fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("EMBER_THREAD_TUNING").map_or(true, |v| v.trim() != "0"))
+    setting() != "0"
 }
 
 /// The mode loops run in now, and the phases that decide it.
@@ -125,7 +131,21 @@ impl Tuner {
             let (ref_loops, ref_busy) = s.reference;
             let probe_avg = s.busy.as_secs_f64() / s.loops as f64;
             let main_avg = ref_busy.as_secs_f64() / ref_loops.max(1) as f64;
-            if probe_avg < main_avg * (1.0 - MARGIN) {
+            let switch = probe_avg < main_avg * (1.0 - MARGIN);
+            if setting() == "log" {
+                let mode = |solo: bool| if solo { "caller alone" } else { "with helpers" };
+                eprintln!(
+                    "ember thread tuning: {} {:.1} us/loop ({} loops), {} {:.1} us/loop ({} loops): {}",
+                    mode(!s.main_solo),
+                    probe_avg * 1e6,
+                    s.loops,
+                    mode(s.main_solo),
+                    main_avg * 1e6,
+                    ref_loops,
+                    mode(s.main_solo != switch)
+                );
+            }
+            if switch {
                 s.main_solo = !s.main_solo;
             }
             s.probing = false;

@@ -108,7 +108,7 @@ fn same(layer: Result<Var>, functional: Result<Tensor>) -> Result<(), TestCaseEr
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(1000))]
 
     /// Every layer constructor with zero, small and huge sizes: parameters of PyTorch's
     /// shapes, or an error naming the layer (refusals of sizes too large to hold included).
@@ -451,7 +451,7 @@ fn naive_mha(
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(500))]
 
     /// MultiheadAttention with random kdim/vdim, bias, bias_kv, zero attention, layout,
     /// masks (bool or float, 2-d or 3-d attention masks, key padding, wrong shapes) and
@@ -544,7 +544,7 @@ fn norm(params: &[(String, Var)], name: &str, x: &Var) -> Result<Var> {
 }
 
 proptest! {
-    #![proptest_config(config(128))]
+    #![proptest_config(config(500))]
 
     /// TransformerEncoderLayer and a two-layer TransformerEncoder in eval mode, with random
     /// norm placement, activation, layout and masks: the composition of the layer's own
@@ -665,7 +665,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(1000))]
 
     /// Flatten and Unflatten with random (often invalid) dimensions and sizes: Flatten is
     /// `Var::flatten`; Unflatten splits the dimension into the sizes (one `-1` inferred) and

@@ -340,7 +340,7 @@ fn unlayout(y: &Var, batch_first: bool) -> Vec<f64> {
 
 /// `y = x W^T + b` over rows of `x` (`[rows, i]`), `W` `[o, i]`.
 fn affine(x: &[f64], w: &[f64], b: Option<&[f64]>, i: usize, o: usize) -> Vec<f64> {
-    let rows = if i == 0 { 0 } else { x.len() / i };
+    let rows = x.len().checked_div(i).unwrap_or(0);
     let mut y = vec![0.0; rows * o];
     for r in 0..rows {
         for j in 0..o {

@@ -491,7 +491,7 @@ pub fn adaptive_avg_pool_plan<const D: usize>(
     let [oh, ow] = two(size, 1);
     let axis = |input: usize, out: usize| -> Result<AxisTaps> {
         // Consecutive windows overlap by at most one position: `input + out` taps in all.
-        let mut taps = AxisTaps::with_capacity(op, input, out + 1, input + out)?;
+        let mut taps = AxisTaps::with_capacity(op, input, out, input + out)?;
         for o in 0..out {
             let (s, e) = adaptive_window(o, out, input);
             let wt = 1.0 / (e - s).max(1) as f64;
@@ -534,7 +534,7 @@ fn per_dim<T: Copy>(values: &[T], dims: usize) -> Option<Vec<T>> {
 /// One dimension of nearest interpolation, PyTorch's legacy rule, in `f32` as PyTorch
 /// computes it.
 fn nearest_axis(op: &'static str, input: usize, out: usize, scale: Option<f64>) -> Result<AxisTaps> {
-    let mut taps = AxisTaps::with_capacity(op, input, out + 1, out)?;
+    let mut taps = AxisTaps::with_capacity(op, input, out, out)?;
     let ratio = match scale {
         Some(s) if s > 0.0 => (1.0 / s) as f32,
         _ => input as f32 / out as f32,
@@ -599,7 +599,7 @@ fn linear_axis<R: Real>(
     align_corners: bool,
     scale: Option<f64>,
 ) -> Result<AxisTaps> {
-    let mut taps = AxisTaps::with_capacity(op, input, out + 1, 2 * out)?;
+    let mut taps = AxisTaps::with_capacity(op, input, out, 2 * out)?;
     let ratio = if align_corners {
         if out > 1 { R::of_usize(input - 1).over(R::of_usize(out - 1)) } else { R::of(0.0) }
     } else {

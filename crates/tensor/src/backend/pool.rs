@@ -108,6 +108,7 @@ impl AxisTaps {
     pub fn with_capacity(op: &'static str, input: usize, outputs: usize, taps: usize) -> Result<Self> {
         let refused = |elements| Error::Alloc { op, elements, dtype: "usize" };
         let mut map = AxisTaps::new(input);
+        // `new` holds the leading 0: room for one more offset per output.
         map.offsets.try_reserve_exact(outputs).map_err(|_| refused(outputs))?;
         map.index.try_reserve_exact(taps).map_err(|_| refused(taps))?;
         map.weight.try_reserve_exact(taps).map_err(|_| Error::Alloc { op, elements: taps, dtype: "f64" })?;

@@ -9,7 +9,9 @@ pub fn fan_in(shape: &[usize]) -> usize {
     match shape {
         [] => 1,
         [n] => *n,
-        [_, inputs, field @ ..] => inputs * field.iter().product::<usize>(),
+        // Saturating: a weight whose fan overflows cannot be allocated, and its allocation
+        // is what refuses it, naming the layer.
+        [_, inputs, field @ ..] => inputs.saturating_mul(field.iter().fold(1usize, |a, &d| a.saturating_mul(d))),
     }
 }
 
@@ -44,8 +46,8 @@ pub fn uniform(shape: &[usize], bound: f64, dtype: DType) -> Result<Tensor> {
 pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
     match shape {
         [out, inputs, field @ ..] => {
-            let field = field.iter().product::<usize>();
-            Ok((inputs * field, out * field))
+            let field = field.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+            Ok((inputs.saturating_mul(field), out.saturating_mul(field)))
         }
         _ => Err(Error::shape(
             "init::fans",
@@ -65,7 +67,7 @@ pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
 /// ```
 pub fn xavier_uniform(shape: &[usize], dtype: DType) -> Result<Tensor> {
     let (fan_in, fan_out) = fans(shape)?;
-    let total = fan_in + fan_out;
+    let total = fan_in.saturating_add(fan_out);
     let bound = if total == 0 { 0.0 } else { (6.0 / total as f64).sqrt() };
     uniform(shape, bound, dtype)
 }
@@ -73,7 +75,7 @@ pub fn xavier_uniform(shape: &[usize], dtype: DType) -> Result<Tensor> {
 /// PyTorch's `xavier_normal_` (gain 1): `N(0, s^2)` with `s = sqrt(2 / (fan_in + fan_out))`.
 pub fn xavier_normal(shape: &[usize], dtype: DType) -> Result<Tensor> {
     let (fan_in, fan_out) = fans(shape)?;
-    let total = fan_in + fan_out;
+    let total = fan_in.saturating_add(fan_out);
     let std = if total == 0 { 0.0 } else { (2.0 / total as f64).sqrt() };
     Tensor::normal(shape, 0.0, std, dtype)
 }

@@ -439,6 +439,33 @@ fn adaptive_window(o: usize, out: usize, input: usize) -> (usize, usize) {
     (start, end)
 }
 
+/// Output sides from which a plan's per-axis maps (16 to 40 bytes an entry) are large
+/// enough to need the output's allocation checked first.
+const LONG_SIDE: usize = 1 << 20;
+
+/// Refuses an output that cannot exist or cannot be allocated before the maps of its sides
+/// are built. The count is checked against ember's element limit; an output with a side of
+/// [`LONG_SIDE`] or more also has its bytes (`element_bytes` each) reserved and freed at once,
+/// so a countable but unallocatable request (`[1, 1, 2^31, 2^20]`: 2^51 elements) is an
+/// allocation error instead of first building a 2^31-entry map. Once the output can be
+/// allocated, the maps are at most a fixed multiple of it.
+fn reserve_output(
+    op: &'static str,
+    output: &Shape,
+    sides: [usize; 2],
+    element_bytes: usize,
+    dtype: DType,
+) -> Result<()> {
+    let elements = checked_numel(op, output)?;
+    if sides[0].max(sides[1]) < LONG_SIDE {
+        return Ok(());
+    }
+    let refused = || Error::Alloc { op, elements, dtype: dtype.name() };
+    let bytes = elements.checked_mul(element_bytes).ok_or_else(refused)?;
+    let mut probe = Vec::<u8>::new();
+    probe.try_reserve_exact(bytes).map_err(|_| refused())
+}
+
 /// Checks an adaptive pool's input and output size; returns the lifted input.
 fn adaptive_lift<const D: usize>(op: &'static str, input: &[usize], size: [usize; D]) -> Result<Lifted> {
     let lifted = lift::<D>(op, input, true)?;
@@ -447,8 +474,9 @@ fn adaptive_lift<const D: usize>(op: &'static str, input: &[usize], size: [usize
         return Err(Error::invalid(op, "sizes must be below 2^32"));
     }
     // Before the per-axis windows, which are as long as the output's sides: an output too
-    // large to hold must not first build them.
-    checked_numel(op, &lifted.output(two(size, 1)))?;
+    // large to hold must not first build them. The dtype is not known here: the bound is the
+    // smallest output either float dtype gives.
+    reserve_output(op, &lifted.output(two(size, 1)), two(size, 1), DType::F32.size_in_bytes(), DType::F32)?;
     Ok(lifted)
 }
 
@@ -461,16 +489,17 @@ pub fn adaptive_avg_pool_plan<const D: usize>(
     let lifted = adaptive_lift::<D>(op, input, size)?;
     let [_, _, h, w] = lifted.input;
     let [oh, ow] = two(size, 1);
-    let axis = |input: usize, out: usize| {
-        let mut taps = AxisTaps::new(input);
+    let axis = |input: usize, out: usize| -> Result<AxisTaps> {
+        // Consecutive windows overlap by at most one position: `input + out` taps in all.
+        let mut taps = AxisTaps::with_capacity(op, input, out, input + out)?;
         for o in 0..out {
             let (s, e) = adaptive_window(o, out, input);
             let wt = 1.0 / (e - s).max(1) as f64;
             taps.push((s..e).map(|t| (t, wt)));
         }
-        taps
+        Ok(taps)
     };
-    let map = Resample { rows: axis(h, oh), cols: axis(w, ow) };
+    let map = Resample { rows: axis(h, oh)?, cols: axis(w, ow)? };
     Ok(PoolPlan { input: Shape::from(lifted.input), map, output: lifted.output([oh, ow]) })
 }
 
@@ -483,12 +512,13 @@ pub fn adaptive_max_pool_plan<const D: usize>(
     let lifted = adaptive_lift::<D>(op, input, size)?;
     let [_, _, h, w] = lifted.input;
     let [oh, ow] = two(size, 1);
-    let axis = |input: usize, out: usize| AxisWindows {
-        input,
-        step: 1,
-        windows: (0..out).map(|o| adaptive_window(o, out, input)).map(|(s, e)| (s, e - s)).collect(),
+    let axis = |input: usize, out: usize| -> Result<AxisWindows> {
+        let mut windows = Vec::new();
+        windows.try_reserve_exact(out).map_err(|_| Error::Alloc { op, elements: out, dtype: "(usize, usize)" })?;
+        windows.extend((0..out).map(|o| adaptive_window(o, out, input)).map(|(s, e)| (s, e - s)));
+        Ok(AxisWindows { input, step: 1, windows })
     };
-    let map = PoolWindows { rows: axis(h, oh), cols: axis(w, ow) };
+    let map = PoolWindows { rows: axis(h, oh)?, cols: axis(w, ow)? };
     Ok(PoolPlan { input: Shape::from(lifted.input), map, output: lifted.output([oh, ow]) })
 }
 
@@ -503,8 +533,8 @@ fn per_dim<T: Copy>(values: &[T], dims: usize) -> Option<Vec<T>> {
 
 /// One dimension of nearest interpolation, PyTorch's legacy rule, in `f32` as PyTorch
 /// computes it.
-fn nearest_axis(input: usize, out: usize, scale: Option<f64>) -> AxisTaps {
-    let mut taps = AxisTaps::new(input);
+fn nearest_axis(op: &'static str, input: usize, out: usize, scale: Option<f64>) -> Result<AxisTaps> {
+    let mut taps = AxisTaps::with_capacity(op, input, out, out)?;
     let ratio = match scale {
         Some(s) if s > 0.0 => (1.0 / s) as f32,
         _ => input as f32 / out as f32,
@@ -519,7 +549,7 @@ fn nearest_axis(input: usize, out: usize, scale: Option<f64>) -> AxisTaps {
         };
         taps.push([(src, 1.0)]);
     }
-    taps
+    Ok(taps)
 }
 
 /// Arithmetic in the element type, for source positions computed as PyTorch does.
@@ -562,8 +592,14 @@ real!(f64);
 /// One dimension of linear interpolation: PyTorch's source index (`align_corners` maps the
 /// end pixels' centres onto each other; otherwise half-pixel centres, clamped at 0) and
 /// its two neighbours, in the precision of the element type `R`.
-fn linear_axis<R: Real>(input: usize, out: usize, align_corners: bool, scale: Option<f64>) -> AxisTaps {
-    let mut taps = AxisTaps::new(input);
+fn linear_axis<R: Real>(
+    op: &'static str,
+    input: usize,
+    out: usize,
+    align_corners: bool,
+    scale: Option<f64>,
+) -> Result<AxisTaps> {
+    let mut taps = AxisTaps::with_capacity(op, input, out, 2 * out)?;
     let ratio = if align_corners {
         if out > 1 { R::of_usize(input - 1).over(R::of_usize(out - 1)) } else { R::of(0.0) }
     } else {
@@ -591,7 +627,7 @@ fn linear_axis<R: Real>(input: usize, out: usize, align_corners: bool, scale: Op
         let l0 = R::of(1.0) - lambda;
         taps.push([(i0 as usize, l0.get()), (i1 as usize, lambda.get())]);
     }
-    taps
+    Ok(taps)
 }
 
 /// Resolves `interpolate` for an input of shape `input` (`[N, C, L]` or `[N, C, H, W]`) and
@@ -666,24 +702,26 @@ pub fn interpolate_plan(input: &[usize], args: &InterpolateArgs, dtype: DType) -
         ));
     }
     // Before the per-axis sample maps, which are as long as the output's sides.
-    checked_numel(op, &Shape::from(input[..2].iter().chain(&size).copied().collect::<Vec<_>>()))?;
+    let sides = if dims == 1 { [1, size[0]] } else { [size[0], size[1]] };
+    let output = Shape::from(input[..2].iter().chain(&size).copied().collect::<Vec<_>>());
+    reserve_output(op, &output, sides, dtype.size_in_bytes(), dtype)?;
     let align = args.align_corners.unwrap_or(false);
     let axis = |d: usize| {
         let (i, o) = (spatial[d], size[d]);
         let s = scales.as_ref().map(|f| f[d]);
         match (mode, dtype) {
-            (InterpolateMode::Nearest, _) => nearest_axis(i, o, s),
-            (_, DType::F32) => linear_axis::<f32>(i, o, align, s),
-            _ => linear_axis::<f64>(i, o, align, s),
+            (InterpolateMode::Nearest, _) => nearest_axis(op, i, o, s),
+            (_, DType::F32) => linear_axis::<f32>(op, i, o, align, s),
+            _ => linear_axis::<f64>(op, i, o, align, s),
         }
     };
     let (n, c) = (input[0], input[1]);
     let (map, in4) = if dims == 1 {
         let mut rows = AxisTaps::new(1);
         rows.push([(0, 1.0)]);
-        (Resample { rows, cols: axis(0) }, [n, c, 1, spatial[0]])
+        (Resample { rows, cols: axis(0)? }, [n, c, 1, spatial[0]])
     } else {
-        (Resample { rows: axis(0), cols: axis(1) }, [n, c, spatial[0], spatial[1]])
+        (Resample { rows: axis(0)?, cols: axis(1)? }, [n, c, spatial[0], spatial[1]])
     };
     let mut output = vec![n, c];
     output.extend(&size);

@@ -769,6 +769,34 @@ fn huge_resampling_outputs_are_refused() {
     refused(x.adaptive_max_pool2d([big, big]), "adaptive_max_pool2d");
 }
 
+/// An output within ember's element limit but far beyond memory, with a side of 2^31
+/// (`[1, 1, 2^31, 2^20]`: 2^51 elements), built that side's 2^31-entry map (32 GiB and
+/// more) before the output's allocation was refused; the output is now reserved first, and
+/// the refusal is an allocation error naming the op, with nothing large built.
+#[test]
+fn countable_resampling_outputs_beyond_memory_are_refused_before_their_maps() {
+    let x = Tensor::ones([1, 1, 4, 4], DType::F32).unwrap();
+    let (long, wide) = (1usize << 31, 1usize << 20);
+    let refused = |r: Result<Tensor>, op: &str| {
+        let msg = r.expect_err("an output beyond memory is refused").to_string();
+        assert!(msg.starts_with(op) && msg.contains("cannot allocate"), "{msg}");
+    };
+    for mode in [InterpolateMode::Nearest, InterpolateMode::Bilinear] {
+        refused(x.interpolate(&InterpolateArgs::size([long, wide]).mode(mode)), "interpolate");
+        refused(x.interpolate(&InterpolateArgs::size([wide, long]).mode(mode)), "interpolate");
+    }
+    refused(x.interpolate(&InterpolateArgs::scale_factor([long as f64 / 4.0, wide as f64 / 4.0])), "interpolate");
+    refused(x.adaptive_avg_pool2d([long, wide]), "adaptive_avg_pool2d");
+    refused(x.adaptive_max_pool2d([wide, long]), "adaptive_max_pool2d");
+    // 2^30 one-element planes behind a broadcast, each pooled to 2^20 outputs.
+    let many = Tensor::ones([1, 1, 1, 1], DType::F32).unwrap().expand([1usize << 20, 1usize << 10, 1, 1]).unwrap();
+    refused(many.adaptive_avg_pool2d([wide, 1]), "adaptive_avg_pool2d");
+    // Long sides whose outputs fit still run.
+    let line = Tensor::ones([1, 1, 4], DType::F64).unwrap();
+    let y = line.interpolate(&InterpolateArgs::size([wide]).mode(InterpolateMode::Linear)).unwrap();
+    assert_eq!(y.shape().dims(), &[1, 1, wide]);
+}
+
 /// unfold with a padding of 2^31 has a 2^32 x 2^32 grid of blocks: its count overflowed
 /// (a panic in checked builds, a wrapped size otherwise); it is an error naming unfold.
 #[test]

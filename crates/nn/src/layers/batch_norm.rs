@@ -1,5 +1,6 @@
 //! [`BatchNorm1d`], [`BatchNorm2d`] and their functional form [`batch_norm`].
 
+use super::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::{Var, no_grad};
 use ember_tensor::{DType, Device, Error, Result, Tensor};
@@ -200,10 +201,12 @@ pub(crate) struct Stats {
 pub(crate) struct RunningStats(RwLock<Stats>);
 
 impl RunningStats {
-    pub fn new(c: usize, dtype: DType) -> Result<RunningStats> {
+    /// Zero means and unit variances for `c` channels; a refusal names the buffer (`names`:
+    /// the layer's [`ParamNames`]).
+    pub fn new(names: &ParamNames, c: usize, dtype: DType) -> Result<RunningStats> {
         Ok(RunningStats(RwLock::new(Stats {
-            mean: Tensor::zeros([c], dtype)?,
-            var: Tensor::ones([c], dtype)?,
+            mean: Tensor::zeros([c], dtype).map_err(named(names[2]))?,
+            var: Tensor::ones([c], dtype).map_err(named(names[3]))?,
             num_batches_tracked: Tensor::scalar(0i64),
         })))
     }
@@ -236,12 +239,23 @@ impl RunningStats {
     }
 }
 
-/// Per-channel scale and shift, as PyTorch initialises them.
-pub(crate) fn affine_params(affine: bool, c: usize, dtype: DType) -> Result<(Option<Var>, Option<Var>)> {
+/// The names of a per-channel layer's `weight`, `bias`, `running_mean` and `running_var`
+/// for errors (`BatchNorm2d.weight`).
+pub(crate) type ParamNames = [&'static str; 4];
+
+/// Per-channel scale and shift, as PyTorch initialises them; a refusal names the parameter.
+pub(crate) fn affine_params(
+    names: &ParamNames,
+    affine: bool,
+    c: usize,
+    dtype: DType,
+) -> Result<(Option<Var>, Option<Var>)> {
     if !affine {
         return Ok((None, None));
     }
-    Ok((Some(Var::param(Tensor::ones([c], dtype)?)), Some(Var::param(Tensor::zeros([c], dtype)?))))
+    let weight = Tensor::ones([c], dtype).map_err(named(names[0]))?;
+    let bias = Tensor::zeros([c], dtype).map_err(named(names[1]))?;
+    Ok((Some(Var::param(weight)), Some(Var::param(bias))))
 }
 
 pub(crate) fn check_options(name: &'static str, c: usize, eps: f64, momentum: Option<f64>, dtype: DType) -> Result<()> {
@@ -275,10 +289,16 @@ pub struct BatchNorm {
 }
 
 impl BatchNorm {
-    fn build(name: &'static str, ranks: &'static [usize], c: usize, options: BatchNormOptions) -> Result<BatchNorm> {
+    fn build(
+        (name, names): (&'static str, ParamNames),
+        ranks: &'static [usize],
+        c: usize,
+        options: BatchNormOptions,
+    ) -> Result<BatchNorm> {
         check_options(name, c, options.eps, options.momentum, options.dtype)?;
-        let (weight, bias) = affine_params(options.affine, c, options.dtype)?;
-        let running = if options.track_running_stats { Some(RunningStats::new(c, options.dtype)?) } else { None };
+        let (weight, bias) = affine_params(&names, options.affine, c, options.dtype)?;
+        let running =
+            if options.track_running_stats { Some(RunningStats::new(&names, c, options.dtype)?) } else { None };
         Ok(BatchNorm { name, ranks, num_features: c, options, weight, bias, running, training: TrainingFlag::new() })
     }
 
@@ -403,7 +423,13 @@ macro_rules! batch_norm_layer {
 
             /// A layer with the given options.
             pub fn with_options(num_features: usize, options: BatchNormOptions) -> Result<$name> {
-                BatchNorm::build(stringify!($name), $ranks, num_features, options).map($name)
+                let names = [
+                    concat!(stringify!($name), ".weight"),
+                    concat!(stringify!($name), ".bias"),
+                    concat!(stringify!($name), ".running_mean"),
+                    concat!(stringify!($name), ".running_var"),
+                ];
+                BatchNorm::build((stringify!($name), names), $ranks, num_features, options).map($name)
             }
         }
 

@@ -1,6 +1,7 @@
 //! [`Conv1d`] and [`Conv2d`] (one generic [`Conv`] layer) and their functional forms
 //! [`conv1d`] and [`conv2d`].
 
+use super::param_alloc::named;
 use crate::init;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
@@ -124,6 +125,16 @@ pub type Conv1d = Conv<1>;
 pub type Conv2d = Conv<2>;
 
 /// The layer's name in errors and its repr.
+/// The names of the weight and the bias of the layer, for errors (`Conv2d.weight`).
+pub(crate) fn param_names<const D: usize>(transposed: bool) -> [&'static str; 2] {
+    match (D, transposed) {
+        (1, false) => ["Conv1d.weight", "Conv1d.bias"],
+        (_, false) => ["Conv2d.weight", "Conv2d.bias"],
+        (1, true) => ["ConvTranspose1d.weight", "ConvTranspose1d.bias"],
+        (_, true) => ["ConvTranspose2d.weight", "ConvTranspose2d.bias"],
+    }
+}
+
 fn layer_name<const D: usize>(transposed: bool) -> &'static str {
     match (D, transposed) {
         (1, false) => "Conv1d",
@@ -180,14 +191,19 @@ pub(crate) fn tuple(values: &[usize]) -> String {
 }
 
 /// A weight of `shape` and, with `bias`, a bias of `bias_len`, drawn as PyTorch's
-/// convolution layers draw them.
-pub(crate) fn init_params(shape: &[usize], bias_len: Option<usize>, dtype: DType) -> Result<(Tensor, Option<Tensor>)> {
-    let weight = init::kaiming_uniform(shape, 5f64.sqrt(), dtype)?;
+/// convolution layers draw them; a refusal names the parameter (`names`: weight, bias).
+pub(crate) fn init_params(
+    names: [&'static str; 2],
+    shape: &[usize],
+    bias_len: Option<usize>,
+    dtype: DType,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let weight = init::kaiming_uniform(shape, 5f64.sqrt(), dtype).map_err(named(names[0]))?;
     let bias = match bias_len {
         Some(n) => {
             let fan = init::fan_in(shape);
             let bound = if fan == 0 { 0.0 } else { 1.0 / (fan as f64).sqrt() };
-            Some(init::uniform(&[n], bound, dtype)?)
+            Some(init::uniform(&[n], bound, dtype).map_err(named(names[1]))?)
         }
         None => None,
     };
@@ -248,7 +264,7 @@ impl<const D: usize> Conv<D> {
         }
         let mut shape = vec![out_channels, in_channels / groups];
         shape.extend_from_slice(&kernel);
-        let (weight, bias) = init_params(&shape, bias.then_some(out_channels), dtype)?;
+        let (weight, bias) = init_params(param_names::<D>(false), &shape, bias.then_some(out_channels), dtype)?;
         Self::from_params(Var::param(weight), bias.map(Var::param), options.args())
     }
 

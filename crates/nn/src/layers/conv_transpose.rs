@@ -1,7 +1,7 @@
 //! [`ConvTranspose1d`] and [`ConvTranspose2d`] (one generic [`ConvTranspose`] layer) and
 //! their functional forms [`conv_transpose1d`] and [`conv_transpose2d`].
 
-use super::conv::{check_config, check_params, init_params, tuple};
+use super::conv::{check_config, check_params, init_params, param_names, tuple};
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{ConvTransposeArgs, DType, Result, Spatial};
@@ -163,7 +163,7 @@ impl<const D: usize> ConvTranspose<D> {
         }
         let mut shape = vec![in_channels, out_channels / groups];
         shape.extend_from_slice(&kernel);
-        let (weight, bias) = init_params(&shape, bias.then_some(out_channels), dtype)?;
+        let (weight, bias) = init_params(param_names::<D>(true), &shape, bias.then_some(out_channels), dtype)?;
         Self::from_params(Var::param(weight), bias.map(Var::param), options.args())
     }
 

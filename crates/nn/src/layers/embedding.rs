@@ -1,5 +1,6 @@
 //! [`Embedding`]: a lookup table of learned vectors.
 
+use super::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
@@ -60,9 +61,12 @@ impl Embedding {
         if !dtype.is_float() {
             return Err(Error::dtype("Embedding", format!("the weight must be float, got {dtype}")));
         }
-        let weight = Tensor::normal([num_embeddings, embedding_dim], 0.0, 1.0, dtype)?;
         if let Some(p) = padding_idx {
             check_padding(p, num_embeddings)?;
+        }
+        let weight =
+            Tensor::normal([num_embeddings, embedding_dim], 0.0, 1.0, dtype).map_err(named("Embedding.weight"))?;
+        if let Some(p) = padding_idx {
             weight.narrow(0, p, 1)?.fill_(0.0)?;
         }
         Self::from_params(Var::param(weight), padding_idx)

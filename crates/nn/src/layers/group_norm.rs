@@ -118,7 +118,8 @@ impl GroupNorm {
         if !options.dtype.is_float() {
             return Err(Error::dtype(name, format!("parameters must be float, got {}", options.dtype)));
         }
-        let (weight, bias) = affine_params(options.affine, num_channels, options.dtype)?;
+        let names = ["GroupNorm.weight", "GroupNorm.bias", "GroupNorm", "GroupNorm"];
+        let (weight, bias) = affine_params(&names, options.affine, num_channels, options.dtype)?;
         Ok(GroupNorm { num_groups, num_channels, eps: options.eps, weight, bias, training: TrainingFlag::new() })
     }
 

@@ -139,9 +139,18 @@ impl InstanceNorm2d {
     /// A layer with the given options.
     pub fn with_options(num_features: usize, options: InstanceNormOptions) -> Result<InstanceNorm2d> {
         check_options("InstanceNorm2d", num_features, options.eps, options.momentum, options.dtype)?;
-        let (weight, bias) = affine_params(options.affine, num_features, options.dtype)?;
-        let running =
-            if options.track_running_stats { Some(RunningStats::new(num_features, options.dtype)?) } else { None };
+        let names = [
+            "InstanceNorm2d.weight",
+            "InstanceNorm2d.bias",
+            "InstanceNorm2d.running_mean",
+            "InstanceNorm2d.running_var",
+        ];
+        let (weight, bias) = affine_params(&names, options.affine, num_features, options.dtype)?;
+        let running = if options.track_running_stats {
+            Some(RunningStats::new(&names, num_features, options.dtype)?)
+        } else {
+            None
+        };
         Ok(InstanceNorm2d { num_features, options, weight, bias, running, training: TrainingFlag::new() })
     }
 

@@ -1,5 +1,6 @@
 //! [`Linear`]: the affine layer `y = x W^T + b`.
 
+use super::param_alloc::named;
 use crate::init;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
@@ -55,10 +56,11 @@ impl Linear {
         if !dtype.is_float() {
             return Err(Error::dtype("Linear", format!("parameters must be float, got {dtype}")));
         }
-        let weight = init::kaiming_uniform(&[out_features, in_features], 5f64.sqrt(), dtype)?;
+        let weight =
+            init::kaiming_uniform(&[out_features, in_features], 5f64.sqrt(), dtype).map_err(named("Linear.weight"))?;
         let bias = if bias {
             let bound = if in_features == 0 { 0.0 } else { 1.0 / (in_features as f64).sqrt() };
-            Some(init::uniform(&[out_features], bound, dtype)?)
+            Some(init::uniform(&[out_features], bound, dtype).map_err(named("Linear.bias"))?)
         } else {
             None
         };

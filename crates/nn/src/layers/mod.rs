@@ -15,6 +15,7 @@ mod identity;
 mod instance_norm;
 mod linear;
 mod norm;
+mod param_alloc;
 mod pool;
 mod rms_norm;
 mod rnn;

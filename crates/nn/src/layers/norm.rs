@@ -1,5 +1,6 @@
 //! [`LayerNorm`] and its functional form [`layer_norm`].
 
+use super::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
@@ -66,8 +67,12 @@ impl LayerNorm {
             return Err(Error::dtype("LayerNorm", format!("parameters must be float, got {dtype}")));
         }
         let (weight, bias) = if elementwise_affine {
-            let w = Var::param(Tensor::ones(normalized_shape, dtype)?);
-            let b = if bias { Some(Var::param(Tensor::zeros(normalized_shape, dtype)?)) } else { None };
+            let w = Var::param(Tensor::ones(normalized_shape, dtype).map_err(named("LayerNorm.weight"))?);
+            let b = if bias {
+                Some(Var::param(Tensor::zeros(normalized_shape, dtype).map_err(named("LayerNorm.bias"))?))
+            } else {
+                None
+            };
             (Some(w), b)
         } else {
             (None, None)

@@ -1,5 +1,6 @@
 //! [`RMSNorm`] and its functional form [`rms_norm`].
 
+use super::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
@@ -119,7 +120,7 @@ impl RMSNorm {
             return Err(Error::dtype("RMSNorm", format!("parameters must be float, got {}", options.dtype)));
         }
         let weight = if options.elementwise_affine {
-            Some(Var::param(Tensor::ones(normalized_shape, options.dtype)?))
+            Some(Var::param(Tensor::ones(normalized_shape, options.dtype).map_err(named("RMSNorm.weight"))?))
         } else {
             None
         };

@@ -43,7 +43,8 @@ impl Unflatten {
         }
         let d = d as usize;
         let unknown = self.sizes.iter().filter(|&&s| s == -1).count();
-        let known: i64 = self.sizes.iter().filter(|&&s| s != -1).product();
+        // Checked: hostile sizes (`[2^40, 2^40]`) overflow, and cannot multiply to any extent.
+        let known = self.sizes.iter().filter(|&&s| s != -1).try_fold(1i64, |a, &s| a.checked_mul(s));
         let bad = || {
             Error::shape(
                 op,
@@ -53,9 +54,11 @@ impl Unflatten {
                 ),
             )
         };
-        if self.sizes.is_empty() || unknown > 1 || self.sizes.iter().any(|&s| s < -1) {
+        let Some(known) =
+            known.filter(|_| !self.sizes.is_empty() && unknown <= 1 && self.sizes.iter().all(|&s| s >= -1))
+        else {
             return Err(bad());
-        }
+        };
         let size = dims[d] as i64;
         let fill = if unknown == 1 {
             if known == 0 || size % known != 0 {
@@ -75,4 +78,13 @@ impl Unflatten {
     }
 }
 
-stateless_module!(Unflatten, |self, x| x.reshape(self.shape(x.shape().dims())?));
+/// A shape error from the reshape, named for the layer: sizes that multiply to the
+/// dimension can still make a shape beyond ember's element limit (`[2^40, 0, 2^40]`).
+fn in_unflatten(e: Error) -> Error {
+    match e {
+        Error::Shape { msg, .. } => Error::Shape { op: "unflatten", msg },
+        other => other,
+    }
+}
+
+stateless_module!(Unflatten, |self, x| x.reshape(self.shape(x.shape().dims())?).map_err(in_unflatten));

@@ -102,6 +102,19 @@ impl AxisTaps {
         AxisTaps { input, offsets: vec![0], index: Vec::new(), weight: Vec::new() }
     }
 
+    /// An empty map from `input` positions with room for `outputs` positions of `taps`
+    /// taps in all, or an allocation error naming `op`: a plan's maps are as long as the
+    /// output's sides, so a side the system cannot hold is refused rather than aborting.
+    pub fn with_capacity(op: &'static str, input: usize, outputs: usize, taps: usize) -> Result<Self> {
+        let refused = |elements| Error::Alloc { op, elements, dtype: "usize" };
+        let mut map = AxisTaps::new(input);
+        // `new` holds the leading 0: room for one more offset per output.
+        map.offsets.try_reserve_exact(outputs).map_err(|_| refused(outputs))?;
+        map.index.try_reserve_exact(taps).map_err(|_| refused(taps))?;
+        map.weight.try_reserve_exact(taps).map_err(|_| Error::Alloc { op, elements: taps, dtype: "f64" })?;
+        Ok(map)
+    }
+
     /// Appends an output position reading `taps` (`(input position, weight)`).
     pub fn push(&mut self, taps: impl IntoIterator<Item = (usize, f64)>) {
         for (i, w) in taps {

@@ -5,6 +5,7 @@ use super::options::{MultiheadAttentionArgs, MultiheadAttentionOptions, Multihea
 use super::weights;
 use crate::init;
 use crate::layers::Linear;
+use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -108,25 +109,40 @@ impl MultiheadAttention {
         // PyTorch draws in this order: the output projection's Linear constructor (weight,
         // then a bias that `_reset_parameters` zeroes), the input projections, then
         // bias_k and bias_v.
-        let out_weight = init::kaiming_uniform(&[embed_dim, embed_dim], 5f64.sqrt(), dtype)?;
-        if bias {
-            init::uniform(&[embed_dim], 1.0 / (embed_dim as f64).sqrt(), dtype)?;
-        }
-        let out_bias = if bias { Some(Tensor::zeros([embed_dim], dtype)?) } else { None };
+        // The packed projection and its bias stack three blocks of `embed_dim` rows.
+        let rows = embed_dim.checked_mul(3).ok_or_else(|| {
+            Error::shape("MultiheadAttention.in_proj_weight", format!("3 x {embed_dim} rows do not fit in usize"))
+        })?;
+        let out_weight = init::kaiming_uniform(&[embed_dim, embed_dim], 5f64.sqrt(), dtype)
+            .map_err(named("MultiheadAttention.out_proj.weight"))?;
+        let out_bias = if bias {
+            let op = "MultiheadAttention.out_proj.bias";
+            init::uniform(&[embed_dim], 1.0 / (embed_dim as f64).sqrt(), dtype).map_err(named(op))?;
+            Some(Tensor::zeros([embed_dim], dtype).map_err(named(op))?)
+        } else {
+            None
+        };
         let out_proj = Linear::from_parts(out_weight, out_bias)?;
+        let xavier = |shape: &[usize], op| init::xavier_uniform(shape, dtype).map(Var::param).map_err(named(op));
         let in_proj = if kdim == embed_dim && vdim == embed_dim {
-            InProjection::Packed(Var::param(init::xavier_uniform(&[3 * embed_dim, embed_dim], dtype)?))
+            InProjection::Packed(xavier(&[rows, embed_dim], "MultiheadAttention.in_proj_weight")?)
         } else {
             InProjection::Separate {
-                q: Var::param(init::xavier_uniform(&[embed_dim, embed_dim], dtype)?),
-                k: Var::param(init::xavier_uniform(&[embed_dim, kdim], dtype)?),
-                v: Var::param(init::xavier_uniform(&[embed_dim, vdim], dtype)?),
+                q: xavier(&[embed_dim, embed_dim], "MultiheadAttention.q_proj_weight")?,
+                k: xavier(&[embed_dim, kdim], "MultiheadAttention.k_proj_weight")?,
+                v: xavier(&[embed_dim, vdim], "MultiheadAttention.v_proj_weight")?,
             }
         };
-        let in_proj_bias = if bias { Some(Var::param(Tensor::zeros([3 * embed_dim], dtype)?)) } else { None };
+        let in_proj_bias = if bias {
+            Some(Var::param(Tensor::zeros([rows], dtype).map_err(named("MultiheadAttention.in_proj_bias"))?))
+        } else {
+            None
+        };
         let bias_kv = if add_bias_kv {
-            let k = Var::param(init::xavier_normal(&[1, 1, embed_dim], dtype)?);
-            let v = Var::param(init::xavier_normal(&[1, 1, embed_dim], dtype)?);
+            let k =
+                Var::param(init::xavier_normal(&[1, 1, embed_dim], dtype).map_err(named("MultiheadAttention.bias_k"))?);
+            let v =
+                Var::param(init::xavier_normal(&[1, 1, embed_dim], dtype).map_err(named("MultiheadAttention.bias_v"))?);
             Some((k, v))
         } else {
             None

@@ -5,6 +5,7 @@
 use super::options::{CellOptions, Mode, RnnOptions, check_options};
 use super::step::{State, StepWeights, input_bias, step, step_bias};
 use crate::init;
+use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -55,7 +56,8 @@ impl CellCore {
         let bound = 1.0 / (hidden_size as f64).sqrt();
         let mut params = Vec::new();
         for (name, shape) in cell_param_specs(mode, input_size, hidden_size, options.bias) {
-            params.push((name, Var::param(init::uniform(&shape, bound, options.dtype)?)));
+            let param = init::uniform(&shape, bound, options.dtype).map_err(named(mode.param_op(true, &name)))?;
+            params.push((name, Var::param(param)));
         }
         Self::from_params(mode, input_size, hidden_size, options, params)
     }

@@ -8,6 +8,7 @@ use super::options::{Mode, RnnOptions, check_options};
 use super::step::{State, StepWeights, input_bias, step, step_bias};
 use crate::init;
 use crate::layers::dropout::dropout;
+use crate::layers::param_alloc::{named, reserve_total};
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -48,6 +49,22 @@ fn param_specs(mode: Mode, input_size: usize, hidden_size: usize, o: &RnnOptions
     out
 }
 
+/// The number of parameter elements [`param_specs`] lists, without listing them (`None` if
+/// it overflows).
+fn total_elements(mode: Mode, input_size: usize, hidden_size: usize, o: &RnnOptions) -> Option<usize> {
+    let gates = mode.gates().checked_mul(hidden_size)?;
+    let h = if o.proj_size > 0 { o.proj_size } else { hidden_size };
+    let dirs = o.directions();
+    let biases = if o.bias { gates.checked_mul(2)? } else { 0 };
+    let projection = if o.proj_size > 0 { o.proj_size.checked_mul(hidden_size)? } else { 0 };
+    let layer = |input: usize| -> Option<usize> {
+        gates.checked_mul(input.checked_add(h)?)?.checked_add(biases)?.checked_add(projection)
+    };
+    let first = layer(input_size)?;
+    let later = layer(h.checked_mul(dirs)?)?.checked_mul(o.num_layers - 1)?;
+    first.checked_add(later)?.checked_mul(dirs)
+}
+
 /// What the driver returns: the last layer's output and the final states.
 struct Run {
     output: Var,
@@ -72,9 +89,13 @@ impl RnnCore {
         // PyTorch draws every parameter from U(-1/sqrt(hidden), 1/sqrt(hidden)), in the
         // order of the state dict.
         let bound = 1.0 / (hidden_size as f64).sqrt();
+        // Before the specs, which are as many as the layers: a request whose parameters
+        // cannot be held in all must not first list (or draw) them one by one.
+        reserve_total(mode.layer_name(), total_elements(mode, input_size, hidden_size, &options), options.dtype)?;
         let mut vars = Vec::new();
-        for (_, shape) in param_specs(mode, input_size, hidden_size, &options) {
-            vars.push(Var::param(init::uniform(&shape, bound, options.dtype)?));
+        for (name, shape) in param_specs(mode, input_size, hidden_size, &options) {
+            let op = mode.param_op(false, &name);
+            vars.push(Var::param(init::uniform(&shape, bound, options.dtype).map_err(named(op))?));
         }
         Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
     }

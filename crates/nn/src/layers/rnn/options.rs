@@ -159,6 +159,32 @@ impl Mode {
         }
     }
 
+    /// The name of parameter `param` (`weight_ih_l0`, `bias_hh`, ...) of the layer (or, with
+    /// `cell`, the cell) for errors: the layer and the parameter's kind (`LSTM.weight_ih`),
+    /// without the layer index and direction.
+    pub(crate) fn param_op(self, cell: bool, param: &str) -> &'static str {
+        const KINDS: [&str; 5] = ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"];
+        const OPS: [[[&str; 5]; 3]; 2] = [
+            [
+                ["RNN.weight_ih", "RNN.weight_hh", "RNN.bias_ih", "RNN.bias_hh", "RNN.weight_hr"],
+                ["LSTM.weight_ih", "LSTM.weight_hh", "LSTM.bias_ih", "LSTM.bias_hh", "LSTM.weight_hr"],
+                ["GRU.weight_ih", "GRU.weight_hh", "GRU.bias_ih", "GRU.bias_hh", "GRU.weight_hr"],
+            ],
+            [
+                ["RNNCell.weight_ih", "RNNCell.weight_hh", "RNNCell.bias_ih", "RNNCell.bias_hh", "RNNCell"],
+                ["LSTMCell.weight_ih", "LSTMCell.weight_hh", "LSTMCell.bias_ih", "LSTMCell.bias_hh", "LSTMCell"],
+                ["GRUCell.weight_ih", "GRUCell.weight_hh", "GRUCell.bias_ih", "GRUCell.bias_hh", "GRUCell"],
+            ],
+        ];
+        let kind = KINDS.iter().position(|k| param.starts_with(k)).unwrap_or(0);
+        let mode = match self {
+            Mode::Tanh | Mode::Relu => 0,
+            Mode::Lstm => 1,
+            Mode::Gru => 2,
+        };
+        OPS[usize::from(cell)][mode][kind]
+    }
+
     /// The cell's name, for errors and the repr.
     pub(crate) fn cell_name(self) -> &'static str {
         match self {
@@ -173,6 +199,14 @@ impl Mode {
 pub(crate) fn check_options(name: &'static str, mode: Mode, hidden_size: usize, o: &RnnOptions) -> Result<()> {
     if hidden_size == 0 {
         return Err(Error::invalid(name, "hidden_size must be greater than zero"));
+    }
+    // The weights stack `gates` blocks of `hidden_size` rows, and later layers of a
+    // bidirectional stack read both directions' outputs: both products must be countable.
+    if hidden_size.checked_mul(mode.gates().max(2)).is_none() {
+        return Err(Error::shape(
+            name,
+            format!("hidden_size {hidden_size} is too large: the weights would have more rows than fit in usize"),
+        ));
     }
     if o.num_layers == 0 {
         return Err(Error::invalid(name, "num_layers must be greater than zero"));

@@ -2,6 +2,7 @@
 
 use super::options::{DecoderMasks, TransformerLayerOptions};
 use super::parts::{self, FeedForward};
+use crate::layers::param_alloc::within;
 use crate::layers::{LayerNorm, MultiheadAttention, MultiheadAttentionArgs, dropout};
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
@@ -60,16 +61,22 @@ impl TransformerDecoderLayer {
         options: TransformerLayerOptions,
     ) -> Result<TransformerDecoderLayer> {
         parts::check(LAYER, d_model, nhead, &options)?;
-        let self_attn = parts::attention(d_model, nhead, &options)?;
-        let multihead_attn = parts::attention(d_model, nhead, &options)?;
-        let ff = FeedForward::new(d_model, &options)?;
+        let self_attn =
+            parts::attention(d_model, nhead, &options).map_err(within("TransformerDecoderLayer.self_attn"))?;
+        let multihead_attn =
+            parts::attention(d_model, nhead, &options).map_err(within("TransformerDecoderLayer.multihead_attn"))?;
+        let ff = FeedForward::new(
+            d_model,
+            &options,
+            ["TransformerDecoderLayer.linear1", "TransformerDecoderLayer.linear2"],
+        )?;
         Ok(TransformerDecoderLayer {
             self_attn,
             multihead_attn,
             ff,
-            norm1: parts::norm(d_model, &options)?,
-            norm2: parts::norm(d_model, &options)?,
-            norm3: parts::norm(d_model, &options)?,
+            norm1: parts::norm(d_model, &options).map_err(within("TransformerDecoderLayer.norm1"))?,
+            norm2: parts::norm(d_model, &options).map_err(within("TransformerDecoderLayer.norm2"))?,
+            norm3: parts::norm(d_model, &options).map_err(within("TransformerDecoderLayer.norm3"))?,
             dropout: options.dropout,
             norm_first: options.norm_first,
             training: TrainingFlag::new(),
@@ -210,6 +217,7 @@ impl TransformerDecoder {
         if num_layers == 0 {
             return Err(Error::invalid("TransformerDecoder", "num_layers must be positive, got 0"));
         }
+        parts::reserve_copies("TransformerDecoder", &decoder_layer, num_layers)?;
         let layers = (0..num_layers).map(|_| decoder_layer.deep_copy()).collect::<Result<Vec<_>>>()?;
         Ok(TransformerDecoder { layers, norm, training: TrainingFlag::new() })
     }

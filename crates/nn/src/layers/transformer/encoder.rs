@@ -2,6 +2,7 @@
 
 use super::options::{EncoderMasks, TransformerLayerOptions};
 use super::parts::{self, FeedForward};
+use crate::layers::param_alloc::within;
 use crate::layers::{LayerNorm, MultiheadAttention, MultiheadAttentionArgs, dropout};
 use crate::module::{Module, TrainingFlag};
 use ember_autograd::Var;
@@ -57,13 +58,18 @@ impl TransformerEncoderLayer {
     ) -> Result<TransformerEncoderLayer> {
         parts::check(LAYER, d_model, nhead, &options)?;
         // PyTorch's construction (and drawing) order: attention, linear1, linear2, norms.
-        let self_attn = parts::attention(d_model, nhead, &options)?;
-        let ff = FeedForward::new(d_model, &options)?;
+        let self_attn =
+            parts::attention(d_model, nhead, &options).map_err(within("TransformerEncoderLayer.self_attn"))?;
+        let ff = FeedForward::new(
+            d_model,
+            &options,
+            ["TransformerEncoderLayer.linear1", "TransformerEncoderLayer.linear2"],
+        )?;
         Ok(TransformerEncoderLayer {
             self_attn,
             ff,
-            norm1: parts::norm(d_model, &options)?,
-            norm2: parts::norm(d_model, &options)?,
+            norm1: parts::norm(d_model, &options).map_err(within("TransformerEncoderLayer.norm1"))?,
+            norm2: parts::norm(d_model, &options).map_err(within("TransformerEncoderLayer.norm2"))?,
             dropout: options.dropout,
             norm_first: options.norm_first,
             training: TrainingFlag::new(),
@@ -216,6 +222,7 @@ impl TransformerEncoder {
         if num_layers == 0 {
             return Err(Error::invalid("TransformerEncoder", "num_layers must be positive, got 0"));
         }
+        parts::reserve_copies("TransformerEncoder", &encoder_layer, num_layers)?;
         let layers = (0..num_layers).map(|_| encoder_layer.deep_copy()).collect::<Result<Vec<_>>>()?;
         Ok(TransformerEncoder { layers, norm, training: TrainingFlag::new() })
     }

@@ -2,6 +2,7 @@
 //! construction with the layers' options, and independent copies of sublayers.
 
 use super::options::{TransformerActivation, TransformerLayerOptions};
+use crate::layers::param_alloc::{reserve_total, within};
 use crate::layers::{
     LayerNorm, LayerNormOptions, Linear, LinearOptions, MultiheadAttention, MultiheadAttentionOptions, dropout,
 };
@@ -36,6 +37,16 @@ pub(super) fn attention(d_model: usize, nhead: usize, o: &TransformerLayerOption
         ..Default::default()
     };
     MultiheadAttention::with_options(d_model, nhead, options)
+}
+
+/// An error naming `op` unless `copies` copies of `layer`'s parameters can be held, before
+/// any is made: `num_layers` costs nothing to pass, and copying layer after layer would run
+/// the process out of memory rather than refuse.
+pub(super) fn reserve_copies(op: &'static str, layer: &impl Module, copies: usize) -> Result<()> {
+    let params = layer.parameters();
+    let dtype = params.first().map_or(DType::F32, Var::dtype);
+    let per_layer = params.iter().try_fold(0usize, |a, p| a.checked_add(p.shape().numel()));
+    reserve_total(op, per_layer.and_then(|n| n.checked_mul(copies)), dtype)
 }
 
 /// A layer norm over `d_model` with the layer's epsilon and bias.
@@ -74,11 +85,13 @@ pub(super) struct FeedForward {
 }
 
 impl FeedForward {
-    pub fn new(d_model: usize, o: &TransformerLayerOptions) -> Result<FeedForward> {
+    /// The block of a layer; a parameter too large to hold is refused naming the layer's
+    /// `linear1` or `linear2` (`names`).
+    pub fn new(d_model: usize, o: &TransformerLayerOptions, names: [&'static str; 2]) -> Result<FeedForward> {
         let options = LinearOptions { bias: o.bias, dtype: o.dtype };
         Ok(FeedForward {
-            linear1: Linear::with_options(d_model, o.dim_feedforward, options)?,
-            linear2: Linear::with_options(o.dim_feedforward, d_model, options)?,
+            linear1: Linear::with_options(d_model, o.dim_feedforward, options).map_err(within(names[0]))?,
+            linear2: Linear::with_options(o.dim_feedforward, d_model, options).map_err(within(names[1]))?,
             activation: o.activation,
         })
     }

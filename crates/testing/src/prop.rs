@@ -120,7 +120,7 @@ pub fn same_bits(a: &[f64], b: &[f64]) -> bool {
 
 /// The Var op agrees with the Tensor op: both fail (the Var's error naming `op`), or both
 /// succeed with the same dtype, shape and bits; then backward from a float result reaches
-/// every input with a gradient of its shape.
+/// every input with a gradient of its shape and dtype.
 pub fn agree(
     op: &str,
     var: Result<Var>,
@@ -142,6 +142,7 @@ pub fn agree(
                 for x in inputs {
                     if let Some(g) = x.grad() {
                         prop_assert_eq!(g.shape(), &x.shape(), "{}: gradient shape", op);
+                        prop_assert_eq!(g.dtype(), x.dtype(), "{}: gradient dtype", op);
                         x.zero_grad();
                     }
                 }

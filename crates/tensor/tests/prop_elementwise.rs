@@ -830,3 +830,43 @@ fn masked_fill_in_place_keeps_the_other_integers() -> ember_tensor::Result<()> {
     assert_eq!(b.to_vec::<u8>()?, vec![255, 9]);
     Ok(())
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// Broadcasting views of countable but unholdable size (2^48 elements and more) through
+    /// the fallible elementwise ops: an error naming the op, never an attempt to allocate
+    /// the output (which would abort the process, not fail the property).
+    #[test]
+    fn huge_broadcasts_are_refused(a in 1usize << 24..1usize << 30, b in 1usize << 24..1usize << 30, da in any_dtype(), db in any_dtype(), sc in scalar()) {
+        let (x, _) = input(&[1, 1], 1, da, false);
+        let (y, _) = input(&[1], 2, db, false);
+        let huge = x.expand([a, b]).unwrap();
+        let ops: [(&str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>); 8] = [
+            ("add", Tensor::add), ("sub", Tensor::sub), ("mul", Tensor::mul), ("div", Tensor::div),
+            ("pow", Tensor::pow), ("maximum", Tensor::maximum), ("minimum", Tensor::minimum), ("eq", Tensor::eq),
+        ];
+        for (name, f) in ops {
+            prop_assert!(ok_or_names(f(&huge, &y), name).is_none(), "{}", name);
+            prop_assert!(ok_or_names(f(&y, &huge), name).is_none(), "{}", name);
+        }
+        let mask = Tensor::ones([1], DType::U8).unwrap();
+        prop_assert!(ok_or_names(mask.where_cond(&huge, &y), "where").is_none());
+        prop_assert!(ok_or_names(huge.masked_fill(&mask, sc), "masked_fill").is_none());
+        prop_assert!(ok_or_names(huge.pow_scalar(sc), "pow_scalar").is_none() || huge.dtype().is_int() && matches!(sc, Scalar::Int(e) if e < 0));
+    }
+}
+
+/// Binary ops between dtypes converted a huge broadcast operand first and reported the
+/// failed allocation as `to_dtype`'s; `pow_scalar` of one converted it infallibly and would
+/// abort. Both are errors naming the op called.
+#[test]
+fn huge_conversions_are_the_callers_errors() -> ember_tensor::Result<()> {
+    let huge = Tensor::ones([1, 1], DType::U8)?.expand([1 << 25, 1 << 25])?;
+    let one = Tensor::ones([1], DType::F32)?;
+    let e = huge.add(&one).unwrap_err().to_string();
+    assert!(e.starts_with("add:"), "{e}");
+    let e = huge.pow_scalar(0.5).unwrap_err().to_string();
+    assert!(e.starts_with("pow_scalar:"), "{e}");
+    Ok(())
+}

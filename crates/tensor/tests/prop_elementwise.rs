@@ -870,3 +870,45 @@ fn huge_conversions_are_the_callers_errors() -> ember_tensor::Result<()> {
     assert!(e.starts_with("pow_scalar:"), "{e}");
     Ok(())
 }
+
+proptest! {
+    // Large tensors are slow to check element by element: fewer cases.
+    #![proptest_config(ProptestConfig::with_cases(CASES / 16))]
+
+    /// Tensors of up to 90,000 elements take the kernels' parallel, vectorised and strided
+    /// paths (chunks, remainders, a transposed layout and broadcast operands): the same
+    /// references as the small properties.
+    #[test]
+    fn large_tensors_take_the_parallel_paths(rows in 1usize..300, cols in 1usize..300, row_operand in any::<bool>(), seed in any::<u64>(), da in any_dtype(), db in any_dtype(), strided in any::<bool>(), sc in scalar()) {
+        let sa = vec![rows, cols];
+        let sb = if row_operand { vec![rows, 1] } else { vec![cols] };
+        let (a, xa) = input(&sa, seed, da, strided);
+        let (b, xb) = input(&sb, seed ^ 1, db, false);
+        let rt = result_type2((da, 2), (db, sb.len()));
+        let vb = spread(&xb, &sb, &sa);
+        let ops: [(&str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>); 4] =
+            [("add", Tensor::add), ("mul", Tensor::mul), ("maximum", Tensor::maximum), ("div", Tensor::div)];
+        for (name, f) in ops {
+            let out = if name == "div" { float_of(rt) } else { rt };
+            let want = xa.iter().zip(&vb).map(|(&x, &y)| binary_ref(name, cast(x, out), cast(y, out), out)).collect();
+            check(name, f(&a, &b), Want::Value(out, want, 0.0))?;
+        }
+        let want = xa.iter().zip(&vb).map(|(&x, &y)| mask(compare(cast(x, rt), cast(y, rt)) == Some(Ordering::Less))).collect();
+        check("lt", a.lt(&b), Want::Value(DType::U8, want, 0.0))?;
+        let out = with_scalar(da, sc);
+        let want = xa.iter().map(|&x| scalar_ref("add_scalar", x, sc, da, out)).collect();
+        check("add_scalar", Ok(a.add_scalar(sc)), Want::Value(out, want, 0.0))?;
+        let want = xa.iter().map(|&x| if da.is_int() { wrap(-(x.i() as i128), da) } else { round(-x.f(), da) }).collect();
+        check("neg", Ok(a.neg()), Want::Value(da, want, 0.0))?;
+        let out = float_of(da);
+        let want = xa.iter().map(|&x| round(cast(x, out).f().tanh(), out)).collect();
+        check("tanh", Ok(a.tanh()), Want::Value(out, want, approx(out)))?;
+        // In place into the (possibly transposed) tensor, from the broadcast operand.
+        let want = inplace_ref("sub_", &xa, &sa, da, &xb, &sb, db, sc, 1.0, None, None);
+        match (want, a.sub_(&b)) {
+            (Some(w), Ok(())) => prop_assert!(matches(&read(&a), &w, 0.0), "sub_"),
+            (None, Err(e)) => prop_assert!(names_op(&e.to_string(), "sub"), "{}", e),
+            (w, r) => prop_assert!(false, "sub_: expected {:?}, got {:?}", w.is_some(), r),
+        }
+    }
+}

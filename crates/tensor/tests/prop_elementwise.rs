@@ -912,3 +912,31 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// In-place ops whose operand is a view of the tensor written (itself, or its
+    /// transpose when square): the operand's values are read as they were before the
+    /// write, as if it had been copied first.
+    #[test]
+    fn inplace_ops_with_an_aliased_operand(n in 0usize..5, op in prop::sample::select(vec!["add_", "sub_", "mul_", "div_", "copy_", "add_scaled_"]), transpose in any::<bool>(), seed in any::<u64>(), ds in any_dtype()) {
+        let s = [n, n];
+        let (base, xs) = input(&s, seed, ds, false);
+        let (operand, xo) = if transpose {
+            let t = base.t().unwrap();
+            let idx = indices(&s);
+            let vals: Vec<V> = idx.iter().map(|i| xs[i[1] * n + i[0]]).collect();
+            (t, vals)
+        } else {
+            (base.clone(), xs.clone())
+        };
+        let want = inplace_ref(op, &xs, &s, ds, &xo, &s, ds, Scalar::Int(0), 2.0, None, None);
+        let got = run_inplace(op, &base, &operand, Scalar::Int(0), 2.0, None, None);
+        match (want, got) {
+            (Some(w), Ok(())) => prop_assert!(matches(&read(&base), &w, 0.0), "{} of {}: {:?} vs {:?}", op, ds, read(&base), w),
+            (None, Err(e)) => prop_assert!(inplace_names(op).iter().any(|name| names_op(&e.to_string(), name)), "{}", e),
+            (w, r) => prop_assert!(false, "{} of {}: expected {:?}, got {:?}", op, ds, w.is_some(), r),
+        }
+    }
+}

@@ -347,7 +347,16 @@ fn compare(a: V, b: V) -> Option<Ordering> {
     }
 }
 
-const CMP: &[(&str, fn(Option<Ordering>) -> bool)] = &[
+/// A binary op: its name and method.
+type BinaryFn = (&'static str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>);
+
+/// A scalar op: its name, method and result dtype.
+type ScalarOp = (&'static str, fn(&Tensor, Scalar) -> Tensor, DType);
+
+/// A comparison: its name and whether an order satisfies it.
+type Cmp = (&'static str, fn(Option<Ordering>) -> bool);
+
+const CMP: &[Cmp] = &[
     ("eq", |o| o == Some(Ordering::Equal)),
     ("ne", |o| o != Some(Ordering::Equal)),
     ("lt", |o| o == Some(Ordering::Less)),
@@ -456,7 +465,7 @@ proptest! {
     #[test]
     fn scalar_ops_match_the_reference(s in shape(3), seed in any::<u64>(), dt in any_dtype(), strided in any::<bool>(), sc in scalar()) {
         let (t, xs) = input(&s, seed, dt, strided);
-        let ops: [(&str, fn(&Tensor, Scalar) -> Tensor, DType); 8] = [
+        let ops: [ScalarOp; 8] = [
             ("add_scalar", |t, s| t.add_scalar(s), with_scalar(dt, sc)),
             ("sub_scalar", |t, s| t.sub_scalar(s), with_scalar(dt, sc)),
             ("rsub_scalar", |t, s| t.rsub_scalar(s), with_scalar(dt, sc)),
@@ -510,7 +519,7 @@ proptest! {
         let rt = result_type2((da, sa.len()), (db, sb.len()));
         prop_assert_eq!(a.result_type(&b), rt);
         let shape = broadcast(&sa, &sb);
-        let ops: [(&str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>); 7] = [
+        let ops: [BinaryFn; 7] = [
             ("add", Tensor::add), ("sub", Tensor::sub), ("mul", Tensor::mul), ("div", Tensor::div),
             ("pow", Tensor::pow), ("maximum", Tensor::maximum), ("minimum", Tensor::minimum),
         ];
@@ -770,7 +779,7 @@ proptest! {
             (None, Ok(())) => prop_assert!(false, "{} on {:?} of {} with {:?} of {}: accepted", op, ts, ds, so, d_o),
         }
         // A broadcast view has elements that alias: every in-place op refuses it.
-        if xs.len() > 0 {
+        if !xs.is_empty() {
             let wide = base.unsqueeze(0).unwrap().expand([2].into_iter().chain(ss.iter().copied()).collect::<Vec<_>>()).unwrap();
             let before = read(&base);
             let r = run_inplace(op, &wide, &o.contiguous(), sc, alpha, lo, hi);
@@ -842,7 +851,7 @@ proptest! {
         let (x, _) = input(&[1, 1], 1, da, false);
         let (y, _) = input(&[1], 2, db, false);
         let huge = x.expand([a, b]).unwrap();
-        let ops: [(&str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>); 8] = [
+        let ops: [BinaryFn; 8] = [
             ("add", Tensor::add), ("sub", Tensor::sub), ("mul", Tensor::mul), ("div", Tensor::div),
             ("pow", Tensor::pow), ("maximum", Tensor::maximum), ("minimum", Tensor::minimum), ("eq", Tensor::eq),
         ];
@@ -886,7 +895,7 @@ proptest! {
         let (b, xb) = input(&sb, seed ^ 1, db, false);
         let rt = result_type2((da, 2), (db, sb.len()));
         let vb = spread(&xb, &sb, &sa);
-        let ops: [(&str, fn(&Tensor, &Tensor) -> ember_tensor::Result<Tensor>); 4] =
+        let ops: [BinaryFn; 4] =
             [("add", Tensor::add), ("mul", Tensor::mul), ("maximum", Tensor::maximum), ("div", Tensor::div)];
         for (name, f) in ops {
             let out = if name == "div" { float_of(rt) } else { rt };

@@ -9,49 +9,11 @@ use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolA
 use ember_tensor::{
     Attention, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, LossReduction, Result, Tensor, UnfoldArgs,
 };
-use ember_testing::prop::{dtype, param, shape, tensor, values};
+use ember_testing::prop::{agree, dtype, param, same_bits, shape, tensor, values};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.
 const CASES: u32 = 1000;
-
-fn same_bits(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
-}
-
-/// The Var op agrees with the Tensor op: both fail (the Var's error naming `op`), or both
-/// succeed with the same bits; then backward reaches every input with a gradient of its
-/// shape.
-fn agree(
-    op: &str,
-    var: Result<Var>,
-    tensor: Result<Tensor>,
-    inputs: &[&Var],
-) -> std::result::Result<(), TestCaseError> {
-    match (var, tensor) {
-        (Err(e), Err(_)) => {
-            let msg = e.to_string();
-            prop_assert!(msg.contains(op), "{}: error {:?} does not name the op", op, msg);
-        }
-        (Ok(v), Ok(t)) => {
-            prop_assert_eq!(v.shape(), t.shape().clone(), "{}", op);
-            let (a, b) = (v.value().to_vec_f64().unwrap(), t.to_vec_f64().unwrap());
-            prop_assert!(same_bits(&a, &b), "{}: {:?} vs {:?}", op, a, b);
-            if v.requires_grad() && v.dtype().is_float() {
-                v.sum_all().backward().unwrap();
-                for x in inputs {
-                    if let Some(g) = x.grad() {
-                        prop_assert_eq!(g.shape(), &x.shape(), "{}: gradient shape", op);
-                        x.zero_grad();
-                    }
-                }
-            }
-        }
-        (Ok(_), Err(e)) => prop_assert!(false, "{}: Var accepted what Tensor refused ({})", op, e),
-        (Err(e), Ok(_)) => prop_assert!(false, "{}: Var refused what Tensor accepted ({})", op, e),
-    }
-    Ok(())
-}
 
 /// `agree` for ops that return several pieces (split, chunk).
 fn agree_pieces(

@@ -1582,3 +1582,22 @@ fn optimizer_steps() {
     });
     p.finish();
 }
+
+/// Integer `pow` of two tensors with exponents beyond `u32::MAX` (the kernels once cut them
+/// to it): the device gives the CPU's values, which are PyTorch's.
+#[test]
+fn integer_pow_takes_exponents_beyond_u32() {
+    if !have_cuda() {
+        return;
+    }
+    let e = (1i64 << 32) + 1;
+    for dt in [DType::U8, DType::I64] {
+        let base = Tensor::from_vec(vec![3i64, -1, 2, 7, 1], [5]).unwrap().to_dtype(dt);
+        let exps = Tensor::from_vec(vec![e, e, e, (1 << 40) + 3, i64::MAX], [5]).unwrap();
+        let cpu = base.pow(&exps).unwrap();
+        let gpu = base.to_device(CUDA).unwrap().pow(&exps.to_device(CUDA).unwrap()).unwrap();
+        assert_eq!(gpu.device(), CUDA);
+        let (c, g) = (cpu.to_vec_f64().unwrap(), gpu.to_device(CPU).unwrap().to_vec_f64().unwrap());
+        assert_eq!(c, g, "{dt}");
+    }
+}

@@ -7,56 +7,15 @@
 //! range over -6..6 and indices over -2..7, so roughly half the calls are invalid.
 
 use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
-use ember_tensor::{ConvArgs, Result, Tensor};
-use ember_testing::prop::{dtype, shape, tensor, values};
+use ember_tensor::{ConvArgs, Tensor};
+use ember_testing::prop::{
+    at, broadcast, broadcast_at, dtype, f64s, indices, ok_or_names, resolve, shape, tensor, values,
+};
 use proptest::prelude::*;
 
 /// Cases per property: enough to hit every error path, small enough for a debug-build run
 /// of a few seconds.
 const CASES: u32 = 1000;
-
-/// `Ok(v)`, or `None` after checking that the error names `op`.
-fn ok_or_names<T>(result: Result<T>, op: &str) -> Option<T> {
-    match result {
-        Ok(v) => Some(v),
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(msg.starts_with(op) || msg.contains(&format!("{op}:")), "{op}: error {msg:?} does not name the op");
-            None
-        }
-    }
-}
-
-/// A signed dimension resolved against `rank` as PyTorch does, or `None` when invalid.
-fn resolve(dim: i64, rank: usize) -> Option<usize> {
-    let r = rank as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    (0..r).contains(&d).then_some(d as usize)
-}
-
-/// Row-major strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
-
-/// Every multi-index of `shape` in row-major order.
-fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
-    let n: usize = shape.iter().product();
-    let st = strides(shape);
-    (0..n).map(|flat| shape.iter().enumerate().map(|(d, &e)| (flat / st[d]) % e.max(1)).collect()).collect()
-}
-
-fn at(data: &[f64], shape: &[usize], idx: &[usize]) -> f64 {
-    data[idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum::<usize>()]
-}
-
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64().unwrap()
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
@@ -318,26 +277,6 @@ proptest! {
         prop_assert!(ok_or_names(small.pad(&[(a, 0), (b, 0)], 0.0), "pad").is_none());
         prop_assert!(ok_or_names(small.reshape(vec![a, b]), "reshape").is_none());
     }
-}
-
-/// The broadcast shape of `a` and `b` by NumPy's rule, or `None` when they do not broadcast.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|d| match (dim(a, d), dim(b, d)) {
-            (x, y) if x == y || y == 1 => Some(x),
-            (1, y) => Some(y),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The index into a tensor of `shape` that broadcast index `idx` (of rank `rank`) reads.
-fn broadcast_at(data: &[f64], shape: &[usize], idx: &[usize]) -> f64 {
-    let lead = idx.len() - shape.len();
-    let own: Vec<usize> = shape.iter().enumerate().map(|(d, &e)| if e == 1 { 0 } else { idx[lead + d] }).collect();
-    at(data, shape, &own)
 }
 
 proptest! {

@@ -8,27 +8,11 @@
 
 use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Result, Tensor, UnfoldArgs};
-use ember_testing::prop::{dtype, shape, tensor, values};
+use ember_testing::prop::{at, dtype, f64s, indices, ok_or_names, resolve, shape, tensor, values};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.
 const CASES: u32 = 1000;
-
-/// `Ok(v)`, or `None` after checking that the error names `op`.
-fn ok_or_names<T>(result: Result<T>, op: &str) -> Option<T> {
-    match result {
-        Ok(v) => Some(v),
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(msg.contains(op), "{op}: error {msg:?} does not name the op");
-            None
-        }
-    }
-}
-
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64().unwrap()
-}
 
 fn close(got: &[f64], want: &[f64], dt: DType) -> bool {
     let tol = if dt == DType::F32 { 1e-4 } else { 1e-10 };
@@ -37,30 +21,6 @@ fn close(got: &[f64], want: &[f64], dt: DType) -> bool {
             .iter()
             .zip(want)
             .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs()))
-}
-
-fn resolve(dim: i64, rank: usize) -> Option<usize> {
-    let r = rank as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    (0..r).contains(&d).then_some(d as usize)
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
-
-fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
-    let n: usize = shape.iter().product();
-    let st = strides(shape);
-    (0..n).map(|flat| shape.iter().enumerate().map(|(d, &e)| (flat / st[d]) % e.max(1)).collect()).collect()
-}
-
-fn at(data: &[f64], shape: &[usize], idx: &[usize]) -> f64 {
-    data[idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum::<usize>()]
 }
 
 /// A reduction of one lane of values.

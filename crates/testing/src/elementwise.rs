@@ -320,7 +320,10 @@ macro_rules! binary_case {
 /// truncated (1 for 1, +-1 for -1, 0 otherwise).
 fn int_pow(x: i64, e: i64) -> i64 {
     if e >= 0 {
-        x.wrapping_pow(e as u32)
+        (0..64).rev().fold(1i64, |acc, bit| {
+            let acc = acc.wrapping_mul(acc);
+            if e >> bit & 1 == 1 { acc.wrapping_mul(x) } else { acc }
+        })
     } else if x == 1 {
         1
     } else if x == -1 {

@@ -26,20 +26,21 @@ impl Tensor {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
-        Self::from_slice(&data, shape)
+        Self::copied("from_vec", &data, shape.into())
     }
 
     /// A tensor holding a copy of `data` in row-major order.
     pub fn from_slice<T: Element>(data: &[T], shape: impl Into<Shape>) -> Result<Tensor> {
-        let shape = shape.into();
-        let n = checked_numel("from_slice", &shape)?;
+        Self::copied("from_slice", data, shape.into())
+    }
+
+    /// `from_vec` and `from_slice`, whose errors name the constructor the caller called.
+    fn copied<T: Element>(op: &'static str, data: &[T], shape: Shape) -> Result<Tensor> {
+        let n = checked_numel(op, &shape)?;
         if n != data.len() {
-            return Err(Error::shape(
-                "from_slice",
-                format!("{} elements cannot fill shape {shape} ({n} elements)", data.len()),
-            ));
+            return Err(Error::shape(op, format!("{} elements cannot fill shape {shape} ({n} elements)", data.len())));
         }
-        let buf = Buffer::from_slice("from_slice", data)?;
+        let buf = Buffer::from_slice(op, data)?;
         Ok(Tensor::from_storage(host(buf), shape))
     }
 

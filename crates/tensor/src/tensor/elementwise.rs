@@ -17,8 +17,9 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor, Shape)> {
         self.same_device(op, other)?;
         let shape = broadcast_shapes(op, self.shape(), other.shape())?;
-        let a = self.try_to_dtype(dtype)?;
-        let b = other.try_to_dtype(dtype)?;
+        // A conversion that cannot be held (of a huge broadcast view) is this op's failure.
+        let a = self.try_to_dtype(dtype).map_err(|e| e.alloc_in(op))?;
+        let b = other.try_to_dtype(dtype).map_err(|e| e.alloc_in(op))?;
         let a = a.with_layout(a.layout.broadcast_to(op, &shape)?);
         let b = b.with_layout(b.layout.broadcast_to(op, &shape)?);
         Ok((a, b, shape))
@@ -126,7 +127,8 @@ impl Tensor {
     pub fn pow_scalar(&self, e: impl Into<Scalar>) -> Result<Tensor> {
         let e = e.into();
         let dtype = self.dtype.promote_scalar(e);
-        let x = if dtype == self.dtype { self.clone() } else { self.to_dtype(dtype) };
+        // A fallible op: a conversion that cannot be held is an error, not an abort.
+        let x = self.try_to_dtype(dtype).map_err(|e| e.alloc_in("pow_scalar"))?;
         let s = x.read(|v| x.backend().unary(UnaryOp::PowScalar(e), v))?;
         Ok(Tensor::from_storage(s, x.shape().clone()))
     }

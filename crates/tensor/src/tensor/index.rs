@@ -111,7 +111,7 @@ impl Tensor {
                 format!("mask of shape {:?} does not broadcast to {:?}", mask.shape(), self.shape()),
             ));
         }
-        let src = self.try_to_dtype(self.dtype().promote_scalar(value))?;
+        let src = self.try_to_dtype(self.dtype().promote_scalar(value)).map_err(|e| e.alloc_in("masked_fill"))?;
         let m = mask.with_layout(mask.layout.broadcast_to("masked_fill", &shape)?);
         let s = src.read2(&m, |v, mv| src.backend().masked_fill(v, mv, value))?;
         Ok(Tensor::from_storage(s, shape))

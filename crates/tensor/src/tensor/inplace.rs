@@ -6,7 +6,7 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::dtype::{Element, Scalar};
 use crate::shape::Shape;
 use crate::storage::StorageCell;
-use crate::{Device, Error, Result};
+use crate::{DType, Device, Error, Result};
 
 /// Elements per parallel task of `update_`: a fused optimizer update is a few flops per
 /// element, so smaller tasks would cost more in scheduling than they save.
@@ -53,7 +53,7 @@ impl Tensor {
             ));
         }
         let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
-        let s = s.try_to_dtype(self.dtype)?;
+        let s = s.try_to_dtype(self.dtype).map_err(|e| e.alloc_in(op))?;
         let shape: Shape = self.shape().clone();
         Ok(s.with_layout(s.layout.broadcast_to(op, &shape)?))
     }
@@ -171,7 +171,16 @@ impl Tensor {
     }
 
     /// Sets the elements where the `u8` `mask` (broadcast to this shape) is non-zero.
+    ///
+    /// A float value converts into an integer tensor's dtype first (truncating, as
+    /// [`Tensor::fill_`] does), so the other elements never pass through a float dtype: an
+    /// `i64` beyond 2^24 would not survive `f32`.
     pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<()> {
+        let value = match (self.dtype, value.into()) {
+            (DType::U8, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<u8>() as i64),
+            (DType::I64, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<i64>()),
+            (_, v) => v,
+        };
         let filled = self.masked_fill(mask, value)?;
         self.copy_(&filled)
     }

@@ -108,7 +108,7 @@ template <typename T> __device__ __forceinline__ T ipow(T x, u64 e) {
 // have a non-zero truncated reciprocal.
 template <typename T> __device__ __forceinline__ T int_pow(T x, T y) {
     i64 e = (i64)y;
-    if (e >= 0) return ipow(x, (u64)(e < 4294967295LL ? e : 4294967295LL));
+    if (e >= 0) return ipow(x, (u64)e);
     if (x == (T)1) return (T)1;
     if ((i64)x == -1) return (e % 2 == 0) ? (T)1 : x;
     return (T)0;

@@ -28,7 +28,7 @@ use ember_nn::{
 };
 use ember_tensor::{DType, Result, Tensor};
 use ember_testing::gradcheck::seed_guard;
-use ember_testing::prop::{dtype, tensor, values};
+use ember_testing::prop::{close, dtype, tensor, values, var_f64s};
 use proptest::prelude::*;
 
 /// Cases per property, unless `PROPTEST_CASES` says otherwise: the file adds a few seconds
@@ -75,26 +75,12 @@ fn mul(a: usize, b: usize) -> Option<usize> {
     a.checked_mul(b)
 }
 
-fn f64s(v: &Var) -> Vec<f64> {
-    v.value().to_vec_f64().unwrap()
-}
-
-/// Elementwise closeness for the dtype, NaN matching NaN and infinities matching exactly.
-fn close(got: &[f64], want: &[f64], dt: DType) -> bool {
-    let tol = if dt == DType::F32 { 2e-3 } else { 1e-9 };
-    got.len() == want.len()
-        && got
-            .iter()
-            .zip(want)
-            .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs()))
-}
-
 /// Bitwise agreement of two results: the same values, or both errors.
 fn same(layer: Result<Var>, functional: Result<Tensor>) -> Result<(), TestCaseError> {
     match (layer, functional) {
         (Ok(a), Ok(b)) => {
             prop_assert_eq!(a.shape().dims().to_vec(), b.shape().dims().to_vec());
-            prop_assert_eq!(f64s(&a), b.to_vec_f64().unwrap());
+            prop_assert_eq!(var_f64s(&a), b.to_vec_f64().unwrap());
         }
         (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
         (a, b) => prop_assert!(
@@ -335,7 +321,7 @@ fn layout(x: &Tensor, batch_first: bool) -> Var {
 
 /// A layer output back in `[batch, seq, feature]`.
 fn unlayout(y: &Var, batch_first: bool) -> Vec<f64> {
-    if batch_first { f64s(y) } else { y.value().transpose(0, 1).unwrap().contiguous().to_vec_f64().unwrap() }
+    if batch_first { var_f64s(y) } else { y.value().transpose(0, 1).unwrap().contiguous().to_vec_f64().unwrap() }
 }
 
 /// `y = x W^T + b` over rows of `x` (`[rows, i]`), `W` `[o, i]`.
@@ -368,13 +354,13 @@ fn naive_mha(
     let (kdim, vdim) = (m.kdim(), m.vdim());
     let (wq, wk, wv) = match (m.in_proj_weight(), m.q_proj_weight()) {
         (Some(w), _) => {
-            let w = f64s(w);
+            let w = var_f64s(w);
             (w[..e * e].to_vec(), w[e * e..2 * e * e].to_vec(), w[2 * e * e..].to_vec())
         }
-        (None, Some((a, b, c))) => (f64s(a), f64s(b), f64s(c)),
+        (None, Some((a, b, c))) => (var_f64s(a), var_f64s(b), var_f64s(c)),
         (None, None) => unreachable!("a layer has one form of input projection"),
     };
-    let bias = m.in_proj_bias().map(f64s);
+    let bias = m.in_proj_bias().map(var_f64s);
     let part = |i: usize| bias.as_ref().map(|b| b[i * e..(i + 1) * e].to_vec());
     let (bq, bk, bv) = (part(0), part(1), part(2));
     let qp = affine(q, &wq, bq.as_deref(), e, e);
@@ -391,8 +377,8 @@ fn naive_mha(
         *p = out;
     };
     if let Some((bk, bv)) = m.bias_kv() {
-        extend(&mut kp, keys, &f64s(bk));
-        extend(&mut vp, keys, &f64s(bv));
+        extend(&mut kp, keys, &var_f64s(bk));
+        extend(&mut vp, keys, &var_f64s(bv));
         keys += 1;
     }
     if zero_attn {
@@ -446,8 +432,8 @@ fn naive_mha(
         }
     }
     let out = m.out_proj();
-    let ob = out.bias().map(f64s);
-    (affine(&merged, &f64s(out.weight()), ob.as_deref(), e, e), probs)
+    let ob = out.bias().map(var_f64s);
+    (affine(&merged, &var_f64s(out.weight()), ob.as_deref(), e, e), probs)
 }
 
 proptest! {
@@ -506,7 +492,7 @@ proptest! {
                     prop_assert_eq!(w.shape().dims().to_vec(), vec![n, heads, t, keys]);
                     probs.clone()
                 };
-                prop_assert!(close(&f64s(w), &want, dt), "weights {:?} want {:?}", f64s(w), want);
+                prop_assert!(close(&var_f64s(w), &want, dt), "weights {:?} want {:?}", var_f64s(w), want);
             }
             (w, _) => prop_assert!(false, "need_weights {} gave {:?}", need_weights, w.as_ref().map(|w| w.shape().clone())),
         }
@@ -598,7 +584,7 @@ proptest! {
         } else {
             one(&layer, &x).unwrap()
         };
-        prop_assert!(close(&f64s(&got), &f64s(&want), dt), "got {:?} want {:?}", f64s(&got), f64s(&want));
+        prop_assert!(close(&var_f64s(&got), &var_f64s(&want), dt), "got {:?} want {:?}", var_f64s(&got), var_f64s(&want));
     }
 
     /// TransformerDecoderLayer and a two-layer TransformerDecoder in eval mode likewise: self
@@ -660,7 +646,7 @@ proptest! {
         } else {
             one(&layer, &x).unwrap()
         };
-        prop_assert!(close(&f64s(&got), &f64s(&want), dt), "got {:?} want {:?}", f64s(&got), f64s(&want));
+        prop_assert!(close(&var_f64s(&got), &var_f64s(&want), dt), "got {:?} want {:?}", var_f64s(&got), var_f64s(&want));
     }
 }
 
@@ -679,7 +665,7 @@ proptest! {
         let x = Var::new(tensor(&shape, seed, DType::F64));
         let got = Flatten::with_dims(start, end).forward(&x);
         match (got, x.flatten(start, end)) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(f64s(&a), f64s(&b)),
+            (Ok(a), Ok(b)) => prop_assert_eq!(var_f64s(&a), var_f64s(&b)),
             (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
             (a, b) => prop_assert!(false, "Flatten {:?} flatten {:?}", a.is_ok(), b.is_ok()),
         }
@@ -707,7 +693,7 @@ proptest! {
         match (got, want) {
             (Ok(y), Some(w)) => {
                 prop_assert_eq!(y.shape().dims().to_vec(), w);
-                prop_assert_eq!(f64s(&y), f64s(&x));
+                prop_assert_eq!(var_f64s(&y), var_f64s(&x));
             }
             (Err(e), None) => prop_assert!(e.to_string().starts_with("unflatten"), "{}", e),
             (got, want) => prop_assert!(false, "Unflatten gave {:?}, expected {:?}", got.map(|y| y.shape().clone()), want),
@@ -760,7 +746,7 @@ proptest! {
             Ok(layer) => {
                 prop_assert!(valid);
                 layer.set_training(false);
-                prop_assert_eq!(f64s(&layer.forward(&x).unwrap()), f64s(&x));
+                prop_assert_eq!(var_f64s(&layer.forward(&x).unwrap()), var_f64s(&x));
             }
             Err(e) => prop_assert!(!valid && e.to_string().starts_with("dropout"), "{}", e),
         }

@@ -18,7 +18,7 @@ use ember_nn::{
     Reduction, RnnOptions,
 };
 use ember_tensor::{DType, Padding, Result, Tensor};
-use ember_testing::prop::{dtype, shape, tensor, values};
+use ember_testing::prop::{close, dtype, shape, strides, tensor, values, var_f64s};
 use proptest::prelude::*;
 
 /// Cases per property: every error path is hit, and the file runs in seconds in debug.
@@ -44,20 +44,6 @@ fn ok_or_names<T>(result: Result<T>, ops: &[&str]) -> Option<T> {
     }
 }
 
-fn f64s(v: &Var) -> Vec<f64> {
-    v.value().to_vec_f64().unwrap()
-}
-
-/// Elementwise closeness for the dtype, NaN matching NaN and infinities matching exactly.
-fn close(got: &[f64], want: &[f64], dt: DType) -> bool {
-    let tol = if dt == DType::F32 { 2e-3 } else { 1e-9 };
-    got.len() == want.len()
-        && got
-            .iter()
-            .zip(want)
-            .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs()))
-}
-
 /// The reduction of per-element losses as PyTorch defines it (`count` divides the mean).
 fn reduce(losses: &[f64], red: Reduction, count: f64) -> Vec<f64> {
     match red {
@@ -71,15 +57,6 @@ fn log_softmax(row: &[f64]) -> Vec<f64> {
     let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
     row.iter().map(|x| x - lse).collect()
-}
-
-/// Row-major strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 /// Normalises `data` within groups (`group[i]` is element i's group): `(x - mean) /
@@ -134,7 +111,7 @@ type RunLayer = dyn Fn(&Var, Option<&Var>, Option<&Var>) -> Result<(Var, Var)>;
 /// refused.
 fn same(layer: Option<Var>, function: Result<Var>, name: &str) -> std::result::Result<(), TestCaseError> {
     match (layer, function) {
-        (Some(a), Ok(b)) => prop_assert_eq!(f64s(&a), f64s(&b), "{}", name),
+        (Some(a), Ok(b)) => prop_assert_eq!(var_f64s(&a), var_f64s(&b), "{}", name),
         (None, Err(_)) => {}
         (a, b) => prop_assert!(false, "{}: the layer gave {}, the function {:?}", name, a.is_some(), b.err()),
     }
@@ -194,7 +171,7 @@ proptest! {
         prop_assert_eq!(got.is_some(), shape_ok && targets_ok && (0.0..=1.0).contains(&smoothing), "cross_entropy {:?} {:?} {:?}", in_shape, ts, smoothing);
         if let Some(l) = got {
             let want = reference(false, smoothing);
-            prop_assert!(close(&f64s(&l), &want, dt), "cross_entropy {:?} vs {:?}", f64s(&l), want);
+            prop_assert!(close(&var_f64s(&l), &want, dt), "cross_entropy {:?} vs {:?}", var_f64s(&l), want);
             if red == Reduction::None {
                 prop_assert_eq!(l.shape().dims().to_vec(), t_shape.clone());
             }
@@ -204,7 +181,7 @@ proptest! {
         prop_assert_eq!(got.is_some(), shape_ok && targets_ok);
         if let Some(l) = got {
             let want = reference(true, 0.0);
-            prop_assert!(close(&f64s(&l), &want, dt), "nll_loss {:?} vs {:?}", f64s(&l), want);
+            prop_assert!(close(&var_f64s(&l), &want, dt), "nll_loss {:?} vs {:?}", var_f64s(&l), want);
         }
     }
 
@@ -230,13 +207,13 @@ proptest! {
         let valid = !wrong_shape && ignore.is_none_or(|i| i < 0) && (0.0..=1.0).contains(&smoothing);
         prop_assert_eq!(got.is_some(), valid);
         if let Some(l) = got {
-            let (data, yd) = (values(&shape, seed), f64s(&Var::new(y)));
+            let (data, yd) = (values(&shape, seed), var_f64s(&Var::new(y)));
             let losses: Vec<f64> = (0..rows).map(|n| {
                 let lp = log_softmax(&data[n * classes..(n + 1) * classes]);
                 -(0..classes).map(|c| (yd[n * classes + c] * (1.0 - smoothing) + smoothing / classes as f64) * lp[c]).sum::<f64>()
             }).collect();
             let want = reduce(&losses, red, rows as f64);
-            prop_assert!(close(&f64s(&l), &want, dt), "{:?} vs {:?}", f64s(&l), want);
+            prop_assert!(close(&var_f64s(&l), &want, dt), "{:?} vs {:?}", var_f64s(&l), want);
         }
     }
 
@@ -262,7 +239,7 @@ proptest! {
             if let Some(l) = got {
                 let losses: Vec<f64> = xd.iter().zip(&yd).map(|(&a, &b)| f(a, b)).collect();
                 let want = reduce(&losses, red, n);
-                prop_assert!(close(&f64s(&l), &want, dt), "{}: {:?} vs {:?}", name, f64s(&l), want);
+                prop_assert!(close(&var_f64s(&l), &want, dt), "{}: {:?} vs {:?}", name, var_f64s(&l), want);
                 if red == Reduction::None {
                     prop_assert_eq!(l.shape().dims().to_vec(), s.clone());
                 }
@@ -290,7 +267,7 @@ proptest! {
                 -(y * p.ln().max(-100.0) + (1.0 - y) * (1.0 - p).ln().max(-100.0))
             }).collect();
             let want = reduce(&losses, red, n);
-            prop_assert!(close(&f64s(&l), &want, dt), "binary_cross_entropy: {:?} vs {:?}", f64s(&l), want);
+            prop_assert!(close(&var_f64s(&l), &want, dt), "binary_cross_entropy: {:?} vs {:?}", var_f64s(&l), want);
         }
     }
 
@@ -336,7 +313,7 @@ proptest! {
             } else {
                 data.iter().enumerate().map(|(i, x)| (x - rm0[channel(i)]) / (rv0[channel(i)] + eps).sqrt()).collect()
             };
-            prop_assert!(close(&f64s(&y), &affine(want), dt), "batch_norm {:?}", s);
+            prop_assert!(close(&var_f64s(&y), &affine(want), dt), "batch_norm {:?}", s);
             if training {
                 let (mut mean, mut var) = (vec![0.0; c], vec![0.0; c]);
                 for (i, x) in data.iter().enumerate() {
@@ -359,7 +336,7 @@ proptest! {
         if let Some(y) = got {
             let group: Vec<usize> = (0..numel).map(|i| batch(i) * c + channel(i)).collect();
             let want = affine(normalise(&data, &group, s[0] * c, eps, false));
-            prop_assert!(close(&f64s(&y), &want, dt), "instance_norm {:?}", s);
+            prop_assert!(close(&var_f64s(&y), &want, dt), "instance_norm {:?}", s);
         }
 
         // group_norm: statistics per sample and group of channels.
@@ -370,7 +347,7 @@ proptest! {
             let per_group = c / groups;
             let group: Vec<usize> = (0..numel).map(|i| batch(i) * groups + channel(i) / per_group.max(1)).collect();
             let want = affine(normalise(&data, &group, s[0] * groups, eps, false));
-            prop_assert!(close(&f64s(&y), &want, dt), "group_norm {:?}", s);
+            prop_assert!(close(&var_f64s(&y), &want, dt), "group_norm {:?}", s);
         }
     }
 
@@ -414,13 +391,13 @@ proptest! {
         prop_assert_eq!(got.is_some(), shape_ok && !wrong_param && eps_ok, "layer_norm {:?} over {:?}", s, ns);
         if let Some(y) = got {
             let want = affine(normalise(&data, &group, groups, eps, false), true);
-            prop_assert!(close(&f64s(&y), &want, dt), "layer_norm {:?} over {:?}", s, ns);
+            prop_assert!(close(&var_f64s(&y), &want, dt), "layer_norm {:?} over {:?}", s, ns);
         }
         let got = ok_or_names(F::rms_norm(&x, &ns, Some(&w), Some(eps)), &["rms_norm"]);
         prop_assert_eq!(got.is_some(), shape_ok && !wrong_param && eps_ok, "rms_norm {:?} over {:?}", s, ns);
         if let Some(y) = got {
             let want = affine(normalise(&data, &group, groups, eps, true), false);
-            prop_assert!(close(&f64s(&y), &want, dt), "rms_norm {:?} over {:?}", s, ns);
+            prop_assert!(close(&var_f64s(&y), &want, dt), "rms_norm {:?} over {:?}", s, ns);
         }
 
         // The layers (f32, weight one and bias zero) compute their function.
@@ -527,7 +504,7 @@ proptest! {
             }
             let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
             let want = naive_attention(&values(&[b, l, e], seed), &values(&[b, s, e], seed ^ 1), &values(&[b, s, ev], seed ^ 2), [b, l, s, e, ev], &bias, scale);
-            let got = f64s(&out);
+            let got = var_f64s(&out);
             for (g, w) in got.iter().zip(&want) {
                 // A row with every key hidden has no defined value.
                 if let Some(w) = w {
@@ -597,7 +574,7 @@ proptest! {
             prop_assert_eq!(out.shape().dims().to_vec(), want_shape.clone());
             let w = values(&[rows, dim], seed);
             let want: Vec<f64> = idx.iter().flat_map(|&i| w[i as usize * dim..(i as usize + 1) * dim].to_vec()).collect();
-            prop_assert_eq!(f64s(&out), want);
+            prop_assert_eq!(var_f64s(&out), want);
             out.sum_all().backward().unwrap();
             if let (Some(p), Some(g)) = (padding, weight.grad()) {
                 let g = g.to_vec_f64().unwrap();
@@ -650,7 +627,7 @@ proptest! {
             let want: Vec<f64> = (0..rows).flat_map(|r| (0..hidden).map(move |g| (r, g))).map(|(r, g)| {
                 (affine(&p, "ih", &xd, input, r, g) + affine(&p, "hh", &hd, hidden, r, g)).tanh()
             }).collect();
-            prop_assert!(close(&f64s(&h), &want, DType::F32), "RNNCell {:?} vs {:?}", f64s(&h), want);
+            prop_assert!(close(&var_f64s(&h), &want, DType::F32), "RNNCell {:?} vs {:?}", var_f64s(&h), want);
         }
 
         let Some(cell) = ok_or_names(LSTMCell::new(input, hidden), &["LSTMCell"]) else {
@@ -671,8 +648,8 @@ proptest! {
                     wh.push(sig(gate(3)) * c.tanh());
                 }
             }
-            prop_assert!(close(&f64s(&out.h), &wh, DType::F32), "LSTMCell h {:?} vs {:?}", f64s(&out.h), wh);
-            prop_assert!(close(&f64s(&out.c), &wc, DType::F32), "LSTMCell c");
+            prop_assert!(close(&var_f64s(&out.h), &wh, DType::F32), "LSTMCell h {:?} vs {:?}", var_f64s(&out.h), wh);
+            prop_assert!(close(&var_f64s(&out.c), &wc, DType::F32), "LSTMCell c");
         }
 
         let Some(cell) = ok_or_names(GRUCell::new(input, hidden), &["GRUCell"]) else {
@@ -692,7 +669,7 @@ proptest! {
                     want.push((1.0 - z) * n + z * hd[r * hidden + j]);
                 }
             }
-            prop_assert!(close(&f64s(&h), &want, DType::F32), "GRUCell {:?} vs {:?}", f64s(&h), want);
+            prop_assert!(close(&var_f64s(&h), &want, DType::F32), "GRUCell {:?} vs {:?}", var_f64s(&h), want);
         }
     }
 
@@ -760,7 +737,7 @@ proptest! {
             if layers == 1 && !bidirectional && steps > 0 {
                 let time = if batch_first && !unbatched { 1 } else { 0 };
                 let last = output.select(time as i64, steps - 1).unwrap();
-                prop_assert!(close(&f64s(&last), &f64s(&h_n.select(0, 0).unwrap()), DType::F32), "{}: last output is not h_n", name);
+                prop_assert!(close(&var_f64s(&last), &var_f64s(&h_n.select(0, 0).unwrap()), DType::F32), "{}: last output is not h_n", name);
             }
         }
     }
@@ -776,7 +753,7 @@ proptest! {
         let got = ok_or_names(F::dropout(&x, p, training), &["dropout"]);
         prop_assert_eq!(got.is_some(), valid, "dropout p={}", p);
         if let Some(y) = got {
-            let y = f64s(&y);
+            let y = var_f64s(&y);
             prop_assert_eq!(y.len(), data.len());
             for (a, b) in y.iter().zip(&data) {
                 let kept = if !training || p == 0.0 { *a == *b } else if p == 1.0 { *a == 0.0 } else { *a == 0.0 || (*a - b / (1.0 - p)).abs() < 1e-12 };
@@ -785,7 +762,7 @@ proptest! {
         }
         if let Some(y) = ok_or_names(F::dropout2d(&x, p, training), &["dropout2d"]) {
             prop_assert!(valid && (s.len() == 3 || s.len() == 4), "dropout2d accepted p={} on {:?}", p, s);
-            let y = f64s(&y);
+            let y = var_f64s(&y);
             // A channel is the trailing plane: all of it is dropped or all of it kept.
             let plane: usize = s[s.len() - 2..].iter().product();
             for (yc, xc) in y.chunks(plane.max(1)).zip(data.chunks(plane.max(1))) {

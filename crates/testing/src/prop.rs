@@ -25,6 +25,22 @@ pub fn param(shape: &[usize], seed: u64, dtype: DType) -> Var {
     Var::param(tensor(shape, seed, dtype))
 }
 
+/// The value of `v` as `f64`s.
+pub fn var_f64s(v: &Var) -> Vec<f64> {
+    v.value().to_vec_f64().unwrap()
+}
+
+/// Elementwise closeness for the float dtype `dt` (relative 2e-3 in `f32`, 1e-9 in `f64`),
+/// NaN matching NaN and infinities matching exactly.
+pub fn close(got: &[f64], want: &[f64], dt: DType) -> bool {
+    let tol = if dt == DType::F32 { 2e-3 } else { 1e-9 };
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs()))
+}
+
 /// Either float dtype.
 pub fn dtype() -> impl Strategy<Value = DType> {
     prop_oneof![Just(DType::F32), Just(DType::F64)]

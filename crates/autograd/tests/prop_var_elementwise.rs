@@ -9,7 +9,7 @@
 
 use ember_autograd::Var;
 use ember_tensor::{DType, Result, Scalar, Tensor};
-use ember_testing::prop::{agree, any_dtype, input, shape};
+use ember_testing::prop::{agree, any_dtype, input, other_shape, shape};
 use proptest::prelude::*;
 
 /// Cases per property: each case runs every op of its family on one input.
@@ -82,15 +82,6 @@ fn param() -> impl Strategy<Value = f64> {
         f64::NEG_INFINITY,
         f64::NAN,
     ])
-}
-
-/// A second shape: independent (often incompatible), or the first with some extents set to
-/// 1 and leading dimensions dropped.
-fn other_shape(first: &[usize], mode: u8, mask: u8, drop: usize, independent: &[usize]) -> Vec<usize> {
-    if mode == 0 {
-        return independent.to_vec();
-    }
-    first[drop.min(first.len())..].iter().enumerate().map(|(d, &e)| if mask >> d & 1 == 1 { 1 } else { e }).collect()
 }
 
 proptest! {

@@ -382,17 +382,9 @@ macro_rules! int_element {
             fn pow_elem(self, e: Self) -> Self {
                 let e = e as i64;
                 if e >= 0 {
-                    // Repeated squaring over the whole exponent: `wrapping_pow` takes a
-                    // `u32`, and a larger exponent must not be cut to it.
-                    let (mut base, mut acc, mut e) = (self, 1 as $t, e as u64);
-                    while e > 0 {
-                        if e & 1 == 1 {
-                            acc = acc.wrapping_mul(base);
-                        }
-                        base = base.wrapping_mul(base);
-                        e >>= 1;
-                    }
-                    acc
+                    // Over the whole exponent: `wrapping_pow` takes a `u32`, and a larger
+                    // exponent must not be cut to it.
+                    crate::ops::unary::pow_wrapping(self, e as u64)
                 } else if self == 1 {
                     1
                 } else if (self as i64) == -1 {

@@ -16,7 +16,7 @@
 use ember_tensor::{DType, Scalar, Tensor};
 use ember_testing::elementwise::{erf_series, sign};
 use ember_testing::prop::{
-    Elem as V, any_dtype, broadcast, broadcast_at, cast, indices, input, names_op, ok_or_names, read,
+    Elem as V, any_dtype, broadcast, broadcast_at, cast, indices, input, names_op, ok_or_names, other_shape, read,
     same_elems as matches, scalar_in, shape,
 };
 use proptest::prelude::*;
@@ -262,16 +262,6 @@ fn param() -> impl Strategy<Value = f64> {
         f64::NEG_INFINITY,
         f64::NAN,
     ])
-}
-
-/// A second shape: independent (often incompatible), or the first with some extents set to
-/// 1 and leading dimensions dropped (broadcastable).
-fn other_shape(first: &[usize], mode: u8, mask: u8, drop: usize, independent: &[usize]) -> Vec<usize> {
-    if mode == 0 {
-        return independent.to_vec();
-    }
-    let kept = &first[drop.min(first.len())..];
-    kept.iter().enumerate().map(|(d, &e)| if mask >> d & 1 == 1 { 1 } else { e }).collect()
 }
 
 /// The reference of a scalar op on `x` of `dt`, with the result dtype `out`.

@@ -311,3 +311,13 @@ pub fn same_elems(got: &[Elem], want: &[Elem], tol: f64) -> bool {
             _ => false,
         })
 }
+
+/// A second shape: independent (often incompatible), or the first with some extents set to
+/// 1 and leading dimensions dropped (broadcastable).
+pub fn other_shape(first: &[usize], mode: u8, mask: u8, drop: usize, independent: &[usize]) -> Vec<usize> {
+    if mode == 0 {
+        return independent.to_vec();
+    }
+    let kept = &first[drop.min(first.len())..];
+    kept.iter().enumerate().map(|(d, &e)| if mask >> d & 1 == 1 { 1 } else { e }).collect()
+}

@@ -305,7 +305,7 @@ pub(crate) fn int_exponent(e: Scalar) -> Result<u64> {
 
 /// `x^e` with wrapping multiplication (PyTorch's integer `pow`), by repeated squaring.
 #[inline(always)]
-fn pow_wrapping<T: Element>(x: T, mut e: u64) -> T {
+pub(crate) fn pow_wrapping<T: Element>(x: T, mut e: u64) -> T {
     let (mut base, mut acc) = (x, T::ONE);
     while e > 0 {
         if e & 1 == 1 {

@@ -43,10 +43,10 @@ pack() {
 
 # The ember crate's own `cuda` features arrive with the device plumbing; before that the
 # tensor crate's feature is the whole backend.
-ember_features="ember-tensor/$FEATURE"
-grep -qE "^$FEATURE *=" crates/ember/Cargo.toml && ember_features="$FEATURE"
+ember_features="${FEATURE:+ember-tensor/$FEATURE}"
+[[ -n $FEATURE ]] && grep -qE "^$FEATURE *=" crates/ember/Cargo.toml && ember_features="$FEATURE"
 
-echo "building with $FEATURE:"
+echo "building with features: ${FEATURE:-(none: the emulated cuda:0)}"
 for spec in "ember-tensor cuda_parity $FEATURE" "ember-autograd cuda_backward $FEATURE" "ember device_plumbing $ember_features"; do
     read -r pkg name features <<<"$spec"
     if [[ $name == device_plumbing && ! -f crates/ember/tests/device_plumbing.rs ]]; then

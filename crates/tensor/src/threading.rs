@@ -17,7 +17,7 @@
 //!
 //! Whether the helpers join kernels at all is measured as the program runs: on a shared
 //! virtual machine the host sometimes runs two vCPUs on one core, and then one thread is
-//! faster than two. The team probes the other mode for 30 ms after each second and keeps
+//! faster than two. The team probes the other mode for 30 ms every one to four seconds and keeps
 //! whichever makes loops faster; results do not depend on it. `EMBER_THREAD_TUNING=0` turns
 //! the probing off (helpers join every kernel).
 //!

@@ -9,15 +9,15 @@
 //! did not, and at 73,000 on one thread either way; the host switched between the two at
 //! arbitrary times.
 //!
-//! So the team measures. It runs *main* phases of a second (the first one shorter) in the
-//! mode it believes faster (with helpers, or the caller alone) and, after each, a short
-//! *probe* phase in the other mode,
+//! So the team measures. It runs *main* phases in the mode it believes faster (with
+//! helpers, or the caller alone) and, after each, a short *probe* phase in the other mode,
 //! and compares the average wall time of a loop in the probe with the average over the
 //! same length of time at the end of the main phase. A training loop repeats the same
 //! kernels every step, so phases of tens of milliseconds see the same mix of loops. A probe
-//! faster by [`MARGIN`] makes its mode the main one. With helpers worth having, the probes
-//! cost about 1% (the solo probe's share of the time); without, the helpers sleep through
-//! the main phases and the caller runs at the speed of one thread.
+//! faster by [`MARGIN`] makes its mode the main one. Main phases last a second after a
+//! switch (the first 200 ms) and double while probes confirm them, up to four seconds, so
+//! the probes of a mode that keeps losing cost under 1% of the time. Where helpers do not
+//! pay, they sleep through the main phases and the caller runs at the speed of one thread.
 //!
 //! Which thread runs which part of a loop never changes a result (the parts are fixed by
 //! the work's shape), so the tuner changes timing only. `EMBER_THREAD_TUNING=0` turns it off
@@ -28,8 +28,15 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The length of a main phase.
+/// The length of a main phase after a probe that changed the mode; each probe that
+/// confirms the mode doubles it, up to [`LONGEST_MAIN`].
 const MAIN: Duration = Duration::from_secs(1);
+
+/// The longest main phase: a probe of a mode that loses costs a share of its time (with 16
+/// helpers worth having, a solo probe runs at a sixteenth of the speed), so a mode that
+/// keeps winning is probed less often, and a change of the host is still found within
+/// seconds.
+const LONGEST_MAIN: Duration = Duration::from_secs(4);
 
 /// The length of the first main phase: short, so that a program started on a host that
 /// shares one core between the vCPUs finds out soon.
@@ -81,8 +88,8 @@ struct State {
     measuring: bool,
     /// The last main phase's window: loops and total wall time.
     reference: (u64, Duration),
-    /// Whether a probe has run yet.
-    probed: bool,
+    /// The length of the current (or next) main phase.
+    main_len: Duration,
 }
 
 impl Tuner {
@@ -97,7 +104,7 @@ impl Tuner {
                 busy: Duration::ZERO,
                 measuring: false,
                 reference: (0, Duration::ZERO),
-                probed: false,
+                main_len: FIRST_MAIN,
             }),
         }
     }
@@ -115,7 +122,7 @@ impl Tuner {
         let Some(mut s) = self.state.try_lock() else { return };
         let start = *s.phase_start.get_or_insert(now);
         let elapsed = now.saturating_duration_since(start);
-        let main = if s.probed { MAIN } else { FIRST_MAIN };
+        let main = s.main_len;
         if !s.probing && !s.measuring && elapsed + PROBE >= main {
             s.measuring = true;
         }
@@ -147,9 +154,11 @@ impl Tuner {
             }
             if switch {
                 s.main_solo = !s.main_solo;
+                s.main_len = MAIN;
+            } else {
+                s.main_len = (s.main_len * 2).clamp(MAIN, LONGEST_MAIN);
             }
             s.probing = false;
-            s.probed = true;
             s.measuring = false;
             self.solo.store(s.main_solo, Ordering::Relaxed);
         } else {
@@ -187,16 +196,35 @@ mod tests {
         let us = Duration::from_micros;
         // Helpers help (loops of 100 µs with them, 160 µs alone): the probe of solo running
         // loses, and the team stays the main mode through several rounds.
-        feed(&tuner, &mut now, MAIN * 3, us(100), us(160));
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
         assert!(!tuner.solo() || tuner.state.lock().probing);
         assert!(!tuner.state.lock().main_solo);
         // The host takes the second core away: with helpers, loops now take 200 µs. The next
         // probe of solo running wins and the caller runs alone from then on.
-        feed(&tuner, &mut now, MAIN * 3, us(200), us(160));
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(200), us(160));
         assert!(tuner.state.lock().main_solo);
         // The cores come back: a probe of the team wins again.
-        feed(&tuner, &mut now, MAIN * 3, us(100), us(160));
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
         assert!(!tuner.state.lock().main_solo);
+    }
+
+    #[test]
+    fn confirmed_modes_are_probed_less_often_and_a_switch_resets_that() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        feed(&tuner, &mut now, LONGEST_MAIN * 4, us(100), us(160));
+        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
+        // The host takes a core away: the first probe after that switches, and the main
+        // phases start again from a second.
+        let mut fed = Duration::ZERO;
+        while !tuner.state.lock().main_solo && fed < LONGEST_MAIN * 2 {
+            feed(&tuner, &mut now, Duration::from_millis(1), us(200), us(160));
+            fed += Duration::from_millis(1);
+        }
+        let s = tuner.state.lock();
+        assert!(s.main_solo);
+        assert_eq!(s.main_len, MAIN);
     }
 
     #[test]
@@ -215,9 +243,9 @@ mod tests {
         let tuner = Tuner::new();
         let mut now = Instant::now();
         let us = Duration::from_micros;
-        feed(&tuner, &mut now, MAIN * 4, us(100), us(105));
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(105));
         assert!(!tuner.state.lock().main_solo);
-        feed(&tuner, &mut now, MAIN * 4, us(100), us(95));
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(95));
         assert!(!tuner.state.lock().main_solo);
     }
 

@@ -17,6 +17,7 @@
 use crate::backend::{AxisTaps, AxisWindows, PoolWindows, Resample};
 use crate::conv::Spatial;
 use crate::shape::{Shape, checked_numel};
+use crate::storage::check_allocatable;
 use crate::{DType, Error, Result};
 
 /// The arguments of `max_pool1d` / `max_pool2d` (PyTorch's names and defaults: the stride
@@ -445,25 +446,16 @@ const LONG_SIDE: usize = 1 << 20;
 
 /// Refuses an output that cannot exist or cannot be allocated before the maps of its sides
 /// are built. The count is checked against ember's element limit; an output with a side of
-/// [`LONG_SIDE`] or more also has its bytes (`element_bytes` each) reserved and freed at once,
-/// so a countable but unallocatable request (`[1, 1, 2^31, 2^20]`: 2^51 elements) is an
-/// allocation error instead of first building a 2^31-entry map. Once the output can be
-/// allocated, the maps are at most a fixed multiple of it.
-fn reserve_output(
-    op: &'static str,
-    output: &Shape,
-    sides: [usize; 2],
-    element_bytes: usize,
-    dtype: DType,
-) -> Result<()> {
+/// [`LONG_SIDE`] or more must also be allocatable ([`check_allocatable`]), so a countable
+/// but unallocatable request (`[1, 1, 2^31, 2^20]`: 2^51 elements) is an allocation error
+/// instead of first building a 2^31-entry map. Once the output can be allocated, the maps
+/// are at most a fixed multiple of it.
+fn reserve_output(op: &'static str, output: &Shape, sides: [usize; 2], dtype: DType) -> Result<()> {
     let elements = checked_numel(op, output)?;
     if sides[0].max(sides[1]) < LONG_SIDE {
         return Ok(());
     }
-    let refused = || Error::Alloc { op, elements, dtype: dtype.name() };
-    let bytes = elements.checked_mul(element_bytes).ok_or_else(refused)?;
-    let mut probe = Vec::<u8>::new();
-    probe.try_reserve_exact(bytes).map_err(|_| refused())
+    check_allocatable(op, elements, dtype)
 }
 
 /// Checks an adaptive pool's input and output size; returns the lifted input.
@@ -476,7 +468,7 @@ fn adaptive_lift<const D: usize>(op: &'static str, input: &[usize], size: [usize
     // Before the per-axis windows, which are as long as the output's sides: an output too
     // large to hold must not first build them. The dtype is not known here: the bound is the
     // smallest output either float dtype gives.
-    reserve_output(op, &lifted.output(two(size, 1)), two(size, 1), DType::F32.size_in_bytes(), DType::F32)?;
+    reserve_output(op, &lifted.output(two(size, 1)), two(size, 1), DType::F32)?;
     Ok(lifted)
 }
 
@@ -704,7 +696,7 @@ pub fn interpolate_plan(input: &[usize], args: &InterpolateArgs, dtype: DType) -
     // Before the per-axis sample maps, which are as long as the output's sides.
     let sides = if dims == 1 { [1, size[0]] } else { [size[0], size[1]] };
     let output = Shape::from(input[..2].iter().chain(&size).copied().collect::<Vec<_>>());
-    reserve_output(op, &output, sides, dtype.size_in_bytes(), dtype)?;
+    reserve_output(op, &output, sides, dtype)?;
     let align = args.align_corners.unwrap_or(false);
     let axis = |d: usize| {
         let (i, o) = (spatial[d], size[d]);

@@ -4,6 +4,7 @@
 //! `normal`, `ones`), whose refusals name themselves: a user who asked for a
 //! `Linear(2^40, 8)` should read which layer and which parameter could not be held.
 
+use ember_tensor::storage::check_allocatable;
 use ember_tensor::{DType, Error, Result};
 
 /// Renames an error from creating a parameter to `op`, the layer and the parameter's
@@ -33,15 +34,8 @@ pub(crate) fn within(op: &'static str) -> impl FnOnce(Error) -> Error {
 /// that overflowed) can be allocated, checked before any is built. For layers whose
 /// parameter count grows with an argument that costs nothing to pass (`num_layers`): each
 /// parameter alone may be small, so only their total shows the request cannot be held, and
-/// building them one by one would run the process out of memory instead. The bytes are
-/// reserved and freed at once, which touches no memory.
+/// building them one by one would run the process out of memory instead.
 pub(crate) fn reserve_total(op: &'static str, elements: Option<usize>, dtype: DType) -> Result<()> {
-    let limit = isize::MAX as usize / 8;
-    let elements = elements
-        .filter(|&n| n <= limit)
-        .ok_or_else(|| Error::shape(op, "the parameters have too many elements in all"))?;
-    let refused = || Error::Alloc { op, elements, dtype: dtype.name() };
-    let bytes = elements.checked_mul(dtype.size_in_bytes()).ok_or_else(refused)?;
-    let mut probe = Vec::<u8>::new();
-    probe.try_reserve_exact(bytes).map_err(|_| refused())
+    let elements = elements.ok_or_else(|| Error::shape(op, "the parameters have too many elements in all"))?;
+    check_allocatable(op, elements, dtype)
 }

@@ -2,8 +2,32 @@
 
 use super::pool;
 use crate::dtype::Element;
-use crate::{Error, Result};
+use crate::shape::MAX_NUMEL;
+use crate::{DType, Error, Result};
 use std::ptr::NonNull;
+
+/// `Ok` when `elements` values of `dtype` could be allocated now: the count is within
+/// ember's element limit and the system grants the bytes (reserved and freed at once, which
+/// touches no memory). Otherwise the error a tensor of that size would give, naming `op`.
+///
+/// For requests made of many parts that are each small (the layers of a deep stack, the
+/// sample maps of a huge resampling): checked on their total before any part is built, they
+/// fail with an error instead of running the process out of memory part by part.
+///
+/// ```
+/// use ember_tensor::DType;
+/// use ember_tensor::storage::check_allocatable;
+/// assert!(check_allocatable("demo", 1 << 10, DType::F32).is_ok());
+/// assert!(check_allocatable("demo", usize::MAX, DType::F32).unwrap_err().to_string().contains("demo"));
+/// ```
+pub fn check_allocatable(op: &'static str, elements: usize, dtype: DType) -> Result<()> {
+    if elements > MAX_NUMEL {
+        return Err(Error::shape(op, format!("{elements} elements are more than a tensor may hold")));
+    }
+    let refused = || Error::Alloc { op, elements, dtype: dtype.name() };
+    let bytes = elements.checked_mul(dtype.size_in_bytes()).ok_or_else(refused)?;
+    Vec::<u8>::new().try_reserve_exact(bytes).map_err(|_| refused())
+}
 
 /// Buffers of at most this many bytes live inside the `Buffer` value itself: a tensor of a
 /// few elements then costs no allocation of its own.

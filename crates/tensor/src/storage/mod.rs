@@ -8,7 +8,7 @@ mod buffer;
 pub mod pool;
 mod rss;
 
-pub use buffer::Buffer;
+pub use buffer::{Buffer, check_allocatable};
 pub use pool::{
     DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, MemoryStats, clear_pool, memory_stats, pool_enabled, pool_limit,
     pool_trim_period, reset_peak, set_pool_enabled, set_pool_limit, set_pool_trim_period, trim_pool,

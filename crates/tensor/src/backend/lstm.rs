@@ -91,3 +91,95 @@ pub(crate) fn check_backward(
     }
     Ok((b, h))
 }
+
+/// One LSTM direction over a whole sequence: its shape and the order its steps run in.
+///
+/// The recurrence's operands are the input projection `gi` (`[T, B, 4H]`, both biases
+/// included), the recurrent weight `w_hh` (`[4H, H]`) and the initial state `h0`, `c0`
+/// (`[B, H]`); its output holds every step's seven slots (see [`LSTM_SLOTS`]) as
+/// `[T, 7, B, H]`, so that each slot of a step is one contiguous `[B, H]` block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LstmRun {
+    /// `T`, the number of steps.
+    pub steps: usize,
+    /// `B`, the number of sequences.
+    pub batch: usize,
+    /// `H`, the hidden size.
+    pub hidden: usize,
+    /// Run from the last step to the first.
+    pub reverse: bool,
+}
+
+impl LstmRun {
+    /// The time steps in the order they run.
+    pub fn order(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.steps).map(move |i| if self.reverse { self.steps - 1 - i } else { i })
+    }
+}
+
+/// The dims of `l` if they are `want`, else an error of `op` naming `what`.
+fn expect_dims(op: &'static str, what: &str, (dtype, l): (DType, &Layout), want: &[usize], of: DType) -> Result<()> {
+    if l.shape().dims() != want {
+        return Err(Error::shape(op, format!("{what} must be {want:?}, got {:?}", l.shape().dims())));
+    }
+    if dtype != of {
+        return Err(Error::dtype(op, format!("{what} is {dtype}, the recurrent weight {of}")));
+    }
+    Ok(())
+}
+
+/// The recurrent weight's `(4H, H)` and dtype, checked to be a float `[4H, H]` matrix.
+fn weight_dims(op: &'static str, (dtype, l): (DType, &Layout)) -> Result<(usize, usize)> {
+    match l.shape().dims() {
+        [g, h] if *g == 4 * *h && dtype.is_float() => Ok((*g, *h)),
+        other => {
+            Err(Error::shape(op, format!("the recurrent weight must be a float [4H, H] matrix, got {dtype} {other:?}")))
+        }
+    }
+}
+
+/// Checks the whole-sequence forward's operands (`gi` `[T, B, 4H]`, `w_hh` `[4H, H]`, `h0`
+/// and `c0` `[B, H]`, one float dtype) and returns the run, `reverse` as given.
+pub(crate) fn check_sequence(
+    gi: (DType, &Layout),
+    w_hh: (DType, &Layout),
+    h0: (DType, &Layout),
+    c0: (DType, &Layout),
+    reverse: bool,
+) -> Result<LstmRun> {
+    let op = "lstm_sequence";
+    let (gates, hidden) = weight_dims(op, w_hh)?;
+    let (steps, batch) = match gi.1.shape().dims() {
+        [t, b, _] => (*t, *b),
+        other => return Err(Error::shape(op, format!("the input projection must be [T, B, {gates}], got {other:?}"))),
+    };
+    if steps == 0 {
+        return Err(Error::shape(op, "the sequence must have at least one step, got an input projection of 0 steps"));
+    }
+    expect_dims(op, "the input projection", gi, &[steps, batch, gates], w_hh.0)?;
+    expect_dims(op, "h0", h0, &[batch, hidden], w_hh.0)?;
+    expect_dims(op, "c0", c0, &[batch, hidden], w_hh.0)?;
+    Ok(LstmRun { steps, batch, hidden, reverse })
+}
+
+/// Checks the whole-sequence backward's operands (`y` and `gy` `[T, 7, B, H]`, `w_hh`
+/// `[4H, H]`, `c0` `[B, H]`, one float dtype) and returns the run, `reverse` as given.
+pub(crate) fn check_sequence_backward(
+    y: (DType, &Layout),
+    gy: (DType, &Layout),
+    w_hh: (DType, &Layout),
+    c0: (DType, &Layout),
+    reverse: bool,
+) -> Result<LstmRun> {
+    let op = "lstm_sequence_backward";
+    let (_, hidden) = weight_dims(op, w_hh)?;
+    let (steps, batch) = match y.1.shape().dims() {
+        [t, LSTM_SLOTS, b, _] => (*t, *b),
+        other => return Err(Error::shape(op, format!("the output must be [T, 7, B, {hidden}], got {other:?}"))),
+    };
+    let slots = [steps, LSTM_SLOTS, batch, hidden];
+    expect_dims(op, "the output", y, &slots, w_hh.0)?;
+    expect_dims(op, "the output's gradient", gy, &slots, w_hh.0)?;
+    expect_dims(op, "c0", c0, &[batch, hidden], w_hh.0)?;
+    Ok(LstmRun { steps, batch, hidden, reverse })
+}

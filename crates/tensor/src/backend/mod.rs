@@ -187,6 +187,38 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<[Storage; 2]> {
         compose::lstm::backward(self, y, gy, dh, dc, c, bh)
     }
+    /// One LSTM direction over a whole sequence ([`lstm::LstmRun`]): from the input
+    /// projection `gi` `[T, B, 4H]`, the recurrent weight `w_hh` `[4H, H]` and the initial
+    /// state `h0`, `c0` `[B, H]`, every step's slots `[T, 7, B, H]`.
+    ///
+    /// The default runs one [`Backend::matmul`] and one [`Backend::lstm_cell`] per step.
+    fn lstm_sequence(
+        &self,
+        gi: View<'_>,
+        w_hh: View<'_>,
+        h0: View<'_>,
+        c0: View<'_>,
+        run: &lstm::LstmRun,
+    ) -> Result<Storage> {
+        compose::lstm::sequence(self, gi, w_hh, h0, c0, run)
+    }
+    /// The gradients of [`Backend::lstm_sequence`] with respect to the input projection
+    /// (`[T, B, 4H]`), `h0` and `c0` (`[B, H]`), from its output `y`, the gradient arriving
+    /// at it `gy` (both `[T, 7, B, H]`), `w_hh` and `c0`. The recurrent weight's gradient is
+    /// one product the caller forms from the first of these.
+    ///
+    /// The default runs one [`Backend::lstm_cell_backward`] and one [`Backend::matmul`] per
+    /// step.
+    fn lstm_sequence_backward(
+        &self,
+        y: View<'_>,
+        gy: View<'_>,
+        w_hh: View<'_>,
+        c0: View<'_>,
+        run: &lstm::LstmRun,
+    ) -> Result<[Storage; 3]> {
+        compose::lstm::sequence_backward(self, y, gy, w_hh, c0, run)
+    }
     /// Batched matrix product. `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with
     /// identical (already broadcast) batch dimensions; the result is `[batch.., m, n]`.
     ///

@@ -3,8 +3,13 @@
 use super::Tensor;
 use super::locks::ReadSet;
 use crate::Result;
-use crate::backend::lstm::{LSTM_SLOTS, check_backward, check_forward};
+use crate::backend::lstm::{LSTM_SLOTS, check_backward, check_forward, check_sequence, check_sequence_backward};
 use crate::shape::Shape;
+
+/// `t` read through the locks of `set`, which must hold its storage.
+fn view<'a>(set: &'a ReadSet<'_>, t: &'a Tensor) -> crate::backend::View<'a> {
+    (set.get(&t.storage), &t.layout)
+}
 
 impl Tensor {
     /// One LSTM time step's gates and state in one pass: from the recurrent product `a`
@@ -56,12 +61,82 @@ impl Tensor {
         let mut cells = vec![&*y.storage, &*dh.storage, &*dc.storage, &*c.storage];
         cells.extend(gy.map(|g| &*g.storage));
         let set = ReadSet::new(&cells);
-        fn view<'a>(set: &'a ReadSet<'_>, t: &'a Tensor) -> crate::backend::View<'a> {
-            (set.get(&t.storage), &t.layout)
-        }
         let gy = gy.map(|g| view(&set, g));
         let [dp, dcp] =
             y.backend().lstm_cell_backward(view(&set, y), gy, view(&set, dh), view(&set, dc), view(&set, c), (b, h))?;
         Ok((Tensor::from_storage(dp, Shape::from([b, 4 * h])), Tensor::from_storage(dcp, Shape::from([b, h]))))
+    }
+
+    /// One LSTM direction over a whole sequence: from the input projection `gi`
+    /// (`[T, B, 4H]`, both biases included, gates in PyTorch's order i, f, g, o), the
+    /// recurrent weight `w_hh` (`[4H, H]`) and the initial state `h0`, `c0` (`[B, H]`),
+    /// every step's seven [`Tensor::lstm_cell`] slots as `[T, 7, B, H]`. With `reverse`
+    /// the steps run from the last to the first.
+    ///
+    /// The same values as a [`Tensor::lstm_cell`] after a product per step, computed (on the
+    /// CPU) without meeting the other threads between steps; see docs/design.md,
+    /// "Recurrent layers".
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let gi = Tensor::zeros([3, 2, 4], DType::F32)?;
+    /// let w_hh = Tensor::zeros([4, 1], DType::F32)?;
+    /// let c0 = Tensor::ones([2, 1], DType::F32)?;
+    /// let y = Tensor::lstm_sequence(&gi, &w_hh, &c0.zeros_like(), &c0, false)?;
+    /// assert_eq!(y.shape().dims(), &[3, 7, 2, 1]);
+    /// // Forget gates at a half: the cell state halves every step.
+    /// assert_eq!(y.select(0, 2)?.select(0, 4)?.to_vec::<f32>()?, vec![0.125, 0.125]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn lstm_sequence(gi: &Tensor, w_hh: &Tensor, h0: &Tensor, c0: &Tensor, reverse: bool) -> Result<Tensor> {
+        let op = "lstm_sequence";
+        for t in [w_hh, h0, c0] {
+            gi.same_device(op, t)?;
+        }
+        let run = check_sequence(
+            (gi.dtype, &gi.layout),
+            (w_hh.dtype, &w_hh.layout),
+            (h0.dtype, &h0.layout),
+            (c0.dtype, &c0.layout),
+            reverse,
+        )?;
+        let set = ReadSet::new(&[&*gi.storage, &*w_hh.storage, &*h0.storage, &*c0.storage]);
+        let v = |t| view(&set, t);
+        let s = gi.backend().lstm_sequence(v(gi), v(w_hh), v(h0), v(c0), &run)?;
+        Ok(Tensor::from_storage(s, Shape::from([run.steps, LSTM_SLOTS, run.batch, run.hidden])))
+    }
+
+    /// The gradients of one [`Tensor::lstm_sequence`]: from its output `y` and the gradient
+    /// arriving at it `gy` (both `[T, 7, B, H]`), the recurrent weight `w_hh` and the initial
+    /// cell state `c0`, the gradients of the input projection (`[T, B, 4H]`), of `h0` and of
+    /// `c0` (`[B, H]` each). The recurrent weight's gradient is `sum_t dgi_t^T h_{t-1}`, one
+    /// product of the first with the hidden states each step started from.
+    pub fn lstm_sequence_backward(
+        y: &Tensor,
+        gy: &Tensor,
+        w_hh: &Tensor,
+        c0: &Tensor,
+        reverse: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let op = "lstm_sequence_backward";
+        for t in [gy, w_hh, c0] {
+            y.same_device(op, t)?;
+        }
+        let run = check_sequence_backward(
+            (y.dtype, &y.layout),
+            (gy.dtype, &gy.layout),
+            (w_hh.dtype, &w_hh.layout),
+            (c0.dtype, &c0.layout),
+            reverse,
+        )?;
+        let set = ReadSet::new(&[&*y.storage, &*gy.storage, &*w_hh.storage, &*c0.storage]);
+        let v = |t| view(&set, t);
+        let [d_gi, dh0, dc0] = y.backend().lstm_sequence_backward(v(y), v(gy), v(w_hh), v(c0), &run)?;
+        let (b, h) = (run.batch, run.hidden);
+        Ok((
+            Tensor::from_storage(d_gi, Shape::from([run.steps, b, 4 * h])),
+            Tensor::from_storage(dh0, Shape::from([b, h])),
+            Tensor::from_storage(dc0, Shape::from([b, h])),
+        ))
     }
 }

@@ -9,12 +9,15 @@
 //!
 //! The node's output holds, for every step `t`, the activated gates, the state after the
 //! step and `tanh(c_t)`, `[i, f, g, o, c_t, h_t, tanh(c_t)]` as `[T, 7, B, H]`, so that
-//! every slot of a step is one contiguous `[B, H]` block. Each step is one matrix product
-//! and one fused gate kernel (`Tensor::lstm_cell`). The backward reads the output (no
-//! recomputation); under `create_graph` it is written with `Var` operations, so it is
-//! recorded and differentiable again, and otherwise each step's elementwise part is one
-//! fused kernel (`Tensor::lstm_cell_backward`) beside its matrix product. Gradients arriving at the gate slots (which happens only when a
-//! backward through this node is itself differentiated) are included.
+//! every slot of a step is one contiguous `[B, H]` block. Without lengths the forward is one
+//! `Tensor::lstm_sequence` kernel (on the CPU each piece of the batch runs through all steps
+//! on one thread), and the backward one `Tensor::lstm_sequence_backward` plus the recurrent
+//! weight's product. With lengths each step is one matrix product and one fused gate kernel
+//! (`Tensor::lstm_cell`), the backward one `Tensor::lstm_cell_backward` and a product per
+//! step. The backward reads the output (no recomputation); under `create_graph` it is
+//! written with `Var` operations, so it is recorded and differentiable again. Gradients
+//! arriving at the gate slots (which happens only when a backward through this node is
+//! itself differentiated) are included.
 //!
 //! With lengths, a sequence's padded steps carry its state unchanged and its gate and
 //! `tanh(c)` slots are zero there (constants, so that nothing flows through them).
@@ -80,6 +83,9 @@ impl Op for LstmSequence {
 
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+        if self.lengths.is_none() {
+            return Tensor::lstm_sequence(gi, w_hh, h0, c0, self.reverse);
+        }
         let steps = gi.shape()[0];
         // Each step multiplies by the transpose: lay it out once.
         let w_t = w_hh.t()?.contiguous();
@@ -188,6 +194,23 @@ impl LstmSequence {
             (ctx.input(1)?.value(), ctx.input(2)?.value(), ctx.input(3)?.value(), ctx.output()?.value());
         let g = grad.value();
         let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
+        if self.lengths.is_none() {
+            let (d_gi, dh0, dc0) = Tensor::lstm_sequence_backward(&y, &g, &w_hh, &c0, self.reverse)?;
+            let gw = if ctx.needs_input_grad(1) {
+                // The hidden state each step started from, in time order.
+                let hs = y.select(1, H)?;
+                let before = match (steps, self.reverse) {
+                    (1, _) => h0.unsqueeze(0)?,
+                    (_, false) => Tensor::cat(&[&h0.unsqueeze(0)?, &hs.slice(0, 0, steps - 1, 1)?], 0)?,
+                    (_, true) => Tensor::cat(&[&hs.slice(0, 1, steps, 1)?, &h0.unsqueeze(0)?], 0)?,
+                };
+                let gates = d_gi.reshape([steps * batch, 4 * hidden])?;
+                Some(Var::new(gates.t()?.matmul(&before.reshape([steps * batch, hidden])?)?))
+            } else {
+                None
+            };
+            return Ok([Some(Var::new(d_gi)), gw, Some(Var::new(dh0)), Some(Var::new(dc0))].into_iter().collect());
+        }
         let (mut dh, mut dc) = (h0.zeros_like(), c0.zeros_like());
         let mut da: Vec<Option<Tensor>> = vec![None; steps];
         let mut h_prev_of: Vec<Option<Tensor>> = vec![None; steps];
@@ -253,9 +276,11 @@ pub(crate) fn lstm_sequence(
         None => None,
     };
     let y = Var::apply_op(LstmSequence { reverse, lengths }, &[gi, w_hh, h0, c0])?;
-    let (hs, cs) = (y.select(1, H)?, y.select(1, C)?);
-    let last = if reverse { 0 } else { steps - 1 };
-    let (h_n, c_n) = (hs.select(0, last)?, cs.select(0, last)?);
+    let hs = y.select(1, H)?;
+    // The final state straight from the output, not through `hs`: its gradient then lands
+    // in the output's gradient without first filling a `[T, B, H]` one.
+    let last = y.select(0, if reverse { 0 } else { steps - 1 })?;
+    let (h_n, c_n) = (last.select(0, H)?, last.select(0, C)?);
     let output = match padding_mask {
         Some(m) => hs.masked_fill(Var::new(m), 0.0)?,
         None => hs,

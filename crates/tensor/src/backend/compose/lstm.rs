@@ -1,7 +1,9 @@
-//! The default bodies of the LSTM step kernels (see `backend/lstm.rs`), composed from
-//! elementwise kernels on strided views of the gates and slots; each intermediate is a
-//! separate `[B, H]` buffer.
+//! The default bodies of the LSTM kernels (see `backend/lstm.rs`): a step composed from
+//! elementwise kernels on strided views of the gates and slots, each intermediate a
+//! separate `[B, H]` buffer; a whole sequence composed from a product and a step kernel
+//! per step.
 
+use super::super::lstm::{LSTM_SLOTS, LstmRun};
 use super::super::{Backend, BinaryOp, UnaryOp, View};
 use crate::layout::Layout;
 use crate::shape::Shape;
@@ -107,4 +109,93 @@ pub(crate) fn backward<B: Backend + ?Sized>(
     let dc_prev = mul((&dc_t, bh), slot(1))?;
     let dp = be.cat(&[(&dp_i, bh), (&dp_f, bh), (&dp_g, bh), (&dp_o, bh)], 1)?;
     Ok([dp, dc_prev])
+}
+
+/// `[B, W]` rows of step `t` of a `[T, .., B, W]` view, skipping `skip` blocks of its
+/// second dimension (a slot of `[T, 7, B, H]`; 0 for `[T, B, W]`).
+fn step_rows(l: &Layout, t: usize, skip: usize) -> Result<Layout> {
+    let (s, d) = (l.strides(), l.shape().dims());
+    let r = l.rank();
+    let offset = l.offset() + t * s[0] + if r == 4 { skip * s[1] } else { 0 };
+    Layout::new(Shape::from([d[r - 2], d[r - 1]]), smallvec![s[r - 2], s[r - 1]], offset)
+}
+
+/// The default whole-sequence forward (see [`Backend::lstm_sequence`]): per step, the
+/// product of the previous hidden state with `w_hh^T` and one [`Backend::lstm_cell`]; the
+/// steps' slots are joined at the end.
+pub(crate) fn sequence<B: Backend + ?Sized>(
+    be: &B,
+    gi: View<'_>,
+    w_hh: View<'_>,
+    h0: View<'_>,
+    c0: View<'_>,
+    run: &LstmRun,
+) -> Result<Storage> {
+    let (b, h) = (run.batch, run.hidden);
+    let w_t = w_hh.1.transposed(0, 1);
+    let gates = Layout::contiguous(Shape::from([b, 4 * h]));
+    let fr = Frame::new(b, h);
+    let step = Layout::contiguous(Shape::from([LSTM_SLOTS, b, h]));
+    let (h_slot, c_slot) = (fr.slot_of(&step, 5)?, fr.slot_of(&step, 4)?);
+    // In the order the steps run.
+    let mut ran: Vec<Storage> = Vec::with_capacity(run.steps);
+    for t in run.order() {
+        let (hv, cv) = match ran.last() {
+            Some(p) => ((p, &h_slot), (p, &c_slot)),
+            None => (h0, c0),
+        };
+        let a = be.matmul(hv, (w_hh.0, &w_t))?;
+        let y = be.lstm_cell((&a, &gates), (gi.0, &step_rows(gi.1, t, 0)?), cv, (b, h))?;
+        ran.push(y);
+    }
+    if run.reverse {
+        ran.reverse();
+    }
+    let one = Layout::contiguous(Shape::from([1, LSTM_SLOTS, b, h]));
+    let views: Vec<View<'_>> = ran.iter().map(|s| (s, &one)).collect();
+    be.cat(&views, 0)
+}
+
+/// The default whole-sequence backward (see [`Backend::lstm_sequence_backward`]): per step
+/// from the last to run, one [`Backend::lstm_cell_backward`] and the product of its gate
+/// gradients with `w_hh`.
+pub(crate) fn sequence_backward<B: Backend + ?Sized>(
+    be: &B,
+    y: View<'_>,
+    gy: View<'_>,
+    w_hh: View<'_>,
+    c0: View<'_>,
+    run: &LstmRun,
+) -> Result<[Storage; 3]> {
+    let (b, h) = (run.batch, run.hidden);
+    let dtype = c0.0.dtype();
+    let fr = Frame::new(b, h);
+    let gates = Layout::contiguous(Shape::from([b, 4 * h]));
+    let slots = |v: View<'_>, t: usize| -> Result<Layout> {
+        let s = v.1.strides();
+        Layout::new(Shape::from([LSTM_SLOTS, b, h]), smallvec![s[1], s[2], s[3]], v.1.offset() + t * s[0])
+    };
+    let (mut dh, mut dc) = (be.full(b * h, Scalar::Float(0.0), dtype)?, be.full(b * h, Scalar::Float(0.0), dtype)?);
+    let order: Vec<usize> = run.order().collect();
+    // In the reverse of the order the steps ran.
+    let mut da: Vec<Storage> = Vec::with_capacity(run.steps);
+    for (n, &t) in order.iter().enumerate().rev() {
+        let (yl, gl) = (slots(y, t)?, slots(gy, t)?);
+        let c_prev = match n {
+            0 => None,
+            _ => Some(step_rows(y.1, order[n - 1], 4)?),
+        };
+        let cv = c_prev.as_ref().map_or(c0, |l| (y.0, l));
+        let [a, dcp] =
+            be.lstm_cell_backward((y.0, &yl), Some((gy.0, &gl)), (&dh, &fr.bh), (&dc, &fr.bh), cv, (b, h))?;
+        dh = be.matmul((&a, &gates), w_hh)?;
+        dc = dcp;
+        da.push(a);
+    }
+    if !run.reverse {
+        da.reverse();
+    }
+    let one = Layout::contiguous(Shape::from([1, b, 4 * h]));
+    let views: Vec<View<'_>> = da.iter().map(|s| (s, &one)).collect();
+    Ok([be.cat(&views, 0)?, dh, dc])
 }

@@ -312,9 +312,34 @@ pub(crate) fn where_cond(
     }
 }
 
+/// `dst[i] = f(dst[i], block[(phase + i) % block.len()])`: the in-place [`zip_cycle`], for
+/// a bias row added to every row of a matrix in place.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn cycle_into<T: Copy, S: Copy, F: Fn(T, S) -> T>(dst: &mut [T], block: &[S], phase: usize, f: F) {
+    let m = block.len();
+    let (mut pos, mut j) = (0, phase);
+    while pos < dst.len() {
+        let len = (m - j).min(dst.len() - pos);
+        for (d, &y) in dst[pos..pos + len].iter_mut().zip(&block[j..j + len]) {
+            *d = f(*d, y);
+        }
+        pos += len;
+        j = 0;
+    }
+}
+
+/// `dst[i] = f(dst[i], src[i])` over two slices of one length.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn contig_into<T: Copy, S: Copy, F: Fn(T, S) -> T>(dst: &mut [T], src: &[S], f: F) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = f(*d, v);
+    }
+}
+
 /// Writes `f(dst[i], src[i])` into the elements of `dst` that `ld` addresses; `src` is
-/// broadcast to `ld`'s shape. Sequential unless both sides are contiguous, because a
-/// strided destination may interleave with itself across chunks.
+/// broadcast to `ld`'s shape. Sequential unless the destination is contiguous, because a
+/// strided destination may interleave with itself across chunks; the runs of a strided
+/// one are still vector loops where both sides step by one.
 fn zip_into<T: Element, S: Element>(
     dst: &mut [T],
     ld: &Layout,
@@ -324,20 +349,23 @@ fn zip_into<T: Element, S: Element>(
 ) {
     if let (Some(rd), Some(rs)) = (ld.contiguous_range(), ls.contiguous_range()) {
         let src = &src[rs];
-        fill_chunks(&mut dst[rd], GRAIN_CHEAP, |s, chunk| {
-            let e = s + chunk.len();
-            for (d, &v) in chunk.iter_mut().zip(&src[s..e]) {
-                *d = f(*d, v);
-            }
-        });
+        fill_chunks(&mut dst[rd], GRAIN_CHEAP, |s, chunk| contig_into(chunk, &src[s..s + chunk.len()], f));
+        return;
+    }
+    if let (Some(rd), Some(rs)) = (ld.contiguous_range(), repeated_block(ls)) {
+        let block = &src[rs];
+        fill_chunks(&mut dst[rd], GRAIN_CHEAP, |s, chunk| cycle_into(chunk, block, s % block.len(), f));
         return;
     }
     let runs = Runs::new([ld, ls]);
     let (sd, ss) = (runs.inner_stride(0), runs.inner_stride(1));
-    runs.for_each(0, ld.numel(), |[od, os], len, _| {
-        for i in 0..len {
-            let d = &mut dst[od + i * sd];
-            *d = f(*d, src[os + i * ss]);
+    runs.for_each(0, ld.numel(), |[od, os], len, _| match (sd, ss) {
+        (1, 1) => contig_into(&mut dst[od..od + len], &src[os..os + len], f),
+        _ => {
+            for i in 0..len {
+                let d = &mut dst[od + i * sd];
+                *d = f(*d, src[os + i * ss]);
+            }
         }
     });
 }
@@ -488,6 +516,33 @@ mod tests {
                 let want = (i * cols + j) as f64 - (j * j) as f64;
                 assert_eq!(right[i * cols + j], want, "a - row at ({i}, {j})");
                 assert_eq!(left[i * cols + j], -want, "row - a at ({i}, {j})");
+            }
+        }
+    }
+
+    /// In place: a row repeated over a contiguous destination (a bias added to a product,
+    /// split over threads mid-row), and a copy into a strided destination.
+    #[test]
+    fn in_place_repeated_blocks_and_strided_destinations_match_elementwise_indexing() {
+        let (rows, cols) = (1001, 97);
+        let a = Tensor::from_vec((0..rows * cols).map(|i| i as f64).collect(), [rows, cols]).unwrap();
+        let row = Tensor::from_vec((0..cols).map(|j| (j * j) as f64).collect(), [cols]).unwrap();
+        a.sub_(&row).unwrap();
+        let got = a.to_vec::<f64>().unwrap();
+        for i in 0..rows {
+            for j in 0..cols {
+                assert_eq!(got[i * cols + j], (i * cols + j) as f64 - (j * j) as f64, "a -= row at ({i}, {j})");
+            }
+        }
+        let wide = Tensor::zeros([rows, 3, cols], crate::DType::F64).unwrap();
+        wide.select(1, 1).unwrap().copy_(&a).unwrap();
+        let w = wide.to_vec::<f64>().unwrap();
+        for i in 0..rows {
+            for k in 0..3 {
+                for j in 0..cols {
+                    let want = if k == 1 { got[i * cols + j] } else { 0.0 };
+                    assert_eq!(w[(i * 3 + k) * cols + j], want, "copy into slot 1 at ({i}, {k}, {j})");
+                }
             }
         }
     }

@@ -15,7 +15,7 @@ fn sigmoid<T: FloatElement>(x: T) -> T {
 }
 
 /// The typed slices of float storages of one dtype.
-fn slices<'a, T: FloatElement>(op: &'static str, s: &[&'a CpuStorage]) -> Result<Vec<&'a [T]>> {
+pub(super) fn slices<'a, T: FloatElement>(op: &'static str, s: &[&'a CpuStorage]) -> Result<Vec<&'a [T]>> {
     s.iter()
         .map(|s| s.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("unexpected dtype {}", s.dtype()))))
         .collect()
@@ -33,7 +33,7 @@ fn by_rows(b: usize, per_row: usize, f: impl Fn(usize, usize) + Sync) {
 }
 
 #[derive(Clone, Copy)]
-struct Out<T>(*mut T);
+pub(super) struct Out<T>(pub(super) *mut T);
 // SAFETY: each task writes a disjoint set of rows.
 unsafe impl<T> Send for Out<T> {}
 unsafe impl<T> Sync for Out<T> {}
@@ -42,26 +42,35 @@ impl<T> Out<T> {
     /// The pointer to element `i`; a method, so that closures capture the whole `Out`
     /// (which is `Sync`), not its raw-pointer field. Computing it is safe; writing through
     /// it is the caller's `unsafe`, inside the buffer.
-    fn at(self, i: usize) -> *mut T {
+    pub(super) fn at(self, i: usize) -> *mut T {
         self.0.wrapping_add(i)
     }
 }
 
 /// One row's gates and state: `p = pa + pg` (`4h` values), the previous cell state `c`,
-/// into the seven slot rows. Contiguous slices, so the loops vectorise.
+/// into the seven slot rows. Every loop runs over slices cut to the same length `h` and
+/// calls the activations directly (no function pointers), so each becomes one vector loop.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-fn forward_row<T: FloatElement>(pa: &[T], pg: &[T], c: &[T], out: [&mut [T]; LSTM_SLOTS]) {
+pub(super) fn forward_row<T: FloatElement>(pa: &[T], pg: &[T], c: &[T], out: [&mut [T]; LSTM_SLOTS]) {
     let h = c.len();
     let [si, sf, sg, so, sc, sh, stc] = out;
-    let gate = |dst: &mut [T], k: usize, f: fn(T) -> T| {
-        for ((d, &x), &y) in dst.iter_mut().zip(&pa[k * h..(k + 1) * h]).zip(&pg[k * h..(k + 1) * h]) {
-            *d = f(x + y);
-        }
-    };
-    gate(si, 0, sigmoid);
-    gate(sf, 1, sigmoid);
-    gate(sg, 2, FloatElement::tanh);
-    gate(so, 3, sigmoid);
+    let (pa, pg) = (&pa[..4 * h], &pg[..4 * h]);
+    let gate = |k: usize| (&pa[k * h..(k + 1) * h], &pg[k * h..(k + 1) * h]);
+    let ((ai, gi), (af, gf), (ag, gg), (ao, go)) = (gate(0), gate(1), gate(2), gate(3));
+    let (si, sf, sg, so) = (&mut si[..h], &mut sf[..h], &mut sg[..h], &mut so[..h]);
+    for j in 0..h {
+        si[j] = sigmoid(ai[j] + gi[j]);
+    }
+    for j in 0..h {
+        sf[j] = sigmoid(af[j] + gf[j]);
+    }
+    for j in 0..h {
+        sg[j] = (ag[j] + gg[j]).tanh();
+    }
+    for j in 0..h {
+        so[j] = sigmoid(ao[j] + go[j]);
+    }
+    let (sc, sh, stc) = (&mut sc[..h], &mut sh[..h], &mut stc[..h]);
     for j in 0..h {
         let cn = sf[j] * c[j] + si[j] * sg[j];
         let t = cn.tanh();
@@ -121,9 +130,10 @@ struct Grads<'a, T> {
 }
 
 /// One row of the backward: the slot rows `y`, their gradients `gy` (zeros if none), `dh`, `dc`
-/// and `c`, into the `4h` gate gradients `dp` and `dc_prev`.
+/// and `c`, into the `4h` gate gradients `dp` and `dc_prev`. Every operand is cut to length
+/// `h` first, so the loop has no bounds checks left and vectorises.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-fn backward_row<T: FloatElement>(
+pub(super) fn backward_row<T: FloatElement>(
     y: [&[T]; LSTM_SLOTS],
     gy: [&[T]; LSTM_SLOTS],
     (dh, dc, c): (&[T], &[T], &[T]),
@@ -131,18 +141,19 @@ fn backward_row<T: FloatElement>(
     dc_prev: &mut [T],
 ) {
     let h = c.len();
-    let [i, f, g, o, _, _, tc] = y;
-    let (dp_i, rest) = dp.split_at_mut(h);
+    let [i, f, g, o, _, _, tc] = y.map(|s| &s[..h]);
+    let [gi, gf, gg, go, gc, gh, gtc] = gy.map(|s| &s[..h]);
+    let (dh, dc, dc_prev) = (&dh[..h], &dc[..h], &mut dc_prev[..h]);
+    let (dp_i, rest) = dp[..4 * h].split_at_mut(h);
     let (dp_f, rest) = rest.split_at_mut(h);
     let (dp_g, dp_o) = rest.split_at_mut(h);
-    let gy_at = |k: usize, j: usize| gy[k][j];
     for j in 0..h {
-        let dh_t = dh[j] + gy_at(5, j);
-        let dc_t = dc[j] + gy_at(4, j) + (dh_t * o[j] + gy_at(6, j)) * (T::ONE - tc[j] * tc[j]);
-        dp_i[j] = (dc_t * g[j] + gy_at(0, j)) * i[j] * (T::ONE - i[j]);
-        dp_f[j] = (dc_t * c[j] + gy_at(1, j)) * f[j] * (T::ONE - f[j]);
-        dp_g[j] = (dc_t * i[j] + gy_at(2, j)) * (T::ONE - g[j] * g[j]);
-        dp_o[j] = (dh_t * tc[j] + gy_at(3, j)) * o[j] * (T::ONE - o[j]);
+        let dh_t = dh[j] + gh[j];
+        let dc_t = dc[j] + gc[j] + (dh_t * o[j] + gtc[j]) * (T::ONE - tc[j] * tc[j]);
+        dp_i[j] = (dc_t * g[j] + gi[j]) * i[j] * (T::ONE - i[j]);
+        dp_f[j] = (dc_t * c[j] + gf[j]) * f[j] * (T::ONE - f[j]);
+        dp_g[j] = (dc_t * i[j] + gg[j]) * (T::ONE - g[j] * g[j]);
+        dp_o[j] = (dh_t * tc[j] + go[j]) * o[j] * (T::ONE - o[j]);
         dc_prev[j] = dc_t * f[j];
     }
 }

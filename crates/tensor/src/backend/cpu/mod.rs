@@ -17,6 +17,7 @@ mod index;
 pub(crate) mod iter;
 mod join;
 mod lstm;
+mod lstm_sequence;
 mod matmul;
 mod norm;
 pub(crate) mod optim;
@@ -244,6 +245,57 @@ impl Backend for CpuBackend {
         let gy = gy.as_ref().map(|(s, l)| Ok::<_, Error>((cpu(s)?, &**l))).transpose()?;
         let [dp, dcp] = lstm::backward((cpu(y)?, &ly), gy, (cpu(dh)?, &ldh), (cpu(dc)?, &ldc), (cpu(c)?, &lc), bh)?;
         Ok([Storage::Cpu(dp), Storage::Cpu(dcp)])
+    }
+
+    fn lstm_sequence(
+        &self,
+        (gi, lgi): View<'_>,
+        (w, lw): View<'_>,
+        (h0, lh): View<'_>,
+        (c0, lc): View<'_>,
+        run: &crate::backend::lstm::LstmRun,
+    ) -> Result<Storage> {
+        let _mode = float_mode::enter();
+        let op = "lstm_sequence";
+        let (lgi, lw) = (validate::view(op, gi, lgi)?, validate::view(op, w, lw)?);
+        let (lh, lc) = (validate::view(op, h0, lh)?, validate::view(op, c0, lc)?);
+        let checked = crate::backend::lstm::check_sequence(
+            (gi.dtype(), &lgi),
+            (w.dtype(), &lw),
+            (h0.dtype(), &lh),
+            (c0.dtype(), &lc),
+            run.reverse,
+        )?;
+        if checked != *run {
+            return Err(Error::shape(op, format!("the operands do not fit the run {run:?}")));
+        }
+        wrap(lstm_sequence::forward([(cpu(gi)?, &lgi), (cpu(w)?, &lw), (cpu(h0)?, &lh), (cpu(c0)?, &lc)], run))
+    }
+
+    fn lstm_sequence_backward(
+        &self,
+        (y, ly): View<'_>,
+        (gy, lgy): View<'_>,
+        (w, lw): View<'_>,
+        (c0, lc): View<'_>,
+        run: &crate::backend::lstm::LstmRun,
+    ) -> Result<[Storage; 3]> {
+        let _mode = float_mode::enter();
+        let op = "lstm_sequence_backward";
+        let (ly, lgy) = (validate::view(op, y, ly)?, validate::view(op, gy, lgy)?);
+        let (lw, lc) = (validate::view(op, w, lw)?, validate::view(op, c0, lc)?);
+        let checked = crate::backend::lstm::check_sequence_backward(
+            (y.dtype(), &ly),
+            (gy.dtype(), &lgy),
+            (w.dtype(), &lw),
+            (c0.dtype(), &lc),
+            run.reverse,
+        )?;
+        if checked != *run {
+            return Err(Error::shape(op, format!("the operands do not fit the run {run:?}")));
+        }
+        let grads = lstm_sequence::backward([(cpu(y)?, &ly), (cpu(gy)?, &lgy), (cpu(w)?, &lw), (cpu(c0)?, &lc)], run)?;
+        Ok(grads.map(Storage::Cpu))
     }
 
     fn class_loss_backward(

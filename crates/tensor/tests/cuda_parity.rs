@@ -1485,6 +1485,32 @@ fn lstm_cell() {
     p.finish();
 }
 
+#[test]
+fn lstm_sequence() {
+    require_cuda!();
+    let mut p = Parity::new("lstm_sequence");
+    for (t, b, h) in [(1usize, 1usize, 1usize), (3, 4, 8), (2, 0, 3), (28, 64, 128)] {
+        for dt in FLOATS {
+            for reverse in [false, true] {
+                p.check(
+                    format!("lstm_sequence and backward T={t} B={b} H={h} reverse {reverse} {dt}"),
+                    Tol::CHAINED,
+                    |d| {
+                        let gi = input(176, &[t, b, 4 * h], dt, Lay::Stepped, d);
+                        let w_hh = inp(177, &[4 * h, h], dt, d).mul_scalar(0.2);
+                        let (h0, c0) = (inp(178, &[b, h], dt, d), inp(179, &[b, h], dt, d));
+                        let y = Tensor::lstm_sequence(&gi, &w_hh, &h0, &c0, reverse)?;
+                        let gy = inp(180, y.shape(), dt, d);
+                        let (d_gi, dh0, dc0) = Tensor::lstm_sequence_backward(&y, &gy, &w_hh, &c0, reverse)?;
+                        Ok(vec![y, d_gi, dh0, dc0])
+                    },
+                );
+            }
+        }
+    }
+    p.finish();
+}
+
 // ---------------------------------------------------------------------------------------
 // Optimizer steps
 // ---------------------------------------------------------------------------------------

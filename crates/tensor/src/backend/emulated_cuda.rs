@@ -274,6 +274,30 @@ impl Backend for CudaBackend {
         ))
     }
 
+    fn lstm_sequence(
+        &self,
+        gi: View<'_>,
+        w_hh: View<'_>,
+        h0: View<'_>,
+        c0: View<'_>,
+        run: &super::lstm::LstmRun,
+    ) -> Result<Storage> {
+        let op = "lstm_sequence";
+        wrap_r(CpuBackend.lstm_sequence(view(op, gi)?, view(op, w_hh)?, view(op, h0)?, view(op, c0)?, run))
+    }
+
+    fn lstm_sequence_backward(
+        &self,
+        y: View<'_>,
+        gy: View<'_>,
+        w_hh: View<'_>,
+        c0: View<'_>,
+        run: &super::lstm::LstmRun,
+    ) -> Result<[Storage; 3]> {
+        let op = "lstm_sequence_backward";
+        wrap_n(CpuBackend.lstm_sequence_backward(view(op, y)?, view(op, gy)?, view(op, w_hh)?, view(op, c0)?, run))
+    }
+
     fn matmul(&self, a: View<'_>, b: View<'_>) -> Result<Storage> {
         wrap_r(CpuBackend.matmul(view("matmul", a)?, view("matmul", b)?))
     }

@@ -73,10 +73,15 @@ fn shape_eligible(geom: &ConvGeometry) -> bool {
 /// `channels`) planes of `padded` extents.
 #[derive(Clone, Copy)]
 struct Padding {
+    /// Planes copied.
     channels: usize,
+    /// Planes of the scratch block, the ones past `channels` all zero.
     planes: usize,
+    /// Extents of the planes copied.
     source: [usize; 2],
+    /// Zero rows above and zero columns left of the copied planes.
     pad: [usize; 2],
+    /// Extents of the scratch planes.
     padded: [usize; 2],
 }
 
@@ -113,9 +118,13 @@ impl Padding {
 /// A stride-1 correlation of one image: `inputs` padded planes in, `outputs` planes of
 /// `output` extents out, through weights packed by [`Correlation::pack`].
 struct Correlation {
+    /// How an image's planes are copied before the kernel reads them.
     input: Padding,
+    /// Output channels.
     outputs: usize,
+    /// Kernel extents.
     kernel: [usize; 2],
+    /// Output extents.
     output: [usize; 2],
 }
 
@@ -287,6 +296,7 @@ mod tests {
         (2, 2, 3, [3, 3], [2, 2], [2, 2]),
     ];
 
+    /// The geometry of a case: stride 1, no dilation, one group, the output it implies.
     fn geometry(&(_, c, o, input, kernel, padding): &Case) -> ConvGeometry {
         let output = [0, 1].map(|d| input[d] + 2 * padding[d] + 1 - kernel[d]);
         let window = SlidingWindow { input, output, kernel, stride: [1, 1], padding, dilation: [1, 1] };
@@ -379,21 +389,26 @@ mod tests {
         }
     }
 
+    /// `f32` against the definition.
     #[test]
     fn direct_kernels_match_the_definition_f32() {
         check::<f32>(false);
     }
 
+    /// `f64` against the definition.
     #[test]
     fn direct_kernels_match_the_definition_f64() {
         check::<f64>(false);
     }
 
+    /// An input whose rows are not contiguous.
     #[test]
     fn direct_kernels_read_strided_inputs() {
         check::<f64>(true);
     }
 
+    /// LeNet's shape takes the direct path; strides, groups, dilation, ResNet's size and
+    /// uneven padding do not.
     #[test]
     fn eligibility_follows_the_shape() {
         let lenet = geometry(&(64, 6, 16, [12, 12], [5, 5], [0, 0]));

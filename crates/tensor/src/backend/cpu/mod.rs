@@ -10,6 +10,7 @@ mod channel_norm;
 mod class_loss;
 mod contiguous;
 mod conv;
+mod conv_direct;
 pub(crate) mod fastmath;
 pub(crate) mod float_mode;
 mod im2col;

@@ -1,0 +1,436 @@
+//! A direct 2-d convolution for small images (stride 1, no dilation, one group): the
+//! forward pass without a column matrix.
+//!
+//! On small images the column matrix of the `gemm` path (`conv.rs`) is made of runs as
+//! short as the output rows (8 values for LeNet's second convolution), so building it costs
+//! about as much as the product, and the products are too narrow (one image's positions)
+//! for `gemm` to reach its speed. Here each image is first copied into zero-padded planes
+//! wide enough that every output row is a whole number of `LANES`-wide vectors, and the
+//! kernel then reads those planes directly: a register block of `ROWS` output rows by
+//! `CHANNELS` output channels by `LANES` output columns accumulates
+//! `w[o, c, ky, kx] * x[c, y + ky, x + kx ..]` over every tap, each input vector serving
+//! `CHANNELS` channels and each weight `ROWS` rows.
+//!
+//! Each output element is summed over its taps in one fixed order, so results do not
+//! depend on the number of threads (pieces are images).
+
+use super::conv::{Bias, Out, Scratch, run_pieces, work};
+use super::im2col::Planes;
+use crate::Result;
+use crate::backend::ConvGeometry;
+use crate::dtype::FloatElement;
+use crate::layout::Layout;
+use crate::storage::Buffer;
+use multiversion::multiversion;
+
+/// Output columns per register block: one AVX2 register of `f32` (two of `f64`), and exactly
+/// one output row of LeNet's second convolution.
+const LANES: usize = 8;
+
+/// Output rows per register block: each weight read serves this many rows.
+const ROWS: usize = 2;
+
+/// Output channels per register block: each input vector read serves this many channels;
+/// with `ROWS` this keeps 8 AVX2 accumulators of `f32`.
+const CHANNELS: usize = 4;
+
+/// The most `(in_channels + out_channels) * kh * kw` taken by the direct path: above it the
+/// column matrix has long enough rows and columns for `gemm` to win.
+const MOST_TAPS: usize = 1024;
+
+/// The most `(in_channels + out_channels) * h * w` elements of one image (input and output)
+/// taken by the direct path, so that an image's padded planes stay in L2.
+const MOST_IMAGE: usize = 1 << 15;
+
+/// Whether the direct kernel computes this convolution's forward pass: stride 1, no
+/// dilation, one group, the same padding after the input as before it, and small images
+/// with few channels.
+pub(super) fn eligible(geom: &ConvGeometry) -> bool {
+    enabled() && shape_eligible(geom)
+}
+
+/// Whether the direct path may run: `EMBER_CONV_DIRECT=0` turns it off, so that one build
+/// can time both paths (the eligibility rule was chosen that way).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EMBER_CONV_DIRECT").map_or(true, |v| v.trim() != "0"))
+}
+
+/// The shape rule: see [`eligible`].
+fn shape_eligible(geom: &ConvGeometry) -> bool {
+    let w = &geom.window;
+    let (c, o) = (geom.in_channels, geom.out_channels);
+    let unit = w.stride == [1, 1] && w.dilation == [1, 1] && geom.groups == 1;
+    // The output extents the padded copies assume; anything else goes to the general path.
+    let consistent = (0..2).all(|d| w.output[d] > 0 && w.output[d] + w.kernel[d] == w.input[d] + 2 * w.padding[d] + 1);
+    let taps = (c + o).saturating_mul(w.taps());
+    let image = (c + o).saturating_mul(w.input[0].saturating_mul(w.input[1]));
+    unit && consistent && c > 0 && o > 0 && taps <= MOST_TAPS && image <= MOST_IMAGE
+}
+
+/// Planes copied into zero-padded scratch planes: `channels` planes of `source` extents,
+/// placed `pad` rows and columns in from the corner of the first of `planes` (at least
+/// `channels`) planes of `padded` extents.
+#[derive(Clone, Copy)]
+struct Padding {
+    /// Planes copied.
+    channels: usize,
+    /// Planes of the scratch block, the ones past `channels` all zero.
+    planes: usize,
+    /// Extents of the planes copied.
+    source: [usize; 2],
+    /// Zero rows above and zero columns left of the copied planes.
+    pad: [usize; 2],
+    /// Extents of the scratch planes.
+    padded: [usize; 2],
+}
+
+impl Padding {
+    /// Elements of the padded planes.
+    fn len(&self) -> usize {
+        self.planes * self.padded[0] * self.padded[1]
+    }
+
+    /// Writes `src`'s planes into `dst` (at least [`Padding::len`] long; everything past the
+    /// copied planes is zeroed).
+    fn copy<T: FloatElement>(&self, src: Planes<'_, T>, dst: &mut [T]) {
+        dst.fill(T::ZERO);
+        let [hp, wp] = self.padded;
+        let [pt, pl] = self.pad;
+        let rows = self.source[0].min(hp.saturating_sub(pt));
+        let cols = self.source[1].min(wp.saturating_sub(pl));
+        for c in 0..self.channels {
+            for y in 0..rows {
+                let from = src.base + c * src.channel + y * src.row;
+                let to = &mut dst[(c * hp + pt + y) * wp + pl..][..cols];
+                if src.col == 1 {
+                    to.copy_from_slice(&src.data[from..from + cols]);
+                } else {
+                    for (k, d) in to.iter_mut().enumerate() {
+                        *d = src.data[from + k * src.col];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stride-1 correlation of one image: `inputs` padded planes in, `outputs` planes of
+/// `output` extents out, through weights packed by [`Correlation::pack`].
+struct Correlation {
+    /// How an image's planes are copied before the kernel reads them.
+    input: Padding,
+    /// Output channels.
+    outputs: usize,
+    /// Kernel extents.
+    kernel: [usize; 2],
+    /// Output extents.
+    output: [usize; 2],
+}
+
+impl Correlation {
+    /// The correlation of `inputs` planes of `source` extents, zero-padded by `pad`, giving
+    /// `outputs` planes of `output` extents.
+    fn new(
+        inputs: usize,
+        outputs: usize,
+        kernel: [usize; 2],
+        source: [usize; 2],
+        pad: [usize; 2],
+        output: [usize; 2],
+    ) -> Self {
+        // Whole register blocks everywhere: rows and columns past the output read zeros
+        // instead of being bounds-tested, and are not stored.
+        let padded =
+            [output[0].next_multiple_of(ROWS) + kernel[0] - 1, output[1].next_multiple_of(LANES) + kernel[1] - 1];
+        Correlation {
+            input: Padding { channels: inputs, planes: inputs, source, pad, padded },
+            outputs,
+            kernel,
+            output,
+        }
+    }
+
+    /// Taps per output channel.
+    fn reach(&self) -> usize {
+        self.input.channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Packs weights: element `[block, t, k]` is `tap(block * CHANNELS + k, t)`, zero for the
+    /// channels past `outputs`, where `t` counts input channel, kernel row and kernel column.
+    fn pack<T: FloatElement>(&self, op: &'static str, tap: impl Fn(usize, usize) -> T) -> Result<Buffer<T>> {
+        let reach = self.reach();
+        let mut packed = Buffer::<T>::zeros(op, self.outputs.div_ceil(CHANNELS) * CHANNELS * reach)?;
+        for o in 0..self.outputs {
+            for t in 0..reach {
+                packed[(o / CHANNELS * reach + t) * CHANNELS + o % CHANNELS] = tap(o, t);
+            }
+        }
+        Ok(packed)
+    }
+
+    /// Runs the correlation on `n` images: image `i`'s planes are `planes(i)`, its output the
+    /// `outputs * oh * ow` elements from `i * outputs * oh * ow` of `out`.
+    fn run<'a, T: FloatElement>(
+        &self,
+        op: &'static str,
+        n: usize,
+        planes: impl Fn(usize) -> Planes<'a, T> + Sync,
+        packed: &[T],
+        bias: Option<Bias<'_, T>>,
+    ) -> Result<Buffer<T>> {
+        let plane = self.output[0] * self.output[1];
+        let size = self.outputs * plane;
+        let mut out = Buffer::<T>::uninit(op, n * size)?;
+        let scratch = Scratch::<T>::new(op, n, self.input.len())?;
+        let dst = Out(out.as_mut_ptr());
+        run_pieces(n, work(&[n, size, self.reach()]), |image| {
+            // SAFETY: piece `image` writes only that image's output planes.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.get().add(image * size), size) };
+            scratch.with(op, self.input.len(), |block| {
+                self.input.copy(planes(image), block);
+                correlate(block, self, packed, bias, out);
+            });
+        });
+        Ok(out)
+    }
+}
+
+/// One image's correlation: `x` holds the padded planes, `out` the `[outputs, oh, ow]`
+/// result (plus `bias`).
+#[multiversion(targets("x86_64+avx2+fma"))]
+fn correlate<T: FloatElement>(x: &[T], c: &Correlation, packed: &[T], bias: Option<Bias<'_, T>>, out: &mut [T]) {
+    let [kh, kw] = c.kernel;
+    let [oh, ow] = c.output;
+    let wp = c.input.padded[1];
+    let hp = c.input.padded[0];
+    let reach = c.reach();
+    for (block, weights) in packed.chunks_exact(reach * CHANNELS).enumerate() {
+        for oy in (0..oh).step_by(ROWS) {
+            for ox in (0..ow).step_by(LANES) {
+                let mut acc = [[[T::ZERO; LANES]; CHANNELS]; ROWS];
+                // Kernel rows that read only padding rows for all `ROWS` output rows add
+                // zero: skipped, as they are a large part of a padded small image's taps.
+                let first = (c.input.pad[0] + 1).saturating_sub(oy + ROWS).min(kh);
+                let end = (c.input.pad[0] + c.input.source[0]).saturating_sub(oy).clamp(first, kh);
+                for ch in 0..c.input.channels {
+                    for ky in first..end {
+                        let at = (ch * hp + oy + ky) * wp + ox;
+                        let w = &weights[(ch * kh + ky) * kw * CHANNELS..][..kw * CHANNELS];
+                        // One bounds test for the inputs of the `ROWS` rows, not one per load.
+                        let span = &x[at..][..(ROWS - 1) * wp + kw - 1 + LANES];
+                        for (kx, wv) in w.chunks_exact(CHANNELS).enumerate() {
+                            for (r, acc) in acc.iter_mut().enumerate() {
+                                let xv = &span[r * wp + kx..][..LANES];
+                                for (a, &wk) in acc.iter_mut().zip(wv) {
+                                    for v in 0..LANES {
+                                        a[v] = a[v] + wk * xv[v];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                let width = LANES.min(ow - ox);
+                for (r, acc) in acc.iter().enumerate().take(oh - oy) {
+                    for (k, a) in acc.iter().enumerate() {
+                        let o = block * CHANNELS + k;
+                        if o >= c.outputs {
+                            break;
+                        }
+                        let row = &mut out[(o * oh + oy + r) * ow + ox..][..width];
+                        match bias {
+                            Some(b) => {
+                                let b = b.get(o);
+                                for (d, &s) in row.iter_mut().zip(a) {
+                                    *d = s + b;
+                                }
+                            }
+                            None => row.copy_from_slice(&a[..width]),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The convolution of `n` images (`x` under `lx`) with a contiguous `[o, c, kh, kw]`
+/// `weight`, for an [`eligible`] geometry.
+pub(super) fn forward<T: FloatElement>(
+    x: &[T],
+    lx: &Layout,
+    weight: &[T],
+    bias: Option<Bias<'_, T>>,
+    geom: &ConvGeometry,
+    n: usize,
+) -> Result<Buffer<T>> {
+    let w = &geom.window;
+    let plan = Correlation::new(geom.in_channels, geom.out_channels, w.kernel, w.input, w.padding, w.output);
+    let reach = plan.reach();
+    let packed = plan.pack("conv2d", |o, t| weight[o * reach + t])?;
+    plan.run("conv2d", n, |image| Planes::of(x, lx, image), &packed, bias)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::SlidingWindow;
+    use crate::shape::Shape;
+
+    /// `(n, c, o, [h, w], [kh, kw], [ph, pw])`.
+    type Case = (usize, usize, usize, [usize; 2], [usize; 2], [usize; 2]);
+
+    /// Shapes the direct path takes: LeNet's two convolutions, odd extents (rows and columns
+    /// that are not whole register blocks, channels that are not whole blocks), padding, 1x1
+    /// kernels, and batches that are not a whole number of weight-gradient chunks.
+    const CASES: [Case; 8] = [
+        (3, 1, 6, [28, 28], [5, 5], [0, 0]),
+        (9, 6, 16, [12, 12], [5, 5], [0, 0]),
+        (2, 3, 5, [7, 9], [3, 2], [1, 0]),
+        (17, 2, 9, [5, 11], [3, 3], [2, 1]),
+        (4, 5, 3, [4, 4], [1, 1], [0, 0]),
+        (1, 1, 1, [1, 1], [1, 1], [0, 0]),
+        (2, 7, 10, [6, 3], [2, 3], [1, 2]),
+        // Padding wider than the kernel: whole rows and blocks of zeros.
+        (2, 2, 3, [3, 3], [2, 2], [2, 2]),
+    ];
+
+    /// The geometry of a case: stride 1, no dilation, one group, the output it implies.
+    fn geometry(&(_, c, o, input, kernel, padding): &Case) -> ConvGeometry {
+        let output = [0, 1].map(|d| input[d] + 2 * padding[d] + 1 - kernel[d]);
+        let window = SlidingWindow { input, output, kernel, stride: [1, 1], padding, dilation: [1, 1] };
+        ConvGeometry { in_channels: c, out_channels: o, groups: 1, window }
+    }
+
+    /// Deterministic values in about [-1, 1].
+    fn values(len: usize, seed: usize) -> Vec<f64> {
+        (0..len).map(|i| (((i * 7919 + seed * 104_729) % 2003) as f64 / 1001.0) - 1.0).collect()
+    }
+
+    /// Calls `f(image, o, c, oy, ox, ky, kx, iy, ix)` for every product of the convolution's
+    /// definition whose input position lies inside the image.
+    fn each_product(case: &Case, mut f: impl FnMut([usize; 9])) {
+        let g = geometry(case);
+        let w = &g.window;
+        let (n, c, o) = (case.0, case.1, case.2);
+        for image in 0..n {
+            for oc in 0..o {
+                for ch in 0..c {
+                    for oy in 0..w.output[0] {
+                        for ox in 0..w.output[1] {
+                            for ky in 0..w.kernel[0] {
+                                for kx in 0..w.kernel[1] {
+                                    let iy = (oy + ky).checked_sub(w.padding[0]).filter(|&v| v < w.input[0]);
+                                    let ix = (ox + kx).checked_sub(w.padding[1]).filter(|&v| v < w.input[1]);
+                                    if let (Some(iy), Some(ix)) = (iy, ix) {
+                                        f([image, oc, ch, oy, ox, ky, kx, iy, ix]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asserts `got` (of `T`) equals the `f64` reference `want` within `T`'s rounding.
+    fn assert_close<T: FloatElement + Into<f64>>(what: &str, case: &Case, got: &[T], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{what} {case:?}: length");
+        let tol = if std::mem::size_of::<T>() == 4 { 1e-4 } else { 1e-12 };
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let g: f64 = g.into();
+            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what} {case:?}: element {i}: {g} vs {w}");
+        }
+    }
+
+    /// The forward kernel against the definition, for `T`, with and without bias, with the
+    /// input read through a strided (width-major) layout when `strided`.
+    fn check<T: FloatElement + Into<f64> + From<f32>>(strided: bool) {
+        let cast = |v: &[f64]| v.iter().map(|&e| T::from(e as f32)).collect::<Vec<T>>();
+        for case in &CASES {
+            let g = geometry(case);
+            assert!(shape_eligible(&g), "{case:?} should take the direct path");
+            let (n, c, o, [h, wd], [kh, kw], _) = *case;
+            let [oh, ow] = g.window.output;
+            // Inputs rounded to `f32` first so that the `f64` reference sees the same values.
+            let round = |v: Vec<f64>| v.iter().map(|&e| e as f32 as f64).collect::<Vec<f64>>();
+            let x = round(values(n * c * h * wd, 1));
+            let weight = round(values(o * c * kh * kw, 2));
+            let bias = round(values(o, 3));
+            let (xt, wt, bt) = (cast(&x), cast(&weight), cast(&bias));
+            // The input stored width-major and read through swapped strides.
+            let (xs, lx) = if strided {
+                let mut xs = vec![T::ZERO; x.len()];
+                for (i, &v) in xt.iter().enumerate() {
+                    let (p, col, row) = (i / (h * wd), i % wd, i / wd % h);
+                    xs[p * h * wd + col * h + row] = v;
+                }
+                let strides = [c * h * wd, h * wd, 1, h].into_iter().collect();
+                (xs, Layout::new(Shape::from([n, c, h, wd]), strides, 0).unwrap())
+            } else {
+                (xt.clone(), Layout::contiguous(Shape::from([n, c, h, wd])))
+            };
+            for with_bias in [false, true] {
+                let b = with_bias.then_some(Bias { data: &bt, offset: 0, stride: 1 });
+                let mut want = vec![0.0; n * o * oh * ow];
+                each_product(case, |[i, oc, ch, oy, ox, ky, kx, iy, ix]| {
+                    want[((i * o + oc) * oh + oy) * ow + ox] +=
+                        weight[((oc * c + ch) * kh + ky) * kw + kx] * x[((i * c + ch) * h + iy) * wd + ix];
+                });
+                if with_bias {
+                    for (k, e) in want.iter_mut().enumerate() {
+                        *e += bias[k / (oh * ow) % o];
+                    }
+                }
+                assert_close("forward", case, &forward(&xs, &lx, &wt, b, &g, n).unwrap(), &want);
+            }
+        }
+    }
+
+    /// `f32` against the definition.
+    #[test]
+    fn direct_kernels_match_the_definition_f32() {
+        check::<f32>(false);
+    }
+
+    /// `f64` against the definition.
+    #[test]
+    fn direct_kernels_match_the_definition_f64() {
+        check::<f64>(false);
+    }
+
+    /// An input whose rows are not contiguous.
+    #[test]
+    fn direct_kernels_read_strided_inputs() {
+        check::<f64>(true);
+    }
+
+    /// LeNet's shape takes the direct path; strides, groups, dilation, ResNet's size and
+    /// uneven padding do not.
+    #[test]
+    fn eligibility_follows_the_shape() {
+        let lenet = geometry(&(64, 6, 16, [12, 12], [5, 5], [0, 0]));
+        assert!(shape_eligible(&lenet));
+        // ResNet's 64 -> 64 3x3 on 56x56 stays on the gemm path (too many taps and too large).
+        let resnet = geometry(&(8, 64, 64, [56, 56], [3, 3], [1, 1]));
+        assert!(!shape_eligible(&resnet));
+        let mut strided = lenet;
+        strided.window.stride = [2, 2];
+        strided.window.output = [4, 4];
+        assert!(!shape_eligible(&strided));
+        let mut grouped = lenet;
+        grouped.groups = 2;
+        assert!(!shape_eligible(&grouped));
+        let mut dilated = lenet;
+        dilated.window.dilation = [2, 2];
+        dilated.window.output = [4, 4];
+        assert!(!shape_eligible(&dilated));
+        // Padding after the input that differs from `padding` (PyTorch's "same" with an even
+        // kernel) stays on the gemm path.
+        let mut same = geometry(&(1, 2, 3, [6, 6], [2, 2], [1, 1]));
+        same.window.output = [6, 6];
+        assert!(!shape_eligible(&same));
+    }
+}

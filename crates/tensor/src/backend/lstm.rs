@@ -117,7 +117,8 @@ impl LstmRun {
     }
 }
 
-/// The dims of `l` if they are `want`, else an error of `op` naming `what`.
+/// An error of `op` naming `what` unless `l` has the dims `want` and the dtype `of` (the
+/// recurrent weight's).
 fn expect_dims(op: &'static str, what: &str, (dtype, l): (DType, &Layout), want: &[usize], of: DType) -> Result<()> {
     if l.shape().dims() != want {
         return Err(Error::shape(op, format!("{what} must be {want:?}, got {:?}", l.shape().dims())));
@@ -128,7 +129,7 @@ fn expect_dims(op: &'static str, what: &str, (dtype, l): (DType, &Layout), want:
     Ok(())
 }
 
-/// The recurrent weight's `(4H, H)` and dtype, checked to be a float `[4H, H]` matrix.
+/// The recurrent weight's dims `(4H, H)`, checked to be those of a float `[4H, H]` matrix.
 fn weight_dims(op: &'static str, (dtype, l): (DType, &Layout)) -> Result<(usize, usize)> {
     match l.shape().dims() {
         [g, h] if *g == 4 * *h && dtype.is_float() => Ok((*g, *h)),

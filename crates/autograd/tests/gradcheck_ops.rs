@@ -90,7 +90,7 @@ fn transposed(t: &Tensor) -> Result<Tensor> {
 /// taken: every stride doubles, and a kernel that misreads the layout picks up NaN.
 fn strided(t: &Tensor) -> Result<Tensor> {
     let rank = t.rank();
-    let out = Tensor::stack(&[t, &t.full_like(f64::NAN)], rank)?.select(rank, 0)?;
+    let out = Tensor::stack(&[t, &t.full_like(f64::NAN)?], rank)?.select(rank, 0)?;
     assert!(!out.is_contiguous(), "strided({:?}) is contiguous", t.shape());
     Ok(out)
 }

@@ -207,6 +207,63 @@ impl Scalar {
         }
     }
 
+    /// The value as element type `T`, or an error naming `op` when `T` cannot hold it: the
+    /// rule for values written into a tensor as they are (`full`, `fill_`, `masked_fill`),
+    /// which PyTorch shares.
+    ///
+    /// An integer goes into `i64` and the floats as [`Scalar::to_element`] converts it, and
+    /// into `u8` from -255 to 255 (a negative one wraps: `-1` becomes 255). A float loses its
+    /// fraction going into an integer dtype: into `u8` it must be at least 0 and below 256,
+    /// into `i64` its integer part must lie within `i64`'s range; NaN and the infinities go
+    /// into neither. A finite float beyond the range of `f32` is refused by `f32`;
+    /// infinities and NaN go into floats as they are.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Scalar};
+    /// assert_eq!(Scalar::Int(-1).to_element_checked::<u8>("fill_")?, 255);
+    /// assert_eq!(Scalar::Float(2.7).to_element_checked::<i64>("fill_")?, 2);
+    /// assert!(Scalar::Int(300).to_element_checked::<u8>("fill_").is_err());
+    /// assert!(Scalar::Float(1e300).to_element_checked::<f32>("fill_").is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn to_element_checked<T: Element>(self, op: &'static str) -> crate::Result<T> {
+        let fits = match (self, T::DTYPE) {
+            (Scalar::Int(v), DType::U8) => (-255..=255).contains(&v),
+            (Scalar::Int(_), _) => true,
+            // A negative float is refused whatever its integer part (PyTorch's rule).
+            (Scalar::Float(v), DType::U8) => (0.0..256.0).contains(&v),
+            // 2^63 is exact in f64; the truncated value must stay below it.
+            (Scalar::Float(v), DType::I64) => v > -9_223_372_036_854_777_856.0 && v < 9_223_372_036_854_775_808.0,
+            (Scalar::Float(v), DType::F32) => !v.is_finite() || v.abs() <= f32::MAX as f64,
+            (Scalar::Float(_), DType::F64) => true,
+        };
+        if !fits {
+            return Err(crate::Error::invalid(
+                op,
+                format!("{} cannot be written into a {} tensor: it is out of range", self.describe(), T::DTYPE),
+            ));
+        }
+        Ok(self.to_element())
+    }
+
+    /// [`Scalar::to_element_checked`]'s verdict for a tensor of `dtype`.
+    pub(crate) fn check_fits(self, dtype: DType, op: &'static str) -> crate::Result<()> {
+        match dtype {
+            DType::U8 => self.to_element_checked::<u8>(op).map(drop),
+            DType::I64 => self.to_element_checked::<i64>(op).map(drop),
+            DType::F32 => self.to_element_checked::<f32>(op).map(drop),
+            DType::F64 => self.to_element_checked::<f64>(op).map(drop),
+        }
+    }
+
+    /// The value as written in a message.
+    fn describe(self) -> String {
+        match self {
+            Scalar::Int(v) => v.to_string(),
+            Scalar::Float(v) => format!("{v:?}"),
+        }
+    }
+
     /// Whether the value is zero (`-0.0` is not: its bits are not those of zero).
     pub fn is_zero_bits(self) -> bool {
         match self {

@@ -12,7 +12,7 @@
 use ember_tensor::storage::Buffer;
 use ember_tensor::{DType, Scalar, Tensor};
 use ember_testing::prop::{
-    Elem as V, any_dtype, cast, input, ok_or_names, read, resolve, same_elems, scalar_in, shape,
+    Elem as V, any_dtype, cast, input, ok_or_names, read, resolve, same_elems, scalar_fits, scalar_in, shape,
 };
 use proptest::prelude::*;
 
@@ -96,30 +96,38 @@ proptest! {
     }
 
     /// `full`, `zeros` and `ones` in every dtype hold the scalar converted as a kernel takes
-    /// it (`as`: an integer wraps into `u8`, a float truncates into integers); the `*_like`
-    /// forms keep the shape and dtype; a huge shape is refused naming the op.
+    /// it (`as`: an integer wraps into `u8`, a float truncates into integers); a value the
+    /// dtype cannot hold is refused; the `*_like` forms keep the shape and dtype; a huge
+    /// shape is refused naming the op.
     #[test]
     fn filled_tensors(s in shape(3), huge in any::<bool>(), dt in any_dtype(), value in scalar(), seed in any::<u64>()) {
         let shape: Vec<usize> = if huge { vec![1 << 31, 1 << 31, 1 << 30] } else { s.clone() };
         let n: usize = s.iter().product();
+        let fits = scalar_fits(value, dt);
         let full = ok_or_names(Tensor::full(shape.clone(), value, dt), "full");
         let zeros = ok_or_names(Tensor::zeros(shape.clone(), dt), "zeros");
         let ones = ok_or_names(Tensor::ones(shape.clone(), dt), "ones");
-        prop_assert_eq!(full.is_some() && zeros.is_some() && ones.is_some(), !huge);
-        if let (Some(f), Some(z), Some(o)) = (full, zeros, ones) {
+        prop_assert_eq!(full.is_some(), !huge && fits, "full({:?}) of {}", value, dt);
+        prop_assert_eq!(zeros.is_some() && ones.is_some(), !huge);
+        if let Some(f) = full {
             prop_assert!(same_elems(&read(&f), &vec![scalar_in(value, dt); n], 0.0));
+            prop_assert_eq!((f.dtype(), f.shape().dims()), (dt, &s[..]));
+        }
+        if let (Some(z), Some(o)) = (zeros, ones) {
             prop_assert!(same_elems(&read(&z), &vec![cast(V::I(0), dt); n], 0.0));
             prop_assert!(same_elems(&read(&o), &vec![cast(V::I(1), dt); n], 0.0));
-            prop_assert_eq!((f.dtype(), f.shape().dims()), (dt, &s[..]));
         }
         let (t, _) = input(&s, seed, dt, true);
         for (like, v) in [(t.zeros_like(), V::I(0)), (t.ones_like(), V::I(1))] {
             prop_assert_eq!((like.dtype(), like.shape().dims()), (dt, &s[..]));
             prop_assert!(same_elems(&read(&like), &vec![cast(v, dt); n], 0.0));
         }
-        let like = t.full_like(value);
-        prop_assert_eq!((like.dtype(), like.shape().dims()), (dt, &s[..]));
-        prop_assert!(same_elems(&read(&like), &vec![scalar_in(value, dt); n], 0.0));
+        let like = ok_or_names(t.full_like(value), "full_like");
+        prop_assert_eq!(like.is_some(), fits);
+        if let Some(like) = like {
+            prop_assert_eq!((like.dtype(), like.shape().dims()), (dt, &s[..]));
+            prop_assert!(same_elems(&read(&like), &vec![scalar_in(value, dt); n], 0.0));
+        }
     }
 
     /// `arange` and `arange_step`: integer arguments give `i64` and exact values, any float
@@ -277,9 +285,9 @@ proptest! {
         prop_assert!(ok_or_names(t.scatter_add(dim, &index, &src.to_dtype(other)), "scatter_add").is_none());
         let (m, xm) = input(&[len], seed ^ 7, mt, false);
         let filled = ok_or_names(t.masked_fill(&m, value), "masked_fill");
-        prop_assert_eq!(filled.is_some(), mt == DType::U8);
+        let out = if value.is_float() && dt.is_int() { DType::F32 } else { dt };
+        prop_assert_eq!(filled.is_some(), mt == DType::U8 && scalar_fits(value, out));
         if let Some(f) = filled {
-            let out = if value.is_float() && dt.is_int() { DType::F32 } else { dt };
             prop_assert_eq!(f.dtype(), out);
             let want: Vec<V> = xs.iter().zip(&xm).map(|(&x, &m)| if m.i() != 0 { scalar_in(value, out) } else { cast(x, out) }).collect();
             prop_assert!(same_elems(&read(&f), &want, 0.0));

@@ -17,7 +17,7 @@ use ember_tensor::{DType, Scalar, Tensor};
 use ember_testing::elementwise::{erf_series, sign};
 use ember_testing::prop::{
     Elem as V, any_dtype, broadcast, broadcast_at, cast, indices, input, names_op, ok_or_names, other_shape, read,
-    same_elems as matches, scalar_in, shape,
+    same_elems as matches, scalar_fits, scalar_in, shape,
 };
 use proptest::prelude::*;
 use std::cmp::Ordering;
@@ -676,10 +676,10 @@ fn inplace_ref(
             )
         }
         "copy_" => fits.then(|| operand().into_iter().map(|y| cast(y, ds)).collect()),
-        "fill_" => Some(vec![scalar_in(sc, ds); tv.len()]),
+        "fill_" => scalar_fits(sc, ds).then(|| vec![scalar_in(sc, ds); tv.len()]),
         "zero_" => Some(vec![cast(V::I(0), ds); tv.len()]),
         "masked_fill_" => {
-            if d_o != DType::U8 || !fits {
+            if d_o != DType::U8 || !fits || !scalar_fits(sc, ds) {
                 return None;
             }
             // The value converts into the tensor's dtype (as `fill_` converts it); the other
@@ -721,7 +721,7 @@ fn run_inplace(
 fn inplace_names(op: &str) -> [&str; 3] {
     let base = op.trim_end_matches('_');
     let inner = match op {
-        "add_scaled_" => "add",
+        "add_scaled_" => "add_",
         "masked_fill_" => "masked_fill",
         _ => base,
     };
@@ -825,7 +825,10 @@ fn masked_fill_in_place_keeps_the_other_integers() -> ember_tensor::Result<()> {
     t.masked_fill_(&Tensor::from_vec(vec![0u8, 1, 0], [3])?, 2.9)?;
     assert_eq!(t.to_vec::<i64>()?, vec![big, 2, -big]);
     let b = Tensor::from_vec(vec![7u8, 9], [2])?;
-    b.masked_fill_(&Tensor::from_vec(vec![1u8, 0], [2])?, 300.5)?;
+    b.masked_fill_(&Tensor::from_vec(vec![1u8, 0], [2])?, 255.5)?;
+    assert_eq!(b.to_vec::<u8>()?, vec![255, 9]);
+    // A value the dtype cannot hold is refused, as PyTorch refuses it.
+    assert!(b.masked_fill_(&Tensor::from_vec(vec![1u8, 0], [2])?, 300.5).is_err());
     assert_eq!(b.to_vec::<u8>()?, vec![255, 9]);
     Ok(())
 }

@@ -223,6 +223,22 @@ pub fn scalar_in(s: Scalar, dt: DType) -> Elem {
     }
 }
 
+/// Whether a tensor of `dt` can hold `s` written as it is (`full`, `fill_`, `masked_fill`):
+/// integers from -255 to 255 into `u8`, any into the others; non-negative floats whose
+/// integer part is at most 255 into `u8`, floats whose integer part lies in `i64`'s range
+/// into `i64`, finite floats within `f32`'s range and every non-finite one into `f32`, any
+/// into `f64`.
+pub fn scalar_fits(s: Scalar, dt: DType) -> bool {
+    match (s, dt) {
+        (Scalar::Int(v), DType::U8) => v.unsigned_abs() <= 255,
+        (Scalar::Int(_), _) => true,
+        (Scalar::Float(v), DType::U8) => v.is_finite() && !v.is_sign_negative() && v.trunc() <= 255.0 || v == 0.0,
+        (Scalar::Float(v), DType::I64) => v.is_finite() && v.trunc() >= -(2f64.powi(63)) && v.trunc() < 2f64.powi(63),
+        (Scalar::Float(v), DType::F32) => v.is_nan() || v.is_infinite() || v.abs() <= f32::MAX as f64,
+        (Scalar::Float(_), DType::F64) => true,
+    }
+}
+
 /// The float values the element pools draw from: signed zeros, tiny and huge values,
 /// infinities and NaN among ordinary ones. No subnormals: ember's kernels flush them by
 /// default (`set_flush_denormal`), which `crates/tensor/tests/flush_denormal.rs` covers.

@@ -246,7 +246,7 @@ impl Op for LeakyRelu {
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
         let x = ctx.input(0)?.value();
         let pos = x.gt_scalar(0);
-        let factor = pos.where_cond(&x.ones_like(), &x.full_like(self.slope))?;
+        let factor = pos.where_tensor_scalar(&x.ones_like(), self.slope)?;
         Ok(smallvec![Some(g.mul(&float_mask(factor, &x))?)])
     }
 }

@@ -108,6 +108,13 @@ macro_rules! define_unary_ops {
                     $( UnaryOp::$V { .. } => $name, )*
                 }
             }
+
+            /// The name of the in-place form (`exp_`), for messages about it.
+            pub fn inplace_name(self) -> &'static str {
+                match self {
+                    $( UnaryOp::$V { .. } => concat!($name, "_"), )*
+                }
+            }
         }
 
         /// Runs `k` with the per-element function of `op` on the float type `T`.
@@ -206,6 +213,13 @@ macro_rules! define_binary_ops {
             pub fn name(self) -> &'static str {
                 match self {
                     $( BinaryOp::$V => $name, )*
+                }
+            }
+
+            /// The name of the in-place form (`add_`), for messages about it.
+            pub fn inplace_name(self) -> &'static str {
+                match self {
+                    $( BinaryOp::$V => concat!($name, "_"), )*
                 }
             }
         }

@@ -50,7 +50,7 @@ impl Tensor {
     /// ```
     pub fn where_tensor_scalar(&self, on_true: &Tensor, on_false: impl Into<Scalar>) -> Result<Tensor> {
         let s = on_false.into();
-        let other = Tensor::full_on((), s, on_true.dtype.promote_scalar(s), on_true.device)?;
+        let other = Tensor::scalar_operand(s, on_true.dtype.promote_scalar(s), on_true.device)?;
         self.where_cond(on_true, &other)
     }
 
@@ -58,7 +58,7 @@ impl Tensor {
     /// with the promotion of [`Tensor::where_tensor_scalar`].
     pub fn where_scalar_tensor(&self, on_true: impl Into<Scalar>, on_false: &Tensor) -> Result<Tensor> {
         let s = on_true.into();
-        let other = Tensor::full_on((), s, on_false.dtype.promote_scalar(s), on_false.device)?;
+        let other = Tensor::scalar_operand(s, on_false.dtype.promote_scalar(s), on_false.device)?;
         self.where_cond(&other, on_false)
     }
 
@@ -77,9 +77,14 @@ impl Tensor {
     pub fn where_scalars(&self, on_true: impl Into<Scalar>, on_false: impl Into<Scalar>) -> Result<Tensor> {
         let (a, b) = (on_true.into(), on_false.into());
         let dtype = if a.is_float() || b.is_float() { DType::F32 } else { DType::I64 };
-        let a = Tensor::full_on((), a, dtype, self.device)?;
-        let b = Tensor::full_on((), b, dtype, self.device)?;
+        let a = Tensor::scalar_operand(a, dtype, self.device)?;
+        let b = Tensor::scalar_operand(b, dtype, self.device)?;
         self.where_cond(&a, &b)
+    }
+
+    /// The 0-d operand `s` of a `where` in `dtype`, converted as kernels convert scalars.
+    fn scalar_operand(s: Scalar, dtype: DType, device: crate::Device) -> Result<Tensor> {
+        Tensor::converted_fill("where", crate::shape::Shape::scalar(), s, dtype, device)
     }
 
     /// `1` where an element is zero and `0` elsewhere, as a `u8` mask: PyTorch's

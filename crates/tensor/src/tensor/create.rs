@@ -66,7 +66,8 @@ impl Tensor {
         Tensor::from_storage(host(buf), Shape::scalar())
     }
 
-    /// A tensor of `shape` filled with `value`, on `device`.
+    /// A tensor of `shape` filled with `value`, on `device`; an error when `dtype` cannot
+    /// hold `value` (see [`Scalar::to_element_checked`]).
     pub fn full_on(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType, device: Device) -> Result<Tensor> {
         Self::filled("full", shape.into(), value.into(), dtype, device)
     }
@@ -74,12 +75,34 @@ impl Tensor {
     /// `value` everywhere in a new tensor of `shape` on `device`, with errors (a shape too
     /// large to count, a refused allocation) named `op`, the constructor the caller used.
     fn filled(op: &'static str, shape: Shape, value: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
+        value.check_fits(dtype, op)?;
+        Self::converted_fill(op, shape, value, dtype, device)
+    }
+
+    /// [`Tensor::filled`] for a value that is an operand rather than data: it converts into
+    /// `dtype` as a kernel converts a scalar ([`Scalar::to_element`]), so `where` with an
+    /// `f32` tensor and `-1e300` gives `-inf`, as PyTorch's does.
+    pub(crate) fn converted_fill(
+        op: &'static str,
+        shape: Shape,
+        value: Scalar,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         let n = checked_numel(op, &shape)?;
         let s = backend_for(device)?.full(n, value, dtype).map_err(|e| e.alloc_in(op))?;
         Ok(Tensor::from_storage(s, shape))
     }
 
-    /// A tensor of `shape` filled with `value`.
+    /// A tensor of `shape` filled with `value`; an error when `dtype` cannot hold `value`
+    /// (see [`Scalar::to_element_checked`]).
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// assert_eq!(Tensor::full([2], -1, DType::U8)?.to_vec::<u8>()?, vec![255, 255]);
+    /// assert!(Tensor::full([2], 300, DType::U8).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn full(shape: impl Into<Shape>, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         Self::full_on(shape, value, dtype, Device::Cpu)
     }
@@ -103,17 +126,25 @@ impl Tensor {
 
     /// Zeros with this tensor's shape, dtype and device.
     pub fn zeros_like(&self) -> Tensor {
-        self.full_like(0)
+        self.filled_like(Scalar::Int(0))
     }
 
     /// Ones with this tensor's shape, dtype and device.
     pub fn ones_like(&self) -> Tensor {
-        self.full_like(1)
+        self.filled_like(Scalar::Int(1))
     }
 
-    /// `value` everywhere, with this tensor's shape, dtype and device.
-    pub fn full_like(&self, value: impl Into<Scalar>) -> Tensor {
-        let s = infallible(self.backend().full(self.numel(), value.into(), self.dtype));
+    /// `value` everywhere, with this tensor's shape, dtype and device; an error when the
+    /// dtype cannot hold `value` (see [`Scalar::to_element_checked`]).
+    pub fn full_like(&self, value: impl Into<Scalar>) -> Result<Tensor> {
+        let value = value.into();
+        value.check_fits(self.dtype, "full_like")?;
+        Ok(self.filled_like(value))
+    }
+
+    /// `value`, which the dtype holds, everywhere in a tensor like this one.
+    fn filled_like(&self, value: Scalar) -> Tensor {
+        let s = infallible(self.backend().full(self.numel(), value, self.dtype));
         Tensor::from_storage(s, self.shape().clone())
     }
 
@@ -279,7 +310,7 @@ mod tests {
         assert_eq!(Tensor::full([1], -1, DType::U8).unwrap().to_vec::<u8>().unwrap(), vec![255]);
         assert_eq!(Tensor::full([1], 2.9, DType::I64).unwrap().to_vec::<i64>().unwrap(), vec![2]);
         let t = Tensor::zeros([2], DType::I64).unwrap();
-        assert_eq!(t.full_like(big).to_vec::<i64>().unwrap(), vec![big, big]);
+        assert_eq!(t.full_like(big).unwrap().to_vec::<i64>().unwrap(), vec![big, big]);
     }
 
     #[test]

@@ -97,7 +97,9 @@ impl Tensor {
     }
 
     /// `value` where the `u8` `mask` is non-zero, `self` elsewhere; `mask` broadcasts to
-    /// `self`'s shape.
+    /// `self`'s shape. The result's dtype is the one `value` promotes `self` to (a float
+    /// value makes an integer tensor `f32`), and an error when that dtype cannot hold
+    /// `value` (see [`Scalar::to_element_checked`]).
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         if mask.dtype() != DType::U8 {
             return Err(Error::dtype("masked_fill", format!("the mask must be u8, got {}", mask.dtype())));
@@ -111,7 +113,9 @@ impl Tensor {
                 format!("mask of shape {:?} does not broadcast to {:?}", mask.shape(), self.shape()),
             ));
         }
-        let src = self.try_to_dtype(self.dtype().promote_scalar(value)).map_err(|e| e.alloc_in("masked_fill"))?;
+        let dtype = self.dtype().promote_scalar(value);
+        value.check_fits(dtype, "masked_fill")?;
+        let src = self.try_to_dtype(dtype).map_err(|e| e.alloc_in("masked_fill"))?;
         let m = mask.with_layout(mask.layout.broadcast_to("masked_fill", &shape)?);
         let s = src.read2(&m, |v, mv| src.backend().masked_fill(v, mv, value))?;
         Ok(Tensor::from_storage(s, shape))

@@ -59,8 +59,9 @@ impl Tensor {
     }
 
     fn binary_inplace(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
-        self.check_writable(op.name())?;
-        let src = self.operand_for(op.name(), other)?;
+        let name = op.inplace_name();
+        self.check_writable(name)?;
+        let src = self.operand_for(name, other)?;
         let (mut dst, g) = super::locks::write_and_read_one(&self.storage, &src.storage);
         self.backend().binary_inplace(op, &mut dst, &self.layout, (&g, &src.layout))
     }
@@ -68,16 +69,14 @@ impl Tensor {
     /// Applies an elementwise function in place. Float-only functions, and scalar operations
     /// with a float scalar, need a float tensor (their result is float).
     pub fn apply_(&self, op: UnaryOp) -> Result<()> {
-        self.check_writable(op.name())?;
+        let name = op.inplace_name();
+        self.check_writable(name)?;
         if op.is_float_only() && !self.dtype.is_float() {
-            return Err(Error::dtype(
-                op.name(),
-                format!("{} in place needs a float tensor, got {}", op.name(), self.dtype),
-            ));
+            return Err(Error::dtype(name, format!("{} in place needs a float tensor, got {}", op.name(), self.dtype)));
         }
         if op.scalar().is_some_and(Scalar::is_float) && self.dtype.is_int() {
             return Err(Error::dtype(
-                op.name(),
+                name,
                 format!("cannot write a float result into a {} tensor in place", self.dtype),
             ));
         }
@@ -158,11 +157,23 @@ impl Tensor {
         self.backend().copy_inplace(&mut dst, &self.layout, (&g, &s.layout))
     }
 
-    /// Sets every element to `value`.
+    /// Sets every element to `value`; an error when the dtype cannot hold `value` (see
+    /// [`Scalar::to_element_checked`]).
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let t = Tensor::zeros([2], DType::U8)?;
+    /// t.fill_(-1)?;
+    /// assert_eq!(t.to_vec::<u8>()?, vec![255, 255]);
+    /// assert!(t.fill_(256).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn fill_(&self, value: impl Into<Scalar>) -> Result<()> {
+        let value = value.into();
         self.check_writable("fill_")?;
+        value.check_fits(self.dtype, "fill_")?;
         let mut dst = self.storage.write();
-        self.backend().fill_inplace(&mut dst, &self.layout, value.into())
+        self.backend().fill_inplace(&mut dst, &self.layout, value)
     }
 
     /// Sets every element to zero.
@@ -170,13 +181,18 @@ impl Tensor {
         self.fill_(0)
     }
 
-    /// Sets the elements where the `u8` `mask` (broadcast to this shape) is non-zero.
+    /// Sets the elements where the `u8` `mask` (broadcast to this shape) is non-zero; an
+    /// error when the dtype cannot hold `value` (see [`Scalar::to_element_checked`]).
     ///
     /// A float value converts into an integer tensor's dtype first (truncating, as
     /// [`Tensor::fill_`] does), so the other elements never pass through a float dtype: an
     /// `i64` beyond 2^24 would not survive `f32`.
     pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<()> {
-        let value = match (self.dtype, value.into()) {
+        let op = "masked_fill_";
+        self.check_writable(op)?;
+        let value = value.into();
+        value.check_fits(self.dtype, op)?;
+        let value = match (self.dtype, value) {
             (DType::U8, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<u8>() as i64),
             (DType::I64, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<i64>()),
             (_, v) => v,

@@ -19,6 +19,14 @@
 //! the probes of a mode that keeps losing cost under 1% of the time. Where helpers do not
 //! pay, they sleep through the main phases and the caller runs at the speed of one thread.
 //!
+//! The host's changes also come in stretches of a second or two, shorter than a main phase
+//! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the
+//! 72,000 of one thread). So a main phase also watches its loops in stretches of a probe's
+//! length: a stretch [`SLOWDOWN`] slower on average than the main mode was last measured at
+//! ends the phase, and the probe that follows is compared with that stretch. A change of the
+//! program's own work (an evaluation pass after training) can trigger it too; the probe
+//! then confirms the mode, and the new loops become the measure.
+//!
 //! Which thread runs which part of a loop never changes a result (the parts are fixed by
 //! the work's shape), so the tuner changes timing only. `EMBER_THREAD_TUNING=0` turns it off
 //! (helpers join every loop); `EMBER_THREAD_TUNING=log` prints every probe's outcome.
@@ -50,6 +58,11 @@ const MIN_LOOPS: u64 = 32;
 
 /// How much faster a probe's loops must be on average to change the main mode.
 const MARGIN: f64 = 0.1;
+
+/// How much slower than its last measurement a main phase's loops must become, averaged
+/// over a probe's length, to end the phase and probe at once: the host's changes come at
+/// any time and can last only a second or two, less than a main phase.
+const SLOWDOWN: f64 = 0.3;
 
 /// The tuner of the process's parallel loops.
 pub(crate) static TUNER: Tuner = Tuner::new();
@@ -90,6 +103,32 @@ struct State {
     reference: (u64, Duration),
     /// The length of the current (or next) main phase.
     main_len: Duration,
+    /// The average loop time the main mode was last measured at (the end of the last main
+    /// phase, or the probe that made it the main mode), in seconds.
+    baseline: Option<f64>,
+    /// The current stretch of a main phase watched for a slowdown: its start, loops and
+    /// total wall time.
+    watch: (Option<Instant>, u64, Duration),
+}
+
+impl State {
+    /// Adds a main-phase loop to the stretch being watched, and says whether the stretch,
+    /// [`PROBE`] long, ran [`SLOWDOWN`] slower than the main mode's baseline.
+    fn watch_for_slowdown(&mut self, took: Duration, now: Instant) -> bool {
+        let Some(baseline) = self.baseline else { return false };
+        let (start, loops, busy) = &mut self.watch;
+        let start = *start.get_or_insert(now);
+        *loops += 1;
+        *busy += took;
+        if *loops < MIN_LOOPS || now.saturating_duration_since(start) < PROBE {
+            return false;
+        }
+        let slowed = busy.as_secs_f64() / *loops as f64 > baseline * (1.0 + SLOWDOWN);
+        if !slowed {
+            self.watch = (None, 0, Duration::ZERO);
+        }
+        slowed
+    }
 }
 
 impl Tuner {
@@ -105,6 +144,8 @@ impl Tuner {
                 measuring: false,
                 reference: (0, Duration::ZERO),
                 main_len: FIRST_MAIN,
+                baseline: None,
+                watch: (None, 0, Duration::ZERO),
             }),
         }
     }
@@ -130,7 +171,19 @@ impl Tuner {
             s.loops += 1;
             s.busy += took;
         }
-        let window_done = s.loops >= MIN_LOOPS && elapsed >= if s.probing { PROBE } else { main };
+        let slowed = !s.probing && s.watch_for_slowdown(took, now);
+        if slowed {
+            // Measured over the stretch that slowed down: the probe is compared with that.
+            let (_, loops, busy) = s.watch;
+            (s.loops, s.busy) = (loops, busy);
+            if setting() == "log" {
+                eprintln!(
+                    "ember thread tuning: loops slowed to {:.1} us, probing now",
+                    busy.as_secs_f64() / loops as f64 * 1e6
+                );
+            }
+        }
+        let window_done = slowed || s.loops >= MIN_LOOPS && elapsed >= if s.probing { PROBE } else { main };
         if !window_done {
             return;
         }
@@ -155,9 +208,12 @@ impl Tuner {
             if switch {
                 s.main_solo = !s.main_solo;
                 s.main_len = MAIN;
+                s.baseline = Some(probe_avg);
             } else {
                 s.main_len = (s.main_len * 2).clamp(MAIN, LONGEST_MAIN);
+                s.baseline = Some(main_avg);
             }
+            s.watch = (None, 0, Duration::ZERO);
             s.probing = false;
             s.measuring = false;
             self.solo.store(s.main_solo, Ordering::Relaxed);
@@ -236,6 +292,44 @@ mod tests {
         // before the first full main phase would have ended.
         feed(&tuner, &mut now, FIRST_MAIN + PROBE * 2, us(200), us(160));
         assert!(tuner.state.lock().main_solo);
+    }
+
+    #[test]
+    fn a_slowdown_within_a_main_phase_is_probed_at_once() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        let ms = Duration::from_millis;
+        // Helpers help, and the main phases have grown to their longest.
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
+        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
+        // Start right after a probe, at the beginning of a four-second main phase.
+        while !tuner.state.lock().probing {
+            feed(&tuner, &mut now, ms(1), us(100), us(160));
+        }
+        while tuner.state.lock().probing {
+            feed(&tuner, &mut now, ms(1), us(100), us(160));
+        }
+        // The host takes a core away for a moment: the caller runs alone well before the
+        // main phase would have ended.
+        feed(&tuner, &mut now, PROBE * 4, us(200), us(160));
+        assert!(tuner.state.lock().main_solo);
+        // A steady main phase never ends early: no probe for a main phase's length.
+        let tuner = Tuner::new();
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
+        while !tuner.state.lock().probing {
+            feed(&tuner, &mut now, ms(1), us(100), us(160));
+        }
+        while tuner.state.lock().probing {
+            feed(&tuner, &mut now, ms(1), us(100), us(160));
+        }
+        let main_len = tuner.state.lock().main_len;
+        let mut fed = Duration::ZERO;
+        while fed + ms(10) < main_len {
+            feed(&tuner, &mut now, ms(1), us(100), us(120));
+            fed += ms(1);
+            assert!(!tuner.state.lock().probing, "probed {fed:?} into a main phase of {main_len:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! ```text
 //! cargo run --release --example long_run -- [--steps 10000] [--window 1000] [--batch 64]
 //!     [--data random|mnist] [--optim adam|sgd] [--threads 2] [--mnist-dir data/mnist]
+//!     [--prefetch 2]
 //! ```
 //!
 //! `--data random` cycles through a pool of 8,192 inputs drawn from U[0, 1) with random
@@ -62,6 +63,9 @@ struct Args {
     /// Seed of the global generator (weights, random data, shuffling).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// MNIST batches built ahead on the loader's worker thread (0: on the training thread).
+    #[arg(long, default_value_t = ember::data::DEFAULT_PREFETCH)]
+    prefetch: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -97,7 +101,13 @@ impl Feed {
             }
             Source::Mnist => {
                 let train = mnist::load(&args.mnist_dir, true)?;
-                let loader = mnist::loader(&train, args.batch, args.seed)?;
+                let ds = TensorDataset::new(vec![train.images.clone(), train.labels.clone()])?;
+                let loader = DataLoader::builder(ds)
+                    .batch_size(args.batch)
+                    .shuffle(true)
+                    .seed(args.seed)
+                    .prefetch(args.prefetch)
+                    .build()?;
                 let epoch = loader.iter();
                 Ok(Feed::Mnist { loader, epoch })
             }

@@ -28,9 +28,9 @@ impl Tensor {
         let shape = broadcast_shapes("where", &shape, on_false.shape())?;
         let dtype = on_true.result_type(on_false);
         let c = self.with_layout(self.layout.broadcast_to("where", &shape)?);
-        let a = on_true.try_to_dtype(dtype).map_err(|e| e.alloc_in("where"))?;
+        let a = on_true.converted_for("where", dtype)?;
         let a = a.with_layout(a.layout.broadcast_to("where", &shape)?);
-        let b = on_false.try_to_dtype(dtype).map_err(|e| e.alloc_in("where"))?;
+        let b = on_false.converted_for("where", dtype)?;
         let b = b.with_layout(b.layout.broadcast_to("where", &shape)?);
         let s = c.read3(&a, &b, |vc, va, vb| c.backend().where_cond(vc, va, vb))?;
         Ok(Tensor::from_storage(s, shape))

@@ -17,12 +17,29 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor, Shape)> {
         self.same_device(op, other)?;
         let shape = broadcast_shapes(op, self.shape(), other.shape())?;
-        // A conversion that cannot be held (of a huge broadcast view) is this op's failure.
-        let a = self.try_to_dtype(dtype).map_err(|e| e.alloc_in(op))?;
-        let b = other.try_to_dtype(dtype).map_err(|e| e.alloc_in(op))?;
+        let a = self.converted_for(op, dtype)?;
+        let b = other.converted_for(op, dtype)?;
         let a = a.with_layout(a.layout.broadcast_to(op, &shape)?);
         let b = b.with_layout(b.layout.broadcast_to(op, &shape)?);
         Ok((a, b, shape))
+    }
+
+    /// `self` in `dtype` as an operand of `op`, each distinct element converted once: the
+    /// dimensions a broadcast view repeats (stride 0) are converted at length 1 and then
+    /// repeated again, so an `expand`ed operand costs no more to convert than what it was
+    /// expanded from. A conversion that cannot be held is `op`'s failure.
+    pub(crate) fn converted_for(&self, op: &'static str, dtype: DType) -> Result<Tensor> {
+        if self.dtype == dtype {
+            return Ok(self.clone());
+        }
+        let mut base = self.clone();
+        for (d, (&size, &stride)) in self.shape().iter().zip(self.strides()).enumerate() {
+            if stride == 0 && size > 1 {
+                base = base.narrow(d, 0, 1)?;
+            }
+        }
+        let c = base.try_to_dtype(dtype).map_err(|e| e.alloc_in(op))?;
+        Ok(c.with_layout(c.layout.broadcast_to(op, self.shape())?))
     }
 
     /// The dtype `self` and `other` compute in: PyTorch's result type, where a 0-d tensor
@@ -194,6 +211,23 @@ comparisons! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expanded_operands_convert_each_element_once() {
+        let row = Tensor::from_vec(vec![1.5f64, -2.0, 3.0], [1, 3]).unwrap();
+        let wide = row.expand([4, 3]).unwrap();
+        let c = wide.converted_for("add", DType::F32).unwrap();
+        // Still a view repeating one converted row, not a materialised [4, 3] copy.
+        assert_eq!((c.dtype(), c.shape().dims(), c.strides()), (DType::F32, &[4, 3][..], &[0, 1][..]));
+        assert_eq!(c.storage().read().len(), 3);
+        let x = Tensor::from_vec(vec![1.0f32; 12], [4, 3]).unwrap();
+        assert_eq!(x.add(&wide).unwrap().to_vec::<f64>().unwrap(), [2.5, -1.0, 4.0].repeat(4));
+        // A column repeated along the last dimension too, and in place.
+        let col = Tensor::from_vec(vec![1i64, 2], [2, 1]).unwrap().expand([2, 5]).unwrap();
+        let y = Tensor::zeros([2, 5], DType::F32).unwrap();
+        y.add_(&col).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [[1.0f32; 5], [2.0; 5]].concat());
+    }
 
     #[test]
     fn promotion_and_broadcasting() {

@@ -53,7 +53,7 @@ impl Tensor {
             ));
         }
         let s = if src.shares_storage(self) { src.try_copy()? } else { src.clone() };
-        let s = s.try_to_dtype(self.dtype).map_err(|e| e.alloc_in(op))?;
+        let s = s.converted_for(op, self.dtype)?;
         let shape: Shape = self.shape().clone();
         Ok(s.with_layout(s.layout.broadcast_to(op, &shape)?))
     }

@@ -107,6 +107,31 @@ fn multi_path_reuse_sums_gradients() -> Result<()> {
     Ok(())
 }
 
+/// Summing the gradients that meet at a node never changes one that is held elsewhere.
+/// Here the first to reach `y` is the one `a` keeps as its `.grad` (`add` passes it on as it
+/// is); the others (a slice's gradient embedded into zeros, a reshape's as a view of another
+/// gradient) are added to it, and `a.grad` must stay what it was.
+#[test]
+fn summing_gradients_never_writes_into_one_held_elsewhere() -> Result<()> {
+    let x = Var::param(t(&[1.0, 2.0, 3.0, 4.0], &[4]));
+    let y = x.mul_scalar(2.0);
+    let b = y.narrow(0, 1, 2)?.sum_all();
+    let c = y.reshape([2, 2])?.mul_scalar(10.0).sum_all();
+    let a = y.add(&Var::new(Tensor::zeros([4], DType::F64)?))?;
+    a.retain_grad()?;
+    let w = Var::new(t(&[1.0, 2.0, 3.0, 4.0], &[4]));
+    a.mul(&w)?.sum_all().add(&b)?.add(&c)?.backward()?;
+    // dy = w + [0, 1, 1, 0] + 10; dx = 2 dy.
+    assert_eq!(vals(&x.grad().unwrap()), vec![22.0, 26.0, 28.0, 28.0]);
+    assert_eq!(vals(&a.grad().unwrap()), vec![1.0, 2.0, 3.0, 4.0]);
+    // `add` hands one gradient to both of its inputs, here the same node.
+    let x = Var::param(t(&[1.0, 2.0], &[2]));
+    let y = x.mul_scalar(3.0);
+    y.add(&y)?.mul(&Var::new(t(&[1.0, 2.0], &[2])))?.sum_all().backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![6.0, 12.0]);
+    Ok(())
+}
+
 #[test]
 fn broadcast_gradients_reduce_to_the_input_shape() -> Result<()> {
     let a = Var::param(Tensor::ones([2, 3], DType::F64)?);

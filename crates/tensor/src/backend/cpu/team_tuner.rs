@@ -11,8 +11,10 @@
 //!
 //! So the team measures. It runs *main* phases in the mode it believes faster (with
 //! helpers, or the caller alone) and, after each, a short *probe* phase in the other mode,
-//! and compares the average wall time of a loop in the probe with the average over the
-//! same length of time at the end of the main phase. A training loop repeats the same
+//! and compares the average wall time of a loop in the probe with the averages over the
+//! same length of time at the end of the main phase and right after the probe, back in the
+//! main mode: the probe must beat both, so a change of the program's own work during the
+//! probe (evaluation giving way to training) is not taken for a faster mode. A training loop repeats the same
 //! kernels every step, so phases of tens of milliseconds see the same mix of loops. A probe
 //! faster by [`MARGIN`] makes its mode the main one. Main phases last a second after a
 //! switch (the first 200 ms) and double while probes confirm them, up to four seconds, so
@@ -92,6 +94,10 @@ struct State {
     main_solo: bool,
     /// Whether the current phase is a probe of the other mode.
     probing: bool,
+    /// Whether the current phase measures the main mode again after a probe.
+    confirming: bool,
+    /// The last probe's loops and total wall time.
+    probe: (u64, Duration),
     /// When the current phase began (`None` before the first loop).
     phase_start: Option<Instant>,
     /// The loops measured so far in the current window, and their total wall time.
@@ -138,6 +144,8 @@ impl Tuner {
             state: Mutex::new(State {
                 main_solo: false,
                 probing: false,
+                confirming: false,
+                probe: (0, Duration::ZERO),
                 phase_start: None,
                 loops: 0,
                 busy: Duration::ZERO,
@@ -164,14 +172,15 @@ impl Tuner {
         let start = *s.phase_start.get_or_insert(now);
         let elapsed = now.saturating_duration_since(start);
         let main = s.main_len;
-        if !s.probing && !s.measuring && elapsed + PROBE >= main {
+        let short = s.probing || s.confirming;
+        if !short && !s.measuring && elapsed + PROBE >= main {
             s.measuring = true;
         }
         if s.measuring {
             s.loops += 1;
             s.busy += took;
         }
-        let slowed = !s.probing && s.watch_for_slowdown(took, now);
+        let slowed = !short && s.watch_for_slowdown(took, now);
         if slowed {
             // Measured over the stretch that slowed down: the probe is compared with that.
             let (_, loops, busy) = s.watch;
@@ -183,25 +192,33 @@ impl Tuner {
                 );
             }
         }
-        let window_done = slowed || s.loops >= MIN_LOOPS && elapsed >= if s.probing { PROBE } else { main };
+        let window_done = slowed || s.loops >= MIN_LOOPS && elapsed >= if short { PROBE } else { main };
         if !window_done {
             return;
         }
         if s.probing {
-            let (ref_loops, ref_busy) = s.reference;
-            let probe_avg = s.busy.as_secs_f64() / s.loops as f64;
-            let main_avg = ref_busy.as_secs_f64() / ref_loops.max(1) as f64;
-            let switch = probe_avg < main_avg * (1.0 - MARGIN);
+            // Back to the main mode, measured once more before deciding: the program's own
+            // work may have changed during the probe (training gives way to evaluation).
+            s.probe = (s.loops, s.busy);
+            s.probing = false;
+            s.confirming = true;
+            s.measuring = true;
+            self.solo.store(s.main_solo, Ordering::Relaxed);
+        } else if s.confirming {
+            let avg = |(loops, busy): (u64, Duration)| busy.as_secs_f64() / loops.max(1) as f64;
+            let (before, probe_avg, after) = (avg(s.reference), avg(s.probe), avg((s.loops, s.busy)));
+            // The probe must beat the main mode both before and after it.
+            let switch = probe_avg < before.min(after) * (1.0 - MARGIN);
             if setting() == "log" {
                 let mode = |solo: bool| if solo { "caller alone" } else { "with helpers" };
                 eprintln!(
-                    "ember thread tuning: {} {:.1} us/loop ({} loops), {} {:.1} us/loop ({} loops): {}",
+                    "ember thread tuning: {} {:.1} us/loop ({} loops), {} {:.1} then {:.1} us/loop: {}",
                     mode(!s.main_solo),
                     probe_avg * 1e6,
-                    s.loops,
+                    s.probe.0,
                     mode(s.main_solo),
-                    main_avg * 1e6,
-                    ref_loops,
+                    before * 1e6,
+                    after * 1e6,
                     mode(s.main_solo != switch)
                 );
             }
@@ -211,10 +228,10 @@ impl Tuner {
                 s.baseline = Some(probe_avg);
             } else {
                 s.main_len = (s.main_len * 2).clamp(MAIN, LONGEST_MAIN);
-                s.baseline = Some(main_avg);
+                s.baseline = Some(after);
             }
             s.watch = (None, 0, Duration::ZERO);
-            s.probing = false;
+            s.confirming = false;
             s.measuring = false;
             self.solo.store(s.main_solo, Ordering::Relaxed);
         } else {
@@ -242,6 +259,23 @@ mod tests {
             let took = if tuner.solo() { solo_took } else { team_took };
             *now += took;
             tuner.record(took, *now);
+        }
+    }
+
+    /// Whether the tuner is in a main phase (not probing, not measuring again after one).
+    fn in_main_phase(tuner: &Tuner) -> bool {
+        let s = tuner.state.lock();
+        !s.probing && !s.confirming
+    }
+
+    /// Feeds loops of 100 µs with helpers and 160 µs alone until the next main phase begins.
+    fn to_next_main_phase(tuner: &Tuner, now: &mut Instant) {
+        let (us, ms) = (Duration::from_micros, Duration::from_millis);
+        while in_main_phase(tuner) {
+            feed(tuner, now, ms(1), us(100), us(160));
+        }
+        while !in_main_phase(tuner) {
+            feed(tuner, now, ms(1), us(100), us(160));
         }
     }
 
@@ -290,7 +324,7 @@ mod tests {
         let us = Duration::from_micros;
         // Started on a host where helpers slow loops down, the caller runs alone well
         // before the first full main phase would have ended.
-        feed(&tuner, &mut now, FIRST_MAIN + PROBE * 2, us(200), us(160));
+        feed(&tuner, &mut now, FIRST_MAIN + PROBE * 3 + Duration::from_millis(2), us(200), us(160));
         assert!(tuner.state.lock().main_solo);
     }
 
@@ -304,12 +338,7 @@ mod tests {
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
         assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
         // Start right after a probe, at the beginning of a four-second main phase.
-        while !tuner.state.lock().probing {
-            feed(&tuner, &mut now, ms(1), us(100), us(160));
-        }
-        while tuner.state.lock().probing {
-            feed(&tuner, &mut now, ms(1), us(100), us(160));
-        }
+        to_next_main_phase(&tuner, &mut now);
         // The host takes a core away for a moment: the caller runs alone well before the
         // main phase would have ended.
         feed(&tuner, &mut now, PROBE * 4, us(200), us(160));
@@ -317,19 +346,34 @@ mod tests {
         // A steady main phase never ends early: no probe for a main phase's length.
         let tuner = Tuner::new();
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        while !tuner.state.lock().probing {
-            feed(&tuner, &mut now, ms(1), us(100), us(160));
-        }
-        while tuner.state.lock().probing {
-            feed(&tuner, &mut now, ms(1), us(100), us(160));
-        }
+        to_next_main_phase(&tuner, &mut now);
         let main_len = tuner.state.lock().main_len;
         let mut fed = Duration::ZERO;
         while fed + ms(10) < main_len {
             feed(&tuner, &mut now, ms(1), us(100), us(120));
             fed += ms(1);
-            assert!(!tuner.state.lock().probing, "probed {fed:?} into a main phase of {main_len:?}");
+            assert!(in_main_phase(&tuner), "probed {fed:?} into a main phase of {main_len:?}");
         }
+    }
+
+    #[test]
+    fn a_change_of_the_programs_work_during_a_probe_changes_nothing() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        let ms = Duration::from_millis;
+        // Training: helpers help.
+        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
+        to_next_main_phase(&tuner, &mut now);
+        // An evaluation pass of larger loops (250 µs with helpers, 500 alone) trips the
+        // slowdown watch, and training resumes during the probe: the probe's loops (a few
+        // slow ones, then training's 160 µs) beat the evaluation's 250 µs, but not the
+        // training loops measured after the probe.
+        feed(&tuner, &mut now, PROBE + ms(2), us(250), us(500));
+        assert!(tuner.state.lock().probing);
+        feed(&tuner, &mut now, PROBE * 2 + ms(5), us(100), us(160));
+        assert!(in_main_phase(&tuner));
+        assert!(!tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -352,6 +396,6 @@ mod tests {
         let ms = Duration::from_millis;
         feed(&tuner, &mut now, MAIN * 2, ms(100), ms(300));
         assert!(!tuner.solo());
-        assert!(!tuner.state.lock().probing);
+        assert!(in_main_phase(&tuner));
     }
 }

@@ -279,6 +279,16 @@ mod tests {
         }
     }
 
+    /// A tuner that has run long enough with helpers that help (100 µs a loop with them,
+    /// 160 alone) for its main phases to reach their longest, at the start of one.
+    fn settled_with_helpers(now: &mut Instant) -> Tuner {
+        let tuner = Tuner::new();
+        feed(&tuner, now, LONGEST_MAIN * 3, Duration::from_micros(100), Duration::from_micros(160));
+        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
+        to_next_main_phase(&tuner, now);
+        tuner
+    }
+
     #[test]
     fn a_faster_mode_found_by_a_probe_becomes_the_main_mode() {
         let tuner = Tuner::new();
@@ -330,23 +340,16 @@ mod tests {
 
     #[test]
     fn a_slowdown_within_a_main_phase_is_probed_at_once() {
-        let tuner = Tuner::new();
         let mut now = Instant::now();
         let us = Duration::from_micros;
         let ms = Duration::from_millis;
-        // Helpers help, and the main phases have grown to their longest.
-        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
-        // Start right after a probe, at the beginning of a four-second main phase.
-        to_next_main_phase(&tuner, &mut now);
-        // The host takes a core away for a moment: the caller runs alone well before the
-        // main phase would have ended.
+        // At the beginning of a four-second main phase with helpers, the host takes a core
+        // away for a moment: the caller runs alone well before the phase would have ended.
+        let tuner = settled_with_helpers(&mut now);
         feed(&tuner, &mut now, PROBE * 4, us(200), us(160));
         assert!(tuner.state.lock().main_solo);
         // A steady main phase never ends early: no probe for a main phase's length.
-        let tuner = Tuner::new();
-        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        to_next_main_phase(&tuner, &mut now);
+        let tuner = settled_with_helpers(&mut now);
         let main_len = tuner.state.lock().main_len;
         let mut fed = Duration::ZERO;
         while fed + ms(10) < main_len {
@@ -358,17 +361,14 @@ mod tests {
 
     #[test]
     fn a_change_of_the_programs_work_during_a_probe_changes_nothing() {
-        let tuner = Tuner::new();
         let mut now = Instant::now();
         let us = Duration::from_micros;
         let ms = Duration::from_millis;
-        // Training: helpers help.
-        feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        to_next_main_phase(&tuner, &mut now);
-        // An evaluation pass of larger loops (250 µs with helpers, 500 alone) trips the
-        // slowdown watch, and training resumes during the probe: the probe's loops (a few
-        // slow ones, then training's 160 µs) beat the evaluation's 250 µs, but not the
-        // training loops measured after the probe.
+        // Training, where helpers help, then an evaluation pass of larger loops (250 µs
+        // with helpers, 500 alone) that trips the slowdown watch; training resumes during
+        // the probe, whose loops (a few slow ones, then training's 160 µs) beat the
+        // evaluation's 250 µs, but not the training loops measured after the probe.
+        let tuner = settled_with_helpers(&mut now);
         feed(&tuner, &mut now, PROBE + ms(2), us(250), us(500));
         assert!(tuner.state.lock().probing);
         feed(&tuner, &mut now, PROBE * 2 + ms(5), us(100), us(160));

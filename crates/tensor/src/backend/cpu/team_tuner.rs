@@ -16,10 +16,11 @@
 //! main mode: the probe must beat both, so a change of the program's own work during the
 //! probe (evaluation giving way to training) is not taken for a faster mode. A training
 //! loop repeats the same kernels every step, so phases of tens of milliseconds see the same
-//! mix of loops. A probe faster by [`MARGIN`] than both makes its mode the main one. Main phases last a second after a
-//! switch (the first 200 ms) and double while probes confirm them, up to four seconds, so
-//! the probes of a mode that keeps losing cost under 1% of the time. Where helpers do not
-//! pay, they sleep through the main phases and the caller runs at the speed of one thread.
+//! mix of loops. A probe faster by [`MARGIN`] than both makes its mode the main one. Main
+//! phases last a second after a switch (the first 200 ms) and double while probes confirm
+//! them, up to four seconds, so the probes of a mode that keeps losing cost under 1% of the
+//! time. Where helpers do not pay, they sleep through the main phases and the caller runs
+//! at the speed of one thread.
 //!
 //! The host's changes also come in stretches of a second or two, shorter than a main phase
 //! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the

@@ -969,7 +969,7 @@ fn indexing() {
             p.check(format!("masked_fill {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
                 let mask = input(85, &s[1..], DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
                 let t = input(86, s, dt, lay, d);
-                Ok(vec![t.masked_fill(&mask, 9)?, t.masked_fill(&mask, -1.5)?])
+                Ok(vec![t.masked_fill(&mask, 9)?, t.masked_fill(&mask, 1.5)?])
             });
         }
     }

@@ -1,5 +1,6 @@
 //! PyTorch parity of writing a value into a tensor as it is: which values `full`,
-//! `full_like`, `fill_` and `masked_fill_` accept for each dtype, and what they store.
+//! `full_like`, `fill_`, `masked_fill` and `masked_fill_` accept for each dtype, and what
+//! they store, in the tensor's own dtype.
 //!
 //! The expected verdicts are committed in `tools/parity/fixtures/fill.tsv`, written by
 //! `tools/parity/fill.py` (regenerate with `.venv-torch/bin/python tools/parity/fill.py`
@@ -37,8 +38,8 @@ fn parse(line: &str) -> Case<'_> {
     Case { op, dtype, value, stored: (result != "error").then_some(result) }
 }
 
-/// Runs `case.op` on a two-element tensor; for `masked_fill_` only the first element is
-/// masked.
+/// Runs `case.op` on a two-element tensor; for `masked_fill` and `masked_fill_` only the
+/// first element is masked.
 fn run(case: &Case<'_>) -> Result<Tensor> {
     let zeros = || Tensor::zeros([2], case.dtype);
     match case.op {
@@ -49,6 +50,7 @@ fn run(case: &Case<'_>) -> Result<Tensor> {
             t.fill_(case.value)?;
             Ok(t)
         }
+        "masked_fill" => zeros()?.masked_fill(&Tensor::from_vec(vec![1u8, 0], [2])?, case.value),
         "masked_fill_" => {
             let t = zeros()?;
             t.masked_fill_(&Tensor::from_vec(vec![1u8, 0], [2])?, case.value)?;
@@ -89,11 +91,14 @@ fn values_written_into_tensors_match_pytorch() -> Result<()> {
         let case = parse(line);
         cases += 1;
         match (run(&case), case.stored) {
+            (Ok(t), Some(_)) if t.dtype() != case.dtype => {
+                failures.push(format!("{line}: the result is {}", t.dtype()));
+            }
             (Ok(t), Some(want)) => {
                 if !holds(&t, 0, want)? {
                     failures.push(format!("{line}: stored {t}"));
                 }
-                if case.op == "masked_fill_" && !holds(&t, 1, "0")? {
+                if case.op.starts_with("masked_fill") && !holds(&t, 1, "0")? {
                     failures.push(format!("{line}: changed the unmasked element, {t}"));
                 }
             }
@@ -106,7 +111,7 @@ fn values_written_into_tensors_match_pytorch() -> Result<()> {
             }
         }
     }
-    assert!(cases > 600, "the fixture holds only {cases} cases");
+    assert!(cases > 800, "the fixture holds only {cases} cases");
     assert!(failures.is_empty(), "{} of {cases} cases differ from PyTorch:\n{}", failures.len(), failures.join("\n"));
     Ok(())
 }

@@ -97,27 +97,37 @@ impl Tensor {
     }
 
     /// `value` where the `u8` `mask` is non-zero, `self` elsewhere; `mask` broadcasts to
-    /// `self`'s shape. The result's dtype is the one `value` promotes `self` to (a float
-    /// value makes an integer tensor `f32`), and an error when that dtype cannot hold
-    /// `value` (see [`Scalar::to_element_checked`]).
+    /// `self`'s shape. The result keeps `self`'s dtype, as in PyTorch: a float value
+    /// converts into an integer tensor's dtype (truncating, as [`Tensor::fill_`] does), and
+    /// a value the dtype cannot hold is an error (see [`Scalar::to_element_checked`]).
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let t = Tensor::from_vec(vec![1i64, 2, 3], [3])?;
+    /// let mask = Tensor::from_vec(vec![1u8, 0, 1], [3])?;
+    /// let filled = t.masked_fill(&mask, 2.5)?;
+    /// assert_eq!(filled.dtype(), DType::I64);
+    /// assert_eq!(filled.to_vec::<i64>()?, vec![2, 2, 2]);
+    /// assert!(t.to_dtype(DType::U8).masked_fill(&mask, -1.5).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
+        let op = "masked_fill";
         if mask.dtype() != DType::U8 {
-            return Err(Error::dtype("masked_fill", format!("the mask must be u8, got {}", mask.dtype())));
+            return Err(Error::dtype(op, format!("the mask must be u8, got {}", mask.dtype())));
         }
-        self.same_device("masked_fill", mask)?;
+        self.same_device(op, mask)?;
         let value = value.into();
-        let shape = broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
+        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
         if shape.dims() != self.shape() {
             return Err(Error::shape(
-                "masked_fill",
+                op,
                 format!("mask of shape {:?} does not broadcast to {:?}", mask.shape(), self.shape()),
             ));
         }
-        let dtype = self.dtype().promote_scalar(value);
-        value.check_fits(dtype, "masked_fill")?;
-        let src = self.try_to_dtype(dtype).map_err(|e| e.alloc_in("masked_fill"))?;
-        let m = mask.with_layout(mask.layout.broadcast_to("masked_fill", &shape)?);
-        let s = src.read2(&m, |v, mv| src.backend().masked_fill(v, mv, value))?;
+        value.check_fits(self.dtype(), op)?;
+        let m = mask.with_layout(mask.layout.broadcast_to(op, &shape)?);
+        let s = self.read2(&m, |v, mv| self.backend().masked_fill(v, mv, value))?;
         Ok(Tensor::from_storage(s, shape))
     }
 }

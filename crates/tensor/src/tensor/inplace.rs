@@ -6,7 +6,7 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::dtype::{Element, Scalar};
 use crate::shape::Shape;
 use crate::storage::StorageCell;
-use crate::{DType, Device, Error, Result};
+use crate::{Device, Error, Result};
 
 /// Elements per parallel task of `update_`: a fused optimizer update is a few flops per
 /// element, so smaller tasks would cost more in scheduling than they save.
@@ -182,21 +182,14 @@ impl Tensor {
     }
 
     /// Sets the elements where the `u8` `mask` (broadcast to this shape) is non-zero; an
-    /// error when the dtype cannot hold `value` (see [`Scalar::to_element_checked`]).
-    ///
-    /// A float value converts into an integer tensor's dtype first (truncating, as
-    /// [`Tensor::fill_`] does), so the other elements never pass through a float dtype: an
-    /// `i64` beyond 2^24 would not survive `f32`.
+    /// error when the dtype cannot hold `value` (see [`Scalar::to_element_checked`]). A
+    /// float value converts into an integer tensor's dtype (truncating), as in
+    /// [`Tensor::masked_fill`].
     pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<()> {
         let op = "masked_fill_";
         self.check_writable(op)?;
         let value = value.into();
         value.check_fits(self.dtype, op)?;
-        let value = match (self.dtype, value) {
-            (DType::U8, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<u8>() as i64),
-            (DType::I64, v @ Scalar::Float(_)) => Scalar::Int(v.to_element::<i64>()),
-            (_, v) => v,
-        };
         let filled = self.masked_fill(mask, value)?;
         self.copy_(&filled)
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of the fill parity test: which values `torch.full`, `full_like`,
-`Tensor.fill_`, `Tensor.masked_fill` and `Tensor.masked_fill_` accept for each dtype, and
-what they store (in the tensor's own dtype: none of them promotes it), written
+`Tensor.fill_`, `Tensor.masked_fill`, `Tensor.masked_fill_` and `F.pad` accept for each
+dtype, and what they store (in the tensor's own dtype: none of them promotes it), written
 to tools/parity/fixtures/fill.tsv, which crates/tensor/tests/parity_fill.rs replays with
 ember and compares.
 
@@ -40,6 +40,8 @@ def store(op, dtype, value):
             t = torch.full_like(torch.zeros(2, dtype=dtype), value)
         elif op == "fill_":
             t = torch.zeros(2, dtype=dtype).fill_(value)
+        elif op == "pad":
+            t = torch.nn.functional.pad(torch.zeros(2, dtype=dtype), (1, 0), value=value)
         elif op == "masked_fill":
             t = torch.zeros(2, dtype=dtype).masked_fill(torch.tensor([True, False]), value)
         else:
@@ -53,7 +55,7 @@ def store(op, dtype, value):
 
 def main():
     lines = []
-    for op in ["full", "full_like", "fill_", "masked_fill", "masked_fill_"]:
+    for op in ["full", "full_like", "fill_", "masked_fill", "masked_fill_", "pad"]:
         for name, dtype in DTYPES.items():
             for kind, values in [("int", INTS), ("float", FLOATS)]:
                 for v in values:

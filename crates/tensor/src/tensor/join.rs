@@ -87,7 +87,10 @@ impl Tensor {
     }
 
     /// Constant padding, PyTorch's `F.pad(x, pad, value=...)`: `pad` holds `(before, after)`
-    /// pairs starting from the **last** dimension.
+    /// pairs starting from the **last** dimension. The result keeps `self`'s dtype (a float
+    /// value is truncated into an integer tensor). As in PyTorch, the value is taken as an
+    /// `f64`, integers included, and one the dtype cannot hold is an error (see
+    /// [`Scalar::to_element_checked`]): `-1` into a `u8` tensor is an error, not 255.
     ///
     /// ```
     /// use ember_tensor::Tensor;
@@ -113,8 +116,16 @@ impl Tensor {
         }
         let shape = Shape::from(shape);
         checked_numel("pad", &shape)?;
-        let out = Tensor::full_on(shape, value, self.dtype().promote_scalar(value), self.device())
-            .map_err(|e| e.alloc_in("pad"))?;
+        // The result keeps the input's dtype, as PyTorch's does: a float value is truncated
+        // into an integer tensor, and a value the dtype cannot hold is refused. PyTorch's
+        // padding value is a double, so an integer passes through one first: -1 does not
+        // wrap into `u8`, and 2^53 + 1 pads an `i64` tensor with 2^53.
+        let value = match value {
+            Scalar::Int(v) => Scalar::Float(v as f64),
+            v => v,
+        };
+        value.check_fits(self.dtype(), "pad")?;
+        let out = Tensor::full_on(shape, value, self.dtype(), self.device()).map_err(|e| e.alloc_in("pad"))?;
         let mut inner = out.clone();
         for (i, &(b, _)) in pad.iter().enumerate() {
             let d = rank - 1 - i;

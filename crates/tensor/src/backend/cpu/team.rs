@@ -4,8 +4,8 @@
 //! `rayon` enters its pool from outside by queueing the whole loop as one job and putting the
 //! caller to sleep until a worker has finished it: the caller's core idles, and the
 //! operation pays two cross-thread wake-ups, which doubled the time of a 100k-element add.
-//! Here the caller works through the loop itself, claiming indices from an atomic counter,
-//! and helper threads claim indices too from the moment they join. A helper that joins late
+//! Here the caller works through the loop itself, claiming indices from the front, and
+//! helper threads claim indices from the back from the moment they join. A helper that joins late
 //! finds less (or nothing) left; the caller never sleeps, and at the end waits only for the
 //! indices helpers have already claimed.
 //!
@@ -36,8 +36,11 @@ const CLOSED: usize = 1 << (usize::BITS - 1);
 type Body<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Shared {
-    /// The next index to claim; at or past `n` once all are claimed.
-    next: AtomicUsize,
+    /// Indices claimed so far, from either end; at or past `n` once all are.
+    taken: AtomicUsize,
+    /// Indices claimed from the front (the caller's end) and from the back (the helpers').
+    front: AtomicUsize,
+    back: AtomicUsize,
     /// Helpers currently running the loop body, plus `CLOSED`.
     helpers: AtomicUsize,
     /// How many helpers may join.
@@ -47,13 +50,24 @@ struct Shared {
 }
 
 impl Shared {
-    /// Runs `f` on claimed indices until none are left.
-    fn work(&self, n: usize, f: &Body<'_>) {
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                return;
-            }
+    /// Runs `f` on claimed indices until none are left: the caller claims from the front,
+    /// helpers from the back.
+    ///
+    /// Why two ends: a loop's indices are parts of its tensors in order, so each thread keeps
+    /// working on the same end of the data from one kernel to the next and finds it in its own
+    /// core's cache. With one shared counter the parts landed on either thread at random, and
+    /// every kernel read about half of its input from the other core, which costs most when
+    /// the host puts the two vCPUs on cores that do not share a cache (docs/design.md,
+    /// "Threads and determinism", has the measurements).
+    fn work(&self, n: usize, f: &Body<'_>, from_back: bool) {
+        // Claims are counted first, so the front's and the back's never meet: after `F`
+        // front and `B` back claims, `F + B <= n`, and they cover `0..F` and `n - B..n`.
+        while self.taken.fetch_add(1, Ordering::Relaxed) < n {
+            let i = if from_back {
+                n - 1 - self.back.fetch_add(1, Ordering::Relaxed)
+            } else {
+                self.front.fetch_add(1, Ordering::Relaxed)
+            };
             f(i);
         }
     }
@@ -296,7 +310,9 @@ pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
 /// [`run`] with `helpers` (at least one) offered the loop.
 fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
     let shared = Arc::new(Shared {
-        next: AtomicUsize::new(0),
+        taken: AtomicUsize::new(0),
+        front: AtomicUsize::new(0),
+        back: AtomicUsize::new(0),
         helpers: AtomicUsize::new(0),
         max_helpers: helpers,
         panic: Mutex::new(None),
@@ -316,9 +332,9 @@ fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
             let _leave = Leave(&shared);
             // SAFETY: entered and not yet left, so the caller is still inside `run`.
             let f = unsafe { &*body.get() };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| shared.work(n, f))) {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| shared.work(n, f, true))) {
                 // Stop the others early and hand the panic to the caller.
-                shared.next.store(n, Ordering::Relaxed);
+                shared.taken.store(n, Ordering::Relaxed);
                 shared.panic.lock().get_or_insert(p);
             }
         })
@@ -327,7 +343,7 @@ fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
     team.publish(Arc::clone(&job));
     {
         let _finish = Finish(&shared);
-        shared.work(n, f);
+        shared.work(n, f, false);
     }
     team.withdraw(&job);
     if let Some(p) = shared.panic.lock().take() {
@@ -349,6 +365,25 @@ mod tests {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn the_caller_takes_the_front_and_helpers_the_back() {
+        // Whoever joins when, the caller's indices are a prefix and the helpers' a suffix, so
+        // each thread keeps to its own end of the data from one loop to the next.
+        let caller = std::thread::current().id();
+        for _ in 0..50 {
+            let n = 64;
+            let by_caller: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+            run_team(n, 3, &|i| {
+                by_caller[i].store(std::thread::current().id() == caller, Ordering::Relaxed);
+                // Long enough for helpers to join.
+                std::thread::sleep(Duration::from_micros(20));
+            });
+            let mine: Vec<bool> = by_caller.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+            let prefix = mine.iter().take_while(|&&m| m).count();
+            assert!(mine[prefix..].iter().all(|&m| !m), "caller's indices are not a prefix: {mine:?}");
         }
     }
 

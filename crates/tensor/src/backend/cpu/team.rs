@@ -5,9 +5,9 @@
 //! caller to sleep until a worker has finished it: the caller's core idles, and the
 //! operation pays two cross-thread wake-ups, which doubled the time of a 100k-element add.
 //! Here the caller works through the loop itself, claiming indices from the front, and
-//! helper threads claim indices from the back from the moment they join. A helper that joins late
-//! finds less (or nothing) left; the caller never sleeps, and at the end waits only for the
-//! indices helpers have already claimed.
+//! helper threads claim indices from the back from the moment they join. A helper that
+//! joins late finds less (or nothing) left; the caller never sleeps, and at the end waits
+//! only for the indices helpers have already claimed.
 //!
 //! The helpers are this module's own threads, not `rayon`'s: after a loop they keep
 //! watching for the next one for a while ([`spin_wait`], 200 µs by default) before they

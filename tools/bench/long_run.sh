@@ -11,7 +11,11 @@
 # (median over rounds) with the ember / PyTorch ratio, the median window, the slowest /
 # fastest of those medians and within each run (the median and the worst run), the whole
 # run and the peak resident memory; then Adam's throughput over
-# SGD's where both ran. Not part of CI: it needs PyTorch (PYTHON, default
+# SGD's where both ran. Before each round it measures the host itself for PROBE_SECONDS
+# (default 30; 0 skips it) with the `host_steadiness --throughput` example, two threads of
+# vector multiply-adds that share nothing, and reports how many of those 0.5 s windows fell
+# below 90% of the fastest next to the same count for the runs' windows: the host's own
+# floor for the spread of any compute-bound program. Not part of CI: it needs PyTorch (PYTHON, default
 # .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there (files
 # SIDE.DATA:BATCH:OPTIM.ROUND); REPORT_ONLY=1 prints the tables from the outputs already in
 # LONG_RUN_OUT without running anything, so rounds run at different times can be combined.
@@ -23,6 +27,7 @@ steps="${1:-10000}"
 window="${2:-1000}"
 rounds="${3:-1}"
 python="${PYTHON:-.venv-torch/bin/python}"
+probe_seconds="${PROBE_SECONDS:-30}"
 configs="${CONFIGS:-random:64:adam random:256:adam mnist:64:adam mnist:256:adam random:64:sgd random:256:sgd mnist:64:sgd mnist:256:sgd}"
 if [[ -n "${LONG_RUN_OUT:-}" ]]; then
     out="$LONG_RUN_OUT"
@@ -35,11 +40,15 @@ fi
 if [[ -n "${REPORT_ONLY:-}" ]]; then
     rounds=0
 else
-    cargo build --release -q -p ember --example long_run
+    cargo build --release -q -p ember --example long_run --example host_steadiness
 fi
 bin="${CARGO_TARGET_DIR:-target}/release/examples/long_run"
+probe="${CARGO_TARGET_DIR:-target}/release/examples/host_steadiness"
 turn=0
 for r in $(seq 1 "$rounds"); do
+    if (( probe_seconds > 0 )); then
+        "$probe" --throughput --seconds "$probe_seconds" --window 0.5 >"$out/host.$r"
+    fi
     for config in $configs; do
         IFS=: read -r data batch optim <<<"$config"
         flags=(--steps "$steps" --window "$window" --batch "$batch" --data "$data" --optim "$optim" --threads 2)
@@ -84,6 +93,12 @@ def runs(side, config):
     return [parse(p) for p in sorted(glob.glob(os.path.join(out, f"{side}.{config}.*")))]
 
 
+def below_90(windows):
+    """Windows below 90% of their run's fastest, and all windows, over several runs."""
+    below = sum(sum(v < 0.9 * max(w.values()) for v in w.values()) for w in windows if w)
+    return below, sum(len(w) for w in windows if w)
+
+
 def med(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else float("nan")
@@ -113,6 +128,7 @@ for config in configs:
             "median": statistics.median(values),
             "spread": min(values) / max(values),
             "run_spread": f"{statistics.median(per_run):.2f} / {min(per_run):.2f}",
+            "below": "{} of {}".format(*below_90([w for w, _, _ in sides[s]])),
             "total": med([t for _, t, _ in sides[s]]),
             "rss": med([m for _, _, m in sides[s]]) / 2**20,
         }
@@ -120,9 +136,24 @@ for config in configs:
     print(f"| median window | {e['median']:,.0f} | {p['median']:,.0f} | {e['median'] / p['median']:.2f}x |")
     print(f"| slowest / fastest of the windows' medians | {e['spread']:.2f} | {p['spread']:.2f} | |")
     print(f"| slowest / fastest window within one run (median / worst) | {e['run_spread']} | {p['run_spread']} | |")
+    print(f"| windows below 90% of their run's fastest | {e['below']} | {p['below']} | |")
     print(f"| whole run | {e['total']:,.0f} | {p['total']:,.0f} | {e['total'] / p['total']:.2f}x |")
     print(f"| peak RSS | {e['rss']:,.0f} MiB | {p['rss']:,.0f} MiB | |")
     summary[(data, batch, optim)] = (e["median"], p["median"])
+
+probes = []
+for path in sorted(glob.glob(os.path.join(out, "host.*"))):
+    for line in open(path):
+        if line.startswith("sum:"):
+            # "sum: slowest / fastest S, median / fastest M, windows below 90%: B of N"
+            f = line.replace(",", "").split()
+            probes.append((float(f[4]), int(f[-3]), int(f[-1])))
+if probes:
+    print("\n### The host alone (`host_steadiness --throughput`, 0.5 s windows, one probe per round)\n")
+    print("| probe | slowest / fastest | windows below 90% of the fastest |")
+    print("|---|---|---|")
+    for i, (spread, below, n) in enumerate(probes, 1):
+        print(f"| {i} | {spread:.2f} | {below} of {n} |")
 
 pairs = sorted({(d, b) for d, b, o in summary if (d, b, "adam") in summary and (d, b, "sgd") in summary})
 if pairs:

@@ -15,6 +15,13 @@
 //! round trip of each window in nanoseconds: it shows where the host puts the two vCPUs,
 //! on cores that share a cache (tens of nanoseconds) or on cores that do not (hundreds),
 //! which changes how fast threads that share data run, but not the spinning threads above.
+//!
+//! With `--throughput` two threads instead keep many independent vector multiply-adds in
+//! flight, as a matrix product's kernel does, for the first 80% of each window, and pass a
+//! cache line for the rest; it prints each window's multiply-adds relative to the fastest
+//! window next to the round trip. The spinning threads above run one dependent chain each,
+//! which leaves most of a core's arithmetic units idle, so two of them run at full speed
+//! even on the two hardware threads of one core; these do not.
 
 use clap::Parser;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +41,9 @@ struct Args {
     /// Measure the round trip of a cache line between two threads instead.
     #[arg(long)]
     pingpong: bool,
+    /// Measure two threads' arithmetic throughput and the round trip in the same windows.
+    #[arg(long)]
+    throughput: bool,
 }
 
 /// Loops of a fixed arithmetic body per window, for `windows` windows of `window` from
@@ -107,6 +117,83 @@ fn pingpong(window: Duration, windows: usize) -> Vec<f64> {
     })
 }
 
+/// Runs blocks of independent multiply-adds until `end`; returns the blocks run.
+fn multiply_adds(end: Instant, acc: &mut [f32; 256]) -> u64 {
+    let mut blocks = 0;
+    while Instant::now() < end {
+        for _ in 0..64 {
+            // 256 independent lanes: the loop is bound by the multiply and add units, not by
+            // the latency of one chain.
+            for a in acc.iter_mut() {
+                *a = *a * 0.999_999 + 1e-7;
+            }
+            std::hint::black_box(&mut *acc);
+        }
+        blocks += 1;
+    }
+    blocks
+}
+
+/// Per window: each thread's multiply-add blocks in the first 80%, then the round trip of a
+/// cache line between them in the rest (nanoseconds).
+fn throughput(window: Duration, windows: usize) -> Vec<(u64, u64, f64)> {
+    let ball = AtomicU64::new(0);
+    let start = Instant::now();
+    let phase = |w: u32| (start + window * (w - 1) + window.mul_f64(0.8), start + window * w);
+    std::thread::scope(|s| {
+        let partner = s.spawn(|| {
+            let mut acc = [1.0f32; 256];
+            (1..=windows as u32)
+                .map(|w| {
+                    let (pass, end) = phase(w);
+                    let blocks = multiply_adds(pass, &mut acc);
+                    while Instant::now() < end {
+                        let b = ball.load(Ordering::Acquire);
+                        if b % 2 == 1 {
+                            ball.store(b + 1, Ordering::Release);
+                        }
+                    }
+                    blocks
+                })
+                .collect::<Vec<u64>>()
+        });
+        let mut acc = [1.0f32; 256];
+        let mine: Vec<(u64, f64)> = (1..=windows as u32)
+            .map(|w| {
+                let (pass, end) = phase(w);
+                let blocks = multiply_adds(pass, &mut acc);
+                // Leave the partner a moment to reach its side, and stop before it leaves.
+                let (begun, mut trips) = (Instant::now(), 0u64);
+                let stop = end - window.mul_f64(0.02);
+                while Instant::now() < stop {
+                    for _ in 0..50 {
+                        let b = ball.fetch_add(1, Ordering::AcqRel) + 1;
+                        let wait = Instant::now();
+                        while ball.load(Ordering::Acquire) == b {
+                            std::hint::spin_loop();
+                            if wait.elapsed() > window {
+                                break;
+                            }
+                        }
+                    }
+                    trips += 50;
+                }
+                // Leave the ball even for the next window.
+                if ball.load(Ordering::Acquire) % 2 == 1 {
+                    ball.fetch_add(1, Ordering::AcqRel);
+                }
+                let ns = begun.elapsed().as_secs_f64() * 1e9 / trips.max(1) as f64;
+                while Instant::now() < end {
+                    std::hint::spin_loop();
+                }
+                (blocks, ns)
+            })
+            .collect();
+        let theirs = partner.join().unwrap_or_default();
+        mine.iter().zip(theirs.iter().chain(std::iter::repeat(&0))).map(|(&(b, ns), &t)| (b, t, ns)).collect()
+    })
+}
+
 fn main() {
     let args = Args::parse();
     let window = Duration::from_secs_f64(args.window.max(0.001));
@@ -115,6 +202,23 @@ fn main() {
         let trips = pingpong(window, windows);
         let line: Vec<String> = trips.iter().map(|t| format!("{t:.0}")).collect();
         println!("round trip per window (ns): {}", line.join(" "));
+        return;
+    }
+    if args.throughput {
+        let per = throughput(window, windows);
+        let top = |f: fn(&(u64, u64, f64)) -> u64| per.iter().map(f).max().unwrap_or(1).max(1) as f64;
+        let (top0, top1, top_sum) = (top(|p| p.0), top(|p| p.1), top(|p| p.0 + p.1));
+        for (w, (a, b, ns)) in per.iter().enumerate() {
+            println!(
+                "window {w}: multiply-adds {:.2} of the fastest (threads {:.2} {:.2}), round trip {ns:.0} ns",
+                (a + b) as f64 / top_sum,
+                *a as f64 / top0,
+                *b as f64 / top1
+            );
+        }
+        describe("thread 0", &per.iter().map(|p| p.0).collect::<Vec<_>>());
+        describe("thread 1", &per.iter().map(|p| p.1).collect::<Vec<_>>());
+        describe("sum", &per.iter().map(|p| p.0 + p.1).collect::<Vec<_>>());
         return;
     }
     let start = Instant::now();

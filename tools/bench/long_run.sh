@@ -143,17 +143,21 @@ for config in configs:
 
 probes = []
 for path in sorted(glob.glob(os.path.join(out, "host.*"))):
+    rate = float("nan")
     for line in open(path):
+        if line.startswith("both threads:"):
+            # "both threads: R billion multiply-adds/s in the median window, ..."
+            rate = float(line.split()[2])
         if line.startswith("sum:"):
             # "sum: slowest / fastest S, median / fastest M, windows below 90%: B of N"
             f = line.replace(",", "").split()
-            probes.append((float(f[4]), int(f[-3]), int(f[-1])))
+            probes.append((rate, float(f[4]), int(f[-3]), int(f[-1])))
 if probes:
     print("\n### The host alone (`host_steadiness --throughput`, 0.5 s windows, one probe per round)\n")
-    print("| probe | slowest / fastest | windows below 90% of the fastest |")
-    print("|---|---|---|")
-    for i, (spread, below, n) in enumerate(probes, 1):
-        print(f"| {i} | {spread:.2f} | {below} of {n} |")
+    print("| probe | median window, billion multiply-adds/s | slowest / fastest | windows below 90% of the fastest |")
+    print("|---|---|---|---|")
+    for i, (rate, spread, below, n) in enumerate(probes, 1):
+        print(f"| {i} | {rate:.2f} | {spread:.2f} | {below} of {n} |")
 
 pairs = sorted({(d, b) for d, b, o in summary if (d, b, "adam") in summary and (d, b, "sgd") in summary})
 if pairs:

@@ -1,11 +1,14 @@
 //! How steady the machine's cores are, with no framework involved: `--threads` threads each
 //! spin on register-only arithmetic and count their loops per window. Threads that share
-//! nothing can only slow down when the machine takes time away from them, so the spread of
-//! these windows is the floor for any benchmark's slowest / fastest window on the machine
-//! (`tools/bench/long_run.sh`'s included): run it before judging a long run's spread.
+//! nothing can only slow down when the machine takes time away from them. Each runs one
+//! dependent chain, though, which leaves most of a core's arithmetic units idle, so they miss
+//! what slows a matrix product down: `--throughput` below is the floor for the slowest /
+//! fastest window of compute-bound work such as training (`tools/bench/long_run.sh` runs it
+//! before each round). Run one of them before judging a long run's spread.
 //!
 //! ```text
 //! cargo run --release --example host_steadiness -- [--seconds 60] [--window 0.5] [--threads 2]
+//!     [--pingpong | --throughput]
 //! ```
 //!
 //! Prints, for each thread and for their sum, the slowest / fastest window, the median /
@@ -18,10 +21,10 @@
 //!
 //! With `--throughput` two threads instead keep many independent vector multiply-adds in
 //! flight, as a matrix product's kernel does, for the first 80% of each window, and pass a
-//! cache line for the rest; it prints each window's multiply-adds relative to the fastest
-//! window next to the round trip. The spinning threads above run one dependent chain each,
-//! which leaves most of a core's arithmetic units idle, so two of them run at full speed
-//! even on the two hardware threads of one core; these do not.
+//! cache line for the rest. It prints each window's multiply-adds relative to the fastest
+//! window next to the round trip, then both threads' rate in the median and the fastest
+//! window, so that probes taken at different times can be compared. Unlike the spinning
+//! threads, these slow down when something else shares their cores' arithmetic units.
 
 use clap::Parser;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -16,18 +16,20 @@
 //! mode: the probe must beat both, so a change of the program's own work during the probe
 //! (evaluation giving way to training) is not taken for a faster mode. A training loop
 //! repeats the same kernels every step, so phases of tens of milliseconds see the same mix
-//! of loops.
+//! of loops. A probe faster by [`MARGIN`] than both makes its mode the main one. Main phases
+//! last a second after a switch (the first 200 ms). Those with helpers double while probes
+//! confirm them, up to four seconds, so the solo probes, which cost the most where many
+//! helpers pay, take under 1% of the time. Those of the caller alone stay at a second: a
+//! probe of the helpers costs little even where they lose, and the host's return of the
+//! second core is found within a second. Where helpers do not pay, they sleep through the
+//! main phases and the caller runs at the speed of one thread.
 //!
 //! The wall time per loop runs from the start of a window's first loop to the end of its
 //! last, divided by its loops: the program's serial work between the loops counts, not only
 //! the loops. When the host runs both vCPUs on one core, helpers watching for the next loop
 //! take that core's time from the caller's serial work too: the loops themselves then took
 //! 138-142 µs with helpers against 129 µs alone (within the margin), while whole training
-//! steps ran at 55,000 samples/s with helpers against 70,000 alone. A probe faster by [`MARGIN`] than both makes its mode the main one. Main
-//! phases last a second after a switch (the first 200 ms) and double while probes confirm
-//! them, up to four seconds, so the probes of a mode that keeps losing cost under 1% of the
-//! time. Where helpers do not pay, they sleep through the main phases and the caller runs
-//! at the speed of one thread.
+//! steps ran at 55,000 samples/s with helpers against 70,000 alone.
 //!
 //! The host's changes also come in stretches of a second or two, shorter than a main phase
 //! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the
@@ -46,14 +48,15 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The length of a main phase after a probe that changed the mode; each probe that
-/// confirms the mode doubles it, up to [`LONGEST_MAIN`].
+/// The length of a main phase after a probe that changed the mode, and of every main phase
+/// of the caller alone; each probe that confirms the helpers doubles theirs, up to
+/// [`LONGEST_MAIN`].
 const MAIN: Duration = Duration::from_secs(1);
 
-/// The longest main phase: a probe of a mode that loses costs a share of its time (with 16
-/// helpers worth having, a solo probe runs at a sixteenth of the speed), so a mode that
-/// keeps winning is probed less often, and a change of the host is still found within
-/// seconds.
+/// The longest main phase with helpers: a solo probe costs a share of its time where the
+/// helpers win (with 16 helpers worth having, it runs at a sixteenth of the speed), so
+/// helpers that keep winning are probed less often, and a change of the host is still found
+/// within seconds.
 const LONGEST_MAIN: Duration = Duration::from_secs(4);
 
 /// The length of the first main phase: short, so that a program started on a host that
@@ -240,7 +243,8 @@ impl Tuner {
                 s.main_len = MAIN;
                 s.baseline = Some(probe_avg);
             } else {
-                s.main_len = (s.main_len * 2).clamp(MAIN, LONGEST_MAIN);
+                // Only phases with helpers grow (see the module's docs).
+                s.main_len = if s.main_solo { MAIN } else { (s.main_len * 2).clamp(MAIN, LONGEST_MAIN) };
                 s.baseline = Some(after);
             }
             s.watch = (None, 0, Duration::ZERO);
@@ -348,6 +352,19 @@ mod tests {
             feed(&tuner, &mut now, Duration::from_millis(1), us(200), us(160));
             fed += Duration::from_millis(1);
         }
+        let s = tuner.state.lock();
+        assert!(s.main_solo);
+        assert_eq!(s.main_len, MAIN);
+    }
+
+    #[test]
+    fn solo_main_phases_stay_short() {
+        let tuner = Tuner::new();
+        let mut now = Instant::now();
+        let us = Duration::from_micros;
+        // Helpers keep losing: the caller runs alone, and the helpers are still probed
+        // every main phase's length, so their return is found within one.
+        feed(&tuner, &mut now, LONGEST_MAIN * 4, us(200), us(160));
         let s = tuner.state.lock();
         assert!(s.main_solo);
         assert_eq!(s.main_len, MAIN);

@@ -137,7 +137,7 @@ impl State {
     fn watch_for_slowdown(&mut self, took: Duration, now: Instant) -> bool {
         let Some(baseline) = self.baseline else { return false };
         let (start, loops, span) = &mut self.watch;
-        let start = *start.get_or_insert(now - took);
+        let start = *start.get_or_insert(now.checked_sub(took).unwrap_or(now));
         *loops += 1;
         *span = now.saturating_duration_since(start);
         if *loops < MIN_LOOPS || *span < PROBE {
@@ -192,7 +192,7 @@ impl Tuner {
             s.measuring = true;
         }
         if s.measuring {
-            let since = *s.since.get_or_insert(now - took);
+            let since = *s.since.get_or_insert(now.checked_sub(took).unwrap_or(now));
             s.loops += 1;
             s.span = now.saturating_duration_since(since);
         }

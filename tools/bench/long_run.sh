@@ -15,10 +15,11 @@
 # (default 30; 0 skips it) with the `host_steadiness --throughput` example, two threads of
 # vector multiply-adds that share nothing, and reports how many of those 0.5 s windows fell
 # below 90% of the fastest next to the same count for the runs' windows: the host's own
-# floor for the spread of any compute-bound program. Not part of CI: it needs PyTorch (PYTHON, default
-# .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there (files
-# SIDE.DATA:BATCH:OPTIM.ROUND); REPORT_ONLY=1 prints the tables from the outputs already in
-# LONG_RUN_OUT without running anything, so rounds run at different times can be combined.
+# floor for the spread of any compute-bound program. Not part of CI: it needs PyTorch
+# (PYTHON, default .venv-torch/bin/python). LONG_RUN_OUT=DIR keeps the raw outputs there
+# (files SIDE.DATA:BATCH:OPTIM.ROUND and host.ROUND); REPORT_ONLY=1 prints the tables from
+# the outputs already in LONG_RUN_OUT without running anything, so rounds run at different
+# times can be combined.
 #
 #   CONFIGS="random:64:adam mnist:256:sgd" tools/bench/long_run.sh 2000 500
 set -euo pipefail
@@ -142,7 +143,7 @@ for config in configs:
     summary[(data, batch, optim)] = (e["median"], p["median"])
 
 probes = []
-for path in sorted(glob.glob(os.path.join(out, "host.*"))):
+for path in sorted(glob.glob(os.path.join(out, "host.*")), key=lambda p: int(p.rsplit(".", 1)[1])):
     rate = float("nan")
     for line in open(path):
         if line.startswith("both threads:"):

@@ -83,38 +83,47 @@ fn describe(name: &str, counts: &[u64]) {
     );
 }
 
+/// The partner's side of a round trip: turns the ball even whenever it is odd, while
+/// `go()` holds.
+fn answer(ball: &AtomicU64, go: impl Fn() -> bool) {
+    while go() {
+        let b = ball.load(Ordering::Acquire);
+        if b % 2 == 1 {
+            ball.store(b + 1, Ordering::Release);
+        }
+    }
+}
+
+/// This thread's side: makes the ball odd and waits for the partner to make it even, until
+/// `stop`; returns the round trip in nanoseconds. A partner that stops answering ends the
+/// wait after a second, and the ball is left even for the next call.
+fn round_trips(ball: &AtomicU64, stop: Instant) -> f64 {
+    let (begun, mut trips) = (Instant::now(), 0u64);
+    while Instant::now() < stop {
+        for _ in 0..50 {
+            let b = ball.fetch_add(1, Ordering::AcqRel) + 1;
+            let wait = Instant::now();
+            while ball.load(Ordering::Acquire) == b && wait.elapsed() < Duration::from_secs(1) {
+                std::hint::spin_loop();
+            }
+        }
+        trips += 50;
+    }
+    if ball.load(Ordering::Acquire) % 2 == 1 {
+        ball.fetch_add(1, Ordering::AcqRel);
+    }
+    begun.elapsed().as_secs_f64() * 1e9 / trips.max(1) as f64
+}
+
 /// The round trip of a cache line between this thread and a partner, in nanoseconds, for
-/// each of `windows` windows of `window`: this thread makes the ball odd, the partner even.
+/// each of `windows` windows of `window`.
 fn pingpong(window: Duration, windows: usize) -> Vec<f64> {
     let ball = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                let b = ball.load(Ordering::Acquire);
-                if b % 2 == 1 {
-                    ball.store(b + 1, Ordering::Release);
-                }
-            }
-        });
+        s.spawn(|| answer(&ball, || !stop.load(Ordering::Relaxed)));
         let start = Instant::now();
-        let trips = (1..=windows as u32)
-            .map(|w| {
-                let end = start + window * w;
-                let (begun, mut trips) = (Instant::now(), 0u64);
-                while Instant::now() < end {
-                    for _ in 0..100 {
-                        let b = ball.fetch_add(1, Ordering::AcqRel) + 1;
-                        // The partner may stop answering only when told to, below.
-                        while ball.load(Ordering::Acquire) == b {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    trips += 100;
-                }
-                begun.elapsed().as_secs_f64() * 1e9 / trips as f64
-            })
-            .collect();
+        let trips = (1..=windows as u32).map(|w| round_trips(&ball, start + window * w)).collect();
         stop.store(true, Ordering::Relaxed);
         trips
     })
@@ -150,12 +159,7 @@ fn throughput(window: Duration, windows: usize) -> Vec<(u64, u64, f64)> {
                 .map(|w| {
                     let (pass, end) = phase(w);
                     let blocks = multiply_adds(pass, &mut acc);
-                    while Instant::now() < end {
-                        let b = ball.load(Ordering::Acquire);
-                        if b % 2 == 1 {
-                            ball.store(b + 1, Ordering::Release);
-                        }
-                    }
+                    answer(&ball, || Instant::now() < end);
                     blocks
                 })
                 .collect::<Vec<u64>>()
@@ -165,27 +169,8 @@ fn throughput(window: Duration, windows: usize) -> Vec<(u64, u64, f64)> {
             .map(|w| {
                 let (pass, end) = phase(w);
                 let blocks = multiply_adds(pass, &mut acc);
-                // Leave the partner a moment to reach its side, and stop before it leaves.
-                let (begun, mut trips) = (Instant::now(), 0u64);
-                let stop = end - window.mul_f64(0.02);
-                while Instant::now() < stop {
-                    for _ in 0..50 {
-                        let b = ball.fetch_add(1, Ordering::AcqRel) + 1;
-                        let wait = Instant::now();
-                        while ball.load(Ordering::Acquire) == b {
-                            std::hint::spin_loop();
-                            if wait.elapsed() > window {
-                                break;
-                            }
-                        }
-                    }
-                    trips += 50;
-                }
-                // Leave the ball even for the next window.
-                if ball.load(Ordering::Acquire) % 2 == 1 {
-                    ball.fetch_add(1, Ordering::AcqRel);
-                }
-                let ns = begun.elapsed().as_secs_f64() * 1e9 / trips.max(1) as f64;
+                // Stop before the partner leaves its side.
+                let ns = round_trips(&ball, end - window.mul_f64(0.02));
                 while Instant::now() < end {
                     std::hint::spin_loop();
                 }

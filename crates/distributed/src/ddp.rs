@@ -89,10 +89,14 @@ impl DdpStats {
 /// into the plain model.
 ///
 /// [`finish`]: DistributedDataParallel::finish
+#[derive(Module)]
 pub struct DistributedDataParallel<M: Module> {
     module: M,
+    #[module(skip)]
     reducer: Arc<Reducer>,
+    #[module(skip)]
     hooks: Vec<HookHandle>,
+    #[module(skip)]
     options: DdpOptions,
 }
 
@@ -236,17 +240,7 @@ impl<M: Module> DistributedDataParallel<M> {
     pub fn finish(&self) -> Result<()> {
         self.reducer.finish()
     }
-}
 
-impl<M: Module> Drop for DistributedDataParallel<M> {
-    fn drop(&mut self) {
-        for h in self.hooks.drain(..) {
-            h.remove();
-        }
-    }
-}
-
-impl<M: Module> Module for DistributedDataParallel<M> {
     /// Checks that the previous iteration was reduced, broadcasts rank 0's buffers
     /// (`broadcast_buffers`), runs the module and, with `find_unused_parameters`, marks the
     /// parameters the output does not depend on.
@@ -272,25 +266,13 @@ impl<M: Module> Module for DistributedDataParallel<M> {
         }
         Ok(out)
     }
+}
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        self.module.named_parameters().into_iter().map(|(n, p)| (format!("module.{n}"), p)).collect()
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.module.named_buffers().into_iter().map(|(n, b)| (format!("module.{n}"), b)).collect()
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        self.module.buffers_to_device(device)
-    }
-
-    fn set_training(&self, on: bool) {
-        self.module.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.module.is_training()
+impl<M: Module> Drop for DistributedDataParallel<M> {
+    fn drop(&mut self) {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
     }
 }
 

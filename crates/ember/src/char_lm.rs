@@ -176,11 +176,13 @@ impl Default for ModelConfig {
 
 /// The character model: token and position embeddings, a causal pre-norm Transformer
 /// encoder with GELU, a final layer norm and a linear map to next-character logits.
+#[derive(Module)]
 pub struct CharModel {
     embed: Embedding,
     pos: Var,
     encoder: TransformerEncoder,
     head: Linear,
+    #[module(skip)]
     context: usize,
 }
 
@@ -270,9 +272,7 @@ impl CharModel {
         self.set_training(training);
         Ok(corpus.decode(&tokens[start..]))
     }
-}
 
-impl Module for CharModel {
     /// Next-character logits `[batch, len, vocab]` for tokens `[batch, len]`, `len` at most
     /// the context.
     fn forward(&self, tokens: &Var) -> Result<Var> {
@@ -287,27 +287,6 @@ impl Module for CharModel {
         let mask = generate_square_subsequent_mask(len, x.dtype())?;
         let masks = crate::nn::EncoderMasks { src_mask: Some(&mask), src_key_padding_mask: None, is_causal: true };
         self.head.forward(&self.encoder.forward_with(&x, &masks)?)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let prefixed = |k: &str, m: &dyn Module| {
-            m.named_parameters().into_iter().map(|(n, v)| (format!("{k}.{n}"), v)).collect::<Vec<_>>()
-        };
-        let mut params = prefixed("embed", &self.embed);
-        params.push(("pos".to_string(), self.pos.clone()));
-        params.extend(prefixed("encoder", &self.encoder));
-        params.extend(prefixed("head", &self.head));
-        params
-    }
-
-    fn set_training(&self, on: bool) {
-        self.embed.set_training(on);
-        self.encoder.set_training(on);
-        self.head.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.encoder.is_training()
     }
 }
 

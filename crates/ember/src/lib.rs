@@ -33,6 +33,9 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+// `#[derive(Module)]` from `ember::nn` names this crate `::ember`, inside it too.
+extern crate self as ember;
+
 pub mod actor_critic;
 pub mod cartpole;
 pub mod char_lm;
@@ -45,7 +48,15 @@ pub mod transfer;
 pub use ember_autograd as autograd;
 pub use ember_data as data;
 pub use ember_distributed as distributed;
-pub use ember_nn as nn;
+/// `ember-nn`: modules, layers, losses and model files; see [`ember_nn`]. Its
+/// `#[derive(Module)]` reaches the crate through `ember::nn` here, so that a crate depending
+/// on `ember` alone can derive.
+pub mod nn {
+    #[doc(inline)]
+    pub use ember_derive::FacadeModule as Module;
+    #[doc(inline)]
+    pub use ember_nn::*;
+}
 pub use ember_onnx as onnx;
 pub use ember_optim as optim;
 pub use ember_pnnx as pnnx;
@@ -56,10 +67,11 @@ pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 
 /// The everyday names: tensors, `Var`, grad mode, dtypes, errors, and the traits whose
 /// methods a training loop calls (`Module`, `ModuleExt`, `Loss`, `Optimizer`,
-/// `LrScheduler`), so that `model.parameters()` or `opt.step()` work without more imports.
+/// `LrScheduler`), so that `model.parameters()` or `opt.step()` work without more imports;
+/// `Module` is also `#[derive(Module)]`.
 pub mod prelude {
+    pub use crate::nn::{Loss, Module, ModuleExt};
     pub use ember_autograd::{NoGradGuard, Var, enable_grad, grad, is_grad_enabled, no_grad};
-    pub use ember_nn::{Loss, Module, ModuleExt};
     pub use ember_optim::{LrScheduler, Optimizer};
     pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 }

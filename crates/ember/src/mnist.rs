@@ -95,6 +95,7 @@ pub const LSTM_HIDDEN: usize = 128;
 /// images of [`Data`], so it trains and evaluates with the same [`train_epoch`] and
 /// [`evaluate`] as the MLP; the state-dict names are PyTorch's (`lstm.weight_ih_l0`, ...,
 /// `head.weight`, `head.bias`).
+#[derive(Module)]
 pub struct LstmClassifier {
     lstm: LSTM,
     head: Linear,
@@ -108,26 +109,13 @@ pub fn lstm_classifier() -> Result<LstmClassifier> {
     Ok(LstmClassifier { lstm, head })
 }
 
-impl Module for LstmClassifier {
+impl LstmClassifier {
+    /// Logits `[N, 10]` for the flattened images `[N, 784]`, read row by row.
     fn forward(&self, x: &Var) -> Result<Var> {
         let n = x.shape().dims().first().copied().unwrap_or(0);
         let rows = x.reshape([n, 28, 28])?;
         let h_n = self.lstm.run(&rows, None)?.h_n;
         self.head.forward(&h_n.select(0, 0)?)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let lstm = self.lstm.named_parameters().into_iter().map(|(k, v)| (format!("lstm.{k}"), v));
-        lstm.chain(self.head.named_parameters().into_iter().map(|(k, v)| (format!("head.{k}"), v))).collect()
-    }
-
-    fn set_training(&self, on: bool) {
-        self.lstm.set_training(on);
-        self.head.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.lstm.is_training()
     }
 }
 
@@ -141,6 +129,7 @@ pub const VIT_DIM: usize = 64;
 /// token. Its inputs are the flattened `[N, 784]` images of [`Data`]; its state-dict names
 /// are `patch_embed.*`, `class_token`, `pos_embed`, `encoder.layers.{i}.*`,
 /// `encoder.norm.*` and `head.*`.
+#[derive(Module)]
 pub struct VitClassifier {
     patch_embed: Linear,
     class_token: Var,
@@ -170,7 +159,8 @@ pub fn vit_classifier() -> Result<VitClassifier> {
     Ok(VitClassifier { patch_embed, class_token, pos_embed, encoder, head })
 }
 
-impl Module for VitClassifier {
+impl VitClassifier {
+    /// Logits `[N, 10]` for the flattened images `[N, 784]`, cut into patches.
     fn forward(&self, x: &Var) -> Result<Var> {
         let n = x.shape().dims().first().copied().unwrap_or(0);
         // [N, 784] -> [N, 4 patch rows, 7, 4 patch columns, 7] -> [N, 16 patches, 49 pixels].
@@ -180,28 +170,6 @@ impl Module for VitClassifier {
         let tokens = Var::cat(&[&class, &tokens], 1)?.add(&self.pos_embed)?;
         let encoded = self.encoder.forward(&tokens)?;
         self.head.forward(&encoded.select(1, 0)?)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let prefixed = |k: &str, m: &dyn Module| {
-            m.named_parameters().into_iter().map(|(n, v)| (format!("{k}.{n}"), v)).collect::<Vec<_>>()
-        };
-        let mut params = prefixed("patch_embed", &self.patch_embed);
-        params.push(("class_token".to_string(), self.class_token.clone()));
-        params.push(("pos_embed".to_string(), self.pos_embed.clone()));
-        params.extend(prefixed("encoder", &self.encoder));
-        params.extend(prefixed("head", &self.head));
-        params
-    }
-
-    fn set_training(&self, on: bool) {
-        self.encoder.set_training(on);
-        self.patch_embed.set_training(on);
-        self.head.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.encoder.is_training()
     }
 }
 

@@ -42,6 +42,7 @@ pub const CLASSES: usize = 5;
 /// An encoder (`784-256-128`, ReLU after each layer) and a linear head (`128-5`).
 /// `state_dict` names: `encoder.0.weight`, `encoder.0.bias`, `encoder.2.weight`,
 /// `encoder.2.bias`, `head.weight`, `head.bias`.
+#[derive(Module)]
 pub struct Classifier {
     encoder: Sequential,
     head: Linear,
@@ -87,25 +88,10 @@ impl Classifier {
     pub fn encoder_snapshot(&self) -> Result<Vec<Vec<f32>>> {
         self.encoder.parameters().iter().map(|p| p.value().to_vec::<f32>()).collect()
     }
-}
 
-impl Module for Classifier {
+    /// The head's logits for the encoder's features of `x`.
     fn forward(&self, x: &Var) -> Result<Var> {
         self.head.forward(&self.encoder.forward(x)?)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let encoder = self.encoder.named_parameters().into_iter().map(|(k, v)| (format!("encoder.{k}"), v));
-        encoder.chain(self.head.named_parameters().into_iter().map(|(k, v)| (format!("head.{k}"), v))).collect()
-    }
-
-    fn set_training(&self, on: bool) {
-        self.encoder.set_training(on);
-        self.head.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.encoder.is_training()
     }
 }
 

@@ -2,9 +2,13 @@
 //!
 //! # What is where
 //!
-//! - [`Module`] (`module.rs`): the layer trait: `forward`, named parameters with PyTorch's
-//!   dotted names, train/eval mode through `&self`, `state_dict` / `load_state_dict`.
-//!   [`ModuleExt`] adds `save(path)` / `load(path)`.
+//! - [`Module`] (`module.rs`): the layer trait: `forward` and `children`, the module's
+//!   parts, from which follow named parameters with PyTorch's dotted names, train/eval mode
+//!   through `&self`, `to_device`, `state_dict` / `load_state_dict`. [`ModuleExt`] adds
+//!   `save(path)` / `load(path)`. [`Parts`] and [`ModuleField`] (`parts.rs`) describe the
+//!   parts, [`Buffer`] (`buffer.rs`) holds non-trainable state, and
+//!   [`#[derive(Module)]`](macro@Module) (from `ember-derive`) writes `children` from a
+//!   struct's fields.
 //! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
 //!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
 //!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
@@ -69,15 +73,22 @@
 
 #![warn(missing_docs)]
 
+// `#[derive(Module)]` names this crate `::ember_nn`, inside it too.
+extern crate self as ember_nn;
+
 mod atomic_file;
+mod buffer;
 pub mod init;
 mod layers;
 mod loss;
 mod module;
+mod parts;
 pub mod pt;
 mod serialize;
 mod state_dict;
 
+pub use buffer::Buffer;
+pub use ember_derive::Module;
 pub use layers::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d,
     BatchNormOptions, CellOptions, Dropout2d, GRU, GRUCell, GroupNorm, GroupNormOptions, InstanceNorm2d,
@@ -103,6 +114,7 @@ pub use loss::{
     cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
+pub use parts::{ModuleField, Part, Parts};
 pub use pt::{load_pt, save_pt};
 pub use serialize::{
     load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
@@ -129,7 +141,15 @@ pub mod functional {
     pub use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 }
 
-/// The traits, for `use ember_nn::prelude::*`.
+/// The traits, for `use ember_nn::prelude::*` (the `Module` trait without its derive).
 pub mod prelude {
-    pub use crate::{Loss, Module, ModuleExt};
+    pub use crate::Loss;
+    pub use crate::module::{Module, ModuleExt};
+}
+
+/// What the code `#[derive(Module)]` writes names, under one path.
+#[doc(hidden)]
+pub mod __private {
+    pub use ember_autograd::Var;
+    pub use ember_tensor::Result;
 }

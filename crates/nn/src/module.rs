@@ -9,49 +9,119 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::parts::{Part, Parts};
+
 /// A layer or a network: a function of one `Var` with parameters, like PyTorch's
 /// `nn.Module`.
 ///
 /// Modules are used through `&self` (they are `Send + Sync` and can be shared between
 /// threads or held in an `Arc`): parameters are `Var` handles, updated in place by
-/// optimizers, and the training mode lives in a [`TrainingFlag`].
+/// optimizers, buffers are [`Buffer`](crate::Buffer)s, and the training mode lives in a [`TrainingFlag`].
 ///
-/// Implementors provide [`forward`](Module::forward), [`named_parameters`](Module::named_parameters)
-/// and [`set_training`](Module::set_training); containers prefix their children's names and
-/// forward `set_training` to them. Everything else has a default.
+/// A module provides [`forward`](Module::forward) and [`children`](Module::children), its
+/// direct parts (PyTorch's `_modules`, `_parameters`, `_buffers` and `training`): named
+/// submodules, its own parameters and buffers, and its training flag. Everything else
+/// follows from them by recursion: [`named_parameters`](Module::named_parameters) with
+/// PyTorch's dotted names (`encoder.layers.0.linear1.weight`),
+/// [`named_buffers`](Module::named_buffers), [`parameters`](Module::parameters),
+/// [`train`](Module::train) / [`eval`](Module::eval), [`to_device`](Module::to_device),
+/// [`state_dict`](Module::state_dict) / [`load_state_dict`](Module::load_state_dict) and
+/// [`named_modules`](Module::named_modules).
+///
+/// `#[derive(Module)]` writes both methods for a struct (its fields are its parts; see
+/// [`macro@crate::Module`]), so that a model is its struct plus an inherent `forward`:
 ///
 /// ```
-/// use ember_nn::{Linear, Module, ReLU, Sequential};
-/// let model = Sequential::new().add(Linear::new(4, 8)?).add(ReLU).add(Linear::new(8, 2)?);
+/// use ember_autograd::Var;
+/// use ember_nn::{Dropout, Linear, Module, Sequential, ReLU};
+/// use ember_tensor::Result;
+///
+/// #[derive(Module)]
+/// struct Classifier {
+///     encoder: Sequential,
+///     dropout: Dropout,
+///     head: Linear,
+/// }
+///
+/// impl Classifier {
+///     fn forward(&self, x: &Var) -> Result<Var> {
+///         self.head.forward(&self.dropout.forward(&self.encoder.forward(x)?)?)
+///     }
+/// }
+///
+/// let model = Classifier {
+///     encoder: Sequential::new().add(Linear::new(4, 8)?).add(ReLU),
+///     dropout: Dropout::new(0.1)?,
+///     head: Linear::new(8, 2)?,
+/// };
 /// let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
-/// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
+/// assert_eq!(names, ["encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"]);
 /// assert_eq!(model.num_parameters(), 4 * 8 + 8 + 8 * 2 + 2);
-/// model.eval();
-/// assert!(!model.is_training());
+/// model.eval(); // every submodule, the Dropout included
+/// assert!(!model.is_training() && !model.dropout.is_training());
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+///
+/// A module whose parts are not plain fields (names computed from a layer count, a list
+/// built at run time) implements `children` by hand with [`Parts`]. Modules written before
+/// `children` existed, which implement `named_parameters`, `named_buffers`,
+/// `buffers_to_device`, `set_training` and `is_training` themselves, keep working: those
+/// methods can still be overridden.
 pub trait Module: Send + Sync {
     /// Applies the module to `x`.
     fn forward(&self, x: &Var) -> Result<Var>;
 
+    /// The module's direct parts: its submodules, parameters and buffers in order, with
+    /// their names, and its training flag. None by default (a module without state, such as
+    /// an activation).
+    fn children(&self) -> Parts<'_> {
+        Parts::new()
+    }
+
     /// The trainable parameters with their dotted, PyTorch-compatible names (`weight`,
     /// `bias`; `0.weight` for the first child of a [`Sequential`](crate::Sequential)), in
-    /// registration order. A parameter shared by two children appears under both names.
-    fn named_parameters(&self) -> Vec<(String, Var)>;
+    /// the order of the parts, each submodule's under its name. A parameter shared by two
+    /// children appears under both names.
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut out = Vec::new();
+        for (name, part) in self.children().iter() {
+            match part {
+                Part::Parameter(p) => out.push((name.to_string(), p.clone())),
+                Part::Module(m) => {
+                    out.extend(m.named_parameters().into_iter().map(|(n, p)| (format!("{name}.{n}"), p)))
+                }
+                Part::Buffer(_) => {}
+            }
+        }
+        out
+    }
 
     /// Non-trainable state saved with the parameters (PyTorch's buffers, such as running
     /// statistics), as tensors that share storage with the module's own, so that
-    /// [`load_state_dict`](Module::load_state_dict) can write into them. None by default.
+    /// [`load_state_dict`](Module::load_state_dict) can write into them; named and ordered
+    /// as [`named_parameters`](Module::named_parameters).
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
+        let mut out = Vec::new();
+        for (name, part) in self.children().iter() {
+            match part {
+                Part::Buffer(b) => out.push((name.to_string(), b.get())),
+                Part::Module(m) => out.extend(m.named_buffers().into_iter().map(|(n, b)| (format!("{name}.{n}"), b))),
+                Part::Parameter(_) => {}
+            }
+        }
+        out
     }
 
     /// Moves the buffers (those [`named_buffers`](Module::named_buffers) lists) to `device`,
-    /// for [`to_device`](Module::to_device). Nothing to do by default; a module that keeps
-    /// buffers replaces them here, and a container forwards the call to its children.
+    /// for [`to_device`](Module::to_device): a module's own buffers all move or none does,
+    /// then each submodule's.
     fn buffers_to_device(&self, device: Device) -> Result<()> {
-        let _ = device;
-        Ok(())
+        let parts = self.children();
+        let moved = parts.buffers().map(|(_, b)| Ok((b, b.get().to_device(device)?))).collect::<Result<Vec<_>>>()?;
+        for (b, t) in moved {
+            b.set(t);
+        }
+        parts.modules().try_for_each(|(_, m)| m.buffers_to_device(device))
     }
 
     /// Moves every parameter (with its gradient, if any) and every buffer to `device`, in
@@ -93,14 +163,24 @@ pub trait Module: Send + Sync {
         }
     }
 
-    /// Switches training mode on or off. Containers forward the call to their children;
-    /// modules without a mode (activations) ignore it.
-    fn set_training(&self, on: bool);
+    /// Switches training mode on or off: the module's own flag, then every submodule's.
+    fn set_training(&self, on: bool) {
+        let parts = self.children();
+        if let Some(flag) = parts.training_flag() {
+            flag.set(on);
+        }
+        parts.modules().for_each(|(_, m)| m.set_training(on));
+    }
 
-    /// Whether the module is in training mode (the default for new modules). Modules that
-    /// keep no mode, such as activations, always answer `true`.
+    /// Whether the module is in training mode (the default for new modules): its own flag;
+    /// without one, whether any submodule is training. Modules that keep no mode and have
+    /// no submodules, such as activations, always answer `true`.
     fn is_training(&self) -> bool {
-        true
+        let parts = self.children();
+        match parts.training_flag() {
+            Some(flag) => flag.get(),
+            None => parts.modules().next().is_none() || parts.modules().any(|(_, m)| m.is_training()),
+        }
     }
 
     /// Training mode on: dropout drops.
@@ -132,13 +212,59 @@ pub trait Module: Send + Sync {
         }
     }
 
-    /// The parameters and buffers by name, as PyTorch's `state_dict()` names and lays them
-    /// out. The tensors share storage with the module: they see later updates.
-    fn state_dict(&self) -> StateDict {
-        let params = self.named_parameters().into_iter().map(|(n, p)| (n, p.value()));
-        params.chain(self.named_buffers()).collect()
+    /// The module itself (named `""`) and every module below it, depth first in the order
+    /// of the parts, with their dotted names; PyTorch's `named_modules()`. A module shared
+    /// through an `Arc` appears under each of its names.
+    ///
+    /// ```
+    /// use ember_nn::{Linear, Module, ReLU, Sequential};
+    /// let model = Sequential::new().add(Linear::new(2, 3)?).add(ReLU);
+    /// let names: Vec<String> = model.named_modules().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["", "0", "1"]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    fn named_modules(&self) -> Vec<(String, &dyn Module)>
+    where
+        Self: Sized,
+    {
+        let mut out = vec![(String::new(), self as &dyn Module)];
+        collect_modules("", self, &mut out);
+        out
     }
 
+    /// The modules of [`named_modules`](Module::named_modules), without their names.
+    fn modules(&self) -> Vec<&dyn Module>
+    where
+        Self: Sized,
+    {
+        self.named_modules().into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// The parameters and buffers by name, as PyTorch's `state_dict()` names and lays them
+    /// out: part by part, each submodule's entries under its name. The tensors share
+    /// storage with the module: they see later updates. (A module that lists no parts but
+    /// implements [`named_parameters`](Module::named_parameters) and
+    /// [`named_buffers`](Module::named_buffers) itself gives those, parameters first.)
+    fn state_dict(&self) -> StateDict {
+        let parts = self.children();
+        if parts.is_empty() {
+            let params = self.named_parameters().into_iter().map(|(n, p)| (n, p.value()));
+            return params.chain(self.named_buffers()).collect();
+        }
+        let mut out = StateDict::new();
+        for (name, part) in parts.iter() {
+            match part {
+                Part::Parameter(p) => {
+                    out.insert(name, p.value());
+                }
+                Part::Buffer(b) => {
+                    out.insert(name, b.get());
+                }
+                Part::Module(m) => out.extend(m.state_dict().with_prefix(name)),
+            }
+        }
+        out
+    }
     /// Copies `state` into the parameters and buffers, in place and without recording
     /// anything, so that optimizers and other holders of the parameter `Var`s see the new
     /// values.
@@ -162,6 +288,15 @@ pub trait Module: Send + Sync {
             }
             Ok(())
         })
+    }
+}
+
+/// Appends the modules below `module` to `out`, depth first, named under `prefix`.
+fn collect_modules<'a>(prefix: &str, module: &'a dyn Module, out: &mut Vec<(String, &'a dyn Module)>) {
+    for (name, child) in module.children().modules() {
+        let name = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
+        out.push((name.clone(), child));
+        collect_modules(&name, child, out);
     }
 }
 
@@ -277,6 +412,9 @@ macro_rules! forward_module {
         impl<M: Module + ?Sized> Module for $ty {
             fn forward(&self, x: &Var) -> Result<Var> {
                 (**self).forward(x)
+            }
+            fn children(&self) -> Parts<'_> {
+                (**self).children()
             }
             fn named_parameters(&self) -> Vec<(String, Var)> {
                 (**self).named_parameters()

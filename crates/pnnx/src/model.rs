@@ -4,8 +4,8 @@ use crate::ops::{self, Step};
 use crate::param::Operator;
 use crate::weights::Weights;
 use ember_autograd::Var;
-use ember_nn::Module;
-use ember_tensor::{Device, Error, Result, Tensor};
+use ember_nn::{Module, Parts};
+use ember_tensor::{Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// One operator and what it computes.
@@ -126,30 +126,13 @@ impl Module for PnnxModel {
         Ok(out.swap_remove(0))
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let named = self.nodes.iter().filter_map(|n| Some((&n.op.name, n.step.module()?)));
-        named
-            .flat_map(|(name, m)| m.named_parameters().into_iter().map(move |(k, v)| (format!("{name}.{k}"), v)))
-            .collect()
+    /// The layers of the nodes that hold weights, named after the nodes.
+    fn children(&self) -> Parts<'_> {
+        let named = self.nodes.iter().filter_map(|n| Some((n.op.name.as_str(), n.step.module()?)));
+        named.fold(Parts::new(), |parts, (name, m)| parts.module(name, m))
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        let named = self.nodes.iter().filter_map(|n| Some((&n.op.name, n.step.module()?)));
-        named
-            .flat_map(|(name, m)| m.named_buffers().into_iter().map(move |(k, v)| (format!("{name}.{k}"), v)))
-            .collect()
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        self.nodes.iter().filter_map(|n| n.step.module()).try_for_each(|m| m.buffers_to_device(device))
-    }
-
-    fn set_training(&self, on: bool) {
-        for m in self.nodes.iter().filter_map(|n| n.step.module()) {
-            m.set_training(on);
-        }
-    }
-
+    /// Whether any layer is training: a graph without layers, loaded for inference, is not.
     fn is_training(&self) -> bool {
         self.nodes.iter().filter_map(|n| n.step.module()).any(|m| m.is_training())
     }

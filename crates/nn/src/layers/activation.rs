@@ -5,17 +5,14 @@ use crate::module::Module;
 use ember_autograd::Var;
 use ember_tensor::Result;
 
-/// Implements [`Module`] for a stateless layer whose forward is `$body` of `$x`.
+/// Implements [`Module`] for a stateless layer whose forward is `$body` of `$x`: it has no
+/// parts, so the structural methods' defaults fit.
 macro_rules! stateless_module {
     ($ty:ty, |$self_:ident, $x:ident| $body:expr) => {
         impl Module for $ty {
             fn forward(&$self_, $x: &Var) -> Result<Var> {
                 $body
             }
-            fn named_parameters(&self) -> Vec<(String, Var)> {
-                Vec::new()
-            }
-            fn set_training(&self, _on: bool) {}
         }
     };
 }

@@ -1,9 +1,9 @@
 //! [`Sequential`]: modules applied one after another.
 
 use crate::module::{Module, TrainingFlag};
-use crate::state_dict::StateDict;
+use crate::parts::Parts;
 use ember_autograd::Var;
-use ember_tensor::{Device, Result, Tensor};
+use ember_tensor::Result;
 use std::fmt;
 
 /// Modules applied in order, each to the previous one's output; PyTorch's `nn.Sequential`.
@@ -86,44 +86,10 @@ impl Module for Sequential {
         Ok(h)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut out = Vec::new();
-        for (i, m) in self.children.iter().enumerate() {
-            out.extend(m.named_parameters().into_iter().map(|(n, p)| (format!("{i}.{n}"), p)));
-        }
-        out
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        for (i, m) in self.children.iter().enumerate() {
-            out.extend(m.named_buffers().into_iter().map(|(n, b)| (format!("{i}.{n}"), b)));
-        }
-        out
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        self.children.iter().try_for_each(|m| m.buffers_to_device(device))
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-        for m in &self.children {
-            m.set_training(on);
-        }
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
-    }
-
-    fn state_dict(&self) -> StateDict {
-        // Child by child, each with its parameters then its buffers: PyTorch's order.
-        let mut out = StateDict::new();
-        for (i, m) in self.children.iter().enumerate() {
-            out.extend(m.state_dict().with_prefix(&i.to_string()));
-        }
-        out
+    /// The children, named by their index, and the container's own training flag.
+    fn children(&self) -> Parts<'_> {
+        let parts = Parts::new().training(&self.training);
+        self.children.iter().enumerate().fold(parts, |p, (i, m)| p.module(i.to_string(), m.as_ref()))
     }
 }
 

@@ -1,9 +1,11 @@
 //! [`Conv1d`] and [`Conv2d`] (one generic [`Conv`] layer) and their functional forms
 //! [`conv1d`] and [`conv2d`].
 
+use super::arg_builders::arg_builders;
 use super::param_alloc::named;
+use crate::Module;
 use crate::init;
-use crate::module::{Module, TrainingFlag};
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{ConvArgs, DType, Error, Padding, Result, Spatial, Tensor};
 use std::fmt;
@@ -50,28 +52,15 @@ impl<const D: usize> Default for ConvOptions<D> {
 }
 
 impl<const D: usize> ConvOptions<D> {
-    /// With `stride` (one value for every dimension, or one per dimension).
-    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
-
-    /// With `padding`.
-    pub fn padding(mut self, padding: impl Into<Padding<D>>) -> Self {
-        self.padding = padding.into();
-        self
-    }
-
-    /// With `dilation`.
-    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-
-    /// With `groups`.
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
+    arg_builders! {via args, with_args;
+        /// With `stride` (one value for every dimension, or one per dimension).
+        stride(impl Spatial<D>);
+        /// With `padding`: numbers, [`Padding::Same`] or [`Padding::Valid`].
+        padding(impl Into<Padding<D>>);
+        /// With `dilation`.
+        dilation(impl Spatial<D>);
+        /// With `groups`.
+        groups(usize);
     }
 
     /// With or without a bias.
@@ -89,6 +78,12 @@ impl<const D: usize> ConvOptions<D> {
     /// The convolution arguments (all but `bias` and `dtype`).
     pub fn args(&self) -> ConvArgs<D> {
         ConvArgs { stride: self.stride, padding: self.padding, dilation: self.dilation, groups: self.groups }
+    }
+
+    /// These options with the convolution arguments `args`.
+    pub fn with_args(self, args: ConvArgs<D>) -> Self {
+        let ConvArgs { stride, padding, dilation, groups } = args;
+        ConvOptions { stride, padding, dilation, groups, ..self }
     }
 }
 
@@ -112,7 +107,9 @@ impl<const D: usize> ConvOptions<D> {
 /// assert_eq!(conv.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias"]);
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct Conv<const D: usize> {
+    #[module(skip)]
     args: ConvArgs<D>,
     weight: Var,
     bias: Option<Var>,
@@ -124,7 +121,6 @@ pub type Conv1d = Conv<1>;
 /// A 2-d convolution layer (PyTorch's `nn.Conv2d`).
 pub type Conv2d = Conv<2>;
 
-/// The layer's name in errors and its repr.
 /// The names of the weight and the bias of the layer, for errors (`Conv2d.weight`).
 pub(crate) fn param_names<const D: usize>(transposed: bool) -> [&'static str; 2] {
     match (D, transposed) {
@@ -135,7 +131,8 @@ pub(crate) fn param_names<const D: usize>(transposed: bool) -> [&'static str; 2]
     }
 }
 
-fn layer_name<const D: usize>(transposed: bool) -> &'static str {
+/// The layer's name in errors and its repr.
+pub(crate) fn layer_name<const D: usize>(transposed: bool) -> &'static str {
     match (D, transposed) {
         (1, false) => "Conv1d",
         (_, false) => "Conv2d",
@@ -309,27 +306,20 @@ impl<const D: usize> Conv<D> {
 
     /// The kernel's extents.
     pub fn kernel_size(&self) -> [usize; D] {
-        let ws = self.weight.shape();
-        std::array::from_fn(|d| ws.dims().get(2 + d).copied().unwrap_or(0))
+        kernel_size(&self.weight)
     }
-}
 
-impl<const D: usize> Module for Conv<D> {
+    /// The convolution of `x` (`[N, in_channels, spatial..]` or unbatched).
     fn forward(&self, x: &Var) -> Result<Var> {
         x.conv(&self.weight, self.bias.as_ref(), &self.args)
     }
+}
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(Some(&self.weight), self.bias.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
-    }
+/// The kernel's extents from a weight `[.., .., kernel..]` (zeros where it has fewer
+/// dimensions, which `forward` then reports).
+pub(crate) fn kernel_size<const D: usize>(weight: &Var) -> [usize; D] {
+    let ws = weight.shape();
+    std::array::from_fn(|d| ws.dims().get(2 + d).copied().unwrap_or(0))
 }
 
 /// PyTorch's repr of a padding argument.
@@ -347,29 +337,41 @@ impl<const D: usize> fmt::Debug for Conv<D> {
     /// naming padding, dilation, groups and a missing bias only when not the default.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ConvArgs { stride, padding, dilation, groups } = self.args;
-        write!(
-            f,
-            "{}({}, {}, kernel_size={}, stride={}",
-            layer_name::<D>(false),
-            self.in_channels(),
-            self.out_channels(),
-            tuple(&self.kernel_size()),
-            tuple(&stride)
-        )?;
-        if let Some(p) = padding_repr(&padding) {
-            write!(f, ", padding={p}")?;
-        }
-        if dilation.iter().any(|&d| d != 1) {
-            write!(f, ", dilation={}", tuple(&dilation))?;
-        }
-        if groups != 1 {
-            write!(f, ", groups={groups}")?;
-        }
-        if self.bias.is_none() {
-            write!(f, ", bias=False")?;
-        }
-        write!(f, ")")
+        let head = (layer_name::<D>(false), self.in_channels(), self.out_channels());
+        let extras = [("padding", padding_repr(&padding)), ("dilation", unless_all(&dilation, 1))];
+        write_repr(f, head, (&self.kernel_size(), &stride), &extras, groups, self.bias.is_some())
     }
+}
+
+/// `values` as a tuple unless every one is `default`.
+pub(crate) fn unless_all(values: &[usize], default: usize) -> Option<String> {
+    values.iter().any(|&v| v != default).then(|| tuple(values))
+}
+
+/// PyTorch's repr of a convolution layer, `Conv2d(3, 16, kernel_size=(3, 3), stride=(1,
+/// 1), ..)` from `(name, in_channels, out_channels)`, the kernel size and the stride: then
+/// each of `extras` that is given, the groups unless 1, and `bias=False` without a bias.
+pub(crate) fn write_repr(
+    f: &mut fmt::Formatter<'_>,
+    (name, in_channels, out_channels): (&str, usize, usize),
+    (kernel, stride): (&[usize], &[usize]),
+    extras: &[(&str, Option<String>)],
+    groups: usize,
+    bias: bool,
+) -> fmt::Result {
+    write!(f, "{name}({in_channels}, {out_channels}, kernel_size={}, stride={}", tuple(kernel), tuple(stride))?;
+    for (what, value) in extras {
+        if let Some(v) = value {
+            write!(f, ", {what}={v}")?;
+        }
+    }
+    if groups != 1 {
+        write!(f, ", groups={groups}")?;
+    }
+    if !bias {
+        write!(f, ", bias=False")?;
+    }
+    write!(f, ")")
 }
 
 /// A 1-d convolution, PyTorch's `torch.nn.functional.conv1d`: `input` `[N, in, L]` (or

@@ -1,8 +1,12 @@
 //! [`ConvTranspose1d`] and [`ConvTranspose2d`] (one generic [`ConvTranspose`] layer) and
 //! their functional forms [`conv_transpose1d`] and [`conv_transpose2d`].
 
-use super::conv::{check_config, check_params, init_params, param_names, tuple};
-use crate::module::{Module, TrainingFlag};
+use super::arg_builders::arg_builders;
+use super::conv::{
+    check_config, check_params, init_params, kernel_size, layer_name, param_names, tuple, unless_all, write_repr,
+};
+use crate::Module;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{ConvTransposeArgs, DType, Result, Spatial};
 use std::fmt;
@@ -42,34 +46,17 @@ impl<const D: usize> Default for ConvTransposeOptions<D> {
 }
 
 impl<const D: usize> ConvTransposeOptions<D> {
-    /// With `stride`.
-    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
-
-    /// With `padding`.
-    pub fn padding(mut self, padding: impl Spatial<D>) -> Self {
-        self.padding = padding.spatial();
-        self
-    }
-
-    /// With `output_padding`.
-    pub fn output_padding(mut self, output_padding: impl Spatial<D>) -> Self {
-        self.output_padding = output_padding.spatial();
-        self
-    }
-
-    /// With `dilation`.
-    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-
-    /// With `groups`.
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
+    arg_builders! {via args, with_args;
+        /// With `stride`.
+        stride(impl Spatial<D>);
+        /// With `padding`.
+        padding(impl Spatial<D>);
+        /// With `output_padding`.
+        output_padding(impl Spatial<D>);
+        /// With `dilation`.
+        dilation(impl Spatial<D>);
+        /// With `groups`.
+        groups(usize);
     }
 
     /// With or without a bias.
@@ -88,6 +75,12 @@ impl<const D: usize> ConvTransposeOptions<D> {
     pub fn args(&self) -> ConvTransposeArgs<D> {
         let ConvTransposeOptions { stride, padding, output_padding, dilation, groups, .. } = *self;
         ConvTransposeArgs { stride, padding, output_padding, dilation, groups }
+    }
+
+    /// These options with the transposed convolution's arguments `args`.
+    pub fn with_args(self, args: ConvTransposeArgs<D>) -> Self {
+        let ConvTransposeArgs { stride, padding, output_padding, dilation, groups } = args;
+        ConvTransposeOptions { stride, padding, output_padding, dilation, groups, ..self }
     }
 }
 
@@ -113,7 +106,9 @@ impl<const D: usize> ConvTransposeOptions<D> {
 /// );
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct ConvTranspose<const D: usize> {
+    #[module(skip)]
     args: ConvTransposeArgs<D>,
     weight: Var,
     bias: Option<Var>,
@@ -124,10 +119,6 @@ pub struct ConvTranspose<const D: usize> {
 pub type ConvTranspose1d = ConvTranspose<1>;
 /// A 2-d transposed convolution layer (PyTorch's `nn.ConvTranspose2d`).
 pub type ConvTranspose2d = ConvTranspose<2>;
-
-fn layer_name<const D: usize>() -> &'static str {
-    if D == 1 { "ConvTranspose1d" } else { "ConvTranspose2d" }
-}
 
 impl<const D: usize> ConvTranspose<D> {
     /// A layer from `in_channels` to `out_channels` with a kernel of `kernel_size`, stride
@@ -143,7 +134,7 @@ impl<const D: usize> ConvTranspose<D> {
         kernel_size: impl Spatial<D>,
         options: ConvTransposeOptions<D>,
     ) -> Result<Self> {
-        let name = layer_name::<D>();
+        let name = layer_name::<D>(true);
         let kernel = kernel_size.spatial();
         let ConvTransposeOptions { stride, output_padding, dilation, groups, bias, dtype, .. } = options;
         check_config(name, in_channels, out_channels, &kernel, (stride, dilation, groups), dtype)?;
@@ -170,7 +161,7 @@ impl<const D: usize> ConvTranspose<D> {
     /// A layer over existing parameters: `weight` `[in, out / groups, kernel..]` and an
     /// optional `bias` `[out]` of its float dtype.
     pub fn from_params(weight: Var, bias: Option<Var>, args: ConvTransposeArgs<D>) -> Result<Self> {
-        let name = layer_name::<D>();
+        let name = layer_name::<D>(true);
         let groups = args.groups;
         check_params::<D>(name, &weight, bias.as_ref(), |ws| ws[1] * groups)?;
         if groups == 0 || !weight.shape()[0].is_multiple_of(groups) {
@@ -209,26 +200,12 @@ impl<const D: usize> ConvTranspose<D> {
 
     /// The kernel's extents.
     pub fn kernel_size(&self) -> [usize; D] {
-        let ws = self.weight.shape();
-        std::array::from_fn(|d| ws.dims().get(2 + d).copied().unwrap_or(0))
+        kernel_size(&self.weight)
     }
-}
 
-impl<const D: usize> Module for ConvTranspose<D> {
+    /// The transposed convolution of `x` (`[N, in_channels, spatial..]` or unbatched).
     fn forward(&self, x: &Var) -> Result<Var> {
         x.conv_transpose(&self.weight, self.bias.as_ref(), &self.args)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(Some(&self.weight), self.bias.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 
@@ -238,31 +215,13 @@ impl<const D: usize> fmt::Debug for ConvTranspose<D> {
     /// default.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ConvTransposeArgs { stride, padding, output_padding, dilation, groups } = self.args;
-        write!(
-            f,
-            "{}({}, {}, kernel_size={}, stride={}",
-            layer_name::<D>(),
-            self.in_channels(),
-            self.out_channels(),
-            tuple(&self.kernel_size()),
-            tuple(&stride)
-        )?;
-        if padding.iter().any(|&p| p != 0) {
-            write!(f, ", padding={}", tuple(&padding))?;
-        }
-        if dilation.iter().any(|&d| d != 1) {
-            write!(f, ", dilation={}", tuple(&dilation))?;
-        }
-        if output_padding.iter().any(|&p| p != 0) {
-            write!(f, ", output_padding={}", tuple(&output_padding))?;
-        }
-        if groups != 1 {
-            write!(f, ", groups={groups}")?;
-        }
-        if self.bias.is_none() {
-            write!(f, ", bias=False")?;
-        }
-        write!(f, ")")
+        let head = (layer_name::<D>(true), self.in_channels(), self.out_channels());
+        let extras = [
+            ("padding", unless_all(&padding, 0)),
+            ("dilation", unless_all(&dilation, 1)),
+            ("output_padding", unless_all(&output_padding, 0)),
+        ];
+        write_repr(f, head, (&self.kernel_size(), &stride), &extras, groups, self.bias.is_some())
     }
 }
 

@@ -1,7 +1,8 @@
 //! [`Embedding`]: a lookup table of learned vectors.
 
 use super::param_alloc::named;
-use crate::module::{Module, TrainingFlag};
+use crate::Module;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
@@ -43,8 +44,10 @@ impl Default for EmbeddingOptions {
 /// assert_eq!(&grad[12..15], &[2.0; 3]); // row 4, looked up twice
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct Embedding {
     weight: Var,
+    #[module(skip)]
     padding_idx: Option<usize>,
     training: TrainingFlag,
 }
@@ -111,6 +114,11 @@ impl Embedding {
     pub fn embedding_dim(&self) -> usize {
         self.weight.shape().dims().get(1).copied().unwrap_or(0)
     }
+
+    /// The vectors at the `i64` `indices` (any shape `[..]`), as `[.., embedding_dim]`.
+    fn forward(&self, indices: &Var) -> Result<Var> {
+        embedding(indices, &self.weight, self.padding_idx)
+    }
 }
 
 fn check_padding(padding_idx: usize, num_embeddings: usize) -> Result<()> {
@@ -121,24 +129,6 @@ fn check_padding(padding_idx: usize, num_embeddings: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-impl Module for Embedding {
-    fn forward(&self, indices: &Var) -> Result<Var> {
-        embedding(indices, &self.weight, self.padding_idx)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        vec![("weight".to_string(), self.weight.clone())]
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
-    }
 }
 
 impl fmt::Debug for Embedding {

@@ -1,8 +1,9 @@
 //! [`Linear`]: the affine layer `y = x W^T + b`.
 
 use super::param_alloc::named;
+use crate::Module;
 use crate::init;
-use crate::module::{Module, TrainingFlag};
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
@@ -38,6 +39,7 @@ impl Default for LinearOptions {
 /// assert_eq!(y.shape().dims(), &[5, 4, 2]);
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct Linear {
     weight: Var,
     bias: Option<Var>,
@@ -128,9 +130,8 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         self.weight.shape().dims().first().copied().unwrap_or(0)
     }
-}
 
-impl Module for Linear {
+    /// `x W^T + b` for `x` of shape `[.., in_features]`.
     fn forward(&self, x: &Var) -> Result<Var> {
         // The weight's value can be replaced after construction (`set_value`, a state dict).
         if self.weight.rank() != 2 {
@@ -153,18 +154,6 @@ impl Module for Linear {
             ));
         }
         x.linear(&self.weight, self.bias.as_ref())
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(Some(&self.weight), self.bias.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 

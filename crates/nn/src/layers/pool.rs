@@ -4,6 +4,7 @@
 //! the same in training and evaluation.
 
 use super::activation::stateless_module;
+use super::arg_builders::arg_builders;
 use crate::module::Module;
 use ember_autograd::Var;
 use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
@@ -24,25 +25,15 @@ macro_rules! max_pool_layer {
             pub fn new(kernel_size: impl Spatial<$d>) -> Self {
                 $name { args: MaxPoolArgs::new(kernel_size) }
             }
-            /// Sets the stride.
-            pub fn stride(mut self, stride: impl Spatial<$d>) -> Self {
-                self.args = self.args.stride(stride);
-                self
-            }
-            /// Sets the padding (at most half the kernel size).
-            pub fn padding(mut self, padding: impl Spatial<$d>) -> Self {
-                self.args = self.args.padding(padding);
-                self
-            }
-            /// Sets the dilation.
-            pub fn dilation(mut self, dilation: impl Spatial<$d>) -> Self {
-                self.args = self.args.dilation(dilation);
-                self
-            }
-            /// Sets `ceil_mode`.
-            pub fn ceil_mode(mut self, on: bool) -> Self {
-                self.args = self.args.ceil_mode(on);
-                self
+            arg_builders! {field args;
+                /// Sets the stride.
+                stride(impl Spatial<$d>);
+                /// Sets the padding (at most half the kernel size).
+                padding(impl Spatial<$d>);
+                /// Sets the dilation.
+                dilation(impl Spatial<$d>);
+                /// Sets `ceil_mode`.
+                ceil_mode(bool);
             }
             /// The pooled values and the `i64` flat positions of the maxima in their planes
             /// (PyTorch's `return_indices=True`).
@@ -74,25 +65,15 @@ macro_rules! avg_pool_layer {
             pub fn new(kernel_size: impl Spatial<$d>) -> Self {
                 $name { args: AvgPoolArgs::new(kernel_size) }
             }
-            /// Sets the stride.
-            pub fn stride(mut self, stride: impl Spatial<$d>) -> Self {
-                self.args = self.args.stride(stride);
-                self
-            }
-            /// Sets the padding (at most half the kernel size).
-            pub fn padding(mut self, padding: impl Spatial<$d>) -> Self {
-                self.args = self.args.padding(padding);
-                self
-            }
-            /// Sets `ceil_mode`.
-            pub fn ceil_mode(mut self, on: bool) -> Self {
-                self.args = self.args.ceil_mode(on);
-                self
-            }
-            /// Sets `count_include_pad`.
-            pub fn count_include_pad(mut self, on: bool) -> Self {
-                self.args = self.args.count_include_pad(on);
-                self
+            arg_builders! {field args;
+                /// Sets the stride.
+                stride(impl Spatial<$d>);
+                /// Sets the padding (at most half the kernel size).
+                padding(impl Spatial<$d>);
+                /// Sets `ceil_mode`.
+                ceil_mode(bool);
+                /// Sets `count_include_pad`.
+                count_include_pad(bool);
             }
         }
 
@@ -104,10 +85,9 @@ avg_pool_layer!(AvgPool1d, 1, "AvgPool1d");
 avg_pool_layer!(AvgPool2d, 2, "AvgPool2d");
 
 impl AvgPool2d {
-    /// Sets `divisor_override`: every window is divided by `divisor`.
-    pub fn divisor_override(mut self, divisor: usize) -> Self {
-        self.args = self.args.divisor_override(divisor);
-        self
+    arg_builders! {field args;
+        /// Sets `divisor_override`: every window is divided by it.
+        divisor_override(usize);
     }
 }
 

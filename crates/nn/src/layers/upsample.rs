@@ -1,6 +1,7 @@
 //! [`Upsample`] and the functional [`interpolate`].
 
 use super::activation::stateless_module;
+use super::arg_builders::arg_builders;
 use crate::module::Module;
 use ember_autograd::Var;
 use ember_tensor::Result;
@@ -37,20 +38,13 @@ impl Upsample {
     pub fn scale_factors(factors: impl Into<Vec<f64>>) -> Self {
         Upsample { args: InterpolateArgs::scale_factor(factors) }
     }
-    /// Sets the mode.
-    pub fn mode(mut self, mode: InterpolateMode) -> Self {
-        self.args = self.args.mode(mode);
-        self
-    }
-    /// Sets `align_corners` (linear modes only).
-    pub fn align_corners(mut self, on: bool) -> Self {
-        self.args = self.args.align_corners(on);
-        self
-    }
-    /// Sets `recompute_scale_factor`.
-    pub fn recompute_scale_factor(mut self, on: bool) -> Self {
-        self.args = self.args.recompute_scale_factor(on);
-        self
+    arg_builders! {field args;
+        /// Sets the mode.
+        mode(InterpolateMode);
+        /// Sets `align_corners` (linear modes only).
+        align_corners(bool);
+        /// Sets `recompute_scale_factor`.
+        recompute_scale_factor(bool);
     }
 }
 

@@ -4,6 +4,7 @@ use super::model::GraphModel;
 use super::{Graph, Node, Value};
 use crate::ops;
 use ember_autograd::Var;
+use ember_nn::Buffer;
 use ember_tensor::{Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -113,7 +114,7 @@ impl Graph {
             if !t.dtype().is_float() {
                 constants.insert(name.clone(), Value::from_tensor(t)?);
             } else if stats.contains(name.as_str()) {
-                buffers.push((name.clone(), Var::new(t.clone())));
+                buffers.push((name.clone(), Buffer::new(t.clone())));
             } else {
                 params.push((name.clone(), Var::param(t.clone())));
             }

@@ -3,7 +3,7 @@
 use super::{Node, Value, ValueInfo};
 use crate::ops::OpSpec;
 use ember_autograd::Var;
-use ember_nn::{Module, TrainingFlag};
+use ember_nn::{Buffer, Module, Parts, TrainingFlag};
 use ember_tensor::{Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -19,7 +19,7 @@ pub struct GraphModel {
     outputs: Vec<ValueInfo>,
     nodes: Vec<(Node, &'static OpSpec)>,
     params: Vec<(String, Var)>,
-    buffers: Vec<(String, Var)>,
+    buffers: Vec<(String, Buffer)>,
     constants: HashMap<String, Value>,
     training: TrainingFlag,
 }
@@ -31,7 +31,7 @@ impl GraphModel {
         outputs: Vec<ValueInfo>,
         nodes: Vec<(Node, &'static OpSpec)>,
         params: Vec<(String, Var)>,
-        buffers: Vec<(String, Var)>,
+        buffers: Vec<(String, Buffer)>,
         constants: HashMap<String, Value>,
     ) -> GraphModel {
         GraphModel { name, inputs, outputs, nodes, params, buffers, constants, training: TrainingFlag::new() }
@@ -117,8 +117,11 @@ impl GraphModel {
             let v = if x.dtype().is_float() { Value::Float((*x).clone()) } else { Value::from_tensor(&x.value())? };
             env.insert(&info.name, v);
         }
-        for (name, p) in self.params.iter().chain(&self.buffers) {
+        for (name, p) in &self.params {
             env.insert(name, Value::Float(p.clone()));
+        }
+        for (name, b) in &self.buffers {
+            env.insert(name, Value::Float(Var::new(b.get())));
         }
         // Float constants (initializers that are not parameters, `Constant` nodes) are made
         // on the host: they go to the device of the run, that of the model's parameters.
@@ -182,29 +185,11 @@ impl Module for GraphModel {
         Ok(self.run(&[x])?.remove(0))
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        self.params.clone()
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.buffers.iter().map(|(n, v)| (n.clone(), v.value())).collect()
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        for (_, b) in &self.buffers {
-            if b.device() != device {
-                b.set_value(b.value().to_device(device)?)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
+    /// The parameters and buffers under their names in the file, and the flag.
+    fn children(&self) -> Parts<'_> {
+        let parts = Parts::new().training(&self.training);
+        let parts = self.params.iter().fold(parts, |p, (name, v)| p.parameter(name.as_str(), v));
+        self.buffers.iter().fold(parts, |p, (name, b)| p.buffer(name.as_str(), b))
     }
 }
 

@@ -7,6 +7,7 @@ use crate::init;
 use crate::layers::Linear;
 use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
+use crate::parts::Parts;
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
@@ -420,31 +421,23 @@ impl Module for MultiheadAttention {
         Ok(self.forward_with(x, x, x, &args)?.output)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut params = match &self.in_proj {
-            InProjection::Packed(w) => vec![("in_proj_weight".to_string(), w.clone())],
-            InProjection::Separate { q, k, v } => vec![
-                ("q_proj_weight".to_string(), q.clone()),
-                ("k_proj_weight".to_string(), k.clone()),
-                ("v_proj_weight".to_string(), v.clone()),
-            ],
+    /// PyTorch's parameters (`in_proj_weight` or `q_proj_weight`, `k_proj_weight`,
+    /// `v_proj_weight`; `in_proj_bias`, `bias_k`, `bias_v`), then `out_proj`.
+    fn children(&self) -> Parts<'_> {
+        let parts = match &self.in_proj {
+            InProjection::Packed(w) => Parts::new().parameter("in_proj_weight", w),
+            InProjection::Separate { q, k, v } => {
+                Parts::new().parameter("q_proj_weight", q).parameter("k_proj_weight", k).parameter("v_proj_weight", v)
+            }
         };
-        params.extend(self.in_proj_bias.iter().map(|b| ("in_proj_bias".to_string(), b.clone())));
-        if let Some((k, v)) = &self.bias_kv {
-            params.push(("bias_k".to_string(), k.clone()));
-            params.push(("bias_v".to_string(), v.clone()));
+        let mut parts = parts.training(&self.training);
+        if let Some(b) = &self.in_proj_bias {
+            parts = parts.parameter("in_proj_bias", b);
         }
-        params.extend(self.out_proj.named_parameters().into_iter().map(|(n, p)| (format!("out_proj.{n}"), p)));
-        params
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-        self.out_proj.set_training(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
+        if let Some((k, v)) = &self.bias_kv {
+            parts = parts.parameter("bias_k", k).parameter("bias_v", v);
+        }
+        parts.module("out_proj", &self.out_proj)
     }
 }
 

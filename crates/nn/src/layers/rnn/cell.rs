@@ -2,11 +2,12 @@
 //! corresponding layer, with PyTorch's parameters (`weight_ih`, `weight_hh`, `bias_ih`,
 //! `bias_hh`), initialisation and unbatched inputs.
 
-use super::options::{CellOptions, Mode, RnnOptions, check_options};
+use super::build::{self, Core};
+use super::options::{CellOptions, Mode, RnnOptions};
+use super::recurrent_module::recurrent_module;
 use super::step::{State, StepWeights, input_bias, step, step_bias};
-use crate::init;
-use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
+use crate::parts::Parts;
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
@@ -18,24 +19,6 @@ pub struct LstmState {
     pub h: Var,
     /// The cell state, `[B, hidden]` (`[hidden]` unbatched).
     pub c: Var,
-}
-
-/// The checks PyTorch makes when a cell is built.
-fn check_cell_options(mode: Mode, hidden_size: usize, options: &CellOptions) -> Result<()> {
-    let layer_options = RnnOptions::default().nonlinearity(options.nonlinearity).dtype(options.dtype);
-    check_options(mode.cell_name(), mode, hidden_size, &layer_options)
-}
-
-/// The names and shapes of a cell's parameters, in state-dict order.
-fn cell_param_specs(mode: Mode, input_size: usize, hidden_size: usize, bias: bool) -> Vec<(String, Vec<usize>)> {
-    let gates = mode.gates() * hidden_size;
-    let mut out =
-        vec![("weight_ih".to_string(), vec![gates, input_size]), ("weight_hh".to_string(), vec![gates, hidden_size])];
-    if bias {
-        out.push(("bias_ih".to_string(), vec![gates]));
-        out.push(("bias_hh".to_string(), vec![gates]));
-    }
-    out
 }
 
 /// The shared implementation of the three cells.
@@ -50,56 +33,33 @@ struct CellCore {
     training: TrainingFlag,
 }
 
-impl CellCore {
-    fn new(mode: Mode, input_size: usize, hidden_size: usize, options: CellOptions) -> Result<CellCore> {
-        check_cell_options(mode, hidden_size, &options)?;
-        let bound = 1.0 / (hidden_size as f64).sqrt();
-        let mut params = Vec::new();
-        for (name, shape) in cell_param_specs(mode, input_size, hidden_size, options.bias) {
-            let param = init::uniform(&shape, bound, options.dtype).map_err(named(mode.param_op(true, &name)))?;
-            params.push((name, Var::param(param)));
+impl Core for CellCore {
+    const CELL: bool = true;
+
+    fn specs(mode: Mode, input_size: usize, hidden_size: usize, options: &RnnOptions) -> Vec<(String, Vec<usize>)> {
+        let gates = mode.gates() * hidden_size;
+        let mut out = vec![
+            ("weight_ih".to_string(), vec![gates, input_size]),
+            ("weight_hh".to_string(), vec![gates, hidden_size]),
+        ];
+        if options.bias {
+            out.push(("bias_ih".to_string(), vec![gates]));
+            out.push(("bias_hh".to_string(), vec![gates]));
         }
-        Self::from_params(mode, input_size, hidden_size, options, params)
+        out
     }
 
-    /// A cell over the given parameters, named as in its state dict.
-    fn from_params(
-        mode: Mode,
-        input_size: usize,
-        hidden_size: usize,
-        options: CellOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<CellCore> {
-        let name = mode.cell_name();
-        check_cell_options(mode, hidden_size, &options)?;
-        let specs = cell_param_specs(mode, input_size, hidden_size, options.bias);
-        if let Some((extra, _)) = params.iter().find(|(n, _)| !specs.iter().any(|(s, _)| s == n)) {
-            return Err(Error::invalid(name, format!("unexpected parameter {extra:?}")));
-        }
-        let mut vars = Vec::with_capacity(specs.len());
-        for (spec, shape) in &specs {
-            let Some((_, v)) = params.iter().find(|(n, _)| n == spec) else {
-                return Err(Error::invalid(name, format!("missing parameter {spec:?}")));
-            };
-            if v.shape().dims() != shape.as_slice() {
-                return Err(Error::shape(name, format!("{spec} must have shape {shape:?}, got {:?}", v.shape())));
-            }
-            if v.dtype() != options.dtype {
-                return Err(Error::dtype(
-                    name,
-                    format!("{spec} is {} but the options say {}", v.dtype(), options.dtype),
-                ));
-            }
-            vars.push(v.clone());
-        }
+    fn assemble(mode: Mode, input_size: usize, hidden_size: usize, _: RnnOptions, vars: Vec<Var>) -> Result<CellCore> {
         let mut it = vars.into_iter();
         let (Some(w_ih), Some(w_hh)) = (it.next(), it.next()) else {
-            return Err(Error::invalid(name, "the weights are missing"));
+            return Err(Error::invalid(mode.cell_name(), "the weights are missing"));
         };
         let (b_ih, b_hh) = (it.next(), it.next());
         Ok(CellCore { mode, input_size, hidden_size, w_ih, w_hh, b_ih, b_hh, training: TrainingFlag::new() })
     }
+}
 
+impl CellCore {
     /// Checks `x` (`[B, in]` or `[in]`) and returns whether it is batched and its batch.
     fn check_input(&self, x: &Var) -> Result<(bool, usize)> {
         let name = self.mode.cell_name();
@@ -161,29 +121,33 @@ impl CellCore {
         if batched { Ok(s) } else { Ok(State { h: s.h.squeeze(0)?, c: s.c.map(|c| c.squeeze(0)).transpose()? }) }
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut out = vec![("weight_ih".to_string(), self.w_ih.clone()), ("weight_hh".to_string(), self.w_hh.clone())];
-        if let (Some(bi), Some(bh)) = (&self.b_ih, &self.b_hh) {
-            out.push(("bias_ih".to_string(), bi.clone()));
-            out.push(("bias_hh".to_string(), bh.clone()));
+    /// PyTorch's parameters (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`) and the flag.
+    fn parts(&self) -> Parts<'_> {
+        let parts = Parts::new().training(&self.training);
+        let parts = parts.parameter("weight_ih", &self.w_ih).parameter("weight_hh", &self.w_hh);
+        match (&self.b_ih, &self.b_hh) {
+            (Some(bi), Some(bh)) => parts.parameter("bias_ih", bi).parameter("bias_hh", bh),
+            _ => parts,
         }
-        out
+    }
+
+    /// PyTorch's repr: `LSTMCell(10, 20)`.
+    fn repr(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({}, {}", self.mode.cell_name(), self.input_size, self.hidden_size)?;
+        if self.b_ih.is_none() {
+            write!(f, ", bias=False")?;
+        }
+        if self.mode == Mode::Relu {
+            write!(f, ", nonlinearity='relu'")?;
+        }
+        write!(f, ")")
     }
 }
 
-macro_rules! cell_common {
-    ($Cell:ident, |$s:ident, $x:ident| $forward:expr) => {
+/// The cells' weights, besides what [`recurrent_module!`] writes.
+macro_rules! cell_weights {
+    ($($Cell:ident),*) => {$(
         impl $Cell {
-            /// The size of each input's features.
-            pub fn input_size(&self) -> usize {
-                self.core.input_size
-            }
-
-            /// The size of the hidden state.
-            pub fn hidden_size(&self) -> usize {
-                self.core.hidden_size
-            }
-
             /// `weight_ih`, `[gates * hidden, input_size]`.
             pub fn weight_ih(&self) -> &Var {
                 &self.core.w_ih
@@ -194,42 +158,7 @@ macro_rules! cell_common {
                 &self.core.w_hh
             }
         }
-
-        impl Module for $Cell {
-            /// The new hidden state from a zero state.
-            fn forward(&self, x: &Var) -> Result<Var> {
-                let $s = self;
-                let $x = x;
-                $forward
-            }
-
-            fn named_parameters(&self) -> Vec<(String, Var)> {
-                self.core.named_parameters()
-            }
-
-            fn set_training(&self, on: bool) {
-                self.core.training.set(on);
-            }
-
-            fn is_training(&self) -> bool {
-                self.core.training.get()
-            }
-        }
-
-        impl fmt::Debug for $Cell {
-            /// PyTorch's repr: `LSTMCell(10, 20)`.
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({}, {}", self.core.mode.cell_name(), self.core.input_size, self.core.hidden_size)?;
-                if self.core.b_ih.is_none() {
-                    write!(f, ", bias=False")?;
-                }
-                if self.core.mode == Mode::Relu {
-                    write!(f, ", nonlinearity='relu'")?;
-                }
-                write!(f, ")")
-            }
-        }
-    };
+    )*};
 }
 
 /// One step of an Elman RNN, PyTorch's `nn.RNNCell`: `h' = tanh(W_ih x + b_ih + W_hh h +
@@ -253,30 +182,6 @@ pub struct RNNCell {
 }
 
 impl RNNCell {
-    /// A tanh cell with biases, in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<RNNCell> {
-        Self::with_options(input_size, hidden_size, CellOptions::default())
-    }
-
-    /// A cell with the given options.
-    pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<RNNCell> {
-        Ok(RNNCell { core: CellCore::new(options.nonlinearity.into(), input_size, hidden_size, options)? })
-    }
-
-    /// A cell over existing parameter `Var`s (shared with their other holders), named as
-    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
-    /// shapes and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: CellOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<RNNCell> {
-        Ok(RNNCell {
-            core: CellCore::from_params(options.nonlinearity.into(), input_size, hidden_size, options, params)?,
-        })
-    }
-
     /// The next hidden state from input `x` and hidden state `h` (zeros if `None`).
     pub fn run(&self, x: &Var, h: Option<&Var>) -> Result<Var> {
         Ok(self.core.run(x, h, None)?.h)
@@ -301,28 +206,6 @@ pub struct LSTMCell {
 }
 
 impl LSTMCell {
-    /// A cell with biases, in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<LSTMCell> {
-        Self::with_options(input_size, hidden_size, CellOptions::default())
-    }
-
-    /// A cell with the given options (the nonlinearity must be tanh).
-    pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<LSTMCell> {
-        Ok(LSTMCell { core: CellCore::new(Mode::Lstm, input_size, hidden_size, options)? })
-    }
-
-    /// A cell over existing parameter `Var`s (shared with their other holders), named as
-    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
-    /// shapes and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: CellOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<LSTMCell> {
-        Ok(LSTMCell { core: CellCore::from_params(Mode::Lstm, input_size, hidden_size, options, params)? })
-    }
-
     /// The next state from input `x` and `state` (zeros if `None`).
     pub fn run(&self, x: &Var, state: Option<&LstmState>) -> Result<LstmState> {
         let s = self.core.run(x, state.map(|s| &s.h), state.map(|s| &s.c))?;
@@ -348,34 +231,14 @@ pub struct GRUCell {
 }
 
 impl GRUCell {
-    /// A cell with biases, in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<GRUCell> {
-        Self::with_options(input_size, hidden_size, CellOptions::default())
-    }
-
-    /// A cell with the given options (the nonlinearity must be tanh).
-    pub fn with_options(input_size: usize, hidden_size: usize, options: CellOptions) -> Result<GRUCell> {
-        Ok(GRUCell { core: CellCore::new(Mode::Gru, input_size, hidden_size, options)? })
-    }
-
-    /// A cell over existing parameter `Var`s (shared with their other holders), named as
-    /// in its state dict (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), with their
-    /// shapes and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: CellOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<GRUCell> {
-        Ok(GRUCell { core: CellCore::from_params(Mode::Gru, input_size, hidden_size, options, params)? })
-    }
-
     /// The next hidden state from input `x` and hidden state `h` (zeros if `None`).
     pub fn run(&self, x: &Var, h: Option<&Var>) -> Result<Var> {
         Ok(self.core.run(x, h, None)?.h)
     }
 }
 
-cell_common!(RNNCell, |s, x| s.run(x, None));
-cell_common!(LSTMCell, |s, x| Ok(s.run(x, None)?.h));
-cell_common!(GRUCell, |s, x| s.run(x, None));
+cell_weights!(RNNCell, LSTMCell, GRUCell);
+
+recurrent_module!(RNNCell: CellCore, CellOptions, mode |o| o.nonlinearity.into(), forward |s, x| s.run(x, None));
+recurrent_module!(LSTMCell: CellCore, CellOptions, mode |_o| Mode::Lstm, forward |s, x| Ok(s.run(x, None)?.h));
+recurrent_module!(GRUCell: CellCore, CellOptions, mode |_o| Mode::Gru, forward |s, x| s.run(x, None));

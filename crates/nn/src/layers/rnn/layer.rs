@@ -2,14 +2,16 @@
 //! names and initialisation, input and state checks, the loop over layers, directions and
 //! time steps, and the public layers with their return types.
 
+use super::build::{self, Core};
 use super::fused::lstm_sequence;
 use super::lengths::StepMasks;
-use super::options::{Mode, RnnOptions, check_options};
+use super::options::{Mode, RnnOptions};
+use super::recurrent_module::recurrent_module;
 use super::step::{State, StepWeights, input_bias, step, step_bias};
-use crate::init;
 use crate::layers::dropout::dropout;
-use crate::layers::param_alloc::{named, reserve_total};
+use crate::layers::param_alloc::reserve_total;
 use crate::module::{Module, TrainingFlag};
+use crate::parts::Parts;
 use ember_autograd::Var;
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
@@ -83,58 +85,24 @@ struct RnnCore {
     training: TrainingFlag,
 }
 
-impl RnnCore {
-    fn new(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RnnCore> {
-        check_options(mode.layer_name(), mode, hidden_size, &options)?;
-        // PyTorch draws every parameter from U(-1/sqrt(hidden), 1/sqrt(hidden)), in the
-        // order of the state dict.
-        let bound = 1.0 / (hidden_size as f64).sqrt();
-        // Before the specs, which are as many as the layers: a request whose parameters
-        // cannot be held in all must not first list (or draw) them one by one.
-        reserve_total(mode.layer_name(), total_elements(mode, input_size, hidden_size, &options), options.dtype)?;
-        let mut vars = Vec::new();
-        for (name, shape) in param_specs(mode, input_size, hidden_size, &options) {
-            let op = mode.param_op(false, &name);
-            vars.push(Var::param(init::uniform(&shape, bound, options.dtype).map_err(named(op))?));
-        }
-        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
+impl Core for RnnCore {
+    const CELL: bool = false;
+
+    fn specs(mode: Mode, input_size: usize, hidden_size: usize, options: &RnnOptions) -> Vec<(String, Vec<usize>)> {
+        param_specs(mode, input_size, hidden_size, options)
     }
 
-    /// A layer over the given parameters, named as in its state dict.
-    fn from_params(
+    fn reserve(mode: Mode, input_size: usize, hidden_size: usize, options: &RnnOptions) -> Result<()> {
+        reserve_total(mode.layer_name(), total_elements(mode, input_size, hidden_size, options), options.dtype)
+    }
+
+    fn assemble(
         mode: Mode,
         input_size: usize,
         hidden_size: usize,
         options: RnnOptions,
-        params: Vec<(String, Var)>,
+        vars: Vec<Var>,
     ) -> Result<RnnCore> {
-        let name = mode.layer_name();
-        check_options(name, mode, hidden_size, &options)?;
-        let specs = param_specs(mode, input_size, hidden_size, &options);
-        if let Some((extra, _)) = params.iter().find(|(n, _)| !specs.iter().any(|(s, _)| s == n)) {
-            return Err(Error::invalid(name, format!("unexpected parameter {extra:?}")));
-        }
-        let mut vars = Vec::with_capacity(specs.len());
-        for (spec, shape) in &specs {
-            let Some((_, v)) = params.iter().find(|(n, _)| n == spec) else {
-                return Err(Error::invalid(name, format!("missing parameter {spec:?}")));
-            };
-            if v.shape().dims() != shape.as_slice() {
-                return Err(Error::shape(name, format!("{spec} must have shape {shape:?}, got {:?}", v.shape())));
-            }
-            if v.dtype() != options.dtype {
-                return Err(Error::dtype(
-                    name,
-                    format!("{spec} is {} but the options say {}", v.dtype(), options.dtype),
-                ));
-            }
-            vars.push(v.clone());
-        }
-        Ok(Self::assemble(mode, input_size, hidden_size, options, vars))
-    }
-
-    /// The layer over `vars`, given in the order of [`param_specs`].
-    fn assemble(mode: Mode, input_size: usize, hidden_size: usize, options: RnnOptions, vars: Vec<Var>) -> RnnCore {
         let mut it = vars.into_iter();
         let mut params = Vec::with_capacity(options.num_layers * options.directions());
         for _ in 0..options.num_layers * options.directions() {
@@ -146,24 +114,25 @@ impl RnnCore {
                 params.push(DirParams { w_ih, w_hh, b_ih, b_hh, w_hr });
             }
         }
-        RnnCore { mode, input_size, hidden_size, options, params, training: TrainingFlag::new() }
+        Ok(RnnCore { mode, input_size, hidden_size, options, params, training: TrainingFlag::new() })
     }
+}
 
+impl RnnCore {
     /// The size of `h`: `proj_size` if there is a projection, else `hidden_size`.
     fn out_hidden(&self) -> usize {
         if self.options.proj_size > 0 { self.options.proj_size } else { self.hidden_size }
     }
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut out = Vec::new();
-        for p in &self.params {
-            out.push(p.w_ih.clone());
-            out.push(p.w_hh.clone());
-            out.extend(p.b_ih.iter().chain(&p.b_hh).cloned());
-            out.extend(p.w_hr.iter().cloned());
-        }
-        let specs = param_specs(self.mode, self.input_size, self.hidden_size, &self.options);
-        specs.into_iter().map(|(n, _)| n).zip(out).collect()
+    /// PyTorch's parameters, named as [`param_specs`] names them, and the flag.
+    fn parts(&self) -> Parts<'_> {
+        let vars = self.params.iter().flat_map(|p| {
+            let biases = p.b_ih.iter().chain(&p.b_hh);
+            [&p.w_ih, &p.w_hh].into_iter().chain(biases).chain(&p.w_hr)
+        });
+        let names =
+            param_specs(self.mode, self.input_size, self.hidden_size, &self.options).into_iter().map(|(n, _)| n);
+        names.zip(vars).fold(Parts::new().training(&self.training), |parts, (n, v)| parts.parameter(n, v))
     }
 
     /// Checks a state's shape against `[layers * directions, (B,) size]`.
@@ -291,6 +260,17 @@ impl RnnCore {
         })
     }
 
+    /// [`run`](RnnCore::run) without a cell state: what [`RNN`] and [`GRU`] return.
+    fn run_hidden(&self, x: &Var, lengths: Option<&[usize]>, h0: Option<&Var>) -> Result<RnnOutput> {
+        let r = self.run(x, lengths, h0, None)?;
+        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+    }
+
+    /// The last layer's output from zero states: the layers' `Module::forward`.
+    fn output(&self, x: &Var) -> Result<Var> {
+        Ok(self.run(x, None, None, None)?.output)
+    }
+
     /// One direction of one layer over the time-major `x`: its output `[T, B, h]` and final
     /// state.
     fn run_direction(
@@ -389,53 +369,16 @@ pub struct LstmOutput {
     pub c_n: Var,
 }
 
-macro_rules! layer_common {
-    ($Layer:ident) => {
+/// The layers' options, besides what [`recurrent_module!`] writes.
+macro_rules! layer_accessors {
+    ($($Layer:ident),*) => {$(
         impl $Layer {
-            /// The size of each input step's features.
-            pub fn input_size(&self) -> usize {
-                self.core.input_size
-            }
-
-            /// The size of the hidden state (of the cell state, for an LSTM with a
-            /// projection).
-            pub fn hidden_size(&self) -> usize {
-                self.core.hidden_size
-            }
-
             /// The options the layer was built with.
             pub fn options(&self) -> &RnnOptions {
                 &self.core.options
             }
         }
-
-        impl Module for $Layer {
-            /// The output alone (the final states are dropped): for use in a
-            /// [`Sequential`](crate::Sequential).
-            fn forward(&self, x: &Var) -> Result<Var> {
-                Ok(self.core.run(x, None, None, None)?.output)
-            }
-
-            fn named_parameters(&self) -> Vec<(String, Var)> {
-                self.core.named_parameters()
-            }
-
-            fn set_training(&self, on: bool) {
-                self.core.training.set(on);
-            }
-
-            fn is_training(&self) -> bool {
-                self.core.training.get()
-            }
-        }
-
-        impl fmt::Debug for $Layer {
-            /// PyTorch's repr: `LSTM(10, 20, num_layers=2, bidirectional=True)`.
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.core.repr(f)
-            }
-        }
-    };
+    )*};
 }
 
 /// A multi-layer Elman RNN, PyTorch's `nn.RNN`: `h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} +
@@ -464,41 +407,16 @@ pub struct RNN {
 }
 
 impl RNN {
-    /// A one-layer tanh RNN in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<RNN> {
-        Self::with_options(input_size, hidden_size, RnnOptions::default())
-    }
-
-    /// An RNN with the given options (`proj_size` must be 0).
-    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<RNN> {
-        Ok(RNN { core: RnnCore::new(options.nonlinearity.into(), input_size, hidden_size, options)? })
-    }
-
-    /// A layer over existing parameter `Var`s (shared with their other holders), named
-    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
-    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
-    /// with its shape and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: RnnOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<RNN> {
-        Ok(RNN { core: RnnCore::from_params(options.nonlinearity.into(), input_size, hidden_size, options, params)? })
-    }
-
     /// The output and final hidden states of the sequences `x`, from `h0` (`[layers *
     /// directions, B, hidden]`, or `[layers * directions, hidden]` unbatched) or zeros.
     pub fn run(&self, x: &Var, h0: Option<&Var>) -> Result<RnnOutput> {
-        let r = self.core.run(x, None, h0, None)?;
-        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+        self.core.run_hidden(x, None, h0)
     }
 
     /// [`run`](RNN::run) on a padded batch whose sequence `b` has `lengths[b]` real steps
     /// (each in `1..=T`): see [`LSTM::run_with_lengths`].
     pub fn run_with_lengths(&self, x: &Var, lengths: &[usize], h0: Option<&Var>) -> Result<RnnOutput> {
-        let r = self.core.run(x, Some(lengths), h0, None)?;
-        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+        self.core.run_hidden(x, Some(lengths), h0)
     }
 }
 
@@ -535,29 +453,6 @@ pub struct LSTM {
 }
 
 impl LSTM {
-    /// A one-layer LSTM in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<LSTM> {
-        Self::with_options(input_size, hidden_size, RnnOptions::default())
-    }
-
-    /// An LSTM with the given options.
-    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<LSTM> {
-        Ok(LSTM { core: RnnCore::new(Mode::Lstm, input_size, hidden_size, options)? })
-    }
-
-    /// A layer over existing parameter `Var`s (shared with their other holders), named
-    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
-    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
-    /// with its shape and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: RnnOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<LSTM> {
-        Ok(LSTM { core: RnnCore::from_params(Mode::Lstm, input_size, hidden_size, options, params)? })
-    }
-
     /// The output and final states of the sequences `x`, from `state = (h0, c0)`
     /// (`[layers * directions, B, h]` and `[layers * directions, B, hidden]`, without the
     /// `B` unbatched) or zeros.
@@ -623,44 +518,21 @@ pub struct GRU {
 }
 
 impl GRU {
-    /// A one-layer GRU in `f32`.
-    pub fn new(input_size: usize, hidden_size: usize) -> Result<GRU> {
-        Self::with_options(input_size, hidden_size, RnnOptions::default())
-    }
-
-    /// A GRU with the given options (`proj_size` must be 0).
-    pub fn with_options(input_size: usize, hidden_size: usize, options: RnnOptions) -> Result<GRU> {
-        Ok(GRU { core: RnnCore::new(Mode::Gru, input_size, hidden_size, options)? })
-    }
-
-    /// A layer over existing parameter `Var`s (shared with their other holders), named
-    /// as in its state dict (`weight_ih_l0`, ...): for computing gradients with respect to
-    /// given `Var`s, or sharing weights. Every parameter the options imply must be there,
-    /// with its shape and the options' dtype.
-    pub fn from_params(
-        input_size: usize,
-        hidden_size: usize,
-        options: RnnOptions,
-        params: Vec<(String, Var)>,
-    ) -> Result<GRU> {
-        Ok(GRU { core: RnnCore::from_params(Mode::Gru, input_size, hidden_size, options, params)? })
-    }
-
     /// The output and final hidden states of the sequences `x`, from `h0` or zeros; as
     /// [`RNN::run`].
     pub fn run(&self, x: &Var, h0: Option<&Var>) -> Result<RnnOutput> {
-        let r = self.core.run(x, None, h0, None)?;
-        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+        self.core.run_hidden(x, None, h0)
     }
 
     /// [`run`](GRU::run) on a padded batch of sequences of `lengths`: see
     /// [`LSTM::run_with_lengths`].
     pub fn run_with_lengths(&self, x: &Var, lengths: &[usize], h0: Option<&Var>) -> Result<RnnOutput> {
-        let r = self.core.run(x, Some(lengths), h0, None)?;
-        Ok(RnnOutput { output: r.output, h_n: r.h_n })
+        self.core.run_hidden(x, Some(lengths), h0)
     }
 }
 
-layer_common!(RNN);
-layer_common!(LSTM);
-layer_common!(GRU);
+layer_accessors!(RNN, LSTM, GRU);
+
+recurrent_module!(RNN: RnnCore, RnnOptions, mode |o| o.nonlinearity.into(), forward |s, x| s.core.output(x));
+recurrent_module!(LSTM: RnnCore, RnnOptions, mode |_o| Mode::Lstm, forward |s, x| s.core.output(x));
+recurrent_module!(GRU: RnnCore, RnnOptions, mode |_o| Mode::Gru, forward |s, x| s.core.output(x));

@@ -115,6 +115,11 @@ impl RnnOptions {
     pub fn directions(&self) -> usize {
         if self.bidirectional { 2 } else { 1 }
     }
+
+    /// The options themselves: what a layer's core is built with.
+    pub(super) fn layer_options(self) -> RnnOptions {
+        self
+    }
 }
 
 /// The recurrence a layer or cell runs.
@@ -268,5 +273,11 @@ impl CellOptions {
     pub fn dtype(mut self, dtype: DType) -> Self {
         self.dtype = dtype;
         self
+    }
+
+    /// The options of the one-layer, one-direction layer a cell is a step of: what its core
+    /// is built with.
+    pub(super) fn layer_options(self) -> RnnOptions {
+        RnnOptions::default().bias(self.bias).nonlinearity(self.nonlinearity).dtype(self.dtype)
     }
 }

@@ -1,15 +1,13 @@
 //! [`TransformerEncoderLayer`] and the stack of them, [`TransformerEncoder`].
 
 use super::options::{EncoderMasks, TransformerLayerOptions};
-use super::parts::{self, FeedForward};
-use crate::layers::param_alloc::within;
-use crate::layers::{LayerNorm, MultiheadAttention, MultiheadAttentionArgs, dropout};
-use crate::module::{Module, TrainingFlag};
+use super::parts::{self, AttentionMasks, FeedForward, Residual};
+use crate::Module;
+use crate::layers::{LayerNorm, MultiheadAttention};
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
-use ember_tensor::{Error, Result};
+use ember_tensor::Result;
 use std::fmt;
-
-const LAYER: &str = "TransformerEncoderLayer";
 
 /// Self-attention and a feed-forward block, each with a residual connection and a layer
 /// norm; PyTorch's `nn.TransformerEncoderLayer`, with its arguments (through
@@ -33,61 +31,41 @@ const LAYER: &str = "TransformerEncoderLayer";
 /// assert_eq!(layer.forward_with(&x, &masks)?.shape().dims(), &[2, 7, 16]);
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct TransformerEncoderLayer {
     self_attn: MultiheadAttention,
+    #[module(flatten)]
     ff: FeedForward,
     norm1: LayerNorm,
     norm2: LayerNorm,
-    dropout: f64,
-    norm_first: bool,
+    #[module(skip)]
+    residual: Residual,
     training: TrainingFlag,
 }
 
 impl TransformerEncoderLayer {
-    /// A layer over `d_model` features with `nhead` heads and PyTorch's defaults
-    /// (`dim_feedforward` 2048, dropout 0.1, ReLU, post-norm, sequence first).
-    pub fn new(d_model: usize, nhead: usize) -> Result<TransformerEncoderLayer> {
-        Self::with_options(d_model, nhead, TransformerLayerOptions::default())
-    }
-
-    /// A layer with the given options.
-    pub fn with_options(
-        d_model: usize,
-        nhead: usize,
-        options: TransformerLayerOptions,
-    ) -> Result<TransformerEncoderLayer> {
-        parts::check(LAYER, d_model, nhead, &options)?;
-        // PyTorch's construction (and drawing) order: attention, linear1, linear2, norms.
-        let self_attn =
-            parts::attention(d_model, nhead, &options).map_err(within("TransformerEncoderLayer.self_attn"))?;
-        let ff = FeedForward::new(
-            d_model,
-            &options,
-            ["TransformerEncoderLayer.linear1", "TransformerEncoderLayer.linear2"],
-        )?;
+    /// The sublayers, in PyTorch's construction (and drawing) order: attention, linear1,
+    /// linear2, norms.
+    fn build(d_model: usize, nhead: usize, o: &TransformerLayerOptions) -> Result<Self> {
         Ok(TransformerEncoderLayer {
-            self_attn,
-            ff,
-            norm1: parts::norm(d_model, &options).map_err(within("TransformerEncoderLayer.norm1"))?,
-            norm2: parts::norm(d_model, &options).map_err(within("TransformerEncoderLayer.norm2"))?,
-            dropout: options.dropout,
-            norm_first: options.norm_first,
+            self_attn: parts::attention(d_model, nhead, o, "TransformerEncoderLayer.self_attn")?,
+            ff: FeedForward::new(d_model, o, ["TransformerEncoderLayer.linear1", "TransformerEncoderLayer.linear2"])?,
+            norm1: parts::norm(d_model, o, "TransformerEncoderLayer.norm1")?,
+            norm2: parts::norm(d_model, o, "TransformerEncoderLayer.norm2")?,
+            residual: Residual::new(o),
             training: TrainingFlag::new(),
         })
     }
 
     /// A copy with its own parameters holding the same values, in the same mode.
-    pub fn deep_copy(&self) -> Result<TransformerEncoderLayer> {
-        let training = TrainingFlag::new();
-        training.set(self.training.get());
+    pub fn deep_copy(&self) -> Result<Self> {
         Ok(TransformerEncoderLayer {
             self_attn: self.self_attn.deep_copy()?,
             ff: self.ff.deep_copy()?,
             norm1: parts::copy_norm(&self.norm1)?,
             norm2: parts::copy_norm(&self.norm2)?,
-            dropout: self.dropout,
-            norm_first: self.norm_first,
-            training,
+            residual: self.residual,
+            training: self.training.clone(),
         })
     }
 
@@ -120,53 +98,22 @@ impl TransformerEncoderLayer {
     /// or unbatched `[seq, d_model]`) with `masks`: PyTorch's `forward(src, src_mask,
     /// src_key_padding_mask, is_causal)`.
     pub fn forward_with(&self, src: &Var, masks: &EncoderMasks<'_>) -> Result<Var> {
-        let training = self.training.get();
-        let sa = |x: &Var| -> Result<Var> {
-            let args = MultiheadAttentionArgs {
-                key_padding_mask: masks.src_key_padding_mask,
-                need_weights: false,
+        let (residual, training) = (self.residual, self.training.get());
+        let sa = |x: &Var| {
+            let masks = AttentionMasks {
                 attn_mask: masks.src_mask,
-                average_attn_weights: true,
+                key_padding_mask: masks.src_key_padding_mask,
                 is_causal: masks.is_causal,
             };
-            dropout(&self.self_attn.forward_with(x, x, x, &args)?.output, self.dropout, training)
+            parts::attend(&self.self_attn, x, x, masks)
         };
-        let ff = |x: &Var| dropout(&self.ff.forward(x, self.dropout, training)?, self.dropout, training);
-        if self.norm_first {
-            let x = src.add(&sa(&self.norm1.forward(src)?)?)?;
-            x.add(&ff(&self.norm2.forward(&x)?)?)
-        } else {
-            let x = self.norm1.forward(&src.add(&sa(src)?)?)?;
-            self.norm2.forward(&x.add(&ff(&x)?)?)
-        }
+        let x = residual.apply(src, &self.norm1, training, sa)?;
+        residual.apply(&x, &self.norm2, training, |x| self.ff.forward(x))
     }
 
-    fn kids(&self) -> Vec<(&str, &dyn Module)> {
-        vec![("norm1", &self.norm1), ("norm2", &self.norm2)]
-    }
-}
-
-impl Module for TransformerEncoderLayer {
     /// The layer without masks.
     fn forward(&self, x: &Var) -> Result<Var> {
         self.forward_with(x, &EncoderMasks::default())
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        let mut params = parts::prefixed(&[("self_attn", &self.self_attn)]);
-        params.extend(self.ff.named_parameters());
-        params.extend(parts::prefixed(&self.kids()));
-        params
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-        self.self_attn.set_training(on);
-        self.kids().iter().for_each(|(_, m)| m.set_training(on));
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 
@@ -178,15 +125,17 @@ impl fmt::Debug for TransformerEncoderLayer {
              (linear2): {:?}\n  (norm1): {:?}\n  (norm2): {:?}\n  (dropout1): Dropout(p={})\n  (dropout2): Dropout(p={})\n)",
             self.self_attn,
             self.ff.linear1,
-            self.dropout,
+            self.residual.dropout(),
             self.ff.linear2,
             self.norm1,
             self.norm2,
-            self.dropout,
-            self.dropout
+            self.residual.dropout(),
+            self.residual.dropout()
         )
     }
 }
+
+parts::layer_constructors!(TransformerEncoderLayer);
 
 /// `num_layers` copies of an encoder layer applied in turn, then an optional final norm;
 /// PyTorch's `nn.TransformerEncoder` (`state_dict` names `layers.{i}.*` and `norm.*`).
@@ -206,6 +155,7 @@ impl fmt::Debug for TransformerEncoderLayer {
 /// assert_eq!(names.last().map(String::as_str), Some("norm.bias"));
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct TransformerEncoder {
     layers: Vec<TransformerEncoderLayer>,
     norm: Option<LayerNorm>,
@@ -219,11 +169,8 @@ impl TransformerEncoder {
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<TransformerEncoder> {
-        if num_layers == 0 {
-            return Err(Error::invalid("TransformerEncoder", "num_layers must be positive, got 0"));
-        }
-        parts::reserve_copies("TransformerEncoder", &encoder_layer, num_layers)?;
-        let layers = (0..num_layers).map(|_| encoder_layer.deep_copy()).collect::<Result<Vec<_>>>()?;
+        let layers =
+            parts::copies("TransformerEncoder", &encoder_layer, num_layers, TransformerEncoderLayer::deep_copy)?;
         Ok(TransformerEncoder { layers, norm, training: TrainingFlag::new() })
     }
 
@@ -240,34 +187,13 @@ impl TransformerEncoder {
     /// Every layer with the same `masks`, then the norm; PyTorch's `forward(src, mask,
     /// src_key_padding_mask, is_causal)`.
     pub fn forward_with(&self, src: &Var, masks: &EncoderMasks<'_>) -> Result<Var> {
-        let mut x = src.clone();
-        for layer in &self.layers {
-            x = layer.forward_with(&x, masks)?;
-        }
-        match &self.norm {
-            Some(n) => n.forward(&x),
-            None => Ok(x),
-        }
+        let x = self.layers.iter().try_fold(src.clone(), |x, layer| layer.forward_with(&x, masks))?;
+        parts::final_norm(self.norm.as_ref(), x)
     }
-}
 
-impl Module for TransformerEncoder {
     /// The stack without masks.
     fn forward(&self, x: &Var) -> Result<Var> {
         self.forward_with(x, &EncoderMasks::default())
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        parts::stack_parameters(&self.layers, self.norm.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-        parts::set_stack_training(&self.layers, self.norm.as_ref(), on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 

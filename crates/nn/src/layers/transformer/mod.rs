@@ -3,7 +3,8 @@
 //!
 //! - `options.rs`: [`TransformerLayerOptions`], [`TransformerActivation`] and the masks of a
 //!   call, [`EncoderMasks`] and [`DecoderMasks`];
-//! - `parts.rs`: what the layers share: the feed-forward block and copies of sublayers;
+//! - `parts.rs`: what the layers and stacks share: their constructors, the feed-forward
+//!   block, a block's residual connection, attention calls and copies of layers;
 //! - `encoder.rs`: [`TransformerEncoderLayer`] and the stack [`TransformerEncoder`];
 //! - `decoder.rs`: [`TransformerDecoderLayer`] and the stack [`TransformerDecoder`].
 

@@ -1,97 +1,14 @@
 //! [`BatchNorm1d`], [`BatchNorm2d`] and their functional form [`batch_norm`].
 
-use super::param_alloc::named;
-use crate::module::{Module, TrainingFlag};
+use super::{
+    ParamNames, RunningStats, affine_params, check_eps, check_input, check_options, check_per_channel, normalize_with,
+    running_pair, spec_t, spec_v, update_running,
+};
+use crate::Module;
+use crate::module::TrainingFlag;
 use ember_autograd::{Var, no_grad};
-use ember_tensor::{DType, Device, Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
-use std::sync::{PoisonError, RwLock};
-
-/// The shape `[1, C, 1, ..]` of rank `rank`, which broadcasts a per-channel vector over an
-/// `[N, C, *]` input.
-pub(crate) fn channel_shape(rank: usize, c: usize) -> Vec<usize> {
-    let mut s = vec![1; rank];
-    s[1] = c;
-    s
-}
-
-/// An error unless `x` is a float `[N, C, *]` input.
-pub(crate) fn check_input(op: &'static str, x: &Var) -> Result<usize> {
-    if x.shape().rank() < 2 {
-        return Err(Error::shape(op, format!("expected an input of shape [N, C, *], got shape {}", x.shape())));
-    }
-    if !x.dtype().is_float() {
-        return Err(Error::dtype(op, format!("the input must be float, got {}", x.dtype())));
-    }
-    Ok(x.shape()[1])
-}
-
-/// The shape and dtype of an optional operand, for [`check_per_channel`].
-pub(crate) type Spec = Option<(Vec<usize>, DType)>;
-
-/// The [`Spec`] of an optional tensor.
-pub(crate) fn spec_t(t: Option<&Tensor>) -> Spec {
-    t.map(|t| (t.shape().dims().to_vec(), t.dtype()))
-}
-
-/// The [`Spec`] of an optional `Var`.
-pub(crate) fn spec_v(v: Option<&Var>) -> Spec {
-    v.map(|v| (v.shape().dims().to_vec(), v.dtype()))
-}
-
-/// An error unless each given per-channel operand is `[c]` of the input's dtype.
-pub(crate) fn check_per_channel(op: &'static str, x: &Var, c: usize, operands: &[(&str, Spec)]) -> Result<()> {
-    for (what, p) in operands {
-        let Some((shape, dtype)) = p else { continue };
-        if shape != &[c] {
-            return Err(Error::shape(
-                op,
-                format!("the {what} must have shape [{c}] for an input of shape {}, got {shape:?}", x.shape()),
-            ));
-        }
-        if *dtype != x.dtype() {
-            return Err(Error::dtype(op, format!("the input is {} but the {what} is {dtype}", x.dtype())));
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn check_eps(op: &'static str, eps: f64) -> Result<()> {
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
-    }
-    Ok(())
-}
-
-/// `(x - mean) / sqrt(var + eps) * weight + bias` with given (constant) statistics `[C]`:
-/// batch norm's evaluation mode, built from `Var` operations.
-pub(crate) fn normalize_with(
-    x: &Var,
-    mean: &Tensor,
-    var: &Tensor,
-    weight: Option<&Var>,
-    bias: Option<&Var>,
-    eps: f64,
-) -> Result<Var> {
-    let shape = channel_shape(x.shape().rank(), x.shape()[1]);
-    let invstd = var.add_scalar(eps).rsqrt().reshape(shape.as_slice())?;
-    let mut y = x.sub(&Var::new(mean.reshape(shape.as_slice())?))?.mul(&Var::new(invstd))?;
-    if let Some(w) = weight {
-        y = y.mul(&w.reshape(shape.as_slice())?)?;
-    }
-    if let Some(b) = bias {
-        y = y.add(&b.reshape(shape.as_slice())?)?;
-    }
-    Ok(y)
-}
-
-/// `running = (1 - momentum) * running + momentum * batch`, in place, recording nothing.
-pub(crate) fn update_running(running: &Tensor, batch: &Tensor, momentum: f64) -> Result<()> {
-    no_grad(|| {
-        running.mul_scalar_(1.0 - momentum)?;
-        running.add_scaled_(batch, momentum)
-    })
-}
 
 /// Functional batch normalisation of `x` (`[N, C, *]`, float); PyTorch's `F.batch_norm`.
 ///
@@ -187,100 +104,18 @@ impl Default for BatchNormOptions {
     }
 }
 
-/// The running statistics of a norm layer: PyTorch's `running_mean`, `running_var` and
-/// `num_batches_tracked` buffers.
-#[derive(Clone)]
-pub(crate) struct Stats {
-    pub mean: Tensor,
-    pub var: Tensor,
-    pub num_batches_tracked: Tensor,
-}
-
-/// [`Stats`] behind a lock: updates write into the tensors in place, but
-/// [`Module::buffers_to_device`] replaces them through `&self`.
-pub(crate) struct RunningStats(RwLock<Stats>);
-
-impl RunningStats {
-    /// Zero means and unit variances for `c` channels; a refusal names the buffer (`names`:
-    /// the layer's [`ParamNames`]).
-    pub fn new(names: &ParamNames, c: usize, dtype: DType) -> Result<RunningStats> {
-        Ok(RunningStats(RwLock::new(Stats {
-            mean: Tensor::zeros([c], dtype).map_err(named(names[2]))?,
-            var: Tensor::ones([c], dtype).map_err(named(names[3]))?,
-            num_batches_tracked: Tensor::scalar(0i64),
-        })))
-    }
-
-    /// Handles to the current tensors (sharing their storage).
-    pub fn get(&self) -> Stats {
-        // A panic elsewhere while the lock was held cannot leave the handles half-written.
-        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    pub fn named(&self) -> Vec<(String, Tensor)> {
-        let s = self.get();
-        vec![
-            ("running_mean".to_string(), s.mean),
-            ("running_var".to_string(), s.var),
-            ("num_batches_tracked".to_string(), s.num_batches_tracked),
-        ]
-    }
-
-    /// Moves the statistics to `device` (nothing is replaced unless all three move).
-    pub fn to_device(&self, device: Device) -> Result<()> {
-        let mut g = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        let moved = Stats {
-            mean: g.mean.to_device(device)?,
-            var: g.var.to_device(device)?,
-            num_batches_tracked: g.num_batches_tracked.to_device(device)?,
-        };
-        *g = moved;
-        Ok(())
-    }
-}
-
-/// The names of a per-channel layer's `weight`, `bias`, `running_mean` and `running_var`
-/// for errors (`BatchNorm2d.weight`).
-pub(crate) type ParamNames = [&'static str; 4];
-
-/// Per-channel scale and shift, as PyTorch initialises them; a refusal names the parameter.
-pub(crate) fn affine_params(
-    names: &ParamNames,
-    affine: bool,
-    c: usize,
-    dtype: DType,
-) -> Result<(Option<Var>, Option<Var>)> {
-    if !affine {
-        return Ok((None, None));
-    }
-    let weight = Tensor::ones([c], dtype).map_err(named(names[0]))?;
-    let bias = Tensor::zeros([c], dtype).map_err(named(names[1]))?;
-    Ok((Some(Var::param(weight)), Some(Var::param(bias))))
-}
-
-pub(crate) fn check_options(name: &'static str, c: usize, eps: f64, momentum: Option<f64>, dtype: DType) -> Result<()> {
-    if c == 0 {
-        return Err(Error::invalid(name, "num_features must be positive"));
-    }
-    check_eps(name, eps)?;
-    if let Some(m) = momentum
-        && !(0.0..=1.0).contains(&m)
-    {
-        return Err(Error::invalid(name, format!("momentum must be in [0, 1], got {m}")));
-    }
-    if !dtype.is_float() {
-        return Err(Error::dtype(name, format!("parameters must be float, got {dtype}")));
-    }
-    Ok(())
-}
-
 /// Batch normalisation over the channels of `[N, C, *]` inputs (see [`batch_norm`]); the
 /// shared body of [`BatchNorm1d`] and [`BatchNorm2d`], which differ only in the input ranks
 /// they accept.
+#[derive(Module)]
 pub struct BatchNorm {
+    #[module(skip)]
     name: &'static str,
+    #[module(skip)]
     ranks: &'static [usize],
+    #[module(skip)]
     num_features: usize,
+    #[module(skip)]
     options: BatchNormOptions,
     weight: Option<Var>,
     bias: Option<Var>,
@@ -297,8 +132,7 @@ impl BatchNorm {
     ) -> Result<BatchNorm> {
         check_options(name, c, options.eps, options.momentum, options.dtype)?;
         let (weight, bias) = affine_params(&names, options.affine, c, options.dtype)?;
-        let running =
-            if options.track_running_stats { Some(RunningStats::new(&names, c, options.dtype)?) } else { None };
+        let running = RunningStats::tracked(options.track_running_stats, &names, c, options.dtype)?;
         Ok(BatchNorm { name, ranks, num_features: c, options, weight, bias, running, training: TrainingFlag::new() })
     }
 
@@ -325,22 +159,22 @@ impl BatchNorm {
     /// The running mean, if the layer tracks running statistics (a handle sharing its
     /// storage).
     pub fn running_mean(&self) -> Option<Tensor> {
-        self.running.as_ref().map(|r| r.get().mean)
+        self.running.as_ref().map(|r| r.mean.get())
     }
 
     /// The running (unbiased) variance, if the layer tracks running statistics.
     pub fn running_var(&self) -> Option<Tensor> {
-        self.running.as_ref().map(|r| r.get().var)
+        self.running.as_ref().map(|r| r.var.get())
     }
 
     /// The number of training batches seen (an `i64` scalar), if the layer tracks running
     /// statistics.
     pub fn num_batches_tracked(&self) -> Option<Tensor> {
-        self.running.as_ref().map(|r| r.get().num_batches_tracked)
+        self.running.as_ref().map(|r| r.num_batches_tracked.get())
     }
-}
 
-impl Module for BatchNorm {
+    /// Normalises `x` with the batch's statistics in training (updating the running ones)
+    /// and with the running statistics in evaluation.
     fn forward(&self, x: &Var) -> Result<Var> {
         let rank = x.shape().rank();
         if !self.ranks.contains(&rank) {
@@ -358,40 +192,18 @@ impl Module for BatchNorm {
         }
         let training = self.training.get();
         let mut momentum = self.options.momentum.unwrap_or(0.0);
-        let running = self.running.as_ref().map(RunningStats::get);
-        if let (true, Some(r)) = (training, &running) {
-            no_grad(|| r.num_batches_tracked.add_scalar_(1))?;
+        if let (true, Some(r)) = (training, &self.running) {
+            let tracked = r.num_batches_tracked.get();
+            no_grad(|| tracked.add_scalar_(1))?;
             if self.options.momentum.is_none() {
-                momentum = 1.0 / r.num_batches_tracked.to_scalar::<i64>()? as f64;
+                momentum = 1.0 / tracked.to_scalar::<i64>()? as f64;
             }
         }
         // Without running statistics, evaluation normalises with the batch's statistics too.
         let use_batch = training || self.running.is_none();
-        let (rm, rv) = match &running {
-            Some(r) => (Some(&r.mean), Some(&r.var)),
-            None => (None, None),
-        };
-        batch_norm(x, rm, rv, self.weight.as_ref(), self.bias.as_ref(), use_batch, momentum, self.options.eps)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.running.as_ref().map(RunningStats::named).unwrap_or_default()
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        self.running.as_ref().map_or(Ok(()), |r| r.to_device(device))
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
+        let (rm, rv) = running_pair(self.running.as_ref());
+        let (weight, bias) = (self.weight.as_ref(), self.bias.as_ref());
+        batch_norm(x, rm.as_ref(), rv.as_ref(), weight, bias, use_batch, momentum, self.options.eps)
     }
 }
 
@@ -412,7 +224,8 @@ impl fmt::Debug for BatchNorm {
 macro_rules! batch_norm_layer {
     ($(#[$doc:meta])* $name:ident, $ranks:expr) => {
         $(#[$doc])*
-        pub struct $name(BatchNorm);
+        #[derive(Module)]
+        pub struct $name(#[module(flatten)] BatchNorm);
 
         impl $name {
             /// A layer over `num_features` channels with PyTorch's defaults (see
@@ -431,33 +244,17 @@ macro_rules! batch_norm_layer {
                 ];
                 BatchNorm::build((stringify!($name), names), $ranks, num_features, options).map($name)
             }
+
+            /// Normalises `x` (see [`BatchNorm::forward`]).
+            fn forward(&self, x: &Var) -> Result<Var> {
+                self.0.forward(x)
+            }
         }
 
         impl std::ops::Deref for $name {
             type Target = BatchNorm;
             fn deref(&self) -> &BatchNorm {
                 &self.0
-            }
-        }
-
-        impl Module for $name {
-            fn forward(&self, x: &Var) -> Result<Var> {
-                self.0.forward(x)
-            }
-            fn named_parameters(&self) -> Vec<(String, Var)> {
-                self.0.named_parameters()
-            }
-            fn named_buffers(&self) -> Vec<(String, Tensor)> {
-                self.0.named_buffers()
-            }
-            fn buffers_to_device(&self, device: Device) -> Result<()> {
-                self.0.buffers_to_device(device)
-            }
-            fn set_training(&self, on: bool) {
-                self.0.set_training(on)
-            }
-            fn is_training(&self) -> bool {
-                self.0.is_training()
             }
         }
 

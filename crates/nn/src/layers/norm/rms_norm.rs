@@ -1,20 +1,12 @@
 //! [`RMSNorm`] and its functional form [`rms_norm`].
 
-use super::param_alloc::named;
-use crate::module::{Module, TrainingFlag};
+use super::{check_eps, check_normalized_shape, shape_repr, trailing_dims};
+use crate::Module;
+use crate::layers::param_alloc::named;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
-
-fn check_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
-    if normalized_shape.is_empty() || normalized_shape.contains(&0) {
-        return Err(Error::shape(
-            op,
-            format!("the normalized shape must be non-empty with no zero extent, got {normalized_shape:?}"),
-        ));
-    }
-    Ok(())
-}
 
 /// Functional RMS normalisation over the trailing `normalized_shape` of `x`; PyTorch's
 /// `F.rms_norm`: `y = x / sqrt(mean(x^2) + eps) * weight`, with `eps` `None` meaning the
@@ -32,15 +24,8 @@ fn check_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
 /// ```
 pub fn rms_norm(x: &Var, normalized_shape: &[usize], weight: Option<&Var>, eps: Option<f64>) -> Result<Var> {
     let op = "rms_norm";
-    check_shape(op, normalized_shape)?;
-    let dims = x.shape().dims().to_vec();
-    let k = normalized_shape.len();
-    if dims.len() < k || dims[dims.len() - k..] != *normalized_shape {
-        return Err(Error::shape(
-            op,
-            format!("inputs must end in the normalized shape {normalized_shape:?}, got shape {dims:?}"),
-        ));
-    }
+    check_normalized_shape(op, normalized_shape)?;
+    let reduce = trailing_dims(op, x, normalized_shape)?;
     let eps = match (eps, x.dtype()) {
         (Some(e), _) => e,
         (None, DType::F32) => f32::EPSILON as f64,
@@ -50,10 +35,7 @@ pub fn rms_norm(x: &Var, normalized_shape: &[usize], weight: Option<&Var>, eps: 
     if !x.dtype().is_float() {
         return Err(Error::dtype(op, format!("the input must be float, got {}", x.dtype())));
     }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::invalid(op, format!("eps must be finite and >= 0, got {eps}")));
-    }
-    let reduce: Vec<usize> = (dims.len() - k..dims.len()).collect();
+    check_eps(op, eps)?;
     let mut y = x.mul(&x.square().mean(&reduce, true)?.add_scalar(eps).rsqrt())?;
     if let Some(w) = weight {
         if w.shape().dims() != normalized_shape {
@@ -100,8 +82,11 @@ impl Default for RMSNormOptions {
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 #[allow(clippy::upper_case_acronyms)]
+#[derive(Module)]
 pub struct RMSNorm {
+    #[module(skip)]
     normalized_shape: Vec<usize>,
+    #[module(skip)]
     eps: Option<f64>,
     weight: Option<Var>,
     training: TrainingFlag,
@@ -115,7 +100,7 @@ impl RMSNorm {
 
     /// A layer with the given options.
     pub fn with_options(normalized_shape: &[usize], options: RMSNormOptions) -> Result<RMSNorm> {
-        check_shape("RMSNorm", normalized_shape)?;
+        check_normalized_shape("RMSNorm", normalized_shape)?;
         if !options.dtype.is_float() {
             return Err(Error::dtype("RMSNorm", format!("parameters must be float, got {}", options.dtype)));
         }
@@ -141,32 +126,18 @@ impl RMSNorm {
     pub fn weight(&self) -> Option<&Var> {
         self.weight.as_ref()
     }
-}
 
-impl Module for RMSNorm {
+    /// Normalises `x` over its trailing dimensions by their root mean square, then scales.
     fn forward(&self, x: &Var) -> Result<Var> {
         rms_norm(x, &self.normalized_shape, self.weight.as_ref(), self.eps)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        self.weight.iter().map(|w| ("weight".to_string(), w.clone())).collect()
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 
 impl fmt::Debug for RMSNorm {
     /// PyTorch's repr: `RMSNorm((8,), eps=None, elementwise_affine=True)` in Rust's spelling.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dims: Vec<String> = self.normalized_shape.iter().map(usize::to_string).collect();
-        let trailing = if dims.len() == 1 { "," } else { "" };
+        let (shape, affine) = (shape_repr(&self.normalized_shape), self.weight.is_some());
         let eps = self.eps.map_or("None".to_string(), |e| format!("{e:e}"));
-        write!(f, "RMSNorm(({}{trailing}), eps={eps}, elementwise_affine={})", dims.join(", "), self.weight.is_some())
+        write!(f, "RMSNorm({shape}, eps={eps}, elementwise_affine={affine})")
     }
 }

@@ -1,13 +1,13 @@
 //! [`InstanceNorm2d`] and its functional form [`instance_norm`].
 
-use super::batch_norm::{
-    RunningStats, affine_params, check_input, check_options, check_per_channel, normalize_with, spec_t, spec_v,
-    update_running,
+use super::{
+    RunningStats, affine, affine_params, check_eps, check_input, check_options, check_per_channel, normalize_with,
+    running_pair, spec_t, spec_v, update_running,
 };
-use super::group_norm::affine;
-use crate::module::{Module, TrainingFlag};
+use crate::Module;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
-use ember_tensor::{DType, Device, Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
 /// Functional instance normalisation of `x` (`[N, C, *]`, float); PyTorch's
@@ -41,7 +41,7 @@ pub fn instance_norm(
 ) -> Result<Var> {
     let op = "instance_norm";
     let c = check_input(op, x)?;
-    super::batch_norm::check_eps(op, eps)?;
+    check_eps(op, eps)?;
     let operands = [
         ("running_mean", spec_t(running_mean)),
         ("running_var", spec_t(running_var)),
@@ -120,8 +120,11 @@ impl Default for InstanceNormOptions {
 /// assert!(norm.state_dict().is_empty());
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct InstanceNorm2d {
+    #[module(skip)]
     num_features: usize,
+    #[module(skip)]
     options: InstanceNormOptions,
     weight: Option<Var>,
     bias: Option<Var>,
@@ -146,11 +149,7 @@ impl InstanceNorm2d {
             "InstanceNorm2d.running_var",
         ];
         let (weight, bias) = affine_params(&names, options.affine, num_features, options.dtype)?;
-        let running = if options.track_running_stats {
-            Some(RunningStats::new(&names, num_features, options.dtype)?)
-        } else {
-            None
-        };
+        let running = RunningStats::tracked(options.track_running_stats, &names, num_features, options.dtype)?;
         Ok(InstanceNorm2d { num_features, options, weight, bias, running, training: TrainingFlag::new() })
     }
 
@@ -162,16 +161,16 @@ impl InstanceNorm2d {
     /// The running mean, if the layer tracks running statistics (a handle sharing its
     /// storage).
     pub fn running_mean(&self) -> Option<Tensor> {
-        self.running.as_ref().map(|r| r.get().mean)
+        self.running.as_ref().map(|r| r.mean.get())
     }
 
     /// The running variance, if the layer tracks running statistics.
     pub fn running_var(&self) -> Option<Tensor> {
-        self.running.as_ref().map(|r| r.get().var)
+        self.running.as_ref().map(|r| r.var.get())
     }
-}
 
-impl Module for InstanceNorm2d {
+    /// Normalises each sample's channels with their own statistics in training (updating
+    /// the running ones, if tracked) and with the running statistics in evaluation.
     fn forward(&self, x: &Var) -> Result<Var> {
         let name = "InstanceNorm2d";
         let rank = x.shape().rank();
@@ -188,16 +187,12 @@ impl Module for InstanceNorm2d {
                 format!("expected {} channels, got input of shape {}", self.num_features, x.shape()),
             ));
         }
-        let running = self.running.as_ref().map(RunningStats::get);
-        let (rm, rv) = match &running {
-            Some(r) => (Some(&r.mean), Some(&r.var)),
-            None => (None, None),
-        };
+        let (rm, rv) = running_pair(self.running.as_ref());
         let use_input_stats = self.training.get() || self.running.is_none();
         let y = instance_norm(
             &batched,
-            rm,
-            rv,
+            rm.as_ref(),
+            rv.as_ref(),
             self.weight.as_ref(),
             self.bias.as_ref(),
             use_input_stats,
@@ -205,26 +200,6 @@ impl Module for InstanceNorm2d {
             self.options.eps,
         )?;
         if rank == 3 { y.squeeze(0) } else { Ok(y) }
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.running.as_ref().map(RunningStats::named).unwrap_or_default()
-    }
-
-    fn buffers_to_device(&self, device: Device) -> Result<()> {
-        self.running.as_ref().map_or(Ok(()), |r| r.to_device(device))
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 

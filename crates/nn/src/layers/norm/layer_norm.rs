@@ -1,7 +1,9 @@
 //! [`LayerNorm`] and its functional form [`layer_norm`].
 
-use super::param_alloc::named;
-use crate::module::{Module, TrainingFlag};
+use super::{check_eps, check_normalized_shape, shape_repr, trailing_dims};
+use crate::Module;
+use crate::layers::param_alloc::named;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
@@ -44,8 +46,11 @@ impl Default for LayerNormOptions {
 /// assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias"]);
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct LayerNorm {
+    #[module(skip)]
     normalized_shape: Vec<usize>,
+    #[module(skip)]
     eps: f64,
     weight: Option<Var>,
     bias: Option<Var>,
@@ -99,48 +104,25 @@ impl LayerNorm {
     pub fn bias(&self) -> Option<&Var> {
         self.bias.as_ref()
     }
-}
 
-fn check_config(normalized_shape: &[usize], eps: f64) -> Result<()> {
-    if normalized_shape.is_empty() || normalized_shape.contains(&0) {
-        return Err(Error::shape(
-            "LayerNorm",
-            format!("the normalized shape must be non-empty with no zero extent, got {normalized_shape:?}"),
-        ));
-    }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::invalid("LayerNorm", format!("eps must be finite and >= 0, got {eps}")));
-    }
-    Ok(())
-}
-
-impl Module for LayerNorm {
+    /// Normalises `x` over its trailing dimensions, then scales and shifts.
     fn forward(&self, x: &Var) -> Result<Var> {
         layer_norm(x, &self.normalized_shape, self.weight.as_ref(), self.bias.as_ref(), self.eps)
     }
+}
 
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
-    }
+fn check_config(normalized_shape: &[usize], eps: f64) -> Result<()> {
+    check_normalized_shape("LayerNorm", normalized_shape)?;
+    check_eps("LayerNorm", eps)
 }
 
 impl fmt::Debug for LayerNorm {
     /// PyTorch's repr in Rust's spelling: `LayerNorm((8,), eps=1e-5, elementwise_affine=true)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dims: Vec<String> = self.normalized_shape.iter().map(usize::to_string).collect();
-        let trailing = if dims.len() == 1 { "," } else { "" };
         write!(
             f,
-            "LayerNorm(({}{trailing}), eps={:e}, elementwise_affine={})",
-            dims.join(", "),
+            "LayerNorm({}, eps={:e}, elementwise_affine={})",
+            shape_repr(&self.normalized_shape),
             self.eps,
             self.weight.is_some()
         )
@@ -158,14 +140,7 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Var> {
     check_config(normalized_shape, eps)?;
-    let k = normalized_shape.len();
-    let dims = x.shape().dims().to_vec();
-    if dims.len() < k || dims[dims.len() - k..] != *normalized_shape {
-        return Err(Error::shape(
-            "LayerNorm",
-            format!("inputs must end in the normalized shape {normalized_shape:?}, got shape {dims:?}"),
-        ));
-    }
+    let reduce = trailing_dims("LayerNorm", x, normalized_shape)?;
     if !x.dtype().is_float() {
         return Err(Error::dtype("LayerNorm", format!("the input must be float, got {}", x.dtype())));
     }
@@ -184,7 +159,6 @@ pub fn layer_norm(
             ));
         }
     }
-    let reduce: Vec<usize> = (dims.len() - k..dims.len()).collect();
     // Two passes (mean, then the mean of squared deviations) keep f32 accurate where
     // E[x^2] - E[x]^2 would cancel.
     let centred = x.sub(&x.mean(&reduce, true)?)?;

@@ -1,7 +1,8 @@
 //! [`GroupNorm`] and its functional form [`group_norm`].
 
-use super::batch_norm::{affine_params, channel_shape, check_eps, check_input, check_per_channel, spec_v};
-use crate::module::{Module, TrainingFlag};
+use super::{affine, affine_params, check_eps, check_input, check_per_channel, spec_v};
+use crate::Module;
+use crate::module::TrainingFlag;
 use ember_autograd::Var;
 use ember_tensor::{DType, Error, Result};
 use std::fmt;
@@ -47,18 +48,6 @@ pub fn group_norm(x: &Var, num_groups: usize, weight: Option<&Var>, bias: Option
     Ok(y)
 }
 
-/// `y * weight + bias` per channel (dimension 1), for whichever of the two are given.
-pub(crate) fn affine(y: &mut Var, weight: Option<&Var>, bias: Option<&Var>) -> Result<()> {
-    let shape = channel_shape(y.shape().rank(), y.shape()[1]);
-    if let Some(w) = weight {
-        *y = y.mul(&w.reshape(shape.as_slice())?)?;
-    }
-    if let Some(b) = bias {
-        *y = y.add(&b.reshape(shape.as_slice())?)?;
-    }
-    Ok(())
-}
-
 /// How to build a [`GroupNorm`] beyond its group and channel counts; PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GroupNormOptions {
@@ -90,9 +79,13 @@ impl Default for GroupNormOptions {
 /// assert!(GroupNorm::new(3, 4).is_err()); // 4 channels do not split into 3 groups
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
+#[derive(Module)]
 pub struct GroupNorm {
+    #[module(skip)]
     num_groups: usize,
+    #[module(skip)]
     num_channels: usize,
+    #[module(skip)]
     eps: f64,
     weight: Option<Var>,
     bias: Option<Var>,
@@ -142,9 +135,8 @@ impl GroupNorm {
     pub fn bias(&self) -> Option<&Var> {
         self.bias.as_ref()
     }
-}
 
-impl Module for GroupNorm {
+    /// Normalises each sample's groups of channels, then scales and shifts each channel.
     fn forward(&self, x: &Var) -> Result<Var> {
         if x.shape().rank() >= 2 && x.shape()[1] != self.num_channels {
             return Err(Error::shape(
@@ -153,18 +145,6 @@ impl Module for GroupNorm {
             ));
         }
         group_norm(x, self.num_groups, self.weight.as_ref(), self.bias.as_ref(), self.eps)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Var)> {
-        super::weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
-    }
-
-    fn set_training(&self, on: bool) {
-        self.training.set(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.get()
     }
 }
 

@@ -41,7 +41,8 @@
 # with torch, default .venv-torch/bin/python) as for every script. QUICK=1 changes the
 # defaults to 2 sets, 1 epoch, 3 samples, 1 repetition, 400-step long runs in 100-step
 # windows of two configurations with a 2 s probe, and 10 DDP steps; explicit settings
-# still win. A workload whose script fails is reported under the table and the others go on.
+# still win. A workload whose script fails is reported under the table, the others go on,
+# and all.sh exits with status 1 at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -90,12 +91,14 @@ command_for() {
 
 for name in $workloads; do
     command_for "$name" >/dev/null || {
-        echo "all.sh: unknown workload '$name' (known: mlp lenet tensor autograd conv lstm transformer sdpa long_run ddp)" >&2
+        echo "all.sh: unknown workload '$name'" \
+            "(known: mlp lenet tensor autograd conv lstm transformer sdpa long_run ddp)" >&2
         exit 2
     }
 done
 
 started="$(date -u '+%Y-%m-%d %H:%M UTC')"
+failed=0
 notes=()
 tsvs=()
 for name in $workloads; do
@@ -112,6 +115,7 @@ for name in $workloads; do
         notes+=("- $name: $((SECONDS - t0)) s")
     else
         rc=$?
+        failed=$((failed + 1))
         notes+=("- $name: FAILED (exit $rc) after $((SECONDS - t0)) s; see $out_dir/$name.log")
         echo "all.sh: $name failed (exit $rc); the last lines of its log:" >&2
         tail -5 "$out_dir/$name.log" >&2
@@ -119,18 +123,25 @@ for name in $workloads; do
     tsvs+=("$out_dir/$name.tsv")
 done
 
+protocol="both sides at 2 threads; per workload: the median and the minimum ratio over every set of one"
+protocol+=" invocation (a set: one ember and one PyTorch run back to back, ember first in odd sets),"
+protocol+=" none discarded; ratio above 1: ember faster"
 torch_version="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not found at $python")"
 header=(
     --started "$started"
     --note "PyTorch: $torch_version; rustc: $(rustc --version 2>/dev/null || echo unknown)"
-    --note "both sides at 2 threads; per workload: the median and the minimum ratio over every set of one invocation (a set: one ember and one PyTorch run back to back, ember first in odd sets), none discarded; ratio above 1: ember faster"
+    --note "$protocol"
 )
 [[ -z "$quick" ]] || header+=(--note "QUICK=1: tiny settings that prove the scripts run; these figures measure nothing")
 {
     python3 tools/bench/sets.py table "${header[@]}" "${tsvs[@]}"
     echo
-    echo "Run times (each script's build check included):"
+    echo "Run times and failures (each script's build check included):"
     echo
     printf '%s\n' "${notes[@]}"
 } | tee "$out_dir/table.md"
 echo "all.sh: the table is in $out_dir/table.md, each workload's report in $out_dir/NAME.log" >&2
+if ((failed > 0)); then
+    echo "all.sh: $failed workload(s) failed" >&2
+    exit 1
+fi

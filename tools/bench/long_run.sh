@@ -163,7 +163,8 @@ for config in configs:
             "rss": med([m for _, _, m in sides[s]]) / 2**20,
         }
     e, p = stats["ember"], stats["pytorch"]
-    print(f"| median of the windows' medians | {e['median']:,.0f} | {p['median']:,.0f} | {e['median'] / p['median']:.2f}x |")
+    ratio = e["median"] / p["median"]
+    print(f"| median of the windows' medians | {e['median']:,.0f} | {p['median']:,.0f} | {ratio:.2f}x |")
     print(f"| slowest / fastest of the windows' medians | {e['spread']:.2f} | {p['spread']:.2f} | |")
     print(f"| slowest / fastest window within one run (median / worst) | {e['run_spread']} | {p['run_spread']} | |")
     print(f"| windows below 90% of their run's fastest | {e['below']} | {p['below']} | |")

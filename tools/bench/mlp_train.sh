@@ -59,6 +59,7 @@ for s in range(1, n + 1):
     ember, torch = load(f"{out}/ember.{s}"), load(f"{out}/torch.{s}")
     for batch in sorted({b for _, b in torch}):
         for mode in ("eager", "traced"):
-            table.add(f"{names.get(model, model)}, batch {batch}, {mode}", ember[(mode, batch)], torch[("pytorch", batch)])
+            label = f"{names.get(model, model)}, batch {batch}, {mode}"
+            table.add(label, ember[(mode, batch)], torch[("pytorch", batch)])
 table.print()
 PY

@@ -65,5 +65,6 @@ print("\npeak resident memory of the process, MiB, median over the sets:\n")
 print("| shape | blocked kernel | plain composition | PyTorch |")
 print("|---|---|---|---|")
 for shape in dict.fromkeys(shape for shape, _ in rss):
-    print(f"| {shape} E=64 | " + " | ".join(f"{statistics.median(rss[(shape, p)]):,.0f}" for p in ("kernel", "composed", "torch")) + " |")
+    mib = [f"{statistics.median(rss[(shape, p)]):,.0f}" for p in ("kernel", "composed", "torch")]
+    print(f"| {shape} E=64 | " + " | ".join(mib) + " |")
 PY

@@ -19,10 +19,10 @@ In a script's Python summary (the scripts run from the repository root):
         table.add("LSTM(28, 128), T=28, batch 64", ember, torch)
     table.print()
 
-`Table.print` prints the header (`sets.py machine`), then one Markdown row per workload:
-each set's figures and ratio, the medians of both sides, the median and the minimum ratio
-and the number of sets. With SETS_TSV=FILE in the environment it also appends one
-tab-separated line per workload to FILE, which `tools/bench/all.sh` collects.
+`Table.print` prints the header (`sets.py machine` and the command), then one Markdown row
+per workload: each set's figures and ratio, the medians of both sides, the median and the
+minimum ratio and the number of sets. With SETS_TSV=FILE in the environment it also appends
+one tab-separated line per workload to FILE, which `tools/bench/all.sh` collects.
 
 From the shell:
 
@@ -30,9 +30,10 @@ From the shell:
     sets.py summarise --unit ms --lower-is-better --command CMD FILE
                                       # FILE: lines "workload<TAB>ember<TAB>baseline", one per
                                       # workload and set, in set order
-    sets.py table TSV [TSV ...]       # the combined table of all.sh from SETS_TSV files
+    sets.py table [--started WHEN] [--note LINE ...] TSV [TSV ...]
+                                      # all.sh's combined table from SETS_TSV files
 
-Needs only the standard library.
+Needs only the standard library; tools/bench/test_sets.py tests it.
 """
 
 import argparse
@@ -42,6 +43,9 @@ import os
 import statistics
 import subprocess
 import sys
+
+# The fewest sets a published figure may rest on.
+MIN_SETS = 3
 
 # The columns of a SETS_TSV line, in order.
 TSV_FIELDS = (
@@ -68,6 +72,7 @@ def fmt(value):
 
 
 def fmt_ratio(ratio):
+    """A ratio as the tables show it (1.52x)."""
     return f"{ratio:.2f}x"
 
 
@@ -145,21 +150,20 @@ class Table:
         )
 
     def print(self, file=None, with_header=True):
+        """Prints the report (to stdout by default) and appends its rows to SETS_TSV if set."""
         out = file or sys.stdout
         if with_header:
             for line in header():
                 print(line, file=out)
             print(f"command: `{self.command}`", file=out)
         direction = "higher" if self.higher_is_better else "lower"
-        ratio = (
-            f"{self.ember_name} / {self.base_name}" if self.higher_is_better else f"{self.base_name} / {self.ember_name}"
-        )
+        e, b = self.ember_name, self.base_name
+        ratio = f"{e} / {b}" if self.higher_is_better else f"{b} / {e}"
         print(
-            f"\n{self.unit} ({direction} is faster); ratio = {ratio}, above 1: {self.ember_name} faster; "
-            f"{self.ember_name} ran first in odd sets, {self.base_name} in even ones\n",
+            f"\n{self.unit} ({direction} is faster); ratio = {ratio}, above 1: {e} faster; "
+            f"{e} ran first in odd sets, {b} in even ones\n",
             file=out,
         )
-        e, b = self.ember_name, self.base_name
         print(
             f"| workload | {e}, per set | {b}, per set | ratio, per set | {e} median | {b} median "
             "| median ratio | minimum ratio | sets |",
@@ -180,10 +184,14 @@ class Table:
                 str(len(pairs)),
             ]
             print("| " + " | ".join(cells) + " |", file=out)
+        fewest = min(len(pairs) for pairs in self.rows.values())
+        if fewest < MIN_SETS:
+            print(f"\n({fewest} set(s): fewer than the {MIN_SETS} a published figure needs)", file=out)
         out.flush()
         self.write_tsv()
 
     def write_tsv(self):
+        """Appends one line per workload to the file named by SETS_TSV, if any."""
         path = os.environ.get("SETS_TSV")
         if not path:
             return

@@ -48,6 +48,7 @@ def step_ms(path):
 
 table = sets.Table("samples/s", higher_is_better=True, command=command)
 for s in range(1, n + 1):
-    table.add(f"{label}, training", batch * 1e3 / step_ms(f"{out}/ember.{s}"), batch * 1e3 / step_ms(f"{out}/torch.{s}"))
+    ember, torch = step_ms(f"{out}/ember.{s}"), step_ms(f"{out}/torch.{s}")
+    table.add(f"{label}, training", batch * 1e3 / ember, batch * 1e3 / torch)
 table.print()
 PY

@@ -57,6 +57,14 @@ class TableTest(unittest.TestCase):
         self.assertIn("1.50x / 1.60x / 0.90x / 1.55x / 1.52x", row)
         self.assertTrue(row.endswith("| **1.52x** | 0.90x | 5 |"), row)
 
+    def test_fewer_than_three_sets_are_flagged(self):
+        table = sets.Table("ms", higher_is_better=False, command="x.sh 2")
+        for _ in range(2):
+            table.add("w", 1, 1)
+        self.assertIn("fewer than the 3 a published figure needs", printed(table))
+        table.add("w", 1, 1)
+        self.assertNotIn("fewer than", printed(table))
+
     def test_even_number_of_sets_takes_the_middle_pair(self):
         table = sets.Table("ms", higher_is_better=False, command="x.sh 4")
         for ember in (1.0, 2.0, 4.0, 5.0):
@@ -70,7 +78,8 @@ class TableTest(unittest.TestCase):
         for _ in range(2):
             table.add("b", 1, 1)
             table.add("a", 1, 1)
-        rows = [line.split(" | ")[0] for line in printed(table).splitlines() if line.startswith("| ") and "---" not in line]
+        lines = printed(table).splitlines()
+        rows = [line.split(" | ")[0] for line in lines if line.startswith("| ") and "---" not in line]
         self.assertEqual(rows[1:], ["| b", "| a"])
 
     def test_tsv_rows_feed_the_combined_table(self):
@@ -100,7 +109,9 @@ class TableTest(unittest.TestCase):
             "| ddp mlp | `tools/bench/ddp_scaling.sh 60 64 3` | 4.000 samples/s (2 ranks) "
             "| 2.000 samples/s (1 process) | **2.00x** | 1.50x | 3 |",
         )
-        self.assertEqual(rows[1], "| conv | `tools/bench/conv_compare.sh 3` | 10.00 ms | 10.00 ms | **1.00x** | 0.90x | 3 |")
+        self.assertEqual(
+            rows[1], "| conv | `tools/bench/conv_compare.sh 3` | 10.00 ms | 10.00 ms | **1.00x** | 0.90x | 3 |"
+        )
 
 
 class SummariseTest(unittest.TestCase):

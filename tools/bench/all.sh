@@ -66,7 +66,6 @@ workloads="${WORKLOADS:-mlp lenet tensor autograd conv lstm transformer sdpa lon
 python="${PYTHON:-.venv-torch/bin/python}"
 export PYTHON="$python"
 out_dir="${OUT_DIR:-target/bench/all-$(date -u +%Y%m%dT%H%MZ)}"
-mkdir -p "$out_dir"
 
 # NAME -> the command line that measures it (run with bash -c, so env prefixes work).
 command_for() {
@@ -97,6 +96,7 @@ for name in $workloads; do
     }
 done
 
+mkdir -p "$out_dir"
 started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 failed=0
 notes=()

@@ -1,49 +1,54 @@
 #!/usr/bin/env bash
 # Training-step speed of one workload, ember vs PyTorch, on this machine, both at 2 threads,
-# alternating which side runs first in each round so that load changes hit both alike:
+# in interleaved sets (tools/bench/sets.py):
 #
-#   tools/bench/step_compare.sh PACKAGE EXAMPLE TORCH_SCRIPT LABEL BATCH [ROUNDS]
+#   tools/bench/step_compare.sh PACKAGE EXAMPLE TORCH_SCRIPT LABEL BATCH [SETS] [COMMAND]
 #
-# Each round runs ember's example EXAMPLE of crate PACKAGE (built in release) and the
-# PyTorch script TORCH_SCRIPT; both print `step_ms=...`. Prints the median over rounds of
-# each side's per-round median step time, the throughput at BATCH samples per step, and the
-# ratio ember / PyTorch samples/s (above 1: ember is faster). The per-workload scripts
-# (lstm_compare.sh, transformer_compare.sh) call this. Not part of CI: it needs PyTorch
-# (PYTHON, default .venv-torch/bin/python).
+# Each set runs ember's example EXAMPLE of crate PACKAGE (built in release) and the PyTorch
+# script TORCH_SCRIPT back to back, ember first in odd sets; both print `step_ms=...`. The
+# report shows each set's throughput at BATCH samples per step and its ratio ember /
+# PyTorch (above 1: ember is faster), then the median and the minimum ratio over the SETS
+# sets (default 5). COMMAND is the command line the report names (the per-workload script
+# that called this one: lstm_compare.sh, transformer_compare.sh). Not part of CI: it needs
+# PyTorch (PYTHON, default .venv-torch/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 package="$1" example="$2" torch_script="$3" label="$4" batch="$5"
-rounds="${6:-5}"
+sets="${6:-5}"
+command="${7:-tools/bench/step_compare.sh $package $example $torch_script \"$label\" $batch $sets}"
 python="${PYTHON:-.venv-torch/bin/python}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 cargo build --release -q -p "$package" --example "$example"
 bin="${CARGO_TARGET_DIR:-target}/release/examples/$example"
-for r in $(seq 1 "$rounds"); do
-    if (( r % 2 )); then
-        "$bin" >>"$out/ember"
-        "$python" "$torch_script" >>"$out/torch"
+for s in $(seq 1 "$sets"); do
+    if (( s % 2 )); then
+        "$bin" >"$out/ember.$s"
+        "$python" "$torch_script" >"$out/torch.$s"
     else
-        "$python" "$torch_script" >>"$out/torch"
-        "$bin" >>"$out/ember"
+        "$python" "$torch_script" >"$out/torch.$s"
+        "$bin" >"$out/ember.$s"
     fi
 done
 
-python3 - "$out/ember" "$out/torch" "$label" "$batch" <<'PY'
+python3 - "$out" "$sets" "$label" "$batch" "$command" <<'PY'
 import re
-import statistics
 import sys
 
+sys.path.insert(0, "tools/bench")
+import sets  # noqa: E402
 
-def load(path):
-    ms = [float(m) for m in re.findall(r"step_ms=([\d.]+)", open(path).read())]
-    return statistics.median(ms)
+out, n, label, batch, command = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), sys.argv[5]
 
 
-ember, torch = load(sys.argv[1]), load(sys.argv[2])
-label, batch = sys.argv[3], float(sys.argv[4])
-print(f"{'workload':<44} {'ember':>14} {'PyTorch':>14} {'ratio':>7}")
-print(f"{label + ', step ms':<44} {ember:>14.2f} {torch:>14.2f}")
-print(f"{'  samples/s':<44} {batch * 1e3 / ember:>14.0f} {batch * 1e3 / torch:>14.0f} {torch / ember:>6.2f}x")
+def step_ms(path):
+    return float(re.search(r"step_ms=([\d.]+)", open(path).read()).group(1))
+
+
+table = sets.Table("samples/s", higher_is_better=True, command=command)
+for s in range(1, n + 1):
+    ember, torch = step_ms(f"{out}/ember.{s}"), step_ms(f"{out}/torch.{s}")
+    table.add(f"{label}, training", batch * 1e3 / ember, batch * 1e3 / torch)
+table.print()
 PY

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# Runs ember's tensor benchmarks and PyTorch's back to back on this machine and prints
-# `workload, ember, PyTorch, ratio` (see BENCHMARKS.md).
+# ember's tensor benchmarks against PyTorch's on this machine, both at 2 threads, in
+# interleaved sets (tools/bench/sets.py):
 #
-#   tools/bench/tensor_compare.sh [ROUNDS] [NAME_FILTER ...]
+#   tools/bench/tensor_compare.sh [SETS] [NAME_FILTER ...]      (default 3 sets)
 #
-# ROUNDS (default 3) alternates ember and PyTorch runs; each workload reports the median of
-# the rounds' medians. On a shared machine a run is only as good as its quietest moment, so
-# each run's share of CPU taken by other processes is measured and rounds above MAX_FOREIGN
-# (default 10%) are run again, up to TRIES (default 3 x ROUNDS) in all.
+# Each set runs ember's `tensor_bench` example and tools/bench/tensor_torch.py back to back,
+# ember first in odd sets; tools/bench/tensor_table.py reports, per workload, each set's
+# time per call on both sides and its ratio PyTorch / ember (above 1: ember is faster), then
+# the median and the minimum ratio over the sets. Every set counts: on a shared machine a
+# run is only as good as its quietest moment, so the report also gives, per set, the share
+# of all CPUs that other processes took during each side's run, for the reader to weigh.
 # Environment: PYTHON (the interpreter with torch, default .venv-torch/bin/python),
-# SAMPLES (samples per workload and round, default 15), IDLE_WAIT (seconds to wait before
+# SAMPLES (samples per workload and run, default 15), IDLE_WAIT (seconds to wait before
 # each run for the CPUs to be at least 90% idle, default 0: on a machine shared with other
-# jobs, PyTorch's OpenMP workers lose far more to contention than rayon's do), and
-# MAX_FOREIGN, TRIES (above) and CARGO_TARGET_DIR as usual. Needs /usr/bin/time and python3.
-# Not part of CI: it needs PyTorch.
+# jobs, PyTorch's OpenMP workers lose far more to contention than rayon's do) and
+# CARGO_TARGET_DIR as usual. Needs /usr/bin/time and python3. Not part of CI: it needs
+# PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-rounds="${1:-3}"
+sets="${1:-3}"
 shift || true
 python="${PYTHON:-.venv-torch/bin/python}"
 samples="${SAMPLES:-15}"
@@ -60,36 +62,36 @@ foreign_load() {
 print(max(0, round(100 * ($busy / $(getconf CLK_TCK) - u - s) / (($t1 - $t0) * $(nproc)))))"
 }
 
-# A round counts when neither side shared the machine with more than MAX_FOREIGN percent
-# of other load; up to TRIES rounds are run to collect ROUNDS clean ones.
-max_foreign="${MAX_FOREIGN:-10}"
-tries="${TRIES:-$((rounds * 3))}"
-ember_files=()
-torch_files=()
-kept=0
-for t in $(seq 1 "$tries"); do
-    ((kept < rounds)) || break
+run_ember() {
     wait_idle
     fe=$(foreign_load "$bin" --samples "$samples" "$@")
-    mv "$out/run.tsv" "$out/ember_$t.tsv"
+    mv "$out/run.tsv" "$out/ember_$s.tsv"
+}
+
+run_torch() {
     wait_idle
     ft=$(foreign_load "$python" tools/bench/tensor_torch.py --samples "$samples" "$@")
-    mv "$out/run.tsv" "$out/torch_$t.tsv"
-    if ((fe <= max_foreign && ft <= max_foreign)); then
-        kept=$((kept + 1))
-        ember_files+=("$out/ember_$t.tsv")
-        torch_files+=("$out/torch_$t.tsv")
-        echo "try $t: other load ember ${fe}%, PyTorch ${ft}%: kept" >&2
-    else
-        echo "try $t: other load ember ${fe}%, PyTorch ${ft}%: dropped" >&2
-        last_ember="$out/ember_$t.tsv" last_torch="$out/torch_$t.tsv"
-    fi
-done
-if ((kept == 0)); then
-    echo "WARNING: no round ran without other load above ${max_foreign}%; showing the last one" >&2
-    ember_files=("$last_ember")
-    torch_files=("$last_torch")
-fi
+    mv "$out/run.tsv" "$out/torch_$s.tsv"
+}
 
-echo "$(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible"
-python3 tools/bench/tensor_table.py --ember "${ember_files[@]}" --torch "${torch_files[@]}"
+ember_files=()
+torch_files=()
+notes=()
+for s in $(seq 1 "$sets"); do
+    if (( s % 2 )); then
+        run_ember "$@"
+        run_torch "$@"
+    else
+        run_torch "$@"
+        run_ember "$@"
+    fi
+    ember_files+=("$out/ember_$s.tsv")
+    torch_files+=("$out/torch_$s.tsv")
+    notes+=(--note "set $s: other processes took ${fe}% of the CPUs during ember's run, ${ft}% during PyTorch's")
+    echo "set $s: other load ember ${fe}%, PyTorch ${ft}%" >&2
+done
+
+command="tools/bench/tensor_compare.sh $sets${*:+ $*}"
+[[ "$samples" == 15 ]] || command="SAMPLES=$samples $command"
+python3 tools/bench/tensor_table.py --command "$command" --ember "${ember_files[@]}" --torch "${torch_files[@]}" \
+    "${notes[@]}"

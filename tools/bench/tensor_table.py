@@ -1,67 +1,97 @@
 #!/usr/bin/env python3
-"""Joins the TSV output of the ember timing example and of tensor_torch.py into one table.
+"""Reports the sets of tools/bench/tensor_compare.sh: the TSV output of ember's
+`tensor_bench` example and of tensor_torch.py, one file per side and set.
 
     python3 tools/bench/tensor_table.py --ember e1.tsv [e2.tsv ...] --torch t1.tsv [t2.tsv ...]
+        [--command CMD] [--note LINE ...]
 
-With several rounds per side, each workload's time is the median of the rounds' medians.
-`ratio` is PyTorch's time over ember's: above 1 ember is faster. Needs only the standard
-library.
+The i-th ember file and the i-th PyTorch file are set i. Each workload's row shows every
+set's median time per call on both sides and its ratio PyTorch / ember (above 1: ember is
+faster), then the median and the minimum ratio over the sets (tools/bench/sets.py). A
+second table gives ember's page faults and buffer-pool hits and misses per call, medians
+over the sets. Needs only the standard library.
 """
 
 import argparse
+import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sets  # noqa: E402
+
+# The workloads' shapes, for the report's labels.
+SHAPES = {
+    "add_broadcast": "broadcast add, [1000,1000] + [1000]",
+    "sum_last": "sum over last dim, [4096,1024] -> [4096]",
+    "softmax_rows": "softmax over rows, [4096,1024]",
+    "pool_chain_on": "elementwise chain relu(x*y+b)*0.5+x, [256,1024], pool on",
+    "pool_chain_off": "elementwise chain relu(x*y+b)*0.5+x, [256,1024], pool off",
+    "pool_layer_on": "linear layer relu([64,784] @ [784,256] + b), pool on",
+    "pool_layer_off": "linear layer relu([64,784] @ [784,256] + b), pool off",
+}
 
 
-def load(paths):
-    """name -> (list of per-round medians, work kind, work, list of row dicts)"""
+def label(name):
+    if name.startswith("matmul_"):
+        n = name.split("_", 1)[1]
+        return f"matmul f32 [{n},{n}] @ [{n},{n}]"
+    return SHAPES.get(name, name)
+
+
+def load(path):
+    """name -> row dict, in the file's order."""
     out = {}
-    order = []
-    for path in paths:
-        with open(path) as f:
-            for line in f:
-                if not line.strip() or line.startswith("#"):
-                    continue
-                name, med, best, kind, work, faults, hits, misses = line.rstrip("\n").split("\t")
-                if name not in out:
-                    out[name] = {"meds": [], "kind": kind, "work": int(work), "faults": [], "hits": [], "misses": []}
-                    order.append(name)
-                e = out[name]
-                e["meds"].append(float(med))
-                e["faults"].append(float(faults))
-                e["hits"].append(float(hits))
-                e["misses"].append(float(misses))
-    return out, order
-
-
-def rate(entry, t):
-    unit = "GFLOP/s" if entry["kind"] == "flops" else "Gelem/s"
-    return f"{entry['work'] / t / 1e9:.1f} {unit}" if entry["kind"] == "flops" else f"{entry['work'] / t / 1e9:.2f} {unit}"
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            name, med, _best, kind, work, faults, hits, misses = line.rstrip("\n").split("\t")
+            out[name] = {
+                "median": float(med),
+                "kind": kind,
+                "work": int(work),
+                "faults": float(faults),
+                "hits": float(hits),
+                "misses": float(misses),
+            }
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ember", nargs="+", required=True)
     p.add_argument("--torch", nargs="+", required=True)
+    p.add_argument("--command", default="tools/bench/tensor_compare.sh")
+    p.add_argument("--note", action="append", default=[], help="a line to print under the table")
     args = p.parse_args()
-    ember, order = load(args.ember)
-    torch, _ = load(args.torch)
-    rounds = (len(args.ember), len(args.torch))
-    print(f"medians over {rounds[0]} ember and {rounds[1]} PyTorch rounds; ratio = PyTorch time / ember time")
-    print()
-    print("| workload | ember | PyTorch | ratio | ember faults/call | ember pool hits/misses per call |")
-    print("|---|---|---|---|---|---|")
-    for name in order:
-        e = ember[name]
-        te = statistics.median(e["meds"])
-        cells = [name, f"{te * 1e3:.3f} ms ({rate(e, te)})"]
-        t = torch.get(name)
-        if t:
-            tt = statistics.median(t["meds"])
-            cells += [f"{tt * 1e3:.3f} ms ({rate(t, tt)})", f"{tt / te:.2f}"]
-        else:
-            cells += ["-", "-"]
-        cells.append(f"{statistics.median(e['faults']):.1f}")
-        cells.append(f"{statistics.median(e['hits']):.2f} / {statistics.median(e['misses']):.2f}")
+    if len(args.ember) != len(args.torch):
+        p.error(f"a set is one ember and one PyTorch file: got {len(args.ember)} and {len(args.torch)}")
+    table = sets.Table("ms per call", higher_is_better=False, command=args.command)
+    ember_only = {}
+    for ember_path, torch_path in zip(args.ember, args.torch):
+        ember, torch = load(ember_path), load(torch_path)
+        for name, e in ember.items():
+            ember_only.setdefault(name, []).append(e)
+            if name in torch:
+                table.add(label(name), e["median"] * 1e3, torch[name]["median"] * 1e3)
+    table.print()
+    if args.note:
+        print()
+    for line in args.note:
+        print(line)
+    print("\nember per call, medians over the sets:\n")
+    print("| workload | throughput at the median time | page faults | buffer pool hits / misses |")
+    print("|---|---|---|---|")
+    for name, rows in ember_only.items():
+        t = statistics.median(r["median"] for r in rows)
+        unit = "GFLOP/s" if rows[0]["kind"] == "flops" else "Gelem/s"
+        cells = [
+            label(name),
+            f"{sets.fmt(rows[0]['work'] / t / 1e9)} {unit}",
+            f"{statistics.median(r['faults'] for r in rows):.1f}",
+            f"{statistics.median(r['hits'] for r in rows):.2f} / {statistics.median(r['misses'] for r in rows):.2f}",
+        ]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -5,9 +5,11 @@
 //! - [`Module`] (`module.rs`): the layer trait: `forward`, named parameters with PyTorch's
 //!   dotted names, train/eval mode through `&self`, `state_dict` / `load_state_dict`.
 //!   [`ModuleExt`] adds `save(path)` / `load(path)`.
-//! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
-//!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
-//!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
+//! - [`StateDict`]: named tensors in order; [`save_safetensors`] and [`load_safetensors`]
+//!   read and write them in the safetensors format, so models move between ember and
+//!   PyTorch (`safetensors.torch.save_file` / `load_file`); [`load_pt`] and [`save_pt`] (and
+//!   [`pt`]) read and write `torch.save` checkpoints. All of them live in `ember-io` and are
+//!   re-exported here.
 //! - Layers (`layers/`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`] (and
 //!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
 //!   [`Flatten`], [`Unflatten`], [`Identity`], [`Dropout`], the pools ([`MaxPool2d`],
@@ -69,14 +71,15 @@
 
 #![warn(missing_docs)]
 
-mod atomic_file;
 pub mod init;
 mod layers;
 mod loss;
 mod module;
-pub mod pt;
-mod serialize;
-mod state_dict;
+
+/// The in-crate path the layers import [`StateDict`] from; the type lives in `ember-io`.
+mod state_dict {
+    pub(crate) use ember_io::StateDict;
+}
 
 pub use layers::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d,
@@ -103,11 +106,13 @@ pub use loss::{
     cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
-pub use pt::{load_pt, save_pt};
-pub use serialize::{
-    load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
+
+// The model and checkpoint files live in `ember-io`; these keep their ember-nn paths.
+pub use ember_io::pt;
+pub use ember_io::{
+    StateDict, load_pt, load_safetensors, load_safetensors_with_metadata, save_pt, save_safetensors,
+    save_safetensors_with_metadata,
 };
-pub use state_dict::StateDict;
 
 /// The functional forms of the layers and losses, for `use ember_nn::functional as F`.
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument

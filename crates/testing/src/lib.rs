@@ -16,9 +16,12 @@
 //!   ([`LazyFixture`], [`parity_fixture!`]) and, for a `scenarios` fixture, one test per
 //!   scenario plus the check that the file and the fixture list the same ones
 //!   ([`parity_suite!`]);
+//! - [`cuda`]: the CPU-against-device harness of the CUDA suites ([`require_cuda!`],
+//!   [`cuda::Parity`], [`cuda::Tol`]);
 //! - [`gradcheck`]: seeded inputs and first- and second-order gradient checks.
 
 pub mod compare;
+pub mod cuda;
 pub mod elementwise;
 pub mod fixture;
 pub mod gradcheck;

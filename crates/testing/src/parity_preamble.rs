@@ -1,7 +1,7 @@
 //! The preamble every PyTorch parity test file shares: its committed fixture, parsed once
 //! ([`LazyFixture`], named by [`parity_fixture!`](crate::parity_fixture)), and for the files of
 //! `scenarios` one `#[test]` per scenario plus the check that the fixture and the file list
-//! the same ones ([`parity_suite!`](crate::parity_suite)).
+//! the same ones ([`parity_suite!`](macro@crate::parity_suite)).
 
 use crate::compare::Tolerance;
 use crate::fixture::parse_fixture;

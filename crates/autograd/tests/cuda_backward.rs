@@ -6,7 +6,7 @@
 //! output, weights it with a fixed tensor (so that each output element sends a different
 //! gradient back) and sums it, runs backward and returns the output and every input's
 //! gradient. The CPU's and the device's lists must agree in dtype, shape and device, and in
-//! value within [`Tol`]. An op that fails on the CPU must fail on the device too. Each test
+//! value within `mod tol`. An op that fails on the CPU must fail on the device too. Each test
 //! gathers all its mismatches and fails once, listing them. Without a device each test
 //! prints one line saying why and returns.
 
@@ -15,76 +15,32 @@ use ember_tensor::{
     Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,
     InterpolateMode, LossReduction, MaxPoolArgs, Padding, Result, Tensor, UnfoldArgs,
 };
+use ember_testing::cuda::{CPU, CUDA, Parity, ints, uniform};
 use ember_testing::elementwise::{BINARY, Grad, UNARY};
-use std::fmt::Write as _;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use ember_testing::require_cuda;
 
-const CUDA: Device = Device::Cuda(0);
-const CPU: Device = Device::Cpu;
 const FLOATS: [DType; 2] = [DType::F32, DType::F64];
 
-/// Whether the device is there; otherwise prints the one skip line.
-fn have_cuda() -> bool {
-    // Without the `cuda` feature, the emulated device stands in for a GPU.
-    Device::emulate_cuda();
-    match CUDA.check_available() {
-        Ok(()) => true,
-        Err(e) => {
-            println!("cuda_parity: skipped, no CUDA device: {e}");
-            false
-        }
-    }
-}
+/// How close the device's values and gradients must be to the CPU's, per kind of op:
+/// `(abs, rel)` for `f32` and for `f64` results (integers exactly); NaN must meet NaN.
+mod tol {
+    use ember_testing::cuda::Tol;
 
-macro_rules! require_cuda {
-    () => {
-        if !have_cuda() {
-            return;
-        }
-    };
-}
-
-/// How close the device's values and gradients must be to the CPU's:
-/// `|dev - cpu| <= abs + rel * |cpu|` per float dtype (integers exactly); NaN must meet NaN.
-#[derive(Clone, Copy, Debug)]
-struct Tol {
-    f32: (f64, f64),
-    f64: (f64, f64),
-}
-
-impl Tol {
     /// Elementwise ops and data movement: the backward of an elementwise function is itself
     /// elementwise, so it differs by the few ulps of the device's libm, plus the weighted
     /// sum that seeds the backward (added in another order on the device).
-    const ELEMENTWISE: Tol = Tol { f32: (1e-5, 1e-5), f64: (1e-12, 1e-11) };
+    pub const ELEMENTWISE: Tol = Tol::new((1e-5, 1e-5), (1e-12, 1e-11));
     /// Reductions, softmax, normalisation, pooling averages and losses: summation order.
-    const REDUCTION: Tol = Tol { f32: (1e-4, 1e-4), f64: (1e-11, 1e-10) };
+    pub const REDUCTION: Tol = Tol::new((1e-4, 1e-4), (1e-11, 1e-10));
     /// Matrix products, convolutions, attention, and anything differentiated twice: the
     /// backward runs further products whose blocking differs between cuBLAS and the CPU.
-    const MATMUL: Tol = Tol { f32: (2e-3, 5e-4), f64: (1e-10, 1e-10) };
-
-    fn for_dtype(self, dtype: DType) -> (f64, f64) {
-        match dtype {
-            DType::F32 => self.f32,
-            DType::F64 => self.f64,
-            _ => (0.0, 0.0),
-        }
-    }
-}
-
-/// SplitMix64 of a seed and a position.
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_mul(0xD1B5_4A32_D192_ED03).wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    pub const MATMUL: Tol = Tol::new((2e-3, 5e-4), (1e-10, 1e-10));
 }
 
 /// Float values uniform in `[-2.5, 2.5)` from `seed`, mapped through `domain`, on `dev`.
 fn data(seed: u64, shape: &[usize], dtype: DType, domain: fn(f64) -> f64, dev: Device) -> Tensor {
     let n: usize = shape.iter().product();
-    let v: Vec<f64> =
-        (0..n).map(|i| domain((mix(seed, i as u64) >> 11) as f64 / (1u64 << 53) as f64 * 5.0 - 2.5)).collect();
+    let v: Vec<f64> = uniform(seed, n).into_iter().map(domain).collect();
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).to_device(dev).unwrap()
 }
 
@@ -95,11 +51,6 @@ fn any(v: f64) -> f64 {
 /// A differentiable float input on `dev`.
 fn param(seed: u64, shape: &[usize], dtype: DType, dev: Device) -> Var {
     Var::param(data(seed, shape, dtype, any, dev))
-}
-
-/// Exact `i64` data on `dev`.
-fn ints(values: &[i64], shape: &[usize], dev: Device) -> Tensor {
-    Tensor::from_vec(values.to_vec(), shape).unwrap().to_device(dev).unwrap()
 }
 
 /// Backward of `sum(out * w)` for a fixed `w`: the output's value followed by each
@@ -118,126 +69,6 @@ fn backward(out: &Var, inputs: &[&Var], dev: Device) -> Result<Vec<Tensor>> {
     Ok(v)
 }
 
-/// Gathers the mismatches of one test and fails once, listing them all.
-struct Parity {
-    test: &'static str,
-    checked: usize,
-    failures: Vec<String>,
-    both_failed: Vec<String>,
-}
-
-/// Runs `f`, turning a panic into an error.
-fn run_on(dev: Device, f: &dyn Fn(Device) -> Result<Vec<Tensor>>) -> std::result::Result<Vec<Tensor>, String> {
-    match catch_unwind(AssertUnwindSafe(|| f(dev))) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(p) => Err(format!(
-            "panicked: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
-        )),
-    }
-}
-
-impl Parity {
-    fn new(test: &'static str) -> Parity {
-        Parity { test, checked: 0, failures: Vec::new(), both_failed: Vec::new() }
-    }
-
-    /// Computes `f` on both devices and compares every returned tensor (result 0 is the
-    /// value, the others gradients, unless said otherwise).
-    fn check(&mut self, what: impl AsRef<str>, tol: Tol, f: impl Fn(Device) -> Result<Vec<Tensor>>) {
-        self.checked += 1;
-        let what = what.as_ref();
-        match (run_on(CPU, &f), run_on(CUDA, &f)) {
-            (Err(e), Err(_)) => self.both_failed.push(format!("{what}: {e}")),
-            (Ok(_), Err(e)) => self.failures.push(format!("{what}: the CPU computes it, the device fails: {e}")),
-            (Err(e), Ok(_)) => self.failures.push(format!("{what}: the CPU fails ({e}), the device computes it")),
-            (Ok(c), Ok(d)) => {
-                if c.len() != d.len() {
-                    self.failures.push(format!("{what}: {} results on the CPU, {} on the device", c.len(), d.len()));
-                    return;
-                }
-                for (i, (c, d)) in c.iter().zip(&d).enumerate() {
-                    if let Err(msg) = compare(c, d, tol) {
-                        let part = if i == 0 { "value".to_string() } else { format!("gradient {i}") };
-                        self.failures.push(format!("{what} [{part}]: {msg}"));
-                    }
-                }
-            }
-        }
-    }
-
-    fn finish(self) {
-        assert!(self.checked > 0, "{}: nothing was compared", self.test);
-        if !self.failures.is_empty() {
-            let mut msg = format!("{}: {} of {} comparisons differ:\n", self.test, self.failures.len(), self.checked);
-            for f in self.failures.iter().take(200) {
-                let _ = writeln!(msg, "  {f}");
-            }
-            if self.failures.len() > 200 {
-                let _ = writeln!(msg, "  ... and {} more", self.failures.len() - 200);
-            }
-            panic!("{msg}");
-        }
-        println!(
-            "{}: {} comparisons agree ({} of them errors on both devices)",
-            self.test,
-            self.checked,
-            self.both_failed.len()
-        );
-        for e in &self.both_failed {
-            println!("  error on both: {e}");
-        }
-    }
-}
-
-/// Compares a CPU result with a device result.
-fn compare(cpu: &Tensor, dev: &Tensor, tol: Tol) -> std::result::Result<(), String> {
-    if dev.device() != CUDA {
-        return Err(format!("the device result is on {}, expected {CUDA}", dev.device()));
-    }
-    if cpu.dtype() != dev.dtype() {
-        return Err(format!("dtype {} on the CPU, {} on the device", cpu.dtype(), dev.dtype()));
-    }
-    if cpu.shape() != dev.shape() {
-        return Err(format!("shape {} on the CPU, {} on the device", cpu.shape(), dev.shape()));
-    }
-    let back = dev.to_device(CPU).map_err(|e| format!("download failed: {e}"))?;
-    let (c, d) = (cpu.to_vec_f64().unwrap(), back.to_vec_f64().unwrap());
-    let (abs, rel) = tol.for_dtype(cpu.dtype());
-    let mut bad = 0;
-    let mut worst: Option<(usize, f64)> = None;
-    for i in 0..c.len() {
-        let (x, y) = (c[i], d[i]);
-        let ok = if x.is_nan() || y.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if x.is_infinite() || y.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= abs + rel * x.abs()
-        };
-        if !ok {
-            bad += 1;
-            let e = if (x - y).is_nan() { f64::INFINITY } else { (x - y).abs() };
-            if worst.is_none_or(|(_, w)| e > w) {
-                worst = Some((i, e));
-            }
-        }
-    }
-    match worst {
-        None => Ok(()),
-        Some((i, e)) => Err(format!(
-            "{bad} of {} elements beyond abs {abs:e} + rel {rel:e}; worst at {i}: cpu {}, device {} (difference {e:e})",
-            c.len(),
-            c[i],
-            d[i]
-        )),
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // First order
 // ---------------------------------------------------------------------------------------
@@ -245,7 +76,7 @@ fn compare(cpu: &Tensor, dev: &Tensor, tol: Tol) -> std::result::Result<(), Stri
 #[test]
 fn elementwise_gradients() {
     require_cuda!();
-    let mut p = Parity::new("elementwise_gradients");
+    let mut p = Parity::of_gradients("elementwise_gradients");
     for case in UNARY {
         let domain = match case.grad {
             Grad::No => continue,
@@ -253,7 +84,7 @@ fn elementwise_gradients() {
         };
         for dt in FLOATS {
             for shape in [&[][..], &[0], &[4, 3, 5]] {
-                p.check(format!("{} backward {shape:?} {dt}", case.name), Tol::ELEMENTWISE, |d| {
+                p.check(format!("{} backward {shape:?} {dt}", case.name), tol::ELEMENTWISE, |d| {
                     // Inputs from the case's domain, read through a transpose when they can be.
                     let t = data(1, shape, dt, domain, d);
                     let x = Var::param(t);
@@ -268,7 +99,7 @@ fn elementwise_gradients() {
             for (sa, sb) in
                 [(&[3, 4][..], &[3, 4][..]), (&[3, 1], &[1, 4]), (&[2, 3, 4], &[4]), (&[], &[3]), (&[0, 3], &[1, 3])]
             {
-                p.check(format!("{} backward {sa:?} with {sb:?} {dt}", case.name), Tol::ELEMENTWISE, |d| {
+                p.check(format!("{} backward {sa:?} with {sb:?} {dt}", case.name), tol::ELEMENTWISE, |d| {
                     // Positive, well separated operands keep pow and the extrema differentiable.
                     let a = Var::param(data(2, sa, dt, |v| v.abs() + 0.5, d));
                     let b = Var::param(data(3, sb, dt, |v| (v * 0.3).abs() + 1.7, d));
@@ -283,7 +114,7 @@ fn elementwise_gradients() {
 #[test]
 fn reduction_and_softmax_gradients() {
     require_cuda!();
-    let mut p = Parity::new("reduction_and_softmax_gradients");
+    let mut p = Parity::of_gradients("reduction_and_softmax_gradients");
     type Red = (&'static str, fn(&Var, &[i64], bool) -> Result<Var>);
     let ops: &[Red] = &[
         ("sum", |x, d, k| x.sum(d, k)),
@@ -299,7 +130,7 @@ fn reduction_and_softmax_gradients() {
         for dt in FLOATS {
             for dims in [&[0i64][..], &[-1], &[0, 2]] {
                 for keep in [false, true] {
-                    p.check(format!("{name}({dims:?}, keepdim {keep}) backward [4, 3, 5] {dt}"), Tol::REDUCTION, |d| {
+                    p.check(format!("{name}({dims:?}, keepdim {keep}) backward [4, 3, 5] {dt}"), tol::REDUCTION, |d| {
                         let x = param(10, &[4, 3, 5], dt, d);
                         backward(&f(&x, dims, keep)?, &[&x], d)
                     });
@@ -319,7 +150,7 @@ fn reduction_and_softmax_gradients() {
     ];
     for (name, f) in alls {
         for dt in FLOATS {
-            p.check(format!("{name} backward [4, 3, 5] {dt}"), Tol::REDUCTION, |d| {
+            p.check(format!("{name} backward [4, 3, 5] {dt}"), tol::REDUCTION, |d| {
                 let x = param(11, &[4, 3, 5], dt, d);
                 backward(&f(&x)?, &[&x], d)
             });
@@ -327,7 +158,7 @@ fn reduction_and_softmax_gradients() {
     }
     for dt in FLOATS {
         for dim in [0i64, 1, -1] {
-            p.check(format!("softmax/log_softmax({dim}) backward [4, 3, 5] {dt}"), Tol::REDUCTION, |d| {
+            p.check(format!("softmax/log_softmax({dim}) backward [4, 3, 5] {dt}"), tol::REDUCTION, |d| {
                 let x = param(12, &[4, 3, 5], dt, d);
                 let y = x.softmax(dim)?.add(&x.log_softmax(dim)?)?;
                 backward(&y, &[&x], d)
@@ -340,7 +171,7 @@ fn reduction_and_softmax_gradients() {
 #[test]
 fn linear_algebra_gradients() {
     require_cuda!();
-    let mut p = Parity::new("linear_algebra_gradients");
+    let mut p = Parity::of_gradients("linear_algebra_gradients");
     let pairs: &[(&[usize], &[usize])] = &[
         (&[5, 7], &[7, 3]),
         (&[7], &[7, 4]),
@@ -353,7 +184,7 @@ fn linear_algebra_gradients() {
     ];
     for &(sa, sb) in pairs {
         for dt in FLOATS {
-            p.check(format!("matmul backward {sa:?} @ {sb:?} {dt}"), Tol::MATMUL, |d| {
+            p.check(format!("matmul backward {sa:?} @ {sb:?} {dt}"), tol::MATMUL, |d| {
                 let a = param(20, sa, dt, d);
                 let b = param(21, sb, dt, d);
                 backward(&a.matmul(&b)?, &[&a, &b], d)
@@ -362,7 +193,7 @@ fn linear_algebra_gradients() {
     }
     for dt in FLOATS {
         for bias in [false, true] {
-            p.check(format!("linear backward bias {bias} {dt}"), Tol::MATMUL, |d| {
+            p.check(format!("linear backward bias {bias} {dt}"), tol::MATMUL, |d| {
                 let x = param(22, &[2, 6, 10], dt, d);
                 let w = param(23, &[4, 10], dt, d);
                 let b = param(24, &[4], dt, d);
@@ -376,9 +207,9 @@ fn linear_algebra_gradients() {
 #[test]
 fn indexing_and_view_gradients() {
     require_cuda!();
-    let mut p = Parity::new("indexing_and_view_gradients");
+    let mut p = Parity::of_gradients("indexing_and_view_gradients");
     for dt in FLOATS {
-        p.check(format!("index_select/gather/scatter_add backward {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("index_select/gather/scatter_add backward {dt}"), tol::REDUCTION, |d| {
             let x = param(30, &[5, 4], dt, d);
             let src = param(31, &[2, 4], dt, d);
             // Repeated indices: their gradients add up (atomics on a device).
@@ -388,14 +219,14 @@ fn indexing_and_view_gradients() {
             let y = Var::cat(&[&a.flatten_all(), &b.flatten_all(), &c.flatten_all()], 0)?;
             backward(&y, &[&x, &src], d)
         });
-        p.check(format!("masked_fill/where_cond backward {dt}"), Tol::ELEMENTWISE, |d| {
+        p.check(format!("masked_fill/where_cond backward {dt}"), tol::ELEMENTWISE, |d| {
             let x = param(32, &[3, 4], dt, d);
             let z = param(33, &[4], dt, d);
             let mask = data(34, &[3, 4], DType::F32, any, d).gt_scalar(0.0);
             let y = x.masked_fill(&mask, 2.0)?.add(&Var::new(mask.clone()).where_cond(&x, &z.expand([3, 4])?)?)?;
             backward(&y, &[&x, &z], d)
         });
-        p.check(format!("cat/stack/pad/repeat/tril/triu backward {dt}"), Tol::ELEMENTWISE, |d| {
+        p.check(format!("cat/stack/pad/repeat/tril/triu backward {dt}"), tol::ELEMENTWISE, |d| {
             let x = param(35, &[3, 4], dt, d);
             let z = param(36, &[3, 4], dt, d);
             let parts = [
@@ -409,7 +240,7 @@ fn indexing_and_view_gradients() {
             let refs: Vec<&Var> = parts.iter().collect();
             backward(&Var::cat(&refs, 0)?, &[&x, &z], d)
         });
-        p.check(format!("view ops backward {dt}"), Tol::ELEMENTWISE, |d| {
+        p.check(format!("view ops backward {dt}"), tol::ELEMENTWISE, |d| {
             let x = param(37, &[2, 3, 4], dt, d);
             let parts = [
                 x.reshape([6, 4])?.t()?.flatten_all(),
@@ -431,7 +262,7 @@ fn indexing_and_view_gradients() {
 #[test]
 fn convolution_and_pooling_gradients() {
     require_cuda!();
-    let mut p = Parity::new("convolution_and_pooling_gradients");
+    let mut p = Parity::of_gradients("convolution_and_pooling_gradients");
     let convs: &[(&str, [usize; 4], [usize; 4], ConvArgs<2>)] = &[
         ("3x3", [2, 3, 9, 8], [4, 3, 3, 3], ConvArgs::default()),
         (
@@ -445,7 +276,7 @@ fn convolution_and_pooling_gradients() {
     ];
     for (name, xs, ws, args) in convs {
         for dt in FLOATS {
-            p.check(format!("conv2d backward {name} {dt}"), Tol::MATMUL, |d| {
+            p.check(format!("conv2d backward {name} {dt}"), tol::MATMUL, |d| {
                 let x = param(40, xs, dt, d);
                 let w = param(41, ws, dt, d);
                 let b = param(42, &[ws[0]], dt, d);
@@ -454,21 +285,21 @@ fn convolution_and_pooling_gradients() {
         }
     }
     for dt in FLOATS {
-        p.check(format!("conv_transpose2d backward {dt}"), Tol::MATMUL, |d| {
+        p.check(format!("conv_transpose2d backward {dt}"), tol::MATMUL, |d| {
             let x = param(43, &[2, 4, 5, 5], dt, d);
             let w = param(44, &[4, 2, 3, 3], dt, d);
             let b = param(45, &[2], dt, d);
             let args = ConvTransposeArgs::default().stride(2).padding(1).output_padding(1);
             backward(&x.conv_transpose2d(&w, Some(&b), &args)?, &[&x, &w, &b], d)
         });
-        p.check(format!("im2col/col2im backward {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("im2col/col2im backward {dt}"), tol::REDUCTION, |d| {
             let x = param(46, &[2, 3, 7, 6], dt, d);
             let args = UnfoldArgs::new([2, 3]).stride(2).padding(1);
             let cols = x.im2col(&args)?;
             let back = cols.col2im([7, 6], &args)?;
             backward(&Var::cat(&[&cols.flatten_all(), &back.flatten_all()], 0)?, &[&x], d)
         });
-        p.check(format!("pooling backward {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("pooling backward {dt}"), tol::REDUCTION, |d| {
             // Distinct values keep max pooling's argmax unique (and its gradient defined).
             let n = 2 * 3 * 9 * 8;
             let perm: Vec<f64> = (0..n).map(|i| ((i * 37) % n) as f64 * 0.01).collect();
@@ -491,9 +322,9 @@ fn convolution_and_pooling_gradients() {
 #[test]
 fn normalisation_attention_and_loss_gradients() {
     require_cuda!();
-    let mut p = Parity::new("normalisation_attention_and_loss_gradients");
+    let mut p = Parity::of_gradients("normalisation_attention_and_loss_gradients");
     for dt in FLOATS {
-        p.check(format!("batch norm backward {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("batch norm backward {dt}"), tol::REDUCTION, |d| {
             let x = param(50, &[4, 3, 5, 6], dt, d);
             let w = param(51, &[3], dt, d);
             let b = param(52, &[3], dt, d);
@@ -501,7 +332,7 @@ fn normalisation_attention_and_loss_gradients() {
             backward(&y, &[&x, &w, &b], d)
         });
         for causal in [false, true] {
-            p.check(format!("attention backward causal {causal} {dt}"), Tol::MATMUL, |d| {
+            p.check(format!("attention backward causal {causal} {dt}"), tol::MATMUL, |d| {
                 let q = param(53, &[2, 3, 5, 8], dt, d);
                 let k = param(54, &[2, 3, 7, 8], dt, d);
                 let v = param(55, &[2, 3, 7, 4], dt, d);
@@ -514,7 +345,7 @@ fn normalisation_attention_and_loss_gradients() {
             for reduction in [LossReduction::Mean, LossReduction::Sum, LossReduction::None] {
                 p.check(
                     format!("cross_entropy backward smoothing {smoothing} {reduction:?} {dt}"),
-                    Tol::REDUCTION,
+                    tol::REDUCTION,
                     |d| {
                         let x = param(57, &[6, 5], dt, d);
                         let t = ints(&[0, 4, -100, 2, 2, 1], &[6], d);
@@ -565,9 +396,9 @@ fn second_order(loss: &Var, params: &[&Var], dev: Device) -> Result<Vec<Tensor>>
 #[test]
 fn second_order_gradients() {
     require_cuda!();
-    let mut p = Parity::new("second_order_gradients");
+    let mut p = Parity::of_gradients("second_order_gradients");
     for dt in FLOATS {
-        p.check(format!("MLP with cross_entropy, second order {dt}"), Tol::MATMUL, |d| {
+        p.check(format!("MLP with cross_entropy, second order {dt}"), tol::MATMUL, |d| {
             let x = Var::new(data(60, &[8, 12], dt, any, d));
             let (w1, b1, w2, b2) = (
                 param(61, &[16, 12], dt, d),
@@ -589,7 +420,7 @@ fn second_order_gradients() {
             )?;
             second_order(&loss, &[&w1, &b1, &w2, &b2], d)
         });
-        p.check(format!("conv2d, second order {dt}"), Tol::MATMUL, |d| {
+        p.check(format!("conv2d, second order {dt}"), tol::MATMUL, |d| {
             let x = param(65, &[2, 3, 8, 8], dt, d);
             let w = param(66, &[4, 3, 3, 3], dt, d);
             let b = param(67, &[4], dt, d);
@@ -597,7 +428,7 @@ fn second_order_gradients() {
             let loss = y.mul(&Var::new(data(68, &[2, 4, 8, 8], dt, any, d)))?.sum_all();
             second_order(&loss, &[&x, &w, &b], d)
         });
-        p.check(format!("softmax and log_softmax / nll, second order {dt}"), Tol::MATMUL, |d| {
+        p.check(format!("softmax and log_softmax / nll, second order {dt}"), tol::MATMUL, |d| {
             let x = param(69, &[6, 5], dt, d);
             let t = ints(&[1, 0, 4, 4, 2, 3], &[6], d);
             let nll = x.log_softmax(1)?.class_loss(

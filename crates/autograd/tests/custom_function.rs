@@ -4,8 +4,9 @@
 
 use ember_autograd::{Function, FunctionCtx, Var, grad, gradcheck};
 use ember_tensor::{DType, Error, Result, Tensor};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// `out = input @ weight^T + bias`, computing only the gradients asked for.
 struct LinearFunction;
@@ -66,11 +67,11 @@ struct Probe(Arc<Mutex<Vec<Vec<bool>>>>);
 
 impl Function for Probe {
     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.0.lock().unwrap().push((0..inputs.len()).map(|i| ctx.needs_input_grad(i)).collect());
+        self.0.lock().push((0..inputs.len()).map(|i| ctx.needs_input_grad(i)).collect());
         Ok(vec![inputs[0].add(&inputs[1])?])
     }
     fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
-        self.0.lock().unwrap().push(vec![ctx.needs_input_grad(0), ctx.needs_input_grad(1)]);
+        self.0.lock().push(vec![ctx.needs_input_grad(0), ctx.needs_input_grad(1)]);
         Ok(vec![Some(grads[0].clone()), Some(grads[0].clone())])
     }
 }
@@ -83,14 +84,14 @@ fn needs_input_grad_reflects_requires_grad_and_the_requested_inputs() -> Result<
     let y = Probe(log.clone()).apply(&[&a, &c])?.remove(0);
     y.sum_all().backward()?;
     // Only `a` requires grad, in forward and in backward.
-    assert_eq!(*log.lock().unwrap(), vec![vec![true, false], vec![true, false]]);
+    assert_eq!(*log.lock(), vec![vec![true, false], vec![true, false]]);
 
     // grad() asking for one of two parameters.
     let log = Arc::new(Mutex::new(Vec::new()));
     let b = Var::param(randn(&[2]));
     let y = Probe(log.clone()).apply(&[&a, &b])?.remove(0).sum_all();
     grad(&[&y], &[&b], &[], false, false)?;
-    assert_eq!(log.lock().unwrap()[1], vec![false, true]);
+    assert_eq!(log.lock()[1], vec![false, true]);
     Ok(())
 }
 
@@ -166,7 +167,7 @@ impl Function for Split {
         Ok(vec![inputs[0].mul_scalar(2.0), inputs[0].mul_scalar(3.0), inputs[0].argmax(0, false)?])
     }
     fn backward(&self, ctx: &FunctionCtx, grads: &[Var]) -> Result<Vec<Option<Var>>> {
-        self.0.lock().unwrap().push((0..3).map(|j| ctx.output_has_grad(j)).collect());
+        self.0.lock().push((0..3).map(|j| ctx.output_has_grad(j)).collect());
         // Outputs without a gradient arrive as zeros of their shape and dtype.
         for (j, g) in grads.iter().enumerate() {
             if !ctx.output_has_grad(j) {
@@ -185,12 +186,12 @@ fn unused_outputs_arrive_as_zeros_and_integer_outputs_do_not_require_grad() -> R
     let outs = Split(log.clone()).apply(&[&x])?;
     assert!(!outs[2].requires_grad(), "an integer output");
     outs[0].sum_all().backward()?;
-    assert_eq!(*log.lock().unwrap(), vec![vec![true, false, false]]);
+    assert_eq!(*log.lock(), vec![vec![true, false, false]]);
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![2.0, 2.0]);
     // A later backward through the other output alone sees only that one.
     x.zero_grad();
     outs[1].sum_all().backward()?;
-    assert_eq!(log.lock().unwrap()[1], vec![false, true, false]);
+    assert_eq!(log.lock()[1], vec![false, true, false]);
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![3.0, 3.0]);
     Ok(())
 }
@@ -354,7 +355,7 @@ impl Function for ExpSavingCopy {
     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let y = inputs[0].exp();
         let copy = y.copy();
-        *self.saved.lock().unwrap() = Some(Arc::downgrade(copy.storage()));
+        *self.saved.lock() = Some(Arc::downgrade(copy.storage()));
         ctx.save_for_backward(&[&copy]);
         Ok(vec![y])
     }
@@ -371,7 +372,7 @@ fn backward_frees_saved_tensors_unless_the_graph_is_retained() -> Result<()> {
     let x = Var::param(Tensor::from_vec(vec![0.5f64, 1.0], [2])?);
     let saved = Arc::new(Mutex::new(None));
     let y = ExpSavingCopy { saved: saved.clone() }.apply(&[&x])?.remove(0).sum_all();
-    let weak = saved.lock().unwrap().clone().expect("forward saved a tensor");
+    let weak = saved.lock().clone().expect("forward saved a tensor");
     y.backward_with(None, true)?;
     assert!(weak.upgrade().is_some(), "retain_graph keeps the saved tensor");
     y.backward()?;
@@ -381,7 +382,7 @@ fn backward_frees_saved_tensors_unless_the_graph_is_retained() -> Result<()> {
     assert!(e.contains("ExpSavingCopy") && e.contains("backward through the graph a second time"), "{e}");
     // The same with grad().
     let y = ExpSavingCopy { saved: saved.clone() }.apply(&[&x])?.remove(0).sum_all();
-    let weak = saved.lock().unwrap().clone().expect("forward saved a tensor");
+    let weak = saved.lock().clone().expect("forward saved a tensor");
     grad(&[&y], &[&x], &[], false, false)?;
     assert!(weak.upgrade().is_none());
     assert!(grad(&[&y], &[&x], &[], false, false).is_err());

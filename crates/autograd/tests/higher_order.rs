@@ -9,10 +9,7 @@
 
 use ember_autograd::{Var, grad};
 use ember_tensor::{DType, Result, Tensor};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
-
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/higher_order.json");
+use ember_testing::{Case, LazyFixture, Tolerance};
 
 fn scalar(v: f64) -> Var {
     Var::param(Tensor::scalar(v))
@@ -90,17 +87,12 @@ fn hessian_vector_product_matches_the_explicit_hessian() -> Result<()> {
 
 // ---- PyTorch parity ---------------------------------------------------------------------
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/higher_order.json";
+static FIXTURE: LazyFixture = ember_testing::parity_fixture!("higher_order.json");
 const TOL: Tolerance = Tolerance::new(1e-5, 1e-5);
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
 
 /// Replays scenario `name` with `build`, panicking with every problem found.
 fn replay(name: &str, build: impl FnOnce(&mut Case<'_>) -> Result<()>) {
-    run_scenario(fixture(), FIXTURE_PATH, name, TOL, build);
+    FIXTURE.run(name, TOL, build);
 }
 
 /// `x @ w^T + b` (nn.Linear).
@@ -218,6 +210,6 @@ fn input_gradient_penalty_case(c: &mut Case<'_>) -> Result<()> {
 
 #[test]
 fn every_fixture_scenario_has_a_test() {
-    let names = fixture().names();
+    let names = FIXTURE.get().names();
     assert_eq!(names, ["wgan_gp_tanh", "wgan_gp_leaky_relu", "hvp_mlp", "input_gradient_penalty"]);
 }

@@ -4,7 +4,8 @@
 
 use ember_autograd::Var;
 use ember_tensor::{Result, Tensor};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 fn param(v: &[f64]) -> Var {
     Var::param(Tensor::from_slice(v, [v.len()]).expect("a valid tensor"))
@@ -16,22 +17,19 @@ fn hooks_run_in_registration_order_and_chain() -> Result<()> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (s1, s2, s3) = (seen.clone(), seen.clone(), seen.clone());
     x.register_hook(move |g| {
-        s1.lock().unwrap().push(("first", g.value().to_vec::<f64>()?));
+        s1.lock().push(("first", g.value().to_vec::<f64>()?));
         Ok(Some(g.mul_scalar(2.0)))
     })?;
     x.register_hook(move |g| {
-        s2.lock().unwrap().push(("second", g.value().to_vec::<f64>()?));
+        s2.lock().push(("second", g.value().to_vec::<f64>()?));
         Ok(None) // keeps the gradient
     })?;
     x.register_hook(move |g| {
-        s3.lock().unwrap().push(("third", g.value().to_vec::<f64>()?));
+        s3.lock().push(("third", g.value().to_vec::<f64>()?));
         Ok(Some(g.add_scalar(1.0)))
     })?;
     x.mul_scalar(3.0).sum_all().backward()?;
-    assert_eq!(
-        *seen.lock().unwrap(),
-        vec![("first", vec![3.0, 3.0]), ("second", vec![6.0, 6.0]), ("third", vec![6.0, 6.0])]
-    );
+    assert_eq!(*seen.lock(), vec![("first", vec![3.0, 3.0]), ("second", vec![6.0, 6.0]), ("third", vec![6.0, 6.0])]);
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![7.0, 7.0]);
     Ok(())
 }
@@ -53,11 +51,11 @@ fn removed_hooks_no_longer_run() -> Result<()> {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let (c1, c2) = (calls.clone(), calls.clone());
     let h1 = x.register_hook(move |_| {
-        c1.lock().unwrap().push(1);
+        c1.lock().push(1);
         Ok(None)
     })?;
     let _h2 = x.register_hook(move |g| {
-        c2.lock().unwrap().push(2);
+        c2.lock().push(2);
         Ok(Some(g.mul_scalar(5.0)))
     })?;
     x.mul_scalar(2.0).sum_all().backward()?;
@@ -65,7 +63,7 @@ fn removed_hooks_no_longer_run() -> Result<()> {
     h1.remove();
     x.zero_grad();
     x.mul_scalar(2.0).sum_all().backward()?;
-    assert_eq!(*calls.lock().unwrap(), vec![1, 2, 2]);
+    assert_eq!(*calls.lock(), vec![1, 2, 2]);
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![10.0]);
     Ok(())
 }
@@ -98,7 +96,7 @@ fn post_accumulate_hooks_collect_gradients_as_they_become_ready() -> Result<()> 
         w.register_post_accumulate_grad_hook(move |leaf| {
             // The hook sees the accumulated .grad of its leaf.
             let g = leaf.grad().expect("accumulated before the hook").to_vec::<f64>()?;
-            r.lock().unwrap().push((i, g[0]));
+            r.lock().push((i, g[0]));
             Ok(())
         })?;
     }
@@ -109,14 +107,14 @@ fn post_accumulate_hooks_collect_gradients_as_they_become_ready() -> Result<()> 
     }
     h.sum_all().backward()?;
     // y = x w0 w1 w2 = 2 * 1 * 2 * 3 = 12; dy/dwi = y / wi.
-    assert_eq!(*ready.lock().unwrap(), vec![(2, 4.0), (1, 6.0), (0, 12.0)]);
+    assert_eq!(*ready.lock(), vec![(2, 4.0), (1, 6.0), (0, 12.0)]);
     // They see the accumulated value on a second backward.
     let mut h = x.clone();
     for w in &ws {
         h = h.mul(w)?;
     }
     h.sum_all().backward()?;
-    assert_eq!(ready.lock().unwrap()[3..], [(2, 8.0), (1, 12.0), (0, 24.0)]);
+    assert_eq!(ready.lock()[3..], [(2, 8.0), (1, 12.0), (0, 24.0)]);
     Ok(())
 }
 
@@ -142,13 +140,13 @@ fn removed_post_accumulate_hooks_no_longer_run() -> Result<()> {
     let count = Arc::new(Mutex::new(0));
     let c = count.clone();
     let h = w.register_post_accumulate_grad_hook(move |_| {
-        *c.lock().unwrap() += 1;
+        *c.lock() += 1;
         Ok(())
     })?;
     w.mul_scalar(2.0).sum_all().backward()?;
     h.remove();
     w.mul_scalar(2.0).sum_all().backward()?;
-    assert_eq!(*count.lock().unwrap(), 1);
+    assert_eq!(*count.lock(), 1);
     assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![4.0]);
     Ok(())
 }

@@ -16,64 +16,35 @@
 
 use ember_autograd::{Var, grad};
 use ember_tensor::{DType, Result, Tensor};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
+use ember_testing::{Case, Tolerance};
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/autograd.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/autograd.json");
-const TOL: Tolerance = Tolerance::new(1e-5, 1e-5);
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-/// Runs one scenario against its fixture entry and panics with every problem found.
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    run_scenario(fixture(), FIXTURE_PATH, name, TOL, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(
-    mlp_layer,
-    mlp2_cross_entropy,
-    mlp2_cross_entropy_f32,
-    broadcast_chain,
-    broadcast_chain_batched,
-    multi_path_reuse,
-    softmax_chain,
-    activation_chain,
-    matmul_batched,
-    views_chain,
-    views_chain_more,
-    indexing_chain,
-    reductions_chain,
-    kinks_and_ties,
-    backward_variants,
-    usage_two_losses,
-    usage_multi_task,
-    usage_gan_detach,
-    usage_frozen_adapter,
-    usage_grad_accumulation,
-    usage_second_derivative,
-);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "autograd.json",
+    tolerance: |_| Tolerance::new(1e-5, 1e-5),
+    scenarios: [
+        mlp_layer,
+        mlp2_cross_entropy,
+        mlp2_cross_entropy_f32,
+        broadcast_chain,
+        broadcast_chain_batched,
+        multi_path_reuse,
+        softmax_chain,
+        activation_chain,
+        matmul_batched,
+        views_chain,
+        views_chain_more,
+        indexing_chain,
+        reductions_chain,
+        kinks_and_ties,
+        backward_variants,
+        usage_two_losses,
+        usage_multi_task,
+        usage_gan_detach,
+        usage_frozen_adapter,
+        usage_grad_accumulation,
+        usage_second_derivative,
+    ],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

@@ -4,7 +4,8 @@
 
 use ember_autograd::{Function, FunctionCtx, SavedTensorsHooksGuard, Var, grad, saved_tensors_hooks};
 use ember_tensor::{DType, Result, Tensor};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 fn param(v: &[f64], shape: &[usize]) -> Var {
     Var::param(Tensor::from_slice(v, shape.to_vec()).expect("a valid tensor"))
@@ -20,11 +21,11 @@ fn logging(
     let (l1, l2) = (log.clone(), log.clone());
     (
         move |t: &Tensor| {
-            l1.lock().unwrap().push(("pack", t.to_vec_f64().unwrap_or_default()));
+            l1.lock().push(("pack", t.to_vec_f64().unwrap_or_default()));
             t.clone()
         },
         move |t: &Tensor| {
-            l2.lock().unwrap().push(("unpack", t.to_vec_f64()?));
+            l2.lock().push(("unpack", t.to_vec_f64()?));
             Ok(t.clone())
         },
     )
@@ -41,11 +42,11 @@ fn pack_and_unpack_are_called_once_per_saved_value_in_order() -> Result<()> {
         let e = p.exp(); // saves its output
         Ok(e.add(&a)?.sum_all()) // add and sum save nothing
     })?;
-    let packs: Vec<_> = log.lock().unwrap().clone();
+    let packs: Vec<_> = log.lock().clone();
     let e = [3.0f64.exp(), 8.0f64.exp()];
     assert_eq!(packs, vec![("pack", vec![1.0, 2.0]), ("pack", vec![3.0, 4.0]), ("pack", e.to_vec())]);
     loss.backward()?;
-    let calls = log.lock().unwrap()[3..].to_vec();
+    let calls = log.lock()[3..].to_vec();
     // Backward runs exp first (its output), then mul (its inputs, as its formula reads them).
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(calls[0], ("unpack", e.to_vec()));
@@ -67,7 +68,7 @@ fn hooks_are_inactive_outside_their_scope() -> Result<()> {
     let inside = saved_tensors_hooks(pack, unpack, || x.exp());
     let outside = x.exp();
     inside.add(&outside)?.sum_all().backward()?;
-    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    let kinds: Vec<&str> = log.lock().iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, vec!["pack", "unpack"]);
     Ok(())
 }
@@ -84,7 +85,7 @@ fn gradients_are_unchanged_by_identity_hooks() -> Result<()> {
     let loss = saved_tensors_hooks(pack, unpack, || f(&w))?;
     let hooked = grad(&[&loss], &[&w], &[], false, false)?[0].clone().unwrap().value().to_vec::<f64>()?;
     assert_eq!(plain, hooked);
-    let log = log.lock().unwrap();
+    let log = log.lock();
     let count = |kind: &str| log.iter().filter(|(k, _)| *k == kind).count();
     // matmul saves x and w, tanh and log_softmax their outputs, square its input; backward
     // unpacks only what it reads: matmul needs x alone for the gradient of w.
@@ -141,7 +142,7 @@ fn nested_hooks_apply_innermost_and_restore_the_outer_ones() -> Result<()> {
     let (l1, l2) = (log.clone(), log.clone());
     let outer = SavedTensorsHooksGuard::new(
         move |t: &Tensor| {
-            l1.lock().unwrap().push(("outer", t.to_vec_f64().unwrap_or_default()));
+            l1.lock().push(("outer", t.to_vec_f64().unwrap_or_default()));
             t.clone()
         },
         |p: &Tensor| Ok(p.clone()),
@@ -149,7 +150,7 @@ fn nested_hooks_apply_innermost_and_restore_the_outer_ones() -> Result<()> {
     let a = x.exp();
     let b = saved_tensors_hooks(
         move |t: &Tensor| {
-            l2.lock().unwrap().push(("inner", t.to_vec_f64().unwrap_or_default()));
+            l2.lock().push(("inner", t.to_vec_f64().unwrap_or_default()));
             t.clone()
         },
         |p: &Tensor| Ok(p.clone()),
@@ -158,7 +159,7 @@ fn nested_hooks_apply_innermost_and_restore_the_outer_ones() -> Result<()> {
     let c = x.sigmoid(); // the outer hooks again
     drop(outer);
     let d = x.tanh(); // none
-    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    let kinds: Vec<&str> = log.lock().iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, vec!["outer", "inner", "outer"]);
     a.add(&b)?.add(&c)?.add(&d)?.sum_all().backward()?;
     Ok(())
@@ -202,7 +203,7 @@ fn a_pack_hook_may_use_var_operations_without_recursing() -> Result<()> {
     let c = count.clone();
     let y = saved_tensors_hooks(
         move |t: &Tensor| {
-            *c.lock().unwrap() += 1;
+            *c.lock() += 1;
             // Var operations inside pack are not packed themselves.
             Var::new(t.clone()).exp().log().value()
         },
@@ -210,7 +211,7 @@ fn a_pack_hook_may_use_var_operations_without_recursing() -> Result<()> {
         || x.square(),
     );
     y.sum_all().backward()?;
-    assert_eq!(*count.lock().unwrap(), 1);
+    assert_eq!(*count.lock(), 1);
     let g = x.grad().unwrap().to_vec::<f64>()?;
     assert!((g[0] - 2.0).abs() < 1e-12 && (g[1] - 4.0).abs() < 1e-12);
     Ok(())
@@ -238,7 +239,7 @@ fn custom_functions_pack_what_they_save() -> Result<()> {
     let (pack, unpack) = logging(&log);
     let y = saved_tensors_hooks(pack, unpack, || Scale.apply(&[&x, &w]))?;
     y[0].sum_all().backward()?;
-    let kinds: Vec<&str> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    let kinds: Vec<&str> = log.lock().iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, vec!["pack", "pack", "unpack", "unpack"]);
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![3.0, 5.0]);
     assert_eq!(w.grad().unwrap().to_vec::<f64>()?, vec![1.0, 2.0]);
@@ -329,7 +330,7 @@ fn a_second_backward_after_packs_were_freed_recomputes() -> Result<()> {
     loss.backward_with(None, true)?;
     loss.backward()?; // the packs are still there: unpacked again, then freed
     loss.backward()?; // nothing packed left: recomputed from the leaves
-    let unpacks = log.lock().unwrap().iter().filter(|(k, _)| *k == "unpack").count();
+    let unpacks = log.lock().iter().filter(|(k, _)| *k == "unpack").count();
     assert_eq!(unpacks, 4, "exp's output and sin's input, unpacked by the first two backward calls");
     let g = w.grad().expect("a gradient").to_vec::<f64>()?;
     for (k, w) in [0.5f64, 1.5].iter().enumerate() {
@@ -348,7 +349,7 @@ struct SavesACopy {
 impl Function for SavesACopy {
     fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let doubled = inputs[0].mul_scalar(2.0);
-        *self.storage.lock().unwrap() = Some(Arc::downgrade(doubled.storage()));
+        *self.storage.lock() = Some(Arc::downgrade(doubled.storage()));
         ctx.save_for_backward(&[&doubled]);
         Ok(vec![inputs[0].square()])
     }
@@ -366,7 +367,7 @@ fn custom_functions_drop_what_they_packed() -> Result<()> {
         |p: &Tensor| Ok(p.to_dtype(DType::F64)),
         || SavesACopy { storage: storage.clone() }.apply(&[&x]),
     )?;
-    let weak = storage.lock().unwrap().clone().expect("forward ran");
+    let weak = storage.lock().clone().expect("forward ran");
     assert!(weak.upgrade().is_none(), "the original outlived its packed copy");
     y[0].sum_all().backward()?;
     assert_eq!(x.grad().expect("a gradient").to_vec::<f64>()?, vec![2.0, 6.0]);

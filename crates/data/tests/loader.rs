@@ -2,8 +2,9 @@
 
 use ember_data::{DataLoader, Dataset, Sampler, TensorDataset};
 use ember_tensor::{DType, Error, Result, Tensor, manual_seed};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -222,13 +223,13 @@ fn the_transform_runs_on_the_worker_thread() {
             .batch_size(5)
             .prefetch(prefetch)
             .transform(move |b| {
-                log.lock().unwrap().push(std::thread::current().id());
+                log.lock().push(std::thread::current().id());
                 Ok(b)
             })
             .build()
             .unwrap();
         assert_eq!(loader.iter().count(), 4);
-        let threads = seen.lock().unwrap().clone();
+        let threads = seen.lock().clone();
         assert_eq!(threads.len(), 4);
         let here = std::thread::current().id();
         assert!(threads.iter().all(|&t| (t == here) == (prefetch == 0)), "prefetch {prefetch}: {threads:?}");

@@ -64,11 +64,11 @@ fn a_broken_group_fails_later_collectives_at_once() {
 fn a_rank_that_never_arrives_times_out_with_the_missing_rank() {
     let timeout = Duration::from_millis(300);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let rx = std::sync::Mutex::new(rx);
+    let rx = parking_lot::Mutex::new(rx);
     let out = LocalGroup::spawn_with_timeout(2, timeout, |g| {
         if g.rank() == 1 {
             // Alive but stuck elsewhere until rank 0 gave up.
-            let _ = rx.lock().map(|r| r.recv());
+            let _ = rx.lock().recv();
             return Ok(());
         }
         let res = g.all_reduce(&Tensor::ones([1], DType::F32)?, ReduceOp::Sum);

@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | [`tensor`] | `ember-tensor` | `Tensor`, dtypes, layouts, storage, the CPU backend |
 //! | [`autograd`] | `ember-autograd` | `Var`, backward, `grad`, grad mode, hooks, gradcheck |
-//! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
+//! | [`io`] | `ember-io` | `StateDict`, safetensors files and `torch.save` checkpoints |
+//! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` (its files re-exported from `io`) |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
 //! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
@@ -48,6 +49,7 @@ pub mod transfer;
 pub use ember_autograd as autograd;
 pub use ember_data as data;
 pub use ember_distributed as distributed;
+pub use ember_io as io;
 /// `ember-nn`: modules, layers, losses and model files; see [`ember_nn`]. Its
 /// `#[derive(Module)]` reaches the crate through `ember::nn` here, so that a crate depending
 /// on `ember` alone can derive.

@@ -11,7 +11,8 @@ use ember::mnist::{LAYERS, mlp};
 use ember::nn::{CrossEntropyOptions, Module, Sequential, cross_entropy};
 use ember::optim::{Adam, AdamConfig, Optimizer};
 use ember::tensor::{Result, Tensor};
-use std::sync::{Mutex, mpsc};
+use parking_lot::Mutex;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a piece of concurrent work may take before it is declared deadlocked: far
@@ -63,7 +64,7 @@ fn train(model: Sequential, data: Vec<(Tensor, Tensor)>) -> Result<(Vec<u64>, Ve
 /// global RNG, so seeding and drawing hold a lock.
 fn model(seed: u64) -> Sequential {
     static RNG: Mutex<()> = Mutex::new(());
-    let _held = RNG.lock().unwrap_or_else(|p| p.into_inner());
+    let _held = RNG.lock();
     ember::manual_seed(seed);
     mlp().unwrap()
 }

@@ -18,7 +18,7 @@ use ember::nn::{
 use ember::onnx::{ExportOptions, export_bytes, load_bytes};
 use ember::optim::{Adam, AdamConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig, Sgd, SgdConfig, clip_grad_norm_};
 use ember::prelude::*;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use parking_lot::{Mutex, MutexGuard};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -80,7 +80,7 @@ fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64, slack: f64) -> R
 
 /// Holds the global generator for the calling test (see [`SEEDED`]).
 fn seeded() -> MutexGuard<'static, ()> {
-    SEEDED.lock().unwrap_or_else(PoisonError::into_inner)
+    SEEDED.lock()
 }
 
 /// Runs `run` with seed 0 on the CPU and on `device` and compares the outcomes.

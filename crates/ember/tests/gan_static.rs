@@ -13,12 +13,13 @@
 use ember::gan::{self, Gan, GanConfig, PIXELS};
 use ember::nn::Module;
 use ember::{DType, Result, Var, manual_seed};
+use parking_lot::Mutex;
 
 const STEPS: usize = 300;
 
 /// Both tests replay the global generator from seed 0; run side by side, their draws
 /// would interleave.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
     params.iter().map(|p| p.value().to_vec::<f32>()).collect()
@@ -26,7 +27,7 @@ fn snapshot(params: &[Var]) -> Result<Vec<Vec<f32>>> {
 
 #[test]
 fn static_gan_routes_gradients_reuses_its_graphs_and_trains() -> Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock();
     manual_seed(0);
     let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist"), 2048)?;
     let mut gan = Gan::new(GanConfig::default())?;
@@ -89,7 +90,7 @@ fn static_gan_routes_gradients_reuses_its_graphs_and_trains() -> Result<()> {
 /// first steps as the static loop above, from the same seed: same losses, same weights.
 #[test]
 fn eager_and_static_modes_take_the_same_first_steps() -> Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock();
     use ember::gan::eager::{EagerGan, GanLoss};
     use ember::optim::AdamConfig;
     const FIRST: usize = 5;

@@ -6,10 +6,11 @@ use crate::alloc_count;
 use crate::corpus;
 use crate::rng::Rng;
 use crate::target::{Input, Target, names_file_in};
+use parking_lot::Mutex;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -203,7 +204,7 @@ impl Watchdog {
         let thread = std::thread::spawn(move || {
             while !d.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));
-                let guard = c.lock().unwrap_or_else(|p| p.into_inner());
+                let guard = c.lock();
                 if let Some((since, input)) = guard.as_ref()
                     && since.elapsed() > limit
                 {
@@ -217,11 +218,11 @@ impl Watchdog {
     }
 
     fn arm(&self, input: &Input) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), input.clone()));
+        *self.current.lock() = Some((Instant::now(), input.clone()));
     }
 
     fn disarm(&self) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.current.lock() = None;
     }
 
     fn stop(mut self) {

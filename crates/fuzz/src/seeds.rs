@@ -2,7 +2,7 @@
 //! ember produces, plus hand-made invalid files that once were or could be trouble.
 
 use crate::target::{Target, gzip};
-use ember_nn::StateDict;
+use ember_io::StateDict;
 use ember_optim::OptimizerState;
 use ember_tensor::{Result, Tensor};
 use std::collections::BTreeMap;
@@ -16,10 +16,10 @@ pub fn write_all(root: &Path) -> Result<()> {
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
     }
     let st = root.join(Target::Safetensors.name());
-    ember_nn::save_safetensors(st.join("mixed.safetensors"), &mixed_state()?)?;
-    ember_nn::save_safetensors(st.join("empty.safetensors"), &StateDict::new())?;
+    ember_io::save_safetensors(st.join("mixed.safetensors"), &mixed_state()?)?;
+    ember_io::save_safetensors(st.join("empty.safetensors"), &StateDict::new())?;
     let meta = BTreeMap::from([("note".to_string(), "seed".to_string())]);
-    ember_nn::save_safetensors_with_metadata(st.join("metadata.safetensors"), &small_state()?, &meta)?;
+    ember_io::save_safetensors_with_metadata(st.join("metadata.safetensors"), &small_state()?, &meta)?;
 
     let opt = root.join(Target::Optimizer.name());
     adam_state()?.save(opt.join("adam.safetensors"))?;
@@ -52,10 +52,10 @@ pub fn write_all(root: &Path) -> Result<()> {
     write(&mnist, "three.labels", &idx_labels(&[7, 0, 9]))?;
 
     let pt = root.join(Target::TorchPt.name());
-    ember_nn::save_pt(pt.join("ember-state.pt"), &mixed_state()?)?;
+    ember_io::save_pt(pt.join("ember-state.pt"), &mixed_state()?)?;
     let mut adam = adam_state()?;
     adam.scalars.extend([("weight_decay".to_string(), 0.0), ("amsgrad".to_string(), 0.0)]);
-    ember_nn::pt::save_pt_value(pt.join("ember-optimizer.pt"), &adam.to_pt()?)?;
+    ember_io::pt::save_pt_value(pt.join("ember-optimizer.pt"), &adam.to_pt()?)?;
     // PyTorch's own files (strided and shared storages, int and bool tensors, nested
     // containers; an optimizer state), from the parity fixtures.
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/parity/fixtures");

@@ -18,7 +18,7 @@ pub const MAX_DEFLATE_RATIO: usize = 1032;
 /// One file reader of ember.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// `ember_nn::load_safetensors_with_metadata` (and so `load_safetensors`).
+    /// `ember_io::load_safetensors_with_metadata` (and so `load_safetensors`).
     Safetensors,
     /// `ember_optim::OptimizerState::load`.
     Optimizer,
@@ -28,7 +28,7 @@ pub enum Target {
     IdxGz,
     /// `Mnist::load` and `Mnist::load_f32` on a directory of an image and a label file.
     Mnist,
-    /// `ember_nn::load_pt_value` on PyTorch (`torch.save`) checkpoints.
+    /// `ember_io::load_pt_value` on PyTorch (`torch.save`) checkpoints.
     TorchPt,
     /// `ember_onnx::load` on ONNX models.
     Onnx,
@@ -123,7 +123,7 @@ impl Target {
         match self {
             Target::Safetensors => {
                 let path = write(dir, "model.safetensors", &input.main)?;
-                Ok(ember_nn::load_safetensors_with_metadata(&path).map(drop))
+                Ok(ember_io::load_safetensors_with_metadata(&path).map(drop))
             }
             Target::Optimizer => {
                 let path = write(dir, "optimizer.safetensors", &input.main)?;
@@ -153,7 +153,7 @@ impl Target {
             }
             Target::TorchPt => {
                 let path = write(dir, "checkpoint.pt", &input.main)?;
-                Ok(ember_nn::pt::load_pt_value(&path).map(drop))
+                Ok(ember_io::pt::load_pt_value(&path).map(drop))
             }
             Target::Onnx => {
                 let path = write(dir, "model.onnx", &input.main)?;

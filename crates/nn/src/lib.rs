@@ -9,9 +9,11 @@
 //!   parts, [`Buffer`] (`buffer.rs`) holds non-trainable state, and
 //!   [`#[derive(Module)]`](macro@Module) (from `ember-derive`) writes `children` from a
 //!   struct's fields.
-//! - [`StateDict`] (`state_dict.rs`): named tensors in order; [`save_safetensors`] and
-//!   [`load_safetensors`] (`serialize.rs`) read and write them in the safetensors format, so
-//!   models move between ember and PyTorch (`safetensors.torch.save_file` / `load_file`).
+//! - [`StateDict`]: named tensors in order; [`save_safetensors`] and [`load_safetensors`]
+//!   read and write them in the safetensors format, so models move between ember and
+//!   PyTorch (`safetensors.torch.save_file` / `load_file`); [`load_pt`] and [`save_pt`] (and
+//!   [`pt`]) read and write `torch.save` checkpoints. All of them live in `ember-io` and are
+//!   re-exported here.
 //! - Layers (`layers/`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`] (and
 //!   [`ConvTranspose1d`]), [`Embedding`], [`LayerNorm`], [`Sequential`],
 //!   [`Flatten`], [`Unflatten`], [`Identity`], [`Dropout`], the pools ([`MaxPool2d`],
@@ -76,16 +78,12 @@
 // `#[derive(Module)]` names this crate `::ember_nn`, inside it too.
 extern crate self as ember_nn;
 
-mod atomic_file;
 mod buffer;
 pub mod init;
 mod layers;
 mod loss;
 mod module;
 mod parts;
-pub mod pt;
-mod serialize;
-mod state_dict;
 
 pub use buffer::Buffer;
 pub use ember_derive::Module;
@@ -115,11 +113,13 @@ pub use loss::{
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
 pub use parts::{ModuleField, Part, Parts};
-pub use pt::{load_pt, save_pt};
-pub use serialize::{
-    load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
+
+// The model and checkpoint files live in `ember-io`; these keep their ember-nn paths.
+pub use ember_io::pt;
+pub use ember_io::{
+    StateDict, load_pt, load_safetensors, load_safetensors_with_metadata, save_pt, save_safetensors,
+    save_safetensors_with_metadata,
 };
-pub use state_dict::StateDict;
 
 /// The functional forms of the layers and losses, for `use ember_nn::functional as F`.
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument

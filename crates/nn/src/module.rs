@@ -1,8 +1,7 @@
 //! The [`Module`] trait, the training-mode flag and the file helpers of [`ModuleExt`].
 
-use crate::serialize::{load_safetensors, save_safetensors};
-use crate::state_dict::StateDict;
 use ember_autograd::{Var, no_grad};
+use ember_io::{StateDict, load_safetensors, save_safetensors};
 use ember_tensor::{Device, Error, Result, Tensor};
 use std::collections::HashSet;
 use std::path::Path;

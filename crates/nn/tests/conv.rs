@@ -13,14 +13,14 @@ use ember_nn::{
     ModuleExt, Sequential,
 };
 use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Padding, Tensor, UnfoldArgs, manual_seed};
-use std::sync::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 /// Every test here draws from the global generator (initial weights, inputs), and some
 /// seed it and compare draws: each holds this lock throughout, so draws never interleave.
 static SEEDED: Mutex<()> = Mutex::new(());
 
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    SEEDED.lock().unwrap_or_else(|e| e.into_inner())
+fn lock() -> MutexGuard<'static, ()> {
+    SEEDED.lock()
 }
 
 fn randn(shape: &[usize]) -> Var {

@@ -9,7 +9,7 @@ use common::values;
 use ember_autograd::Var;
 use ember_nn::{Dropout, Linear, Module, ReLU, Sequential};
 use ember_tensor::{DType, Tensor, manual_seed};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 static SEEDED: Mutex<()> = Mutex::new(());
 
@@ -19,7 +19,7 @@ fn all_values(m: &dyn Module) -> Vec<Vec<f64>> {
 
 #[test]
 fn linear_draws_weight_then_bias_from_the_global_generator() {
-    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = SEEDED.lock();
     manual_seed(3);
     let layer = Linear::new(5, 3).unwrap();
     manual_seed(3);
@@ -32,7 +32,7 @@ fn linear_draws_weight_then_bias_from_the_global_generator() {
 
 #[test]
 fn models_are_reproducible_under_manual_seed() {
-    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = SEEDED.lock();
     let build = || Sequential::new().add(Linear::new(6, 8).unwrap()).add(ReLU).add(Linear::new(8, 2).unwrap());
     manual_seed(42);
     let a = build();
@@ -46,7 +46,7 @@ fn models_are_reproducible_under_manual_seed() {
 
 #[test]
 fn dropout_masks_are_reproducible_under_manual_seed() {
-    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = SEEDED.lock();
     let drop = Dropout::new(0.4).unwrap();
     let x = Var::new(Tensor::ones([256], DType::F32).unwrap());
     manual_seed(9);
@@ -60,7 +60,7 @@ fn dropout_masks_are_reproducible_under_manual_seed() {
 
 #[test]
 fn multihead_attention_draws_in_pytorchs_order() {
-    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = SEEDED.lock();
     let options = ember_nn::MultiheadAttentionOptions { add_bias_kv: true, ..Default::default() };
     manual_seed(5);
     let mha = ember_nn::MultiheadAttention::with_options(4, 2, options).unwrap();

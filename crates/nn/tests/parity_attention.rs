@@ -15,40 +15,12 @@
 use ember_autograd::Var;
 use ember_nn::functional::{SdpaArgs, scaled_dot_product_attention as sdpa};
 use ember_tensor::Result;
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
+use ember_testing::Case;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/attention.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/attention.json");
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let tol = if name.ends_with("_f32") { Tolerance::new(1e-5, 1e-5) } else { Tolerance::new(1e-10, 1e-10) };
-    run_scenario(fixture(), FIXTURE_PATH, name, tol, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(bool_mask, bool_mask_f32, float_mask, causal, scale_broadcast, long_causal_f32);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "attention.json",
+    tolerance: ember_testing::f64_or_f32_by_name,
+    scenarios: [bool_mask, bool_mask_f32, float_mask, causal, scale_broadcast, long_causal_f32],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

@@ -16,51 +16,23 @@ use ember_autograd::{Var, grad};
 use ember_nn::functional as F;
 use ember_nn::{Conv2d, ConvTranspose2d, Module, Sequential, Tanh};
 use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Result, UnfoldArgs};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
+use ember_testing::Case;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/conv.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/conv.json");
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let tol = if name.ends_with("_f32") { Tolerance::new(1e-5, 1e-5) } else { Tolerance::new(1e-10, 1e-10) };
-    run_scenario(fixture(), FIXTURE_PATH, name, tol, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(
-    conv2d_basic,
-    conv2d_basic_f32,
-    conv2d_strided_dilated_grouped,
-    conv2d_depthwise_same,
-    conv1d_mixed,
-    conv_transpose2d_mixed,
-    conv_transpose1d_mixed,
-    unfold_fold,
-    conv_layers_f32,
-    conv_gradient_penalty,
-);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "conv.json",
+    tolerance: ember_testing::f64_or_f32_by_name,
+    scenarios: [
+        conv2d_basic,
+        conv2d_basic_f32,
+        conv2d_strided_dilated_grouped,
+        conv2d_depthwise_same,
+        conv1d_mixed,
+        conv_transpose2d_mixed,
+        conv_transpose1d_mixed,
+        unfold_fold,
+        conv_layers_f32,
+        conv_gradient_penalty,
+    ],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

@@ -17,53 +17,25 @@ use ember_nn::{
     BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, InstanceNorm2d, InstanceNormOptions, Module, RMSNorm,
 };
 use ember_tensor::{DType, Result};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
+use ember_testing::Case;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/norm.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/norm.json");
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let tol = if name.ends_with("_f32") { Tolerance::new(1e-5, 1e-5) } else { Tolerance::new(1e-10, 1e-10) };
-    run_scenario(fixture(), FIXTURE_PATH, name, tol, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(
-    bn2d_momentum,
-    bn2d_momentum_f32,
-    bn1d_cumulative,
-    bn1d_rank2_no_affine,
-    bn2d_untracked,
-    bn_functional,
-    group_norm_mixed,
-    group_norm_layer_f32,
-    instance_norm_tracked,
-    instance_norm_plain,
-    rms_norm_mixed,
-    rms_norm_layer_f32,
-);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "norm.json",
+    tolerance: ember_testing::f64_or_f32_by_name,
+    scenarios: [
+        bn2d_momentum,
+        bn2d_momentum_f32,
+        bn1d_cumulative,
+        bn1d_rank2_no_affine,
+        bn2d_untracked,
+        bn_functional,
+        group_norm_mixed,
+        group_norm_layer_f32,
+        instance_norm_tracked,
+        instance_norm_plain,
+        rms_norm_mixed,
+        rms_norm_layer_f32,
+    ],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

@@ -14,56 +14,28 @@ use ember_nn::functional as F;
 use ember_nn::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Module, Sequential, Unflatten, Upsample};
 use ember_tensor::Result;
 use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
+use ember_testing::Case;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/pool.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/pool.json");
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let tol = if name.ends_with("_f32") { Tolerance::new(1e-5, 1e-5) } else { Tolerance::new(1e-10, 1e-10) };
-    run_scenario(fixture(), FIXTURE_PATH, name, tol, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(
-    max_pool2d_basic,
-    max_pool2d_basic_f32,
-    max_pool2d_ceil_padded_f32,
-    max_pool2d_dilated,
-    max_pool1d_mixed,
-    avg_pool2d_mixed,
-    avg_pool2d_f32,
-    avg_pool1d_mixed,
-    adaptive_avg_pool_mixed,
-    adaptive_max_pool2d_indices,
-    interpolate_nearest,
-    interpolate_linear,
-    interpolate_linear_f32,
-    pool_layers_f32,
-    pool_double_backward,
-);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "pool.json",
+    tolerance: ember_testing::f64_or_f32_by_name,
+    scenarios: [
+        max_pool2d_basic,
+        max_pool2d_basic_f32,
+        max_pool2d_ceil_padded_f32,
+        max_pool2d_dilated,
+        max_pool1d_mixed,
+        avg_pool2d_mixed,
+        avg_pool2d_f32,
+        avg_pool1d_mixed,
+        adaptive_avg_pool_mixed,
+        adaptive_max_pool2d_indices,
+        interpolate_nearest,
+        interpolate_linear,
+        interpolate_linear_f32,
+        pool_layers_f32,
+        pool_double_backward,
+    ],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

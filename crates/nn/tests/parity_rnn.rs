@@ -17,51 +17,23 @@ use ember_nn::{
     CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmState, Module, Nonlinearity, RNN, RNNCell, RnnOptions, StateDict,
 };
 use ember_tensor::{DType, Result};
-use ember_testing::{Case, ScenarioFixture, Tolerance, parse_fixture, run_scenario};
-use std::sync::OnceLock;
+use ember_testing::Case;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/rnn.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/rnn.json");
-
-fn fixture() -> &'static ScenarioFixture {
-    static F: OnceLock<ScenarioFixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
-}
-
-fn run(name: &str, build: fn(&mut Case<'_>) -> Result<()>) {
-    let tol = if name.ends_with("_f32") { Tolerance::new(1e-5, 1e-5) } else { Tolerance::new(1e-10, 1e-10) };
-    run_scenario(fixture(), FIXTURE_PATH, name, tol, build);
-}
-
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        /// Every scenario this file rebuilds, in the fixture's order.
-        const IMPLEMENTED: &[&str] = &[$(stringify!($name)),*];
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), build::$name);
-            }
-        )*
-    };
-}
-
-scenarios!(
-    lstm_2layer_bidirectional,
-    lstm_2layer_bidirectional_batch_first_f32,
-    lstm_proj,
-    gru_2layer,
-    gru_bidirectional_no_bias_f32,
-    rnn_relu_unbatched,
-    rnn_tanh_2layer,
-    lstm_packed_lengths,
-    gru_packed_lengths,
-    cells,
-);
-
-#[test]
-fn fixture_and_tests_list_the_same_scenarios() {
-    fixture().assert_lists(FIXTURE_PATH, IMPLEMENTED);
+ember_testing::parity_suite! {
+    fixture: "rnn.json",
+    tolerance: ember_testing::f64_or_f32_by_name,
+    scenarios: [
+        lstm_2layer_bidirectional,
+        lstm_2layer_bidirectional_batch_first_f32,
+        lstm_proj,
+        gru_2layer,
+        gru_bidirectional_no_bias_f32,
+        rnn_relu_unbatched,
+        rnn_tanh_2layer,
+        lstm_packed_lengths,
+        gru_packed_lengths,
+        cells,
+    ],
 }
 
 /// The scenarios, each the same computation as the Python function of the same name.

@@ -2,7 +2,8 @@
 //! and an imported model fine-tunes.
 
 use ember_autograd::Var;
-use ember_nn::{Module, load_safetensors};
+use ember_io::load_safetensors;
+use ember_nn::Module;
 use ember_optim::{Optimizer, Sgd};
 use ember_tensor::{Result, Tensor};
 use std::path::PathBuf;

@@ -74,11 +74,11 @@ impl OptimizerState {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let tensors: ember_nn::StateDict = self.tensors.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        let tensors: ember_io::StateDict = self.tensors.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         let mut metadata = BTreeMap::from([(KIND_KEY.to_string(), self.optimizer.clone())]);
         // `Display` of an f64 is the shortest text that parses back to the same number.
         metadata.extend(self.scalars.iter().map(|(k, v)| (format!("{SCALAR_PREFIX}{k}"), v.to_string())));
-        ember_nn::save_safetensors_with_metadata(path, &tensors, &metadata)
+        ember_io::save_safetensors_with_metadata(path, &tensors, &metadata)
     }
 
     /// Reads a state dict written by [`save`](OptimizerState::save). A safetensors file without
@@ -86,7 +86,7 @@ impl OptimizerState {
     /// naming the file.
     pub fn load(path: impl AsRef<Path>) -> Result<OptimizerState> {
         let path = path.as_ref();
-        let (tensors, metadata) = ember_nn::load_safetensors_with_metadata(path)?;
+        let (tensors, metadata) = ember_io::load_safetensors_with_metadata(path)?;
         let Some(kind) = metadata.get(KIND_KEY) else {
             return Err(Error::format(
                 path,

@@ -10,7 +10,7 @@
 //! group, so a checkpoint with several is an error.
 
 use crate::optimizer_state::{OptimizerState, state_key};
-use ember_nn::pt::{PtValue, load_pt_value, save_pt_value};
+use ember_io::pt::{PtValue, load_pt_value, save_pt_value};
 use ember_tensor::{Error, Result, Tensor};
 use std::path::Path;
 

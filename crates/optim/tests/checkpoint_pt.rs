@@ -5,8 +5,8 @@
 //! loads with the same tensors. `EMBER_WRITE_PT_FIXTURES=1` writes that file instead.
 
 use ember_autograd::Var;
-use ember_nn::pt::load_pt_value;
-use ember_nn::{Linear, Module, StateDict, pt::state_dict_from_pt};
+use ember_io::StateDict;
+use ember_io::pt::{load_pt_value, state_dict_from_pt};
 use ember_optim::{Adam, AdamConfig, Optimizer, OptimizerState, Sgd, SgdConfig};
 use ember_tensor::Result;
 use std::path::PathBuf;
@@ -15,13 +15,40 @@ fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/parity/fixtures/checkpoint")).join(name)
 }
 
+/// PyTorch's `nn.Linear(4, 3)` of the script as its two parameters, in `nn.Linear`'s
+/// parameter order; `forward` is the op `nn::Linear` runs.
+struct Linear {
+    weight: Var,
+    bias: Var,
+}
+
+impl Linear {
+    /// Fresh parameters holding copies of the state dict's `weight` and `bias`.
+    fn from_state(state: &StateDict) -> Linear {
+        let param = |k: &str| Var::param(state.get(k).unwrap().copy());
+        Linear { weight: param("weight"), bias: param("bias") }
+    }
+
+    fn parameters(&self) -> Vec<Var> {
+        vec![self.weight.clone(), self.bias.clone()]
+    }
+
+    fn forward(&self, x: &Var) -> Result<Var> {
+        x.linear(&self.weight, Some(&self.bias))
+    }
+
+    /// The parameters' values under their `state_dict()` names.
+    fn state(&self) -> [(&'static str, ember_tensor::Tensor); 2] {
+        [("weight", self.weight.value()), ("bias", self.bias.value())]
+    }
+}
+
 /// The linear layer at the parameters PyTorch had before its fourth step, the input, and
 /// the parameters PyTorch had after it.
 fn before_fourth_step(name: &str) -> Result<(Linear, Var, StateDict)> {
     let step = load_pt_value(fixture(&format!("{name}_step.pt")))?;
     let part = |k: &str| state_dict_from_pt(step.get(k).unwrap()).unwrap();
-    let layer = Linear::new(4, 3)?;
-    layer.load_state_dict(&part("before"))?;
+    let layer = Linear::from_state(&part("before"));
     let x = Var::new(step.get("x").unwrap().as_tensor().unwrap().clone());
     Ok((layer, x, part("after")))
 }
@@ -33,7 +60,7 @@ fn fourth_step_matches(layer: &Linear, x: &Var, opt: &mut dyn Optimizer, after: 
     let y = layer.forward(x)?;
     y.mul(&y)?.sum_all().backward()?;
     opt.step()?;
-    for (k, t) in layer.state_dict().iter() {
+    for (k, t) in layer.state() {
         let ours = t.to_vec::<f32>()?;
         let theirs = after.get(k).unwrap().to_vec::<f32>()?;
         for (a, b) in ours.iter().zip(&theirs) {

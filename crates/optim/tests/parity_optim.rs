@@ -25,14 +25,12 @@ use ember_optim::{
 };
 use ember_tensor::{Error, Result, Tensor};
 use ember_testing::compare::values_like;
-use ember_testing::{FixtureTensor, parse_fixture};
+use ember_testing::{FixtureTensor, LazyFixture};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
-const FIXTURE_PATH: &str = "tools/parity/fixtures/optim.json";
-const FIXTURE: &str = include_str!("../../../tools/parity/fixtures/optim.json");
+static FIXTURE: LazyFixture<Fixture> = ember_testing::parity_fixture!("optim.json");
 const TOL_F64: f64 = 1e-10;
 const TOL_F32: f64 = 1e-5;
 const PARAM_NAMES: [&str; 4] = ["W", "b", "late", "unused"];
@@ -76,11 +74,6 @@ struct ClipCase {
     grads: BTreeMap<String, Option<FixtureTensor>>,
     total_norm: f64,
     clipped: BTreeMap<String, Option<FixtureTensor>>,
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| parse_fixture(FIXTURE_PATH, FIXTURE))
 }
 
 /// The named functions of `LAMBDAS` in `tools/parity/optim.py`.
@@ -307,7 +300,7 @@ fn compare_state(check: &mut Check, got: &OptimizerState, want: &BTreeMap<String
 
 #[test]
 fn optimizer_trajectories_match_pytorch() {
-    let f = fixture();
+    let f = FIXTURE.get();
     let mut failures = Vec::new();
     for case in &f.optimizers {
         match run_optimizer_case(f, case) {
@@ -326,7 +319,7 @@ fn unused_parameter_never_moves_and_late_one_waits() {
     // The trajectories above compare every parameter; this states the two special ones
     // outright for every scenario: `unused` keeps its exact initial value, `late` keeps its
     // value until its first gradient.
-    let f = fixture();
+    let f = FIXTURE.get();
     for case in &f.optimizers {
         let start = &f.problem["unused"].data;
         let start = start.iter().map(|&v| if case.dtype == "f32" { f64::from(v as f32) } else { v });
@@ -343,7 +336,7 @@ fn unused_parameter_never_moves_and_late_one_waits() {
 
 #[test]
 fn schedulers_match_pytorch() {
-    let f = fixture();
+    let f = FIXTURE.get();
     let mut failures = Vec::new();
     for case in &f.schedulers {
         let w = Var::param(Tensor::scalar(0.0f32));
@@ -373,7 +366,7 @@ fn schedulers_match_pytorch() {
 
 #[test]
 fn clip_grad_norm_matches_pytorch() {
-    let f = fixture();
+    let f = FIXTURE.get();
     let mut failures = Vec::new();
     for case in &f.clip {
         let run = || -> Result<Check> {
@@ -418,19 +411,19 @@ fn clip_grad_norm_matches_pytorch() {
 
 #[test]
 fn fixture_covers_every_optimizer_scheduler_and_norm() {
-    let f = fixture();
+    let f = FIXTURE.get();
     let kinds: Vec<&str> = f.optimizers.iter().map(|c| c.optimizer.as_str()).collect();
     for k in ["sgd", "adam", "adamw", "rmsprop"] {
-        assert!(kinds.contains(&k), "no {k} scenario in {FIXTURE_PATH}");
+        assert!(kinds.contains(&k), "no {k} scenario in {}", FIXTURE.path());
     }
     let f32_kinds: Vec<&str> = f.optimizers.iter().filter(|c| c.dtype == "f32").map(|c| c.optimizer.as_str()).collect();
     for k in ["sgd", "adam", "adamw", "rmsprop"] {
-        assert!(f32_kinds.contains(&k), "no f32 {k} scenario in {FIXTURE_PATH}");
+        assert!(f32_kinds.contains(&k), "no f32 {k} scenario in {}", FIXTURE.path());
     }
     let scheds: Vec<&str> =
         f.schedulers.iter().filter_map(|c| c.scheduler.get("kind").and_then(Value::as_str)).collect();
     for k in ["step", "cosine", "lambda"] {
-        assert!(scheds.contains(&k), "no {k} scheduler scenario in {FIXTURE_PATH}");
+        assert!(scheds.contains(&k), "no {k} scheduler scenario in {}", FIXTURE.path());
     }
     assert!(f.clip.iter().any(|c| c.norm_type == "inf"), "no infinity-norm clip scenario");
     assert!(f.clip.iter().any(|c| c.norm_type == 2.0), "no 2-norm clip scenario");

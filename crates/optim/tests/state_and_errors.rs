@@ -350,9 +350,9 @@ fn state_files_that_are_not_optimizer_state_are_refused_by_name() -> Result<()> 
     let dir = std::env::temp_dir();
     // A model's weights: a safetensors file without the optimizer kind.
     let weights = dir.join(format!("ember-optim-weights-{}.safetensors", std::process::id()));
-    let mut model = ember_nn::StateDict::new();
+    let mut model = ember_io::StateDict::new();
     model.insert("0.weight", Tensor::zeros([2, 2], DType::F32)?);
-    ember_nn::save_safetensors(&weights, &model)?;
+    ember_io::save_safetensors(&weights, &model)?;
     let e = OptimizerState::load(&weights).unwrap_err().to_string();
     assert!(e.contains("not an optimizer state file") && e.contains("ember-optim-weights"), "{e}");
     // A scalar that is not a number.
@@ -361,7 +361,7 @@ fn state_files_that_are_not_optimizer_state_are_refused_by_name() -> Result<()> 
         ("ember.optimizer".to_string(), "Adam".to_string()),
         ("ember.scalar.lr".to_string(), "fast".to_string()),
     ]);
-    ember_nn::save_safetensors_with_metadata(&bad, &ember_nn::StateDict::new(), &metadata)?;
+    ember_io::save_safetensors_with_metadata(&bad, &ember_io::StateDict::new(), &metadata)?;
     let e = OptimizerState::load(&bad).unwrap_err().to_string();
     assert!(e.contains("\"lr\" is \"fast\", not a number"), "{e}");
     // A missing file names the file.

@@ -4,8 +4,8 @@
 //! the operator.
 
 use ember_autograd::Var;
+use ember_io::pt::{PtValue, load_pt_value};
 use ember_nn::Module;
-use ember_nn::pt::{PtValue, load_pt_value};
 use ember_tensor::{Result, Tensor};
 use std::path::PathBuf;
 

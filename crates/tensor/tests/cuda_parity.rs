@@ -6,7 +6,7 @@
 //! same way: contiguous, transposed, sliced with a step, expanded (stride 0) or read at an
 //! offset. Results must agree in dtype, shape and device (a device op answers on the
 //! device) and in value: exactly for integer, `u8` and data-movement ops, within a
-//! tolerance for float arithmetic (see [`Tol`] for why each). An op that fails on the CPU
+//! tolerance for float arithmetic (see `mod tol` for why each). An op that fails on the CPU
 //! must fail on the device too, and the other way round.
 //!
 //! Each test gathers all its mismatches and fails once listing them, each naming the op,
@@ -21,83 +21,47 @@ use ember_tensor::{
     InterpolateMode, Layout, LossReduction, MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs,
     manual_seed,
 };
+use ember_testing::cuda::{CPU, CUDA, Parity, Tol, ints, mix, uniform};
 use ember_testing::elementwise::{BINARY, UNARY};
-use std::fmt::Write as _;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use ember_testing::require_cuda;
+use parking_lot::Mutex;
 
-const CUDA: Device = Device::Cuda(0);
-const CPU: Device = Device::Cpu;
 const DTYPES: [DType; 4] = [DType::U8, DType::I64, DType::F32, DType::F64];
 const FLOATS: [DType; 2] = [DType::F32, DType::F64];
-
-/// Whether the device is there; otherwise prints the one skip line.
-fn have_cuda() -> bool {
-    // Without the `cuda` feature, the emulated device stands in for a GPU.
-    Device::emulate_cuda();
-    match CUDA.check_available() {
-        Ok(()) => true,
-        Err(e) => {
-            println!("cuda_parity: skipped, no CUDA device: {e}");
-            false
-        }
-    }
-}
-
-macro_rules! require_cuda {
-    () => {
-        if !have_cuda() {
-            return;
-        }
-    };
-}
 
 // ---------------------------------------------------------------------------------------
 // Tolerances
 // ---------------------------------------------------------------------------------------
 
-/// How close a device result must be to the CPU's: `|dev - cpu| <= abs + rel * |cpu|`,
-/// per dtype (integer and `u8` results are always compared exactly). NaN must meet NaN and
-/// an infinity the same infinity.
-#[derive(Clone, Copy, Debug)]
-struct Tol {
-    f32: (f64, f64),
-    f64: (f64, f64),
-}
+/// How close a device result must be to the CPU's, per kind of op: `(abs, rel)` for `f32`
+/// and for `f64` results (integer and `u8` results are always compared exactly).
+mod tol {
+    use ember_testing::cuda::Tol;
 
-impl Tol {
     /// Data movement, selection, casts, comparisons and exactly rounded IEEE operations
     /// with one rounding per element: the bits must be the same on any device.
-    const EXACT: Tol = Tol { f32: (0.0, 0.0), f64: (0.0, 0.0) };
+    pub const EXACT: Tol = Tol::EXACT;
     /// Elementwise functions: the device's libm and ember's vectorised CPU functions each
     /// miss the correctly rounded result by a few ulps (an f32 ulp is 1.2e-7 relative, an
     /// f64 one 2.2e-16), and fused multiply-adds round once where the CPU may round twice.
     /// The absolute part covers results near a zero of the function (sin near pi, log
     /// near 1), where a few ulps of the O(1) intermediate are a large relative error.
-    const ELEMENTWISE: Tol = Tol { f32: (1e-6, 2e-6), f64: (1e-13, 1e-12) };
+    pub const ELEMENTWISE: Tol = Tol::new((1e-6, 2e-6), (1e-13, 1e-12));
     /// Sums, means, norms and softmax: a device adds in a different order (trees of
     /// partial sums across threads), so each result carries rounding of order
     /// `sqrt(n) * ulp * sum|x|`; the inputs here are O(1) with at most a few hundred
     /// elements per reduction.
-    const REDUCTION: Tol = Tol { f32: (1e-4, 1e-5), f64: (1e-12, 1e-11) };
+    pub const REDUCTION: Tol = Tol::new((1e-4, 1e-5), (1e-12, 1e-11));
     /// Matrix products, convolutions, attention, and normalisation over thousands of
     /// elements: cuBLAS blocks and orders the dot products its own way. With O(1) inputs
     /// and inner dimensions up to 400 a result is O(40) with rounding of order 1e-4 either
     /// way. The bound still catches TF32 (10-bit mantissa), which ember's f32 matmul must not
     /// use and which would miss by 1e-2.
-    const MATMUL: Tol = Tol { f32: (1e-3, 1e-4), f64: (1e-11, 1e-11) };
+    pub const MATMUL: Tol = Tol::new((1e-3, 1e-4), (1e-11, 1e-11));
     /// Chains of elementwise functions whose ulp differences compound: optimizer steps (and
     /// their state after several steps, where divisions by `sqrt(v) + eps` amplify earlier
     /// differences) and LSTM cells (gates through sigmoid and tanh, multiplied together).
-    const CHAINED: Tol = Tol { f32: (1e-5, 1e-5), f64: (1e-12, 1e-11) };
-
-    fn for_dtype(self, dtype: DType) -> (f64, f64) {
-        match dtype {
-            DType::F32 => self.f32,
-            DType::F64 => self.f64,
-            _ => (0.0, 0.0),
-        }
-    }
+    pub const CHAINED: Tol = Tol::new((1e-5, 1e-5), (1e-12, 1e-11));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -132,24 +96,11 @@ impl Lay {
     }
 }
 
-/// SplitMix64 of a seed and a position.
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_mul(0xD1B5_4A32_D192_ED03).wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// `n` values uniform in `[-2.5, 2.5)`, from `seed`.
-fn values(seed: u64, n: usize) -> Vec<f64> {
-    (0..n).map(|i| (mix(seed, i as u64) >> 11) as f64 / (1u64 << 53) as f64 * 5.0 - 2.5).collect()
-}
-
 /// A contiguous CPU tensor of `shape` and `dtype` from `seed`: floats in `[-2.5, 2.5)`,
 /// `i64` in `-12..=12` (ties and zeros included), `u8` in `0..=24`.
 fn host(seed: u64, shape: &[usize], dtype: DType) -> Tensor {
     let n = shape.iter().product();
-    let v = values(seed, n);
+    let v = uniform(seed, n);
     let t = match dtype {
         DType::F32 => Tensor::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape),
         DType::F64 => Tensor::from_vec(v, shape),
@@ -193,183 +144,9 @@ fn inp(seed: u64, shape: &[usize], dtype: DType, dev: Device) -> Tensor {
     input(seed, shape, dtype, Lay::Contiguous, dev)
 }
 
-/// Exact `i64` data on `dev`.
-fn ints(data: &[i64], shape: &[usize], dev: Device) -> Tensor {
-    Tensor::from_vec(data.to_vec(), shape).unwrap().to_device(dev).unwrap()
-}
-
 /// Exact float data (`f32` or `f64`) on `dev`.
 fn floats(data: &[f64], shape: &[usize], dtype: DType, dev: Device) -> Tensor {
     Tensor::from_vec(data.to_vec(), shape).unwrap().to_dtype(dtype).to_device(dev).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------
-// Comparison
-// ---------------------------------------------------------------------------------------
-
-/// Gathers the mismatches of one test and fails once, listing them all.
-struct Parity {
-    test: &'static str,
-    checked: usize,
-    failures: Vec<String>,
-    /// Cases that failed on both devices (printed, so that a case that errors by mistake
-    /// instead of computing shows up in the log).
-    both_failed: Vec<String>,
-}
-
-/// Runs `f`, turning a panic into an error: a kernel that panics on one device and errors
-/// on the other still counts as failing on both.
-fn run_on(dev: Device, f: &dyn Fn(Device) -> Result<Vec<Tensor>>) -> std::result::Result<Vec<Tensor>, String> {
-    match catch_unwind(AssertUnwindSafe(|| f(dev))) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(p) => Err(format!(
-            "panicked: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
-        )),
-    }
-}
-
-impl Parity {
-    fn new(test: &'static str) -> Parity {
-        Parity { test, checked: 0, failures: Vec::new(), both_failed: Vec::new() }
-    }
-
-    /// Computes `f` on both devices and compares every returned tensor; `what` names the
-    /// op and its inputs in failure messages.
-    fn check(&mut self, what: impl AsRef<str>, tol: Tol, f: impl Fn(Device) -> Result<Vec<Tensor>>) {
-        self.checked += 1;
-        let what = what.as_ref();
-        let cpu = run_on(CPU, &f);
-        let dev = run_on(CUDA, &f);
-        match (cpu, dev) {
-            (Err(e), Err(_)) => self.both_failed.push(format!("{what}: {e}")),
-            (Ok(_), Err(e)) => self.failures.push(format!("{what}: the CPU computes it, the device fails: {e}")),
-            (Err(e), Ok(_)) => self.failures.push(format!("{what}: the CPU fails ({e}), the device computes it")),
-            (Ok(c), Ok(d)) => {
-                if c.len() != d.len() {
-                    self.failures.push(format!("{what}: {} results on the CPU, {} on the device", c.len(), d.len()));
-                    return;
-                }
-                let single = c.len() == 1;
-                for (i, (c, d)) in c.iter().zip(&d).enumerate() {
-                    let label = if single { what.to_string() } else { format!("{what} [result {i}]") };
-                    if let Err(msg) = compare(c, d, tol) {
-                        self.failures.push(format!("{label}: {msg}"));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Expects `f` to fail on both devices.
-    fn check_error(&mut self, what: impl AsRef<str>, f: impl Fn(Device) -> Result<Vec<Tensor>>) {
-        self.checked += 1;
-        let what = what.as_ref();
-        for dev in [CPU, CUDA] {
-            if let Ok(v) = run_on(dev, &f) {
-                // A device may report a bad index late, when the results are read: that
-                // counts as the error.
-                let surfaced = dev.synchronize().is_err() || v.iter().any(|t| t.to_device(CPU).is_err());
-                if !surfaced {
-                    self.failures.push(format!("{what}: expected an error on {dev}, got {} results", v.len()));
-                }
-            }
-        }
-    }
-
-    fn finish(self) {
-        assert!(self.checked > 0, "{}: nothing was compared", self.test);
-        if !self.failures.is_empty() {
-            let mut msg = format!("{}: {} of {} comparisons differ:\n", self.test, self.failures.len(), self.checked);
-            for f in self.failures.iter().take(200) {
-                let _ = writeln!(msg, "  {f}");
-            }
-            if self.failures.len() > 200 {
-                let _ = writeln!(msg, "  ... and {} more", self.failures.len() - 200);
-            }
-            panic!("{msg}");
-        }
-        println!(
-            "{}: {} comparisons agree ({} of them errors on both devices)",
-            self.test,
-            self.checked,
-            self.both_failed.len()
-        );
-        for e in &self.both_failed {
-            println!("  error on both: {e}");
-        }
-    }
-}
-
-/// Compares a CPU result with a device result.
-fn compare(cpu: &Tensor, dev: &Tensor, tol: Tol) -> std::result::Result<(), String> {
-    if cpu.device() != CPU {
-        return Err(format!("the CPU result is on {}", cpu.device()));
-    }
-    if dev.device() != CUDA {
-        return Err(format!("the device result is on {}, expected {CUDA}", dev.device()));
-    }
-    if cpu.dtype() != dev.dtype() {
-        return Err(format!("dtype {} on the CPU, {} on the device", cpu.dtype(), dev.dtype()));
-    }
-    if cpu.shape() != dev.shape() {
-        return Err(format!("shape {} on the CPU, {} on the device", cpu.shape(), dev.shape()));
-    }
-    let back = dev.to_device(CPU).map_err(|e| format!("download failed: {e}"))?;
-    match cpu.dtype() {
-        DType::U8 => exact(&cpu.to_vec::<u8>().unwrap(), &back.to_vec::<u8>().unwrap()),
-        DType::I64 => exact(&cpu.to_vec::<i64>().unwrap(), &back.to_vec::<i64>().unwrap()),
-        dt => close(&cpu.to_vec_f64().unwrap(), &back.to_vec_f64().unwrap(), tol.for_dtype(dt)),
-    }
-}
-
-fn exact<T: PartialEq + std::fmt::Debug>(c: &[T], d: &[T]) -> std::result::Result<(), String> {
-    let bad: Vec<usize> = (0..c.len()).filter(|&i| c[i] != d[i]).collect();
-    match bad.first() {
-        None => Ok(()),
-        Some(&i) => Err(format!(
-            "{} of {} elements differ; first at {i}: cpu {:?}, device {:?}",
-            bad.len(),
-            c.len(),
-            c[i],
-            d[i]
-        )),
-    }
-}
-
-fn close(c: &[f64], d: &[f64], (abs, rel): (f64, f64)) -> std::result::Result<(), String> {
-    let mut bad = 0;
-    let mut worst: Option<(usize, f64)> = None;
-    for i in 0..c.len() {
-        let (x, y) = (c[i], d[i]);
-        let ok = if x.is_nan() || y.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if x.is_infinite() || y.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= abs + rel * x.abs()
-        };
-        if !ok {
-            bad += 1;
-            let excess = if (x - y).is_nan() { f64::INFINITY } else { (x - y).abs() };
-            if worst.is_none_or(|(_, e)| excess > e) {
-                worst = Some((i, excess));
-            }
-        }
-    }
-    match worst {
-        None => Ok(()),
-        Some((i, e)) => Err(format!(
-            "{bad} of {} elements beyond abs {abs:e} + rel {rel:e}; worst at {i}: cpu {}, device {} (difference {e:e})",
-            c.len(),
-            c[i],
-            d[i]
-        )),
-    }
 }
 
 /// Shapes for elementwise ops: 0-d, empty, one element, odd lengths, several blocks of a
@@ -404,15 +181,15 @@ fn upload_download_round_trip() {
     require_cuda!();
     let mut p = Parity::new("upload_download_round_trip");
     for (s, lay, dt) in cases(SHAPES, &DTYPES) {
-        p.check(format!("to_device {s:?} {dt} {lay:?}"), Tol::EXACT, |d| one(input(1, s, dt, lay, d)));
-        p.check(format!("contiguous {s:?} {dt} {lay:?}"), Tol::EXACT, |d| one(input(1, s, dt, lay, d).contiguous()));
+        p.check(format!("to_device {s:?} {dt} {lay:?}"), tol::EXACT, |d| one(input(1, s, dt, lay, d)));
+        p.check(format!("contiguous {s:?} {dt} {lay:?}"), tol::EXACT, |d| one(input(1, s, dt, lay, d).contiguous()));
     }
     // Values the conversions must carry bit for bit.
     let special = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e30, -1e-30, 3.5];
     for dt in FLOATS {
-        p.check(format!("to_device special values {dt}"), Tol::EXACT, |d| one(floats(&special, &[8], dt, d)));
+        p.check(format!("to_device special values {dt}"), tol::EXACT, |d| one(floats(&special, &[8], dt, d)));
     }
-    p.check("to_device i64 extremes", Tol::EXACT, |d| {
+    p.check("to_device i64 extremes", tol::EXACT, |d| {
         one(ints(&[i64::MIN, -1, 0, 1, i64::MAX, (1 << 53) + 1], &[6], d))
     });
     p.finish();
@@ -429,12 +206,7 @@ fn mixing_devices_is_an_error() {
         let b = inp(2, &[3], DType::F32, CPU);
         one(a.add(&b)?)
     };
-    p.checked += 1;
-    match run_on(CUDA, &both) {
-        Ok(_) => p.failures.push("add of a cuda:0 and a cpu tensor: no error".into()),
-        Err(e) if e.contains("panicked") => p.failures.push(format!("add of a cuda:0 and a cpu tensor panicked: {e}")),
-        Err(_) => {}
-    }
+    p.check_device_error("add of a cuda:0 and a cpu tensor", both);
     p.finish();
 }
 
@@ -444,14 +216,14 @@ fn creation_and_reading_on_the_device() {
     let mut p = Parity::new("creation_and_reading_on_the_device");
     for dt in DTYPES {
         for shape in [&[][..], &[0], &[3, 5], &[67, 131]] {
-            p.check(format!("full_on and *_like {shape:?} {dt}"), Tol::EXACT, |d| {
+            p.check(format!("full_on and *_like {shape:?} {dt}"), tol::EXACT, |d| {
                 let t = Tensor::full_on(shape, -7, dt, d)?;
                 Ok(vec![t.zeros_like(), t.ones_like(), t.full_like(3.75)?, t.full_like(-1)?, t])
             });
         }
         // Reading values back through every accessor gives the CPU's numbers (compared as
         // tensors made on the host from what was read).
-        p.check(format!("to_vec / to_vec2 / item / to_scalar {dt}"), Tol::EXACT, |d| {
+        p.check(format!("to_vec / to_vec2 / item / to_scalar {dt}"), tol::EXACT, |d| {
             let t = input(5, &[3, 4], dt, Lay::Transposed, d);
             let flat = Tensor::from_vec(t.to_vec_f64()?, [12])?;
             let rows = t.to_dtype(DType::F64).to_vec2::<f64>()?.concat();
@@ -481,7 +253,7 @@ fn unary_ops() {
             if dt.is_int() && case.int_reference.is_none() && !case.op.is_float_only() {
                 continue;
             }
-            p.check(format!("{} {s:?} {dt} {lay:?}", case.name), Tol::ELEMENTWISE, |d| {
+            p.check(format!("{} {s:?} {dt} {lay:?}", case.name), tol::ELEMENTWISE, |d| {
                 one((case.tensor)(&input(10, s, dt, lay, d)))
             });
         }
@@ -498,14 +270,14 @@ fn unary_ops_in_place() {
             if lay == Lay::Expanded {
                 continue; // writing through stride 0 is refused on both; checked below
             }
-            p.check(format!("apply_({}) {s:?} {dt} {lay:?}", case.name), Tol::ELEMENTWISE, |d| {
+            p.check(format!("apply_({}) {s:?} {dt} {lay:?}", case.name), tol::ELEMENTWISE, |d| {
                 let t = input(11, s, dt, lay, d);
                 t.apply_(case.op)?;
                 one(t)
             });
         }
     }
-    p.check("apply_(exp) on an expanded view", Tol::EXACT, |d| {
+    p.check("apply_(exp) on an expanded view", tol::EXACT, |d| {
         let t = input(11, &[4, 3], DType::F32, Lay::Expanded, d);
         t.apply_(UnaryOp::Exp)?;
         one(t)
@@ -523,7 +295,7 @@ fn unary_special_values() {
         [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.0, -1.0, 0.5, -0.5, 88.8, -104.0, 710.0, 1e-3];
     for case in UNARY {
         for dt in FLOATS {
-            p.check(format!("{} special values {dt}", case.name), Tol::ELEMENTWISE, |d| {
+            p.check(format!("{} special values {dt}", case.name), tol::ELEMENTWISE, |d| {
                 one((case.tensor)(&floats(&special, &[special.len()], dt, d)))
             });
         }
@@ -563,7 +335,7 @@ fn scalar_ops_clamp_and_pow() {
     ];
     for (name, f) in ops {
         for (s, lay, dt) in cases(&[&[], &[0], &[7], &[4, 3, 5], &[67, 131]], &DTYPES) {
-            p.check(format!("{name} {s:?} {dt} {lay:?}"), Tol::ELEMENTWISE, |d| one(f(&input(12, s, dt, lay, d))?));
+            p.check(format!("{name} {s:?} {dt} {lay:?}"), tol::ELEMENTWISE, |d| one(f(&input(12, s, dt, lay, d))?));
         }
     }
     p.finish();
@@ -606,7 +378,7 @@ fn binary_ops_with_broadcasting() {
                     if !lay.fits(sa.len()) {
                         continue;
                     }
-                    p.check(format!("{} {sa:?} {da} {lay:?} with {sb:?} {db}", case.name), Tol::ELEMENTWISE, |d| {
+                    p.check(format!("{} {sa:?} {da} {lay:?} with {sb:?} {db}", case.name), tol::ELEMENTWISE, |d| {
                         one((case.tensor)(&input(20, sa, da, lay, d), &input(21, sb, db, Lay::Contiguous, d))?)
                     });
                 }
@@ -615,11 +387,11 @@ fn binary_ops_with_broadcasting() {
     }
     // Division by zero and the operators.
     for dt in DTYPES {
-        p.check(format!("div by zero {dt}"), Tol::ELEMENTWISE, |d| {
+        p.check(format!("div by zero {dt}"), tol::ELEMENTWISE, |d| {
             let a = input(22, &[6], dt, Lay::Contiguous, d);
             one(a.div(&a.zeros_like())?)
         });
-        p.check(format!("operators + - * / {dt}"), Tol::ELEMENTWISE, |d| {
+        p.check(format!("operators + - * / {dt}"), tol::ELEMENTWISE, |d| {
             let a = input(23, &[3, 4], dt, Lay::Transposed, d);
             let b = input(24, &[4], dt, Lay::Contiguous, d);
             Ok(vec![(&a + &b)?, (&a - &b)?, (&a * &b)?, (&a / &b)?])
@@ -644,7 +416,7 @@ fn comparisons_and_where() {
     for (name, f, fs) in ops {
         for &(sa, sb) in BROADCAST {
             for &(da, db) in DTYPE_PAIRS {
-                p.check(format!("{name} {sa:?} {da} with {sb:?} {db}"), Tol::EXACT, |d| {
+                p.check(format!("{name} {sa:?} {da} with {sb:?} {db}"), tol::EXACT, |d| {
                     // Integer-valued floats so that equality happens.
                     let a = input(30, sa, da, Lay::Contiguous, d).to_dtype(DType::I64).to_dtype(da);
                     let b = input(31, sb, db, Lay::Contiguous, d).to_dtype(DType::I64).to_dtype(db);
@@ -653,9 +425,9 @@ fn comparisons_and_where() {
             }
         }
         for (s, lay, dt) in cases(&[&[], &[0], &[7], &[4, 3, 5]], &DTYPES) {
-            p.check(format!("{name}_scalar {s:?} {dt} {lay:?}"), Tol::EXACT, |d| one(fs(&input(32, s, dt, lay, d))));
+            p.check(format!("{name}_scalar {s:?} {dt} {lay:?}"), tol::EXACT, |d| one(fs(&input(32, s, dt, lay, d))));
         }
-        p.check(format!("{name} with NaN"), Tol::EXACT, |d| {
+        p.check(format!("{name} with NaN"), tol::EXACT, |d| {
             let a = floats(&[f64::NAN, 1.0, f64::NAN, f64::INFINITY], &[4], DType::F32, d);
             let b = floats(&[f64::NAN, f64::NAN, 1.0, f64::INFINITY], &[4], DType::F32, d);
             Ok(vec![f(&a, &b)?, fs(&a)])
@@ -663,7 +435,7 @@ fn comparisons_and_where() {
     }
     for &(sa, sb) in BROADCAST {
         for dt in DTYPES {
-            p.check(format!("where_cond {sa:?} {dt} with {sb:?}"), Tol::EXACT, |d| {
+            p.check(format!("where_cond {sa:?} {dt} with {sb:?}"), tol::EXACT, |d| {
                 let cond = input(33, sa, DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
                 let a = input(34, sb, dt, Lay::Contiguous, d);
                 let b = input(35, sa, dt, Lay::Contiguous, d);
@@ -676,7 +448,7 @@ fn comparisons_and_where() {
             });
         }
     }
-    p.check("where_cond with a non-u8 condition", Tol::EXACT, |d| {
+    p.check("where_cond with a non-u8 condition", tol::EXACT, |d| {
         let c = inp(36, &[3], DType::F32, d);
         one(c.where_cond(&c, &c)?)
     });
@@ -689,7 +461,7 @@ fn casts_between_all_dtypes() {
     let mut p = Parity::new("casts_between_all_dtypes");
     for (s, lay, from) in cases(SHAPES, &DTYPES) {
         for to in DTYPES {
-            p.check(format!("{from} -> {to} {s:?} {lay:?}"), Tol::EXACT, |d| {
+            p.check(format!("{from} -> {to} {s:?} {lay:?}"), tol::EXACT, |d| {
                 one(input(40, s, from, lay, d).to_dtype(to))
             });
         }
@@ -715,14 +487,14 @@ fn casts_between_all_dtypes() {
     ];
     for from in FLOATS {
         for to in DTYPES {
-            p.check(format!("{from} -> {to} out-of-range values"), Tol::EXACT, |d| {
+            p.check(format!("{from} -> {to} out-of-range values"), tol::EXACT, |d| {
                 one(floats(&wild, &[wild.len()], from, d).to_dtype(to))
             });
         }
     }
     let big = [i64::MIN, -257, -1, 0, 255, 256, 1 << 24, (1 << 24) + 1, (1 << 53) + 1, i64::MAX];
     for to in DTYPES {
-        p.check(format!("i64 -> {to} wide values"), Tol::EXACT, |d| one(ints(&big, &[big.len()], d).to_dtype(to)));
+        p.check(format!("i64 -> {to} wide values"), tol::EXACT, |d| one(ints(&big, &[big.len()], d).to_dtype(to)));
     }
     p.finish();
 }
@@ -764,7 +536,7 @@ fn reductions() {
                         for keep in [false, true] {
                             p.check(
                                 format!("{name}({dims:?}, keepdim {keep}) {s:?} {dt} {lay:?}"),
-                                Tol::REDUCTION,
+                                tol::REDUCTION,
                                 |d| one(f(&input(50, s, dt, lay, d), dims, keep)?),
                             );
                         }
@@ -792,7 +564,7 @@ fn reductions() {
             if *name == "prod_all" && dt.is_float() && s.iter().product::<usize>() > 100 {
                 continue;
             }
-            p.check(format!("{name} {s:?} {dt} {lay:?}"), Tol::REDUCTION, |d| one(f(&input(51, s, dt, lay, d))?));
+            p.check(format!("{name} {s:?} {dt} {lay:?}"), tol::REDUCTION, |d| one(f(&input(51, s, dt, lay, d))?));
         }
     }
     p.finish();
@@ -806,7 +578,7 @@ fn arg_reductions_pick_the_first_extreme() {
     for (s, lay, dt) in cases(&[&[7], &[4, 3, 5], &[2, 3, 4, 5], &[33, 70]], &DTYPES) {
         for dim in 0..s.len() as i64 {
             for keep in [false, true] {
-                p.check(format!("argmax({dim}, keepdim {keep}) {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
+                p.check(format!("argmax({dim}, keepdim {keep}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                     let t = input(52, s, dt, lay, d);
                     Ok(vec![t.argmax(dim, keep)?, t.argmin(dim, keep)?])
                 });
@@ -814,7 +586,7 @@ fn arg_reductions_pick_the_first_extreme() {
         }
     }
     for dt in FLOATS {
-        p.check(format!("argmax/max with NaN {dt}"), Tol::EXACT, |d| {
+        p.check(format!("argmax/max with NaN {dt}"), tol::EXACT, |d| {
             let t = floats(&[1.0, f64::NAN, 3.0, 3.0, f64::NEG_INFINITY, 0.0, f64::INFINITY, f64::NAN], &[2, 4], dt, d);
             Ok(vec![t.argmax(1, false)?, t.argmin(1, false)?, t.max(1, false)?, t.min(0, true)?, t.argmax_all()?])
         });
@@ -837,13 +609,13 @@ fn softmax_and_log_softmax() {
     let mut p = Parity::new("softmax_and_log_softmax");
     for (s, lay, dt) in cases(&[&[7], &[4, 3, 5], &[2, 3, 4, 5], &[0, 3], &[33, 300]], &DTYPES) {
         for dim in 0..s.len() as i64 {
-            p.check(format!("softmax({dim}) {s:?} {dt} {lay:?}"), Tol::REDUCTION, |d| {
+            p.check(format!("softmax({dim}) {s:?} {dt} {lay:?}"), tol::REDUCTION, |d| {
                 let t = input(60, s, dt, lay, d);
                 Ok(vec![t.softmax(dim)?, t.log_softmax(dim)?])
             });
         }
     }
-    p.check("softmax 0-d", Tol::REDUCTION, |d| {
+    p.check("softmax 0-d", tol::REDUCTION, |d| {
         let t = inp(61, &[], DType::F32, d);
         Ok(vec![t.softmax(0)?, t.log_softmax(-1)?])
     });
@@ -852,7 +624,7 @@ fn softmax_and_log_softmax() {
         // overflow.
         let ninf = f64::NEG_INFINITY;
         let rows = [0.0, ninf, 1.0, ninf, ninf, ninf, ninf, ninf, 1000.0, 999.0, -1000.0, 0.0];
-        p.check(format!("softmax of masked and large rows {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("softmax of masked and large rows {dt}"), tol::REDUCTION, |d| {
             let t = floats(&rows, &[3, 4], dt, d);
             Ok(vec![t.softmax(1)?, t.log_softmax(1)?])
         });
@@ -870,9 +642,9 @@ fn power_sums_and_norms() {
             // elements may be taken in f32 (as the sum's contract allows): the bound is
             // that of the elements' dtype.
             let tol = if dt == DType::F32 {
-                Tol { f32: Tol::REDUCTION.f32, f64: Tol::REDUCTION.f32 }
+                Tol { f32: tol::REDUCTION.f32, f64: tol::REDUCTION.f32 }
             } else {
-                Tol::REDUCTION
+                tol::REDUCTION
             };
             p.check(format!("power_sum({pw}) {s:?} {dt} {lay:?}"), tol, |d| {
                 one(Tensor::scalar(input(62, s, dt, lay, d).power_sum(pw)?).to_device(d)?)
@@ -882,7 +654,7 @@ fn power_sums_and_norms() {
     p.check_error("power_sum of i64", |d| {
         one(Tensor::scalar(inp(63, &[3], DType::I64, d).power_sum(2.0)?).to_device(d)?)
     });
-    p.check("power_sum with NaN", Tol::EXACT, |d| {
+    p.check("power_sum with NaN", tol::EXACT, |d| {
         let t = floats(&[1.0, f64::NAN, 2.0], &[3], DType::F32, d);
         Ok(vec![
             Tensor::scalar(t.power_sum(2.0)?).to_device(d)?,
@@ -922,7 +694,7 @@ fn matmul() {
                     if !la.fits(sa.len()) || !lb.fits(sb.len()) {
                         continue;
                     }
-                    p.check(format!("matmul {sa:?} {da} {la:?} @ {sb:?} {db} {lb:?}"), Tol::MATMUL, |d| {
+                    p.check(format!("matmul {sa:?} {da} {la:?} @ {sb:?} {db} {lb:?}"), tol::MATMUL, |d| {
                         one(input(70, sa, da, la, d).matmul(&input(71, sb, db, lb, d))?)
                     });
                 }
@@ -951,29 +723,29 @@ fn indexing() {
         for dim in 0..s.len() {
             let n = s[dim] as i64;
             let idx: Vec<i64> = vec![n - 1, 0, 1, 1, n - 1, 0];
-            p.check(format!("index_select({dim}) {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
+            p.check(format!("index_select({dim}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                 one(input(80, s, dt, lay, d).index_select(dim, &ints(&idx, &[6], d))?)
             });
             let mut ishape = s.to_vec();
             ishape[dim] = 3;
             let m: usize = ishape.iter().product();
             let gi: Vec<i64> = (0..m).map(|i| (mix(81, i as u64) % n as u64) as i64).collect();
-            p.check(format!("gather({dim}) {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
+            p.check(format!("gather({dim}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                 one(input(82, s, dt, lay, d).gather(dim, &ints(&gi, &ishape, d))?)
             });
             // Duplicate targets: a device adds them with atomics in any order.
-            p.check(format!("scatter_add({dim}) {s:?} {dt} {lay:?}"), Tol::REDUCTION, |d| {
+            p.check(format!("scatter_add({dim}) {s:?} {dt} {lay:?}"), tol::REDUCTION, |d| {
                 let src = input(83, &ishape, dt, Lay::Contiguous, d);
                 one(input(84, s, dt, lay, d).scatter_add(dim, &ints(&gi, &ishape, d), &src)?)
             });
-            p.check(format!("masked_fill {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
+            p.check(format!("masked_fill {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                 let mask = input(85, &s[1..], DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
                 let t = input(86, s, dt, lay, d);
                 Ok(vec![t.masked_fill(&mask, 9)?, t.masked_fill(&mask, 1.5)?])
             });
         }
     }
-    p.check("index_select with an empty index", Tol::EXACT, |d| {
+    p.check("index_select with an empty index", tol::EXACT, |d| {
         one(inp(87, &[4, 3], DType::F32, d).index_select(0, &ints(&[], &[0], d))?)
     });
     p.check_error("index_select out of range", |d| {
@@ -994,7 +766,7 @@ fn indexing() {
     });
     for (s, lay, dt) in cases(&[&[5, 4], &[2, 3, 6], &[0, 3]], &DTYPES) {
         for diag in [-2i64, -1, 0, 1, 3] {
-            p.check(format!("tril/triu({diag}) {s:?} {dt} {lay:?}"), Tol::EXACT, |d| {
+            p.check(format!("tril/triu({diag}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                 let t = input(90, s, dt, lay, d);
                 Ok(vec![t.tril(diag)?, t.triu(diag)?])
             });
@@ -1009,24 +781,24 @@ fn joining_and_padding() {
     let mut p = Parity::new("joining_and_padding");
     for dt in DTYPES {
         for dim in [0i64, 1, -1] {
-            p.check(format!("cat/stack({dim}) {dt}"), Tol::EXACT, |d| {
+            p.check(format!("cat/stack({dim}) {dt}"), tol::EXACT, |d| {
                 let a = input(100, &[3, 4], dt, Lay::Transposed, d);
                 let b = input(101, &[3, 4], dt, Lay::Stepped, d);
                 let c = input(102, &[3, 4], dt, Lay::Expanded, d);
                 Ok(vec![Tensor::cat(&[&a, &b, &c], dim)?, Tensor::stack(&[&a, &b, &c], dim)?])
             });
         }
-        p.check(format!("cat with empty parts {dt}"), Tol::EXACT, |d| {
+        p.check(format!("cat with empty parts {dt}"), tol::EXACT, |d| {
             let a = input(103, &[0, 4], dt, Lay::Contiguous, d);
             let b = input(104, &[2, 4], dt, Lay::Offset, d);
             one(Tensor::cat(&[&a, &b, &a], 0)?)
         });
-        p.check(format!("pad and repeat {dt}"), Tol::EXACT, |d| {
+        p.check(format!("pad and repeat {dt}"), tol::EXACT, |d| {
             let t = input(105, &[3, 4], dt, Lay::Transposed, d);
             Ok(vec![t.pad(&[(1, 2), (0, 3)], 7)?, t.repeat(&[2, 1, 3])?])
         });
     }
-    p.check("cat of mixed dtypes", Tol::EXACT, |d| {
+    p.check("cat of mixed dtypes", tol::EXACT, |d| {
         one(Tensor::cat(&[&inp(106, &[2], DType::I64, d), &inp(107, &[3], DType::F32, d)], 0)?)
     });
     p.check_error("cat of mismatched shapes", |d| {
@@ -1073,7 +845,7 @@ fn in_place_on_strided_views() {
     ];
     for (name, f) in ops {
         for dt in DTYPES {
-            p.check(format!("{name} on a strided view {dt}"), Tol::ELEMENTWISE, |d| {
+            p.check(format!("{name} on a strided view {dt}"), tol::ELEMENTWISE, |d| {
                 let (base, view) = base_and_view(110, dt, d);
                 let src = input(111, &[4, 3], dt, Lay::Transposed, d);
                 f(&view, &src)?;
@@ -1099,7 +871,7 @@ static RNG: Mutex<()> = Mutex::new(());
 #[test]
 fn random_numbers_follow_manual_seed() {
     require_cuda!();
-    let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = RNG.lock();
     let mut p = Parity::new("random_numbers_follow_manual_seed");
     let dists = [
         ("uniform[0, 1)", Distribution::Uniform { low: 0.0, high: 1.0 }),
@@ -1112,7 +884,7 @@ fn random_numbers_follow_manual_seed() {
             for n in [0usize, 1, 7, 1000, 100_003] {
                 // The device draws from the global host generator in element order, so the
                 // numbers are the CPU's bit for bit.
-                p.check(format!("random {name} n={n} {dt}"), Tol::EXACT, |d| {
+                p.check(format!("random {name} n={n} {dt}"), tol::EXACT, |d| {
                     manual_seed(1234);
                     let b = backend_for(d)?;
                     let s = b.random(n, dist, dt)?;
@@ -1131,7 +903,7 @@ fn random_numbers_follow_manual_seed() {
     // The public constructors on a device, and the `_like` ones that follow their tensor.
     for dt in FLOATS {
         for shape in [&[][..], &[0], &[3, 5], &[67, 131]] {
-            p.check(format!("uniform_on/normal_on/rand_like/randn_like {shape:?} {dt}"), Tol::EXACT, |d| {
+            p.check(format!("uniform_on/normal_on/rand_like/randn_like {shape:?} {dt}"), tol::EXACT, |d| {
                 manual_seed(77);
                 let u = Tensor::uniform_on(shape, -1.0, 2.0, dt, d)?;
                 let n = Tensor::normal_on(shape, 0.5, 3.0, dt, d)?;
@@ -1142,7 +914,7 @@ fn random_numbers_follow_manual_seed() {
         }
     }
     for n in [0usize, 1, 10, 1000] {
-        p.check(format!("randperm {n}"), Tol::EXACT, |d| {
+        p.check(format!("randperm {n}"), tol::EXACT, |d| {
             manual_seed(99);
             let b = backend_for(d)?;
             let s = b.randperm(n)?;
@@ -1188,7 +960,7 @@ fn class_loss_and_its_gradient() {
                                     }
                                 })
                                 .collect();
-                            p.check(format!("{loss:?} {s:?} {dt}"), Tol::REDUCTION, |d| {
+                            p.check(format!("{loss:?} {s:?} {dt}"), tol::REDUCTION, |d| {
                                 let x = input(121, s, dt, Lay::Contiguous, d);
                                 let x = if scores == ClassScores::LogProbs {
                                     x.log_softmax(if s.len() == 1 { 0 } else { 1 })?
@@ -1218,7 +990,7 @@ fn class_loss_and_its_gradient() {
     p.check_error("cross_entropy with a negative target", |d| {
         one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[0, -1], &[2], d), &ce)?)
     });
-    p.check("cross_entropy with every target ignored (mean is NaN)", Tol::EXACT, |d| {
+    p.check("cross_entropy with every target ignored (mean is NaN)", tol::EXACT, |d| {
         one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[-100, -100], &[2], d), &ce)?)
     });
     p.finish();
@@ -1247,7 +1019,7 @@ fn convolutions_unfold_and_fold() {
         for dt in FLOATS {
             for lay in [Lay::Contiguous, Lay::Transposed] {
                 for bias in [false, true] {
-                    p.check(format!("conv2d {name} x{xs:?} w{ws:?} bias {bias} {dt} {lay:?}"), Tol::MATMUL, |d| {
+                    p.check(format!("conv2d {name} x{xs:?} w{ws:?} bias {bias} {dt} {lay:?}"), tol::MATMUL, |d| {
                         let x = input(130, xs, dt, lay, d);
                         let w = input(131, ws, dt, Lay::Contiguous, d);
                         let b = inp(132, &[ws[0]], dt, d);
@@ -1270,7 +1042,7 @@ fn convolutions_unfold_and_fold() {
     for (name, xs, ws, args) in tconfigs {
         for dt in FLOATS {
             for bias in [false, true] {
-                p.check(format!("conv_transpose2d {name} x{xs:?} w{ws:?} bias {bias} {dt}"), Tol::MATMUL, |d| {
+                p.check(format!("conv_transpose2d {name} x{xs:?} w{ws:?} bias {bias} {dt}"), tol::MATMUL, |d| {
                     let x = input(133, xs, dt, Lay::Transposed, d);
                     let w = input(134, ws, dt, Lay::Contiguous, d);
                     let b = inp(135, &[ws[1] * args.groups], dt, d);
@@ -1282,7 +1054,7 @@ fn convolutions_unfold_and_fold() {
     let unfolds = [UnfoldArgs::new(3), UnfoldArgs::new([2, 3]).stride(2).padding(1), UnfoldArgs::new(2).dilation(2)];
     for (i, args) in unfolds.iter().enumerate() {
         for dt in FLOATS {
-            p.check(format!("im2col/col2im config {i} {dt}"), Tol::REDUCTION, |d| {
+            p.check(format!("im2col/col2im config {i} {dt}"), tol::REDUCTION, |d| {
                 let x = input(136, &[2, 3, 7, 6], dt, Lay::Transposed, d);
                 let cols = x.im2col(args)?;
                 let back = cols.col2im([7, 6], args)?;
@@ -1318,7 +1090,7 @@ fn pooling() {
     for dt in FLOATS {
         for lay in [Lay::Contiguous, Lay::Transposed, Lay::Stepped] {
             for (i, args) in maxes.iter().enumerate() {
-                p.check(format!("max_pool2d_with_indices config {i} {dt} {lay:?}"), Tol::EXACT, |d| {
+                p.check(format!("max_pool2d_with_indices config {i} {dt} {lay:?}"), tol::EXACT, |d| {
                     // Integer-valued floats: ties, where the first maximum must win.
                     let x = input(140, &[2, 3, 9, 8], dt, lay, d).mul_scalar(2).round();
                     let (y, idx) = x.max_pool2d_with_indices(args)?;
@@ -1326,18 +1098,18 @@ fn pooling() {
                 });
             }
             for (i, args) in avgs.iter().enumerate() {
-                p.check(format!("avg_pool2d config {i} {dt} {lay:?}"), Tol::REDUCTION, |d| {
+                p.check(format!("avg_pool2d config {i} {dt} {lay:?}"), tol::REDUCTION, |d| {
                     one(input(141, &[2, 3, 9, 8], dt, lay, d).avg_pool2d(args)?)
                 });
             }
             for size in [[1, 1], [3, 3], [4, 5], [9, 8], [12, 10]] {
-                p.check(format!("adaptive pools {size:?} {dt} {lay:?}"), Tol::REDUCTION, |d| {
+                p.check(format!("adaptive pools {size:?} {dt} {lay:?}"), tol::REDUCTION, |d| {
                     let x = input(142, &[2, 3, 9, 8], dt, lay, d);
                     Ok(vec![x.adaptive_avg_pool2d(size)?, x.adaptive_max_pool2d(size)?])
                 });
             }
         }
-        p.check(format!("max_pool2d with NaN and -inf {dt}"), Tol::EXACT, |d| {
+        p.check(format!("max_pool2d with NaN and -inf {dt}"), tol::EXACT, |d| {
             let x = floats(
                 &[1.0, f64::NAN, 2.0, 3.0, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY],
                 &[1, 2, 2, 2],
@@ -1356,7 +1128,7 @@ fn one_dimensional_windows_and_resampling() {
     require_cuda!();
     let mut p = Parity::new("one_dimensional_windows_and_resampling");
     for dt in FLOATS {
-        p.check(format!("conv1d / conv_transpose1d {dt}"), Tol::MATMUL, |d| {
+        p.check(format!("conv1d / conv_transpose1d {dt}"), tol::MATMUL, |d| {
             let x = input(145, &[2, 3, 17], dt, Lay::Stepped, d);
             let w = inp(146, &[4, 3, 5], dt, d);
             let b = inp(147, &[4], dt, d);
@@ -1365,7 +1137,7 @@ fn one_dimensional_windows_and_resampling() {
             let z = y.conv_transpose1d(&wt, None, &ConvTransposeArgs::default().stride(2))?;
             Ok(vec![y, z])
         });
-        p.check(format!("max_pool1d / avg_pool1d / adaptive_avg_pool1d {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("max_pool1d / avg_pool1d / adaptive_avg_pool1d {dt}"), tol::REDUCTION, |d| {
             let x = input(149, &[2, 3, 17], dt, Lay::Transposed, d);
             Ok(vec![
                 x.max_pool1d(&MaxPoolArgs::new(3).stride(2).padding(1))?,
@@ -1378,13 +1150,13 @@ fn one_dimensional_windows_and_resampling() {
             (InterpolateMode::Bilinear, Some(false)),
             (InterpolateMode::Bilinear, Some(true)),
         ] {
-            p.check(format!("interpolate {mode:?} align_corners {align:?} {dt}"), Tol::REDUCTION, |d| {
+            p.check(format!("interpolate {mode:?} align_corners {align:?} {dt}"), tol::REDUCTION, |d| {
                 let x = input(150, &[2, 3, 5, 7], dt, Lay::Transposed, d);
                 let args = InterpolateArgs { mode, align_corners: align, ..InterpolateArgs::size([9, 4]) };
                 one(x.interpolate(&args)?)
             });
         }
-        p.check(format!("gather_planes / scatter_planes {dt}"), Tol::REDUCTION, |d| {
+        p.check(format!("gather_planes / scatter_planes {dt}"), tol::REDUCTION, |d| {
             let x = inp(151, &[2, 3, 4, 5], dt, d);
             // Repeated positions: scatter_planes adds them up.
             let idx: Vec<i64> = (0..2 * 3 * 2 * 2).map(|i| (mix(152, i as u64) % 20) as i64).collect();
@@ -1406,7 +1178,7 @@ fn batch_norm_statistics() {
     for s in [&[8usize, 3][..], &[4, 3, 5, 6], &[1, 2, 7], &[32, 16, 14, 14]] {
         for dt in FLOATS {
             for affine in [false, true] {
-                p.check(format!("channel_norm and backward {s:?} affine {affine} {dt}"), Tol::MATMUL, |d| {
+                p.check(format!("channel_norm and backward {s:?} affine {affine} {dt}"), tol::MATMUL, |d| {
                     let x = input(150, s, dt, Lay::Contiguous, d).add_scalar(3.0);
                     let w = inp(151, &[s[1]], dt, d);
                     let b = inp(152, &[s[1]], dt, d);
@@ -1437,7 +1209,7 @@ fn attention() {
                 for mask in [0, 1, 2] {
                     p.check(
                         format!("attention q{qs:?} k{ks:?} v{vs:?} causal {causal} mask {mask} {dt}"),
-                        Tol::MATMUL,
+                        tol::MATMUL,
                         |d| {
                             let q = input(160, qs, dt, Lay::Contiguous, d);
                             let k = input(161, ks, dt, Lay::Transposed, d);
@@ -1469,7 +1241,7 @@ fn lstm_cell() {
     for (b, h) in [(1usize, 1usize), (4, 8), (0, 3), (64, 128)] {
         for dt in FLOATS {
             for with_gy in [false, true] {
-                p.check(format!("lstm_cell and backward B={b} H={h} gy {with_gy} {dt}"), Tol::CHAINED, |d| {
+                p.check(format!("lstm_cell and backward B={b} H={h} gy {with_gy} {dt}"), tol::CHAINED, |d| {
                     let a = inp(170, &[b, 4 * h], dt, d);
                     let gi = input(171, &[b, 4 * h], dt, Lay::Stepped, d);
                     let c = inp(172, &[b, h], dt, d);
@@ -1494,7 +1266,7 @@ fn lstm_sequence() {
             for reverse in [false, true] {
                 p.check(
                     format!("lstm_sequence and backward T={t} B={b} H={h} reverse {reverse} {dt}"),
-                    Tol::CHAINED,
+                    tol::CHAINED,
                     |d| {
                         let gi = input(176, &[t, b, 4 * h], dt, Lay::Stepped, d);
                         let w_hh = inp(177, &[4 * h, h], dt, d).mul_scalar(0.2);
@@ -1564,7 +1336,7 @@ fn optimizer_steps() {
     for &s in shapes {
         for dt in FLOATS {
             for (i, hp) in sgds.iter().enumerate() {
-                p.check(format!("sgd_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
+                p.check(format!("sgd_step_ config {i} {s:?} {dt}"), tol::CHAINED, |d| {
                     let param = inp(180, s, dt, d);
                     let buf = (hp.momentum != 0.0).then(|| param.zeros_like());
                     for step in 0..3u64 {
@@ -1575,7 +1347,7 @@ fn optimizer_steps() {
                 });
             }
             for (i, hp) in adams.iter().enumerate() {
-                p.check(format!("adam_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
+                p.check(format!("adam_step_ config {i} {s:?} {dt}"), tol::CHAINED, |d| {
                     let param = inp(190, s, dt, d);
                     let (m, v) = (param.zeros_like(), param.zeros_like());
                     let vmax = hp.amsgrad.then(|| param.zeros_like());
@@ -1587,7 +1359,7 @@ fn optimizer_steps() {
                 });
             }
             for (i, hp) in rmsprops.iter().enumerate() {
-                p.check(format!("rmsprop_step_ config {i} {s:?} {dt}"), Tol::CHAINED, |d| {
+                p.check(format!("rmsprop_step_ config {i} {s:?} {dt}"), tol::CHAINED, |d| {
                     let param = inp(200, s, dt, d);
                     let sq = param.zeros_like();
                     let avg = hp.centered.then(|| param.zeros_like());
@@ -1613,9 +1385,7 @@ fn optimizer_steps() {
 /// to it): the device gives the CPU's values, which are PyTorch's.
 #[test]
 fn integer_pow_takes_exponents_beyond_u32() {
-    if !have_cuda() {
-        return;
-    }
+    require_cuda!();
     let e = (1i64 << 32) + 1;
     for dt in [DType::U8, DType::I64] {
         let base = Tensor::from_vec(vec![3i64, -1, 2, 7, 1], [5]).unwrap().to_dtype(dt);

@@ -4,12 +4,12 @@
 //! this binary no other test can draw between a `manual_seed` and the draws it should fix.
 
 use ember_tensor::{DType, Tensor, manual_seed};
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 static GENERATOR: Mutex<()> = Mutex::new(());
 
 fn exclusive() -> MutexGuard<'static, ()> {
-    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+    GENERATOR.lock()
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {

@@ -4,7 +4,7 @@
 
 use ember_autograd::{Var, enable_grad, grad, gradcheck};
 use ember_tensor::{DType, Result, Tensor, manual_seed};
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 /// Tests run on several threads but draw from ember's one global generator: the lock makes
 /// every input the same on every run.
@@ -13,7 +13,7 @@ static RNG: Mutex<()> = Mutex::new(());
 /// Runs `draw` with the global generator seeded with `seed`, and no other test drawing
 /// meanwhile.
 pub fn seeded<R>(seed: u64, draw: impl FnOnce() -> R) -> R {
-    let _guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = RNG.lock();
     manual_seed(seed);
     draw()
 }
@@ -23,7 +23,7 @@ pub fn seeded<R>(seed: u64, draw: impl FnOnce() -> R) -> R {
 /// dropout), taken first so that the guard drops after everything else. Not reentrant: the
 /// holder must not call [`seeded`] or [`normal`].
 pub fn seed_guard(seed: u64) -> MutexGuard<'static, ()> {
-    let guard = RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = RNG.lock();
     manual_seed(seed);
     guard
 }

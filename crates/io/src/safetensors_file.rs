@@ -7,6 +7,7 @@
 //! Anything wrong with a file (missing, not safetensors, a bad header, an unsupported dtype,
 //! truncated data) is an error naming the file and the problem.
 
+use crate::le::{le_bytes, le_values};
 use crate::state_dict::StateDict;
 use ember_tensor::{DType, Error, Result, Tensor};
 use safetensors::tensor::{SafeTensorError, TensorInfo};
@@ -21,9 +22,9 @@ use std::path::Path;
 /// a good one. Errors name the path.
 ///
 /// ```
-/// use ember_nn::{load_safetensors, save_safetensors, StateDict};
+/// use ember_io::{load_safetensors, save_safetensors, StateDict};
 /// use ember_tensor::Tensor;
-/// let path = std::env::temp_dir().join(format!("ember-nn-doc-io-{}.safetensors", std::process::id()));
+/// let path = std::env::temp_dir().join(format!("ember-io-doc-st-{}.safetensors", std::process::id()));
 /// let mut sd = StateDict::new();
 /// sd.insert("w", Tensor::from_vec(vec![1.0f32, 2.0], [2])?);
 /// save_safetensors(&path, &sd)?;
@@ -197,18 +198,6 @@ fn to_tensor(name: &str, info: &TensorInfo, data: &[u8]) -> std::result::Result<
     made.map_err(|e| format!("tensor `{name}`: {e}"))
 }
 
-/// The little-endian values of `N` bytes each in `bytes`.
-pub(crate) fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(N)
-        .map(|c| {
-            let mut a = [0u8; N];
-            a.copy_from_slice(c);
-            from(a)
-        })
-        .collect()
-}
-
 /// A tensor as safetensors wants it: dtype, shape and little-endian bytes.
 struct RawTensor {
     dtype: Dtype,
@@ -224,7 +213,7 @@ impl RawTensor {
             DType::I64 => Dtype::I64,
             DType::U8 => Dtype::U8,
         };
-        let data = crate::pt::le_bytes(t)?;
+        let data = le_bytes(t)?;
         Ok(RawTensor { dtype, shape: t.shape().to_vec(), data })
     }
 }

@@ -1,6 +1,6 @@
 //! The element types of PyTorch's storages and their conversion to ember's dtypes.
 
-use crate::serialize::le_values;
+use crate::le::le_values;
 use ember_tensor::{DType, Result, Tensor};
 
 /// A storage class a checkpoint names (`torch.FloatStorage`, ...), i.e. a tensor's
@@ -94,14 +94,4 @@ pub(crate) enum Elements {
     Run { start: usize, len: usize },
     /// The elements at these positions: a strided view.
     At(Vec<usize>),
-}
-
-/// `t`'s elements as little-endian bytes, in row-major order.
-pub(crate) fn le_bytes(t: &Tensor) -> Result<Vec<u8>> {
-    Ok(match t.dtype() {
-        DType::F32 => t.to_vec::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F64 => t.to_vec::<f64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::I64 => t.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::U8 => t.to_vec::<u8>()?,
-    })
 }

@@ -6,7 +6,7 @@ use ember_tensor::Tensor;
 /// types that a module's `state_dict()` and an optimizer's `state_dict()` are built from.
 ///
 /// ```
-/// use ember_nn::pt::PtValue;
+/// use ember_io::pt::PtValue;
 /// let group = PtValue::Dict(vec![(PtValue::from("lr"), PtValue::Float(0.1))]);
 /// assert_eq!(group.get("lr").and_then(PtValue::as_f64), Some(0.1));
 /// ```

@@ -10,7 +10,7 @@ use std::fmt;
 /// Inserting an existing name replaces its tensor in place, keeping the order.
 ///
 /// ```
-/// use ember_nn::StateDict;
+/// use ember_io::StateDict;
 /// use ember_tensor::{DType, Tensor};
 /// let mut sd = StateDict::new();
 /// sd.insert("weight", Tensor::zeros([2, 3], DType::F32)?);

@@ -1,11 +1,11 @@
 //! PyTorch checkpoints (`torch.save` files, `.pt`/`.pth`) read and written.
 //!
 //! [`load_pt`] reads a module's `state_dict()` saved by `torch.save(model.state_dict(), path)`
-//! into a [`StateDict`] that [`Module::load_state_dict`](crate::Module::load_state_dict)
-//! takes; [`save_pt`] writes one that PyTorch's `model.load_state_dict(torch.load(path))`
-//! takes. [`load_pt_value`] and [`save_pt_value`] read and write any checkpoint made of
-//! plain data ([`PtValue`]: numbers, strings, lists, tuples, dicts, tensors), such as an
-//! optimizer's `state_dict()` or a training checkpoint dict.
+//! into a [`StateDict`] that `ember_nn::Module::load_state_dict` takes; [`save_pt`] writes
+//! one that PyTorch's `model.load_state_dict(torch.load(path))` takes. [`load_pt_value`] and
+//! [`save_pt_value`] read and write any checkpoint made of plain data ([`PtValue`]: numbers,
+//! strings, lists, tuples, dicts, tensors), such as an optimizer's `state_dict()` or a
+//! training checkpoint dict.
 //!
 //! Only the zip format (PyTorch 1.6 and later) is read, and only what
 //! `torch.load(weights_only=True)` accepts: a checkpoint never runs code, and one that
@@ -15,9 +15,9 @@
 //! `.float()` before saving). Every error names the file.
 //!
 //! ```
-//! use ember_nn::{StateDict, load_pt, save_pt};
+//! use ember_io::{StateDict, load_pt, save_pt};
 //! use ember_tensor::Tensor;
-//! let path = std::env::temp_dir().join(format!("ember-nn-doc-pt-{}.pt", std::process::id()));
+//! let path = std::env::temp_dir().join(format!("ember-io-doc-pt-{}.pt", std::process::id()));
 //! let mut sd = StateDict::new();
 //! sd.insert("fc.weight", Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?);
 //! save_pt(&path, &sd)?;
@@ -33,7 +33,6 @@ mod storage;
 mod unpickle;
 mod value;
 
-pub(crate) use storage::le_bytes;
 pub use value::PtValue;
 
 use crate::state_dict::StateDict;

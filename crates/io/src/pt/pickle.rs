@@ -1,8 +1,9 @@
 //! Writing [`PtValue`]s as the pickle that `torch.save` writes (protocol 2), with tensors
 //! as persistent references to storage records.
 
-use super::storage::{StorageKind, le_bytes};
+use super::storage::StorageKind;
 use super::value::PtValue;
+use crate::le::le_bytes;
 use ember_tensor::Result;
 
 /// A pickle being written, and the storages its tensors refer to (record name, bytes).

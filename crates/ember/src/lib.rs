@@ -9,9 +9,13 @@
 //! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` and safetensors |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
-//! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
-//! | [`distributed`] | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
-//! | [`onnx`] | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
+//! | `pnnx` (feature `pnnx`) | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
+//! | `distributed` (feature `distributed`) | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
+//! | `onnx` (feature `onnx`) | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
+//!
+//! The last three are opt-in, so that a program that does not use them does not compile
+//! them: `ember = { version = "0.1", features = ["onnx"] }` turns on `ember::onnx`, and
+//! `features = ["full"]` all three (`mpi` implies `distributed`).
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -44,10 +48,13 @@ pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;
+#[cfg(feature = "distributed")]
 pub use ember_distributed as distributed;
 pub use ember_nn as nn;
+#[cfg(feature = "onnx")]
 pub use ember_onnx as onnx;
 pub use ember_optim as optim;
+#[cfg(feature = "pnnx")]
 pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;
 

@@ -10,9 +10,13 @@
 //! | [`nn`] | `ember-nn` | `Module`, layers, losses, `state_dict` (its files re-exported from `io`) |
 //! | [`optim`] | `ember-optim` | SGD, Adam, AdamW, RMSprop, LR schedulers, gradient clipping |
 //! | [`data`] | `ember-data` | `Dataset`, `DataLoader`, the MNIST reader |
-//! | [`pnnx`] | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
-//! | [`distributed`] | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
-//! | [`onnx`] | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
+//! | `pnnx` (feature `pnnx`) | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
+//! | `distributed` (feature `distributed`) | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
+//! | `onnx` (feature `onnx`) | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
+//!
+//! The last three are opt-in, so that a program that does not use them does not compile
+//! them: `ember = { version = "0.1", features = ["onnx"] }` turns on `ember::onnx`, and
+//! `features = ["full"]` all three (`mpi` implies `distributed`).
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -48,6 +52,7 @@ pub mod transfer;
 
 pub use ember_autograd as autograd;
 pub use ember_data as data;
+#[cfg(feature = "distributed")]
 pub use ember_distributed as distributed;
 pub use ember_io as io;
 /// `ember-nn`: modules, layers, losses and model files; see [`ember_nn`]. Its
@@ -59,8 +64,10 @@ pub mod nn {
     #[doc(inline)]
     pub use ember_nn::*;
 }
+#[cfg(feature = "onnx")]
 pub use ember_onnx as onnx;
 pub use ember_optim as optim;
+#[cfg(feature = "pnnx")]
 pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;
 

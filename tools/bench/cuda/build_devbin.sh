@@ -47,9 +47,9 @@ ember_features="${FEATURE:+ember-tensor/$FEATURE}"
 [[ -n $FEATURE ]] && grep -qE "^$FEATURE *=" crates/ember/Cargo.toml && ember_features="$FEATURE"
 
 echo "building with features: ${FEATURE:-(none: the emulated cuda:0)}"
-for spec in "ember-tensor cuda_parity $FEATURE" "ember-autograd cuda_backward $FEATURE" "ember device_plumbing $ember_features"; do
+for spec in "ember-tensor cuda_parity $FEATURE" "ember-autograd cuda_backward $FEATURE" "ember-full-tests device_plumbing $ember_features"; do
     read -r pkg name features <<<"$spec"
-    if [[ $name == device_plumbing && ! -f crates/ember/tests/device_plumbing.rs ]]; then
+    if [[ $name == device_plumbing && ! -f crates/ember/full-tests/tests/device_plumbing.rs ]]; then
         continue
     fi
     bin=$(test_binary "$pkg" "$name" "$features")

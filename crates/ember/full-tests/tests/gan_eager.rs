@@ -29,7 +29,7 @@ fn dcgan_networks_map_noise_to_images_to_logits() -> Result<()> {
 #[test]
 fn dcgan_and_wgan_gp_steps_route_gradients_as_designed() -> Result<()> {
     let _rng = seed_guard(1);
-    let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist"), 64)?;
+    let images = gan::load_images(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../data/mnist"), 64)?;
     let adam = AdamConfig { lr: 2e-4, betas: (0.0, 0.9), ..Default::default() };
     for loss in [GanLoss::Bce, GanLoss::WganGp { lambda: 10.0 }] {
         let batch_norm = loss == GanLoss::Bce;

@@ -1,251 +1,115 @@
-//! The elementwise ops, each defined once in a table.
+//! The elementwise ops and reductions, each defined once, as one row of its family's table.
 //!
-//! [`unary`] and [`binary`] each hold one macro invocation with one entry per op. An entry
-//! gives the enum variant (with its parameters and doc), the op's name, its per-element
-//! function for the CPU kernels and the `Tensor` method that computes it; the macros below
-//! turn the table into the [`UnaryOp`] / [`BinaryOp`] enums with their `name()` (and, for
-//! unary ops, `is_float_only()`), the CPU dispatch functions and the `Tensor` methods. So an
-//! elementwise op lives in one place (see docs/design.md, "How to add an elementwise op").
+//! A table is a callback macro ([`unary`], [`binary`], [`compare`], [`reduce`]):
+//! `unary_table!(m)` calls the macro `m` with every row, and each layer that needs the ops
+//! expands the table with a macro of its own that keeps the sections it needs:
 //!
-//! # What the CPU dispatch keeps
+//! | section | expanded in | into |
+//! |---|---|---|
+//! | head (variant, params, method) | `ops/<family>.rs` | the op enum (`UnaryOp`, ...), `name()`, `NAMES`, ... |
+//! | `float`, `int`, `cpu` | `backend/cpu/{unary,binary,reduce}.rs` | the CPU dispatch |
+//! | `cuda` | `backend/cuda/kernel_source.rs`, `backend/cuda/elementwise.rs` | the kernels' op codes and `switch` source, the kernel parameters |
+//! | `tensor` | `tensor/{unary,elementwise}.rs` | the `Tensor` methods |
+//! | `grad` | ember-autograd's `ops/{unary,binary,compare}.rs` | the `Var` ops (forward, `Saves`, backward, export) and methods |
 //!
-//! The dispatch functions ([`unary::float_kernel`], [`unary::int_kernel`],
-//! [`binary::binary_kernel`]) match the op once and hand its per-element closure to a
-//! [`MapFn`] / [`ZipFn`], which runs the backend's loop (contiguous fast path, strided runs,
-//! multiversioned AVX-512/AVX2 inner loops). Every op arm passes its own closure, so every
-//! op still gets its own monomorphised, inlined loop; nothing is called through a pointer
-//! per element. The dispatch functions are always inlined: each caller's closure and
-//! dtype are known there, and a call into a many-armed function costs a measurable share of
-//! an operation on a small tensor.
+//! The tables are `#[macro_export]`ed (hidden from the docs) so that ember-autograd can
+//! expand them; sections are passed as token trees, so a section is only type-checked
+//! where it is expanded (the `grad` sections in ember-autograd).
 //!
-//! Inside the table the element type is `T` (`T: FloatElement` in `float` sections, `T:
-//! Element` in `int` and binary sections). Call `exp`, `ln` and `tanh` through
-//! [`FloatElement`](crate::FloatElement) (`FloatElement::exp(x)`): those are the
-//! vectorisable `f32` versions.
+//! # Unary rows
+//!
+//! ```text
+//! /// variant doc
+//! Variant or Variant(param: Type, ...) or Variant { /// doc
+//!                                                   field: Type, ... } => method,
+//!     float [GRAIN FUNCTION],
+//!     int [FUNCTION] or int [],
+//!     cuda [float "EXPR", int "EXPR"; params |k| [P0, P1]] or cuda [],
+//!     tensor ["method doc"] or tensor [],
+//!     grad [/// Var method doc
+//!           saves SAVES, returns Result, export(attr = VALUE), |ctx, g| GRADIENT] or grad [];
+//! ```
+//!
+//! - `method` is the name of the op (`name()`, `NAMES`) and of its `Tensor` and `Var`
+//!   methods. A parameter type is a single token (`f64`, `Scalar`).
+//! - `float [GRAIN FUNCTION]`: the CPU function on floats, `T: FloatElement`. `GRAIN` is
+//!   `cheap` (a few instructions per element) or `costly` (transcendentals); the CPU backend
+//!   maps it to its parallel chunk size. A `FUNCTION` is `let a = ...; |x| expr` (any number
+//!   of `let`s, which may use the parameters and run once per call, outside the loop) or,
+//!   where one closure is not enough, `using |k, g| expr` with `k` the loop and `g` the
+//!   grain, so that `expr` may call `k.run(g, closure)` on one of several branches (an `int`
+//!   one returns `Result`). Call `exp`, `ln` and `tanh` as `FloatElement::exp(x)`: those are
+//!   the vectorisable `f32` versions. `Element` and `FloatElement` are in scope; other
+//!   helpers are named by path (`$crate::ops::unary::clamp_elem`).
+//! - `int [FUNCTION]`: the CPU function on integers, `T: Element`, wrapping arithmetic.
+//!   `int []` makes the op float-only: the tensor layer converts integer tensors to `f32`
+//!   first, and the backends refuse them.
+//! - `cuda [...]`: CUDA C++ expressions of `x` (the element, of type `T`), `p0` and `p1`
+//!   (the parameters, in `T`), `one` and `zero`, with the helpers of `kernels.cu` (`wadd`,
+//!   `max_nan`, ...). `float` is required; `int` is there exactly when the CPU has an `int`
+//!   function. `params |k| [P0, P1]` computes the two kernel parameters on the host, with
+//!   `k.float(f64)`, `k.exact(Scalar)` (converted like `Scalar::to_element`),
+//!   `k.saturating(Scalar)`, `k.zero()` and `k.dtype()`, and may use `?`; without it both
+//!   are zero. Each expression becomes one `case CODE: return EXPR;` of the generated
+//!   `switch`, whose code is the row's position; a code without a case stops the kernel.
+//!   An empty `cuda []` still builds, and the test `every_unary_op_has_a_cuda_kernel`
+//!   fails.
+//! - `tensor ["doc"]` generates `pub fn method(&self, params...) -> Tensor`; `tensor []`
+//!   when the method needs more and is written by hand.
+//! - `grad [...]` generates the `Var` op: a struct named like the variant with the
+//!   parameters as fields, its `forward` (`x.method(params...)`), `saves()` (`SAVES` is
+//!   `NONE`, `INPUTS`, `OUTPUT` or `{ inputs: .., output: .. }`), `backward` (`GRADIENT`,
+//!   an `Option<Var>` written with `Var` ops, where the parameters are bound by name) and
+//!   `export` (only with `export()`, or `export(attr = VALUE)` for one float attribute;
+//!   without it the op has no export description), plus the method
+//!   `Var::method(&self, params...) -> Var` (a `Scalar` parameter is taken as
+//!   `impl Into<Scalar>`; `returns Result` when the forward can fail). `grad []` when the
+//!   `Var` op is written by hand.
+//!
+//! # Binary, comparison and reduction rows
+//!
+//! ```text
+//! /// variant doc
+//! Variant => method,
+//!     cpu [GRAIN |x, y| expr],
+//!     cuda [float "EXPR", int "EXPR"],
+//!     tensor ["method doc"],
+//!     grad [/// Var method doc
+//!           saves SAVES, |ctx, g| [GRADIENT_A, GRADIENT_B]];
+//!
+//! /// variant doc
+//! Variant => method, scalar_method, "operator", cpu [|x, y| bool expr], cuda ["EXPR"];
+//!
+//! /// variant doc
+//! Variant => method, value, cpu [Combine], cuda [combine "EXPR", identity "EXPR"(, widen)];
+//! Variant => method, arg, cpu [max or min], cuda [prefer "EXPR"];
+//! ```
+//!
+//! A binary `cpu` function runs on every dtype (`T: Element`); its `GRADIENT`s are
+//! `Result<Var>` for the operands before broadcasting is summed out. A comparison's CUDA
+//! expression compares `x` and `y`. A `value` reduction names its CPU `Combine` and its
+//! CUDA `combine` of `a` and `b` (accumulator type `A`) and identity; `widen` accumulates
+//! `f32` in `f64` on the GPU. An `arg` reduction says which extreme it finds and, in CUDA,
+//! when `a` is preferred to `b`.
+//!
+//! # Where the ops run
+//!
+//! The CPU dispatch functions match the op once and hand its per-element closure to the
+//! backend's loop (contiguous fast path, strided runs, multiversioned AVX-512/AVX2 inner
+//! loops). Every op arm passes its own closure, so every op still gets its own
+//! monomorphised, inlined loop; nothing is called through a pointer per element. The
+//! dispatch functions are always inlined: each caller's closure and dtype are known there,
+//! and a call into a many-armed function costs a measurable share of an operation on a
+//! small tensor.
 
-/// A loop that applies a per-element function of one operand to a view: the CPU backend's
-/// out-of-place and in-place maps implement it. `grain` is the parallel chunk size the op
-/// asks for (cheap or costly per element).
-pub(crate) trait MapFn<T> {
-    /// What running the loop gives.
-    type Output;
-    /// Runs the loop with `f`.
-    fn run<F: Fn(T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
-}
-
-/// A loop that applies a per-element function of two operands, like [`MapFn`].
-pub(crate) trait ZipFn<T> {
-    /// What running the loop gives.
-    type Output;
-    /// Runs the loop with `f`.
-    fn run<F: Fn(T, T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
-}
-
-/// The parallel grain of a table entry: `cheap` for a few instructions per element,
-/// `costly` for transcendental functions (smaller chunks pay off sooner).
-macro_rules! grain {
-    (cheap) => {
-        $crate::backend::cpu::iter::GRAIN_CHEAP
-    };
-    (costly) => {
-        $crate::backend::cpu::iter::GRAIN_COSTLY
-    };
-}
-
-/// Turns the unary table into the `UnaryOp` enum, its `name()` and `is_float_only()`, the
-/// CPU dispatch functions `float_kernel` and `int_kernel`, and the `Tensor` methods.
-///
-/// An entry reads
-///
-/// ```text
-/// /// variant doc
-/// Variant(param: Type, ...) or Variant { field: Type, ... } or Variant => "name",
-///     float [GRAIN FUNCTION],
-///     int [FUNCTION] or int [],
-///     tensor [/// method doc
-///             method] or tensor [];
-/// ```
-///
-/// where `GRAIN` is `cheap` or `costly` and a `FUNCTION` is `let a = ...; |x| expr` (any
-/// number of `let`s, which may use the variant's parameters) or, where one closure is not
-/// enough, `using |k, g| expr` with `k` the loop ([`MapFn`]) and `g` the grain, so that
-/// `expr` may call `k.run(g, closure)` on one of several branches (an `int` one returns
-/// `Result`). `int []` makes the op float-only: integer tensors compute it in `f32`. A
-/// generated `Tensor` method takes the variant's parameters as its arguments.
-macro_rules! define_unary_ops {
-    ($(
-        $(#[$meta:meta])*
-        $V:ident $(( $($tp:ident: $tty:ty),* ))? $({ $($(#[$fmeta:meta])* $f:ident: $fty:ty),* })?
-            => $name:literal,
-            float $float:tt,
-            int $int:tt,
-            tensor $tensor:tt;
-    )*) => {
-        /// Elementwise functions of one tensor, with their parameters.
-        #[derive(Clone, Copy, Debug, PartialEq)]
-        pub enum UnaryOp {
-            $(
-                $(#[$meta])*
-                $V $(( $($tty),* ))? $({ $($(#[$fmeta])* $f: $fty),* })?,
-            )*
-        }
-
-        impl UnaryOp {
-            /// The name of every variant, in the table's order.
-            pub const NAMES: &'static [&'static str] = &[$($name),*];
-
-            /// Whether the function is only defined on floats (integer inputs are computed in
-            /// `f32`, like PyTorch).
-            pub fn is_float_only(self) -> bool {
-                match self {
-                    $( UnaryOp::$V { .. } => define_unary_ops!(@float_only $int), )*
-                }
-            }
-
-            /// A lowercase name for messages and profiles.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $( UnaryOp::$V { .. } => $name, )*
-                }
-            }
-
-            /// The name of the in-place form (`exp_`), for messages about it.
-            pub fn inplace_name(self) -> &'static str {
-                match self {
-                    $( UnaryOp::$V { .. } => concat!($name, "_"), )*
-                }
-            }
-        }
-
-        /// Runs `k` with the per-element function of `op` on the float type `T`.
-        #[inline(always)]
-        pub(crate) fn float_kernel<T: $crate::FloatElement, K: $crate::ops::MapFn<T>>(op: UnaryOp, k: K) -> K::Output {
-            match op {
-                $( UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })? => define_unary_ops!(@float k, $float), )*
-            }
-        }
-
-        /// Runs `k` with the per-element function of `op` on the integer type `T`: `None`
-        /// for a float-only op, an error for parameters integers cannot take.
-        #[allow(unused_variables)]
-        #[inline(always)]
-        pub(crate) fn int_kernel<T: $crate::Element, K: $crate::ops::MapFn<T>>(
-            op: UnaryOp,
-            k: K,
-        ) -> $crate::Result<Option<K::Output>> {
-            match op {
-                $( UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })? => define_unary_ops!(@int k, $int), )*
-            }
-        }
-
-        impl $crate::Tensor {
-            $(
-                define_unary_ops!(
-                    @tensor $tensor,
-                    [$( $($tp: $tty),* )? $( $($f: $fty),* )?],
-                    (UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })?)
-                );
-            )*
-        }
-    };
-
-    (@float_only []) => { true };
-    (@float_only [$($t:tt)*]) => { false };
-
-    (@float $k:ident, [$grain:ident using |$kk:ident, $g:ident| $body:expr]) => {{
-        let $kk = $k;
-        let $g = grain!($grain);
-        $body
-    }};
-    (@float $k:ident, [$grain:ident $(let $l:ident $(: $lt:ty)? = $le:expr;)* |$x:ident| $body:expr]) => {{
-        $(let $l $(: $lt)? = $le;)*
-        $k.run(grain!($grain), move |$x: T| $body)
-    }};
-
-    (@int $k:ident, []) => {
-        Ok(None)
-    };
-    (@int $k:ident, [using |$kk:ident, $g:ident| $body:expr]) => {{
-        let $kk = $k;
-        let $g = grain!(cheap);
-        $body.map(Some)
-    }};
-    (@int $k:ident, [$(let $l:ident $(: $lt:ty)? = $le:expr;)* |$x:ident| $body:expr]) => {{
-        $(let $l $(: $lt)? = $le;)*
-        Ok(Some($k.run(grain!(cheap), move |$x: T| $body)))
-    }};
-
-    (@tensor [], [$($arg:ident: $aty:ty),*], ($($ctor:tt)*)) => {};
-    (@tensor [$(#[$m:meta])* $method:ident], [$($arg:ident: $aty:ty),*], ($($ctor:tt)*)) => {
-        $(#[$m])*
-        pub fn $method(&self $(, $arg: $aty)*) -> $crate::Tensor {
-            self.unary_op($($ctor)*)
-        }
-    };
-}
-
-/// Turns the binary table into the `BinaryOp` enum and its `name()`, the CPU dispatch
-/// function `binary_kernel` and the `Tensor` methods. An entry reads
-///
-/// ```text
-/// /// variant doc
-/// Variant => "name", GRAIN |x, y| expr,
-///     tensor [/// method doc
-///             method];
-/// ```
-///
-/// with `T: Element` the element type (wrapping arithmetic for integers) and `GRAIN`
-/// `cheap` or `costly`. The method broadcasts and promotes, and returns a `Result`.
-macro_rules! define_binary_ops {
-    ($(
-        $(#[$meta:meta])*
-        $V:ident => $name:literal, $grain:ident |$x:ident, $y:ident| $body:expr,
-            tensor [$(#[$m:meta])* $method:ident];
-    )*) => {
-        /// Elementwise functions of two tensors of the same dtype.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum BinaryOp {
-            $( $(#[$meta])* $V, )*
-        }
-
-        impl BinaryOp {
-            /// A lowercase name for messages and profiles.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $( BinaryOp::$V => $name, )*
-                }
-            }
-
-            /// The name of the in-place form (`add_`), for messages about it.
-            pub fn inplace_name(self) -> &'static str {
-                match self {
-                    $( BinaryOp::$V => concat!($name, "_"), )*
-                }
-            }
-        }
-
-        /// Runs `k` with the per-element function of `op` on the element type `T`.
-        #[inline(always)]
-        pub(crate) fn binary_kernel<T: $crate::Element, K: $crate::ops::ZipFn<T>>(op: BinaryOp, k: K) -> K::Output {
-            match op {
-                $( BinaryOp::$V => k.run(grain!($grain), |$x: T, $y: T| $body), )*
-            }
-        }
-
-        impl $crate::Tensor {
-            $(
-                $(#[$m])*
-                pub fn $method(&self, other: &$crate::Tensor) -> $crate::Result<$crate::Tensor> {
-                    self.binary_op(BinaryOp::$V, other)
-                }
-            )*
-        }
-    };
-}
-
-// After the macros: `macro_rules!` definitions are in scope only below them.
+// The tables are `#[macro_export]`ed: the expanders in this crate reach them as
+// `crate::unary_table!` and so on.
 pub(crate) mod binary;
+pub(crate) mod compare;
+pub(crate) mod reduce;
 pub(crate) mod unary;
 
 pub use binary::BinaryOp;
+pub use compare::CmpOp;
+pub use reduce::ReduceOp;
 pub use unary::UnaryOp;

@@ -1,17 +1,81 @@
 //! Elementwise functions of two (or three) tensors: arithmetic, comparisons, `where`, and
 //! the in-place and copying forms.
+//!
+//! The per-element functions come from the op tables (`ops/binary.rs`, `ops/compare.rs`):
+//! their `cpu` sections expand here into [`binary_kernel`] and [`compare_kernel`], which
+//! hand each op's closure to the loops below (see the module docs of `crate::ops`).
 
-use super::iter::{GRAIN_CHEAP, Runs, fill_chunks};
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
-use crate::ops::ZipFn;
-use crate::ops::binary::binary_kernel;
+use crate::ops::compare::{IntCmp, int_cmp};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result, Scalar};
 use multiversion::multiversion;
+
+/// A loop that applies a per-element function of two operands, like `MapFn` in
+/// `unary.rs`.
+trait ZipFn<T> {
+    /// What running the loop gives.
+    type Output;
+    /// Runs the loop with `f`.
+    fn run<F: Fn(T, T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
+}
+
+/// A loop that applies a comparison of two elements (every comparison is cheap).
+trait CmpFn<T> {
+    /// What running the loop gives.
+    type Output;
+    /// Runs the loop with `f`.
+    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output;
+}
+
+/// Turns the binary table's `cpu` sections into [`binary_kernel`].
+macro_rules! binary_kernels {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident,
+            cpu [$grain:ident |$x:ident, $y:ident| $body:expr],
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        /// Runs `k` with the per-element function of `op` on the element type `T`.
+        #[inline(always)]
+        fn binary_kernel<T: Element, K: ZipFn<T>>(op: BinaryOp, k: K) -> K::Output {
+            match op {
+                $( BinaryOp::$V => k.run(binary_kernels!(@grain $grain), |$x: T, $y: T| $body), )*
+            }
+        }
+    };
+
+    (@grain cheap) => { GRAIN_CHEAP };
+    (@grain costly) => { GRAIN_COSTLY };
+}
+
+crate::binary_table!(binary_kernels);
+
+/// Turns the comparison table's `cpu` sections into [`compare_kernel`].
+macro_rules! compare_kernels {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident, $scalar_method:ident, $symbol:literal,
+            cpu [|$x:ident, $y:ident| $body:expr], cuda $cuda:tt;
+    )*) => {
+        /// Runs `k` with the comparison `op` of two elements of type `T`.
+        #[inline(always)]
+        fn compare_kernel<T: Element, K: CmpFn<T>>(op: CmpOp, k: K) -> K::Output {
+            match op {
+                $( CmpOp::$V => k.run(|$x: T, $y: T| $body), )*
+            }
+        }
+    };
+}
+
+crate::compare_table!(compare_kernels);
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 fn zip_contig<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(a: &[A], b: &[B], dst: &mut [O], f: F) {
@@ -147,35 +211,51 @@ impl<T: Element> ZipFn<T> for ZipInto<'_, T> {
     }
 }
 
-macro_rules! with_cmp_fn {
-    ($op:expr, $T:ty, |$f:ident| $body:expr) => {
-        match $op {
-            CmpOp::Eq => {
-                let $f = |x: $T, y: $T| (x == y) as u8;
-                $body
-            }
-            CmpOp::Ne => {
-                let $f = |x: $T, y: $T| (x != y) as u8;
-                $body
-            }
-            CmpOp::Lt => {
-                let $f = |x: $T, y: $T| (x < y) as u8;
-                $body
-            }
-            CmpOp::Le => {
-                let $f = |x: $T, y: $T| (x <= y) as u8;
-                $body
-            }
-            CmpOp::Gt => {
-                let $f = |x: $T, y: $T| (x > y) as u8;
-                $body
-            }
-            CmpOp::Ge => {
-                let $f = |x: $T, y: $T| (x >= y) as u8;
-                $body
-            }
-        }
-    };
+/// A comparison of two same-shape views, as a mask.
+struct CmpZip<'a, T> {
+    name: &'static str,
+    a: (&'a [T], &'a Layout),
+    b: (&'a [T], &'a Layout),
+}
+
+impl<T: Element> CmpFn<T> for CmpZip<'_, T> {
+    type Output = Result<Buffer<u8>>;
+    #[inline(always)]
+    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
+        zip(self.name, self.a, self.b, GRAIN_CHEAP, move |x, y| f(x, y) as u8)
+    }
+}
+
+/// A comparison of a view with one value of its type, as a mask.
+struct CmpScalar<'a, T> {
+    name: &'static str,
+    a: (&'a [T], &'a Layout),
+    s: T,
+}
+
+impl<T: Element> CmpFn<T> for CmpScalar<'_, T> {
+    type Output = Result<Buffer<u8>>;
+    #[inline(always)]
+    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
+        let s = self.s;
+        map(self.name, self.a.0, self.a.1, GRAIN_CHEAP, move |v| f(v, s) as u8)
+    }
+}
+
+/// A comparison of an integer view, widened to `i64`, with an `i64`, as a mask.
+struct CmpInt<'a, T> {
+    name: &'static str,
+    a: (&'a [T], &'a Layout),
+    v: i64,
+}
+
+impl<T: Element> CmpFn<i64> for CmpInt<'_, T> {
+    type Output = Result<Buffer<u8>>;
+    #[inline(always)]
+    fn run<F: Fn(i64, i64) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
+        let v = self.v;
+        map(self.name, self.a.0, self.a.1, GRAIN_CHEAP, move |e: T| f(e.to_i64(), v) as u8)
+    }
 }
 
 fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
@@ -197,56 +277,20 @@ pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, 
 /// `a op b` as a `u8` mask, for two same-dtype views of one shape.
 pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
     let name = op.name();
-    macro_rules! arm {
-        ($x:expr, $y:expr, $T:ty) => {
-            with_cmp_fn!(op, $T, |f| Ok(zip(name, ($x, la), ($y, lb), GRAIN_CHEAP, f)?.into()))
-        };
-    }
     match (a, b) {
-        (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
-        (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
-        (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
-        (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => {
+            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
+        }
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => {
+            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
+        }
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => {
+            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
+        }
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => {
+            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
+        }
         _ => Err(same_dtype(name, a, b)),
-    }
-}
-
-/// `x op s` for every integer `x` (widened to `i64`), as one integer comparison or a
-/// constant: integer tensors compare with the exact value of the scalar, whatever its type
-/// and magnitude (`i64` values beyond 2^53, fractions, infinities, NaN).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum IntCmp {
-    Const(bool),
-    Cmp(CmpOp, i64),
-}
-
-pub(crate) fn int_cmp(op: CmpOp, s: Scalar) -> IntCmp {
-    use CmpOp::*;
-    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    let f = match s {
-        Scalar::Int(v) => return IntCmp::Cmp(op, v),
-        Scalar::Float(f) => f,
-    };
-    if f.is_nan() {
-        return IntCmp::Const(op == Ne);
-    }
-    if f >= TWO_63 {
-        // Above every i64.
-        return IntCmp::Const(matches!(op, Lt | Le | Ne));
-    }
-    if f < -TWO_63 {
-        return IntCmp::Const(matches!(op, Gt | Ge | Ne));
-    }
-    if f.fract() == 0.0 {
-        return IntCmp::Cmp(op, f as i64);
-    }
-    // A fraction strictly between two integers: x < f exactly when x <= floor(f).
-    let floor = f.floor() as i64;
-    match op {
-        Eq => IntCmp::Const(false),
-        Ne => IntCmp::Const(true),
-        Lt | Le => IntCmp::Cmp(Le, floor),
-        Gt | Ge => IntCmp::Cmp(Gt, floor),
     }
 }
 
@@ -257,20 +301,12 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) 
     fn ints<T: Element>(name: &'static str, x: &[T], la: &Layout, cmp: IntCmp) -> Result<CpuStorage> {
         Ok(match cmp {
             IntCmp::Const(c) => Buffer::<u8>::full(name, la.numel(), c as u8)?.into(),
-            IntCmp::Cmp(op, v) => {
-                with_cmp_fn!(op, i64, |f| map(name, x, la, GRAIN_CHEAP, move |e: T| f(e.to_i64(), v))?.into())
-            }
+            IntCmp::Cmp(op, v) => compare_kernel(op, CmpInt { name, a: (x, la), v })?.into(),
         })
     }
     match a {
-        CpuStorage::F32(x) => {
-            let s: f32 = s.to_element();
-            Ok(with_cmp_fn!(op, f32, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
-        }
-        CpuStorage::F64(x) => {
-            let s: f64 = s.to_element();
-            Ok(with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
-        }
+        CpuStorage::F32(x) => Ok(compare_kernel(op, CmpScalar { name, a: (x, la), s: s.to_element() })?.into()),
+        CpuStorage::F64(x) => Ok(compare_kernel(op, CmpScalar { name, a: (x, la), s: s.to_element() })?.into()),
         CpuStorage::I64(x) => ints(name, x, la, int_cmp(op, s)),
         CpuStorage::U8(x) => ints(name, x, la, int_cmp(op, s)),
     }
@@ -429,69 +465,12 @@ pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{IntCmp, int_cmp};
-    use crate::backend::CmpOp;
-    use crate::{Scalar, Tensor};
+    use crate::Tensor;
 
-    /// The integer form of every comparison agrees with exact rational comparison, for
-    /// integers around the scalar and at the ends of the `i64` range.
+    /// Integer tensors compare with the exact value of a scalar (see `ops::compare::int_cmp`,
+    /// whose exactness its own test checks).
     #[test]
-    fn integer_comparisons_with_scalars_are_exact() {
-        let eval = |c: IntCmp, x: i64| match c {
-            IntCmp::Const(b) => b,
-            IntCmp::Cmp(op, v) => match op {
-                CmpOp::Eq => x == v,
-                CmpOp::Ne => x != v,
-                CmpOp::Lt => x < v,
-                CmpOp::Le => x <= v,
-                CmpOp::Gt => x > v,
-                CmpOp::Ge => x >= v,
-            },
-        };
-        // Exact reference: compare x with s as rationals, through i128 and halves.
-        let cmp_exact = |x: i64, s: f64| -> Option<std::cmp::Ordering> {
-            if s.is_nan() {
-                return None;
-            }
-            if s.is_infinite() {
-                return Some(if s > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
-            }
-            let twice = (x as i128) * 2;
-            let s2 = s * 2.0; // exact: doubling a finite float
-            if s2.abs() >= 1.8e19 * 2.0 {
-                return Some(if s2 > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
-            }
-            let floor2 = s2.floor() as i128;
-            Some(if twice < floor2 {
-                std::cmp::Ordering::Less
-            } else if twice > floor2 {
-                std::cmp::Ordering::Greater
-            } else if s2.fract() != 0.0 {
-                std::cmp::Ordering::Less
-            } else {
-                std::cmp::Ordering::Equal
-            })
-        };
-        let scalars = [0.0, 2.5, -2.5, 3.0, -0.0, i64::MAX as f64, i64::MIN as f64, (1u64 << 62) as f64, 1e30, -1e30];
-        let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
-        for &s in scalars.iter().chain(&specials) {
-            for x in [-4, -3, -2, 0, 2, 3, 4, i64::MIN, i64::MAX, i64::MAX - 1] {
-                for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
-                    let want = match cmp_exact(x, s) {
-                        None => op == CmpOp::Ne,
-                        Some(o) => match op {
-                            CmpOp::Eq => o.is_eq(),
-                            CmpOp::Ne => o.is_ne(),
-                            CmpOp::Lt => o.is_lt(),
-                            CmpOp::Le => o.is_le(),
-                            CmpOp::Gt => o.is_gt(),
-                            CmpOp::Ge => o.is_ge(),
-                        },
-                    };
-                    assert_eq!(eval(int_cmp(op, Scalar::Float(s)), x), want, "{x} {op:?} {s}");
-                }
-            }
-        }
+    fn integer_tensors_compare_with_the_exact_value_of_scalars() {
         // Integer scalars beyond 2^53 compare exactly (through f64 they would round).
         let big = Tensor::from_vec(vec![(1i64 << 53) + 1, 1 << 53], [2]).unwrap();
         assert_eq!(big.eq_scalar((1i64 << 53) + 1).to_vec::<u8>().unwrap(), vec![1, 0]);

@@ -467,7 +467,7 @@ macro_rules! unary_table {
 }
 
 /// Turns the unary table into the `UnaryOp` enum with its `NAMES`, `name()`,
-/// `inplace_name()`, `is_float_only()` and `scalar()`.
+/// `inplace_name()` and `is_float_only()`.
 macro_rules! unary_op_enum {
     ($(
         $(#[$meta:meta])*
@@ -513,27 +513,26 @@ macro_rules! unary_op_enum {
                     $( UnaryOp::$V { .. } => concat!(stringify!($method), "_"), )*
                 }
             }
-
-            /// The scalar operand of a tensor-scalar operation.
-            #[allow(unused_variables)]
-            pub fn scalar(self) -> Option<Scalar> {
-                match self {
-                    $( UnaryOp::$V $(( $($tp),* ))? $({ $($f: _),* })? => unary_op_enum!(@scalar $($($tp: $tty),*)?), )*
-                }
-            }
         }
     };
 
     (@float_only []) => { true };
     (@float_only [$($t:tt)*]) => { false };
-
-    (@scalar $s:ident: Scalar) => { Some($s) };
-    (@scalar $($p:ident: $t:tt),*) => { None };
 }
 
 unary_table!(unary_op_enum);
 
 impl UnaryOp {
+    /// The scalar operand of a tensor-scalar operation.
+    pub fn scalar(self) -> Option<Scalar> {
+        use UnaryOp::*;
+        match self {
+            AddScalar(s) | SubScalar(s) | RSubScalar(s) | MulScalar(s) | DivScalar(s) | RDivScalar(s)
+            | PowScalar(s) | RPowScalar(s) | MaximumScalar(s) | MinimumScalar(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The error for a float-only op on an integer tensor of `dtype`, which a backend asked
     /// to compute it directly gives (the tensor layer converts such tensors to `f32` first).
     pub(crate) fn not_for_ints(self, dtype: DType) -> Error {

@@ -2,8 +2,8 @@
 //! the in-place and copying forms.
 //!
 //! The per-element functions come from the op tables (`ops/binary.rs`, `ops/compare.rs`):
-//! their `cpu` sections expand here into [`binary_kernel`] and [`compare_kernel`], which
-//! hand each op's closure to the loops below (see the module docs of `crate::ops`).
+//! their `cpu` sections expand here into [`binary_kernel`] and `with_cmp_fn!`, which hand
+//! each op's closure to the loops below (see the module docs of `crate::ops`).
 
 use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use super::unary::map;
@@ -23,14 +23,6 @@ trait ZipFn<T> {
     type Output;
     /// Runs the loop with `f`.
     fn run<F: Fn(T, T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
-}
-
-/// A loop that applies a comparison of two elements (every comparison is cheap).
-trait CmpFn<T> {
-    /// What running the loop gives.
-    type Output;
-    /// Runs the loop with `f`.
-    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output;
 }
 
 /// Turns the binary table's `cpu` sections into [`binary_kernel`].
@@ -58,20 +50,32 @@ macro_rules! binary_kernels {
 
 crate::binary_table!(binary_kernels);
 
-/// Turns the comparison table's `cpu` sections into [`compare_kernel`].
+/// Turns the comparison table's `cpu` sections into the macro `with_cmp_fn!(op, T, |f|
+/// body)`, which evaluates `body` with `f` the comparison `op` of two `T`s giving a `u8`: one
+/// arm per op, with the element type written out, so that each comparison compiles to its
+/// own loop of plain instructions. (The generated macro names its own arguments with `$d`,
+/// a `$` passed in.)
 macro_rules! compare_kernels {
-    ($(
+    (@with ($d:tt) $(
         $(#[$meta:meta])*
         $V:ident => $method:ident, $scalar_method:ident, $symbol:literal,
             cpu [|$x:ident, $y:ident| $body:expr], cuda $cuda:tt;
     )*) => {
-        /// Runs `k` with the comparison `op` of two elements of type `T`.
-        #[inline(always)]
-        fn compare_kernel<T: Element, K: CmpFn<T>>(op: CmpOp, k: K) -> K::Output {
-            match op {
-                $( CmpOp::$V => k.run(|$x: T, $y: T| $body), )*
-            }
+        macro_rules! with_cmp_fn {
+            ($d op:expr, $d T:ty, |$d f:ident| $d run:expr) => {
+                match $d op {
+                    $(
+                        CmpOp::$V => {
+                            let $d f = |$x: $d T, $y: $d T| ($body) as u8;
+                            $d run
+                        }
+                    )*
+                }
+            };
         }
+    };
+    ($($rows:tt)*) => {
+        compare_kernels!(@with ($) $($rows)*);
     };
 }
 
@@ -211,53 +215,6 @@ impl<T: Element> ZipFn<T> for ZipInto<'_, T> {
     }
 }
 
-/// A comparison of two same-shape views, as a mask.
-struct CmpZip<'a, T> {
-    name: &'static str,
-    a: (&'a [T], &'a Layout),
-    b: (&'a [T], &'a Layout),
-}
-
-impl<T: Element> CmpFn<T> for CmpZip<'_, T> {
-    type Output = Result<Buffer<u8>>;
-    #[inline(always)]
-    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
-        zip(self.name, self.a, self.b, GRAIN_CHEAP, move |x, y| f(x, y) as u8)
-    }
-}
-
-/// A comparison of a view with one value of its type, as a mask.
-struct CmpScalar<'a, T> {
-    name: &'static str,
-    a: (&'a [T], &'a Layout),
-    s: T,
-}
-
-impl<T: Element> CmpFn<T> for CmpScalar<'_, T> {
-    type Output = Result<Buffer<u8>>;
-    #[inline(always)]
-    fn run<F: Fn(T, T) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
-        let s = self.s;
-        map(self.name, self.a.0, self.a.1, GRAIN_CHEAP, move |v| f(v, s) as u8)
-    }
-}
-
-/// A comparison of an integer view, widened to `i64`, with an `i64`, as a mask.
-struct CmpInt<'a, T> {
-    name: &'static str,
-    a: (&'a [T], &'a Layout),
-    v: i64,
-}
-
-impl<T: Element> CmpFn<i64> for CmpInt<'_, T> {
-    type Output = Result<Buffer<u8>>;
-    #[inline(always)]
-    fn run<F: Fn(i64, i64) -> bool + Sync + Copy>(self, f: F) -> Self::Output {
-        let v = self.v;
-        map(self.name, self.a.0, self.a.1, GRAIN_CHEAP, move |e: T| f(e.to_i64(), v) as u8)
-    }
-}
-
 fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
     Error::dtype(op, format!("expected operands of one dtype, got {} and {}", a.dtype(), b.dtype()))
 }
@@ -277,19 +234,16 @@ pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, 
 /// `a op b` as a `u8` mask, for two same-dtype views of one shape.
 pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
     let name = op.name();
+    macro_rules! arm {
+        ($x:expr, $y:expr, $T:ty) => {
+            with_cmp_fn!(op, $T, |f| Ok(zip(name, ($x, la), ($y, lb), GRAIN_CHEAP, f)?.into()))
+        };
+    }
     match (a, b) {
-        (CpuStorage::F32(x), CpuStorage::F32(y)) => {
-            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
-        }
-        (CpuStorage::F64(x), CpuStorage::F64(y)) => {
-            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
-        }
-        (CpuStorage::I64(x), CpuStorage::I64(y)) => {
-            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
-        }
-        (CpuStorage::U8(x), CpuStorage::U8(y)) => {
-            Ok(compare_kernel(op, CmpZip { name, a: (x, la), b: (y, lb) })?.into())
-        }
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
+        (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
         _ => Err(same_dtype(name, a, b)),
     }
 }
@@ -301,12 +255,20 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) 
     fn ints<T: Element>(name: &'static str, x: &[T], la: &Layout, cmp: IntCmp) -> Result<CpuStorage> {
         Ok(match cmp {
             IntCmp::Const(c) => Buffer::<u8>::full(name, la.numel(), c as u8)?.into(),
-            IntCmp::Cmp(op, v) => compare_kernel(op, CmpInt { name, a: (x, la), v })?.into(),
+            IntCmp::Cmp(op, v) => {
+                with_cmp_fn!(op, i64, |f| map(name, x, la, GRAIN_CHEAP, move |e: T| f(e.to_i64(), v))?.into())
+            }
         })
     }
     match a {
-        CpuStorage::F32(x) => Ok(compare_kernel(op, CmpScalar { name, a: (x, la), s: s.to_element() })?.into()),
-        CpuStorage::F64(x) => Ok(compare_kernel(op, CmpScalar { name, a: (x, la), s: s.to_element() })?.into()),
+        CpuStorage::F32(x) => {
+            let s: f32 = s.to_element();
+            Ok(with_cmp_fn!(op, f32, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
+        }
+        CpuStorage::F64(x) => {
+            let s: f64 = s.to_element();
+            Ok(with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
+        }
         CpuStorage::I64(x) => ints(name, x, la, int_cmp(op, s)),
         CpuStorage::U8(x) => ints(name, x, la, int_cmp(op, s)),
     }

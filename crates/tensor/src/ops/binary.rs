@@ -1,11 +1,28 @@
 //! The table of elementwise functions of two tensors, [`binary_table!`](crate::binary_table):
 //! one row per [`BinaryOp`] variant with its name, its CPU per-element function (wrapping
 //! arithmetic for integers), its CUDA expressions, its `Tensor` method and its derivative
-//! (see the module docs of [`crate::ops`] for the row format).
+//! (see the module docs of [`crate::ops`] for where each section is expanded).
+//!
+//! # Rows
+//!
+//! ```text
+//! /// variant doc
+//! Variant => method,
+//!     cpu [GRAIN |x, y| expr],
+//!     cuda [float "EXPR", int "EXPR"],
+//!     tensor ["method doc"],
+//!     grad [/// Var method doc
+//!           saves SAVES, |ctx, g| [GRADIENT_A, GRADIENT_B]];
+//! ```
+//!
+//! As in the unary table (`ops::unary`), except that the `cpu` function runs on every
+//! dtype (`T: Element`), the CUDA expressions are of `x` and `y`, the `Tensor` and `Var`
+//! methods broadcast and return `Result`, and each `GRADIENT` is a `Result<Var>` for one
+//! operand, which the generated backward sums back to that operand's shape.
 
 /// The binary op table: calls the macro `$m` with every row. Crate-internal machinery,
 /// public only so that ember-autograd can expand the `grad` sections; the row format is
-/// in the docs of ember-tensor's `ops` module.
+/// in the docs of ember-tensor's `ops::binary` module.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! binary_table {

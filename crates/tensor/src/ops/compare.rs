@@ -3,6 +3,14 @@
 //! with a scalar), the operator its docs show, and its CPU and CUDA per-element functions.
 //! The result of a comparison is a `u8` mask.
 //!
+//! ```text
+//! /// variant doc
+//! Variant => method, scalar_method, "operator", cpu [|x, y| bool expr], cuda ["EXPR"];
+//! ```
+//!
+//! The CUDA expression compares `x` and `y` (an empty `cuda []` fails the test
+//! `every_compare_op_has_a_cuda_kernel`).
+//!
 //! Also here: how an integer tensor compares with a scalar ([`int_cmp`]), which every
 //! backend follows.
 
@@ -10,7 +18,7 @@ use crate::Scalar;
 
 /// The comparison table: calls the macro `$m` with every row. Crate-internal machinery,
 /// public only so that ember-autograd can expand it into the `Var` comparisons; the row
-/// format is in the docs of ember-tensor's `ops` module.
+/// format is in the docs of ember-tensor's `ops::compare` module.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! compare_table {

@@ -1,7 +1,19 @@
 //! The table of reductions, [`reduce_table!`](crate::reduce_table): one row per
 //! [`ReduceOp`] variant with its name, its kind (`value`: an associative combine with an
 //! identity; `arg`: the index of the first extreme element, an `i64` result), its CPU kernel
-//! and its CUDA pieces (see the module docs of [`crate::ops`] for the row format).
+//! and its CUDA pieces (see the module docs of [`crate::ops`] for where each section is
+//! expanded).
+//!
+//! ```text
+//! /// variant doc
+//! Variant => method, value, cpu [Combine], cuda [combine "EXPR", identity "EXPR"(, widen)];
+//! Variant => method, arg, cpu [max or min], cuda [prefer "EXPR"];
+//! ```
+//!
+//! A `value` row names its CPU `Combine` and its CUDA `combine` of `a` and `b` (in the
+//! accumulator type `A`) and identity; `widen` accumulates `f32` in `f64` on the GPU. An
+//! `arg` row says which extreme the CPU looks for and when CUDA prefers `a` to `b`. The
+//! `Tensor` and `Var` reductions take dimensions and are written by hand.
 
 /// The reduction table: calls the macro `$m` with every row. Crate-internal machinery,
 /// exported like the other op tables.

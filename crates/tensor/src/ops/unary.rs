@@ -1,19 +1,69 @@
 //! The table of elementwise functions of one tensor, [`unary_table!`](crate::unary_table):
 //! one row per [`UnaryOp`] variant with its name, its CPU and CUDA per-element functions, its
-//! `Tensor` method and its derivative (see the module docs of [`crate::ops`] for the row
-//! format and where each section is expanded).
+//! `Tensor` method and its derivative (see the module docs of [`crate::ops`] for where each
+//! section is expanded).
 //!
 //! `Tensor` methods that do more than call the op (dtype promotion of the scalar ops,
 //! `clamp`'s optional bounds) are written by hand in `tensor/elementwise.rs` and
 //! `tensor/unary.rs`; their rows say `tensor []`. `Var::clamp` is written by hand in
 //! ember-autograd (its bounds are optional there too); its row says `grad []`.
+//!
+//! # Rows
+//!
+//! ```text
+//! /// variant doc
+//! Variant or Variant(param: Type, ...) or Variant { /// doc
+//!                                                   field: Type, ... } => method,
+//!     float [GRAIN FUNCTION],
+//!     int [FUNCTION] or int [],
+//!     cuda [float "EXPR", int "EXPR"; params |k| [P0, P1]] or cuda [],
+//!     tensor ["method doc"] or tensor [],
+//!     grad [/// Var method doc
+//!           saves SAVES, returns Result, export(attr = VALUE), |ctx, g| GRADIENT] or grad [];
+//! ```
+//!
+//! - `method` is the name of the op (`name()`, `NAMES`) and of its `Tensor` and `Var`
+//!   methods. A parameter type is a single token (`f64`, `Scalar`).
+//! - `float [GRAIN FUNCTION]`: the CPU function on floats, `T: FloatElement`. `GRAIN` is
+//!   `cheap` (a few instructions per element) or `costly` (transcendentals); the CPU backend
+//!   maps it to its parallel chunk size. A `FUNCTION` is `let a = ...; |x| expr` (any number
+//!   of `let`s, which may use the parameters and run once per call, outside the loop) or,
+//!   where one closure is not enough, `using |k, g| expr` with `k` the loop and `g` the
+//!   grain, so that `expr` may call `k.run(g, closure)` on one of several branches (an `int`
+//!   one returns `Result`). Call `exp`, `ln` and `tanh` as `FloatElement::exp(x)`: those are
+//!   the vectorisable `f32` versions. `Element` and `FloatElement` are in scope; other
+//!   helpers are named by path (`$crate::ops::unary::clamp_elem`).
+//! - `int [FUNCTION]`: the CPU function on integers, `T: Element`, wrapping arithmetic.
+//!   `int []` makes the op float-only: the tensor layer converts integer tensors to `f32`
+//!   first, and the backends refuse them.
+//! - `cuda [...]`: CUDA C++ expressions of `x` (the element, of type `T`), `p0` and `p1`
+//!   (the parameters, in `T`), `one` and `zero`, with the helpers of `kernels.cu` (`wadd`,
+//!   `max_nan`, ...). `float` is required; `int` is there exactly when the CPU has an `int`
+//!   function. `params |k| [P0, P1]` computes the two kernel parameters on the host, with
+//!   `k.float(f64)`, `k.exact(Scalar)` (converted like `Scalar::to_element`),
+//!   `k.saturating(Scalar)`, `k.zero()` and `k.dtype()`, and may use `?`; without it both
+//!   are zero. Each expression becomes one `case CODE: return EXPR;` of the generated
+//!   `switch`, whose code is the row's position; a code without a case stops the kernel.
+//!   An empty `cuda []` still builds, and the test `every_unary_op_has_a_cuda_kernel`
+//!   fails.
+//! - `tensor ["doc"]` generates `pub fn method(&self, params...) -> Tensor`; `tensor []`
+//!   when the method needs more and is written by hand.
+//! - `grad [...]` generates the `Var` op: a struct named like the variant with the
+//!   parameters as fields, its `forward` (`x.method(params...)`), `saves()` (`SAVES` is
+//!   `NONE`, `INPUTS`, `OUTPUT` or `{ inputs: .., output: .. }`), `backward` (`GRADIENT`,
+//!   an `Option<Var>` written with `Var` ops, where the parameters are bound by name) and
+//!   `export` (only with `export()`, or `export(attr = VALUE)` for one float attribute;
+//!   without it the op has no export description), plus the method
+//!   `Var::method(&self, params...) -> Var` (a `Scalar` parameter is taken as
+//!   `impl Into<Scalar>`; `returns Result` when the forward can fail). `grad []` when the
+//!   `Var` op is written by hand.
 
 use crate::dtype::{DType, Element};
 use crate::{Error, Result, Scalar};
 
 /// The unary op table: calls the macro `$m` with every row. Crate-internal machinery,
 /// public only so that ember-autograd can expand the `grad` sections; the row format is
-/// in the docs of ember-tensor's `ops` module.
+/// in the docs of ember-tensor's `ops::unary` module.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! unary_table {

@@ -115,7 +115,7 @@ pub(crate) fn cast(op: &'static str, src: &CudaStorage, l: &Layout, dtype: DType
 }
 
 /// The parameters of a kernel in its element type, for the `params` of a unary row's
-/// `cuda` section (see the module docs of `crate::ops`).
+/// `cuda` section (see the module docs of `crate::ops::unary`).
 struct Params {
     dtype: DType,
 }

@@ -16,15 +16,7 @@ impl Op for Compare {
         self.0.name()
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        match self.0 {
-            CmpOp::Eq => a.eq(b),
-            CmpOp::Ne => a.ne(b),
-            CmpOp::Lt => a.lt(b),
-            CmpOp::Le => a.le(b),
-            CmpOp::Gt => a.gt(b),
-            CmpOp::Ge => a.ge(b),
-        }
+        compare(self.0, inputs[0], inputs[1])
     }
     fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
         Ok(smallvec![None, None])
@@ -41,15 +33,7 @@ impl Op for CompareScalar {
         self.0.name()
     }
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        let (a, s) = (&inputs[0], self.1);
-        Ok(match self.0 {
-            CmpOp::Eq => a.eq_scalar(s),
-            CmpOp::Ne => a.ne_scalar(s),
-            CmpOp::Lt => a.lt_scalar(s),
-            CmpOp::Le => a.le_scalar(s),
-            CmpOp::Gt => a.gt_scalar(s),
-            CmpOp::Ge => a.ge_scalar(s),
-        })
+        Ok(compare_scalar(self.0, inputs[0], self.1))
     }
     fn backward(&self, _: &BackwardCtx<'_>, _: &Var) -> Result<Grads> {
         Ok(smallvec![None])
@@ -65,30 +49,43 @@ fn no_grad_result(v: Var) -> Var {
     v
 }
 
-macro_rules! comparisons {
-    ($($name:ident, $sname:ident, $op:ident;)*) => {
+/// Turns ember-tensor's comparison table (`crates/tensor/src/ops/compare.rs`) into the
+/// forwards of [`Compare`] and [`CompareScalar`] and the `Var` methods.
+macro_rules! var_comparisons {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident, $scalar_method:ident, $symbol:literal, cpu $cpu:tt, cuda $cuda:tt;
+    )*) => {
+        /// `a op b` through the `Tensor` method of `op`.
+        fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+            match op {
+                $( CmpOp::$V => a.$method(b), )*
+            }
+        }
+
+        /// `a op s` through the `Tensor` method of `op`.
+        fn compare_scalar(op: CmpOp, a: &Tensor, s: Scalar) -> Tensor {
+            match op {
+                $( CmpOp::$V => a.$scalar_method(s), )*
+            }
+        }
+
         impl Var {
             $(
-                #[doc = concat!("The `u8` mask of `", stringify!($name), "`, broadcasting; no gradient.")]
-                pub fn $name(&self, other: &Var) -> Result<Var> {
-                    Ok(no_grad_result(apply(Compare(CmpOp::$op), &[self, other])?))
+                #[doc = concat!("The `u8` mask of `", stringify!($method), "`, broadcasting; no gradient.")]
+                pub fn $method(&self, other: &Var) -> Result<Var> {
+                    Ok(no_grad_result(apply(Compare(CmpOp::$V), &[self, other])?))
                 }
-                #[doc = concat!("The `u8` mask of `", stringify!($name), "` with a scalar; no gradient.")]
-                pub fn $sname(&self, s: impl Into<Scalar>) -> Var {
-                    no_grad_result(apply_infallible(CompareScalar(CmpOp::$op, s.into()), &[self]))
+                #[doc = concat!("The `u8` mask of `", stringify!($method), "` with a scalar; no gradient.")]
+                pub fn $scalar_method(&self, s: impl Into<Scalar>) -> Var {
+                    no_grad_result(apply_infallible(CompareScalar(CmpOp::$V, s.into()), &[self]))
                 }
             )*
         }
     };
 }
-comparisons! {
-    eq, eq_scalar, Eq;
-    ne, ne_scalar, Ne;
-    lt, lt_scalar, Lt;
-    le, le_scalar, Le;
-    gt, gt_scalar, Gt;
-    ge, ge_scalar, Ge;
-}
+
+ember_tensor::compare_table!(var_comparisons);
 
 struct ArgExtreme {
     dim: usize,

@@ -16,7 +16,6 @@ mod norm;
 mod operators;
 mod pool;
 mod reduce;
-mod scalar;
 mod softmax;
 mod unary;
 mod unfold;

@@ -1,12 +1,16 @@
-//! Elementwise functions of one `Var`.
+//! Elementwise functions of one `Var`, including the operations with a Rust number.
 //!
-//! In the formulas, `x` is the input, `y` the output and `g` the incoming gradient.
+//! The ops are generated from the `grad` sections of ember-tensor's unary op table
+//! (`crates/tensor/src/ops/unary.rs`), which hold each op's derivative beside its kernels;
+//! `clamp`, whose bounds are optional here, is written by hand below. In the formulas, `x`
+//! is the input, `y` the output and `g` the incoming gradient.
 
-use super::{apply_infallible, constant};
+use super::{apply, apply_infallible, constant};
 use crate::backward_ctx::BackwardCtx;
+use crate::export::{ExportAttr, OpExport};
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::{Result, Tensor};
+use ember_tensor::{Result, Scalar, Tensor};
 use smallvec::smallvec;
 
 /// The gradient of a piecewise-constant function: zeros, as in PyTorch (not "no gradient": a
@@ -20,258 +24,96 @@ fn float_mask(mask: Tensor, like: &Tensor) -> Var {
     constant(mask.to_dtype(like.dtype().float_or_default()))
 }
 
-macro_rules! unary_op {
-    ($(#[$doc:meta])* $method:ident, $Op:ident, $name:literal, $saves:expr,
-     |$x:ident| $fwd:expr,
-     |$ctx:ident, $g:ident| $bwd:expr) => {
-        struct $Op;
-        impl Op for $Op {
+/// Turns the unary table's `grad` sections into `Var` ops: for each row, a struct named
+/// like the variant with the parameters as fields, its `Op` impl (forward through the
+/// `Tensor` method of the same name) and the `Var` method. Rows with `grad []` are skipped.
+macro_rules! unary_var_ops {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident $(( $($tp:ident: $tty:tt),* ))? $({ $($(#[$fmeta:meta])* $f:ident: $fty:tt),* })?
+            => $method:ident,
+            float $float:tt,
+            int $int:tt,
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        $( unary_var_ops!(@op $V, $method, [$( $($tp: $tty),* )? $( $($f: $fty),* )?], $grad); )*
+    };
+
+    (@op $V:ident, $method:ident, [$($p:ident: $pt:tt),*], []) => {};
+    (@op $V:ident, $method:ident, [$($p:ident: $pt:tt),*], [
+        $(#[$doc:meta])*
+        saves $saves:tt,
+        $(returns $ret:ident,)?
+        $(export $export:tt,)?
+        |$ctx:ident, $g:ident| $backward:expr
+    ]) => {
+        #[derive(Clone, Copy)]
+        struct $V {
+            $($p: $pt,)*
+        }
+
+        impl Op for $V {
             fn name(&self) -> &str {
-                $name
+                stringify!($method)
             }
+            #[allow(unused_variables)]
             fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-                let $x = &inputs[0];
-                Ok($fwd)
+                let $V { $($p),* } = *self;
+                unary_var_ops!(@forward $($ret)?, inputs[0].$method($($p),*))
             }
             #[allow(unused_variables)]
             fn backward(&self, $ctx: &BackwardCtx<'_>, $g: &Var) -> Result<Grads> {
-                Ok(smallvec![$bwd])
+                let $V { $($p),* } = *self;
+                Ok(smallvec![$backward])
             }
             fn saves(&self) -> Saves {
-                $saves
+                unary_var_ops!(@saves $saves)
             }
-            fn export(&self) -> Result<crate::export::OpExport> {
-                Ok(crate::export::OpExport::new($name))
-            }
+            unary_var_ops!(@export $V, $method, [$($p),*] $(, $export)?);
         }
+
         impl Var {
             $(#[$doc])*
-            pub fn $method(&self) -> Var {
-                apply_infallible($Op, &[self])
+            pub fn $method(&self $(, $p: unary_var_ops!(@arg $pt))*) -> unary_var_ops!(@ret $($ret)?) {
+                unary_var_ops!(@apply $($ret)?, $V { $($p: unary_var_ops!(@into $pt, $p)),* }, self)
             }
         }
     };
+
+    (@export $V:ident, $method:ident, [$($p:ident),*]) => {};
+    (@export $V:ident, $method:ident, [$($p:ident),*], $export:tt) => {
+        #[allow(unused_variables)]
+        fn export(&self) -> Result<OpExport> {
+            let $V { $($p),* } = *self;
+            Ok(unary_var_ops!(@describe $method, $export))
+        }
+    };
+    (@describe $method:ident, ()) => { OpExport::new(stringify!($method)) };
+    (@describe $method:ident, ($attr:ident = $value:expr)) => {
+        OpExport::new(stringify!($method)).attr(stringify!($attr), ExportAttr::Float($value))
+    };
+
+    (@saves $saves:ident) => { Saves::$saves };
+    (@saves { $($fields:tt)* }) => { Saves { $($fields)* } };
+
+    (@forward , $call:expr) => { Ok($call) };
+    (@forward Result, $call:expr) => { $call };
+    (@ret) => { Var };
+    (@ret Result) => { Result<Var> };
+    (@apply , $op:expr, $x:ident) => { apply_infallible($op, &[$x]) };
+    (@apply Result, $op:expr, $x:ident) => { apply($op, &[$x]) };
+
+    (@arg Scalar) => { impl Into<Scalar> };
+    (@arg $t:tt) => { $t };
+    (@into Scalar, $v:ident) => { $v.into() };
+    (@into $t:tt, $v:ident) => { $v };
 }
 
-unary_op!(
-    /// `-x`.
-    neg, Neg, "neg", Saves::NONE,
-    |x| x.neg(),
-    |ctx, g| Some(g.neg())
-);
-unary_op!(
-    /// `|x|`; the gradient is `sign(x)` (0 at 0).
-    abs, Abs, "abs", Saves::INPUTS,
-    |x| x.abs(),
-    |ctx, g| { let x = ctx.input(0)?; Some(g.mul(&constant(x.value().sign()))?) }
-);
-unary_op!(
-    /// `-1`, `0` or `1`; its gradient is zero.
-    sign, Sign, "sign", Saves::NONE,
-    |x| x.sign(),
-    |ctx, g| Some(zero_gradient(g))
-);
-unary_op!(
-    /// `x * x`.
-    square, Square, "square", Saves::INPUTS,
-    |x| x.square(),
-    |ctx, g| Some(g.mul(&ctx.input(0)?.mul_scalar(2.0))?)
-);
-unary_op!(
-    /// `max(x, 0)`.
-    relu, Relu, "relu", Saves::OUTPUT,
-    |x| x.relu(),
-    |ctx, g| { let y = ctx.output()?.value(); Some(g.mul(&float_mask(y.gt_scalar(0), &y))?) }
-);
-unary_op!(
-    /// `e^x`.
-    exp, Exp, "exp", Saves::OUTPUT,
-    |x| x.exp(),
-    |ctx, g| Some(g.mul(&ctx.output()?)?)
-);
-unary_op!(
-    /// The natural logarithm.
-    log, Log, "log", Saves::INPUTS,
-    |x| x.log(),
-    |ctx, g| Some(g.div(&ctx.input(0)?)?)
-);
-unary_op!(
-    /// The square root.
-    sqrt, Sqrt, "sqrt", Saves::OUTPUT,
-    |x| x.sqrt(),
-    |ctx, g| Some(g.div(&ctx.output()?.mul_scalar(2.0))?)
-);
-unary_op!(
-    /// `1 / sqrt(x)`.
-    rsqrt, Rsqrt, "rsqrt", Saves::OUTPUT,
-    |x| x.rsqrt(),
-    |ctx, g| Some(g.mul(&ctx.output()?.pow_scalar(3.0)?.mul_scalar(-0.5))?)
-);
-unary_op!(
-    /// The sine.
-    sin, Sin, "sin", Saves::INPUTS,
-    |x| x.sin(),
-    |ctx, g| Some(g.mul(&ctx.input(0)?.cos())?)
-);
-unary_op!(
-    /// The cosine.
-    cos, Cos, "cos", Saves::INPUTS,
-    |x| x.cos(),
-    |ctx, g| Some(g.mul(&ctx.input(0)?.sin().neg())?)
-);
-unary_op!(
-    /// The hyperbolic tangent; the gradient is `1 - y^2`.
-    tanh, Tanh, "tanh", Saves::OUTPUT,
-    |x| x.tanh(),
-    |ctx, g| Some(g.mul(&ctx.output()?.square().rsub_scalar(1.0))?)
-);
-unary_op!(
-    /// The logistic function; the gradient is `y (1 - y)`.
-    sigmoid, Sigmoid, "sigmoid", Saves::OUTPUT,
-    |x| x.sigmoid(),
-    |ctx, g| { let y = ctx.output()?; Some(g.mul(&y.mul(&y.rsub_scalar(1.0))?)?) }
-);
-unary_op!(
-    /// GELU with the exact normal CDF: `x Phi(x)`; the gradient is `Phi(x) + x phi(x)`.
-    gelu, Gelu, "gelu", Saves::INPUTS,
-    |x| x.gelu(),
-    |ctx, g| {
-        let x = ctx.input(0)?;
-        let cdf = x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
-        let pdf = x.square().mul_scalar(-0.5).exp().mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
-        Some(g.mul(&cdf.add(&x.mul(&pdf)?)?)?)
-    }
-);
-unary_op!(
-    /// GELU with PyTorch's tanh approximation.
-    gelu_tanh, GeluTanh, "gelu_tanh", Saves::INPUTS,
-    |x| x.gelu_tanh(),
-    |ctx, g| {
-        let x = ctx.input(0)?;
-        let k = (2.0 / std::f64::consts::PI).sqrt();
-        let x2 = x.square();
-        let t = x.add(&x.mul(&x2)?.mul_scalar(0.044715))?.mul_scalar(k).tanh();
-        let dinner = x2.mul_scalar(3.0 * 0.044715).add_scalar(1.0).mul_scalar(k);
-        let left = t.add_scalar(1.0).mul_scalar(0.5);
-        let right = x.mul_scalar(0.5).mul(&t.square().rsub_scalar(1.0))?.mul(&dinner)?;
-        Some(g.mul(&left.add(&right)?)?)
-    }
-);
-unary_op!(
-    /// SiLU: `x sigmoid(x)`; the gradient is `s (1 + x (1 - s))`.
-    silu, Silu, "silu", Saves::INPUTS,
-    |x| x.silu(),
-    |ctx, g| {
-        let x = ctx.input(0)?;
-        let s = x.sigmoid();
-        Some(g.mul(&s.mul(&x.mul(&s.rsub_scalar(1.0))?.add_scalar(1.0))?)?)
-    }
-);
-unary_op!(
-    /// The error function; the gradient is `2 / sqrt(pi) e^(-x^2)`.
-    erf, Erf, "erf", Saves::INPUTS,
-    |x| x.erf(),
-    |ctx, g| Some(g.mul(&ctx.input(0)?.square().neg().exp().mul_scalar(2.0 / std::f64::consts::PI.sqrt()))?)
-);
-unary_op!(
-    /// `ln(1 + x)`.
-    log1p, Log1p, "log1p", Saves::INPUTS,
-    |x| x.log1p(),
-    |ctx, g| Some(g.div(&ctx.input(0)?.add_scalar(1.0))?)
-);
-unary_op!(
-    /// `e^x - 1`.
-    expm1, Expm1, "expm1", Saves::OUTPUT,
-    |x| x.expm1(),
-    |ctx, g| Some(g.mul(&ctx.output()?.add_scalar(1.0))?)
-);
-unary_op!(
-    /// `1 / x`; the gradient is `-y^2`.
-    recip, Recip, "recip", Saves::OUTPUT,
-    |x| x.recip(),
-    |ctx, g| Some(g.mul(&ctx.output()?.square().neg())?)
-);
-unary_op!(
-    /// Rounds down; its gradient is zero.
-    floor, Floor, "floor", Saves::NONE,
-    |x| x.floor(),
-    |ctx, g| Some(zero_gradient(g))
-);
-unary_op!(
-    /// Rounds up; its gradient is zero.
-    ceil, Ceil, "ceil", Saves::NONE,
-    |x| x.ceil(),
-    |ctx, g| Some(zero_gradient(g))
-);
-unary_op!(
-    /// Rounds half to even; its gradient is zero.
-    round, Round, "round", Saves::NONE,
-    |x| x.round(),
-    |ctx, g| Some(zero_gradient(g))
-);
+ember_tensor::unary_table!(unary_var_ops);
 
-struct Softplus {
-    beta: f64,
-    threshold: f64,
-}
-
-impl Op for Softplus {
-    fn name(&self) -> &str {
-        "softplus"
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Ok(inputs[0].softplus(self.beta, self.threshold))
-    }
-    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        // sigmoid(beta x) below the threshold, 1 where the function is linear.
-        let x = ctx.input(0)?;
-        let bx = x.mul_scalar(self.beta);
-        let linear = constant(bx.value().gt_scalar(self.threshold));
-        let slope = linear.where_cond(&constant(bx.value().ones_like()), &bx.sigmoid())?;
-        Ok(smallvec![Some(g.mul(&slope)?)])
-    }
-}
-
-struct LeakyRelu {
-    slope: f64,
-}
-
-impl Op for LeakyRelu {
-    fn name(&self) -> &str {
-        "leaky_relu"
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Ok(inputs[0].leaky_relu(self.slope))
-    }
-    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        let x = ctx.input(0)?.value();
-        let pos = x.gt_scalar(0);
-        let factor = pos.where_tensor_scalar(&x.ones_like(), self.slope)?;
-        Ok(smallvec![Some(g.mul(&float_mask(factor, &x))?)])
-    }
-}
-
-struct Elu {
-    alpha: f64,
-}
-
-impl Op for Elu {
-    fn name(&self) -> &str {
-        "elu"
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
-        Ok(inputs[0].elu(self.alpha))
-    }
-    fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
-        // 1 for positive x; alpha e^x = y + alpha otherwise.
-        let x = ctx.input(0)?;
-        let pos = constant(x.value().gt_scalar(0));
-        let neg_slope = x.exp().mul_scalar(self.alpha);
-        let slope = pos.where_cond(&constant(x.value().ones_like()), &neg_slope)?;
-        Ok(smallvec![Some(g.mul(&slope)?)])
-    }
-}
-
+/// `clamp` with optional bounds (the table's `UnaryOp::Clamp` takes infinite ones instead).
 struct Clamp {
     min: Option<f64>,
     max: Option<f64>,
@@ -299,21 +141,6 @@ impl Op for Clamp {
 }
 
 impl Var {
-    /// `ln(1 + e^(beta x)) / beta`, linear where `beta x > threshold`.
-    pub fn softplus(&self, beta: f64, threshold: f64) -> Var {
-        apply_infallible(Softplus { beta, threshold }, &[self])
-    }
-
-    /// `x` for positive `x`, `negative_slope * x` otherwise.
-    pub fn leaky_relu(&self, negative_slope: f64) -> Var {
-        apply_infallible(LeakyRelu { slope: negative_slope }, &[self])
-    }
-
-    /// `x` for positive `x`, `alpha (e^x - 1)` otherwise.
-    pub fn elu(&self, alpha: f64) -> Var {
-        apply_infallible(Elu { alpha }, &[self])
-    }
-
     /// Values limited to `[min, max]`; the gradient passes strictly inside the bounds.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Var {
         apply_infallible(Clamp { min, max }, &[self])

@@ -49,7 +49,7 @@ impl Tensor {
     }
 
     /// `op` of `self` and `other`, broadcast and promoted; the methods that call it (`add`,
-    /// `mul`, ...) are generated from the op table in `ops/binary.rs`.
+    /// `mul`, ...) are generated below from the op table in `ops/binary.rs`.
     pub(crate) fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         let mut dtype = self.result_type(other);
         // Division of integers is true division, like PyTorch's `/`.
@@ -183,30 +183,52 @@ impl Tensor {
     }
 }
 
-macro_rules! comparisons {
-    ($($name:ident, $sname:ident, $op:ident, $doc:literal;)*) => {
+/// Turns the binary table's `tensor` sections into the broadcasting `Tensor` methods.
+macro_rules! binary_methods {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident,
+            cpu $cpu:tt,
+            cuda $cuda:tt,
+            tensor [$doc:literal],
+            grad $grad:tt;
+    )*) => {
         impl Tensor {
             $(
-                #[doc = concat!("`self ", $doc, " other` as a `u8` mask, broadcasting.")]
-                pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
-                    self.compare_op(CmpOp::$op, other)
-                }
-                #[doc = concat!("`self ", $doc, " s` as a `u8` mask. Integer tensors compare with the exact value of `s` (an `i64` beyond 2^53, a fraction); float tensors with `s` rounded to their dtype.")]
-                pub fn $sname(&self, s: impl Into<Scalar>) -> Tensor {
-                    self.compare_scalar_op(CmpOp::$op, s.into())
+                #[doc = $doc]
+                pub fn $method(&self, other: &Tensor) -> Result<Tensor> {
+                    self.binary_op(BinaryOp::$V, other)
                 }
             )*
         }
     };
 }
-comparisons! {
-    eq, eq_scalar, Eq, "==";
-    ne, ne_scalar, Ne, "!=";
-    lt, lt_scalar, Lt, "<";
-    le, le_scalar, Le, "<=";
-    gt, gt_scalar, Gt, ">";
-    ge, ge_scalar, Ge, ">=";
+
+crate::binary_table!(binary_methods);
+
+/// Turns the comparison table into the `Tensor` comparisons with a tensor and with a
+/// scalar.
+macro_rules! comparison_methods {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident, $scalar_method:ident, $symbol:literal, cpu $cpu:tt, cuda $cuda:tt;
+    )*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`self ", $symbol, " other` as a `u8` mask, broadcasting.")]
+                pub fn $method(&self, other: &Tensor) -> Result<Tensor> {
+                    self.compare_op(CmpOp::$V, other)
+                }
+                #[doc = concat!("`self ", $symbol, " s` as a `u8` mask. Integer tensors compare with the exact value of `s` (an `i64` beyond 2^53, a fraction); float tensors with `s` rounded to their dtype.")]
+                pub fn $scalar_method(&self, s: impl Into<Scalar>) -> Tensor {
+                    self.compare_scalar_op(CmpOp::$V, s.into())
+                }
+            )*
+        }
+    };
 }
+
+crate::compare_table!(comparison_methods);
 
 #[cfg(test)]
 mod tests {

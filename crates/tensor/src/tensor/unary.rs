@@ -1,13 +1,51 @@
 //! Elementwise functions of one tensor. They cannot fail, so they return the tensor
 //! directly. Floating functions of integer tensors compute in `f32`.
 //!
-//! The methods that only call their op (`exp`, `relu`, `softplus`, ...) are generated from
-//! the op table in `ops/unary.rs`; this file holds `clamp`, whose optional bounds and
-//! integer-to-float rule need more than the op.
+//! The methods that only call their op (`exp`, `relu`, `softplus`, ...) are generated here
+//! from the `tensor` sections of the op table in `ops/unary.rs`; this file also holds
+//! `clamp`, whose optional bounds and integer-to-float rule need more than the op.
 
 use super::Tensor;
 use crate::DType;
 use crate::backend::UnaryOp;
+
+/// Turns the unary table's `tensor` sections into `Tensor` methods that take the op's
+/// parameters and call it.
+macro_rules! unary_methods {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident $(( $($tp:ident: $tty:tt),* ))? $({ $($(#[$fmeta:meta])* $f:ident: $fty:tt),* })?
+            => $method:ident,
+            float $float:tt,
+            int $int:tt,
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        impl Tensor {
+            $(
+                unary_methods!(
+                    @method $method, $tensor,
+                    [$( $($tp: $tty),* )? $( $($f: $fty),* )?],
+                    (UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })?)
+                );
+            )*
+        }
+    };
+
+    (@method $method:ident, [], [$($arg:ident: $aty:tt),*], ($($op:tt)*)) => {};
+    (@method $method:ident, [$doc:literal], [$($arg:ident: $aty:tt),*], ($($op:tt)*)) => {
+        #[doc = $doc]
+        pub fn $method(&self $(, $arg: unary_methods!(@type $aty))*) -> Tensor {
+            self.unary_op($($op)*)
+        }
+    };
+
+    (@type Scalar) => { crate::Scalar };
+    (@type $t:tt) => { $t };
+}
+
+crate::unary_table!(unary_methods);
 
 /// Whether a clamp bound has no integer value (a fraction, an infinity or NaN), which makes
 /// the clamp of an integer tensor a float result.

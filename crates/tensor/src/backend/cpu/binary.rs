@@ -1,17 +1,85 @@
 //! Elementwise functions of two (or three) tensors: arithmetic, comparisons, `where`, and
 //! the in-place and copying forms.
+//!
+//! The per-element functions come from the op tables (`ops/binary.rs`, `ops/compare.rs`):
+//! their `cpu` sections expand here into [`binary_kernel`] and `with_cmp_fn!`, which hand
+//! each op's closure to the loops below (see the module docs of `crate::ops`).
 
-use super::iter::{GRAIN_CHEAP, Runs, fill_chunks};
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
 use crate::layout::Layout;
-use crate::ops::ZipFn;
-use crate::ops::binary::binary_kernel;
+use crate::ops::compare::{IntCmp, int_cmp};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result, Scalar};
 use multiversion::multiversion;
+
+/// A loop that applies a per-element function of two operands, like `MapFn` in
+/// `unary.rs`.
+trait ZipFn<T> {
+    /// What running the loop gives.
+    type Output;
+    /// Runs the loop with `f`.
+    fn run<F: Fn(T, T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
+}
+
+/// Turns the binary table's `cpu` sections into [`binary_kernel`].
+macro_rules! binary_kernels {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident,
+            cpu [$grain:ident |$x:ident, $y:ident| $body:expr],
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        /// Runs `k` with the per-element function of `op` on the element type `T`.
+        #[inline(always)]
+        fn binary_kernel<T: Element, K: ZipFn<T>>(op: BinaryOp, k: K) -> K::Output {
+            match op {
+                $( BinaryOp::$V => k.run(binary_kernels!(@grain $grain), |$x: T, $y: T| $body), )*
+            }
+        }
+    };
+
+    (@grain cheap) => { GRAIN_CHEAP };
+    (@grain costly) => { GRAIN_COSTLY };
+}
+
+crate::binary_table!(binary_kernels);
+
+/// Turns the comparison table's `cpu` sections into the macro `with_cmp_fn!(op, T, |f|
+/// body)`, which evaluates `body` with `f` the comparison `op` of two `T`s giving a `u8`: one
+/// arm per op, with the element type written out, so that each comparison compiles to its
+/// own loop of plain instructions. (The generated macro names its own arguments with `$d`,
+/// a `$` passed in.)
+macro_rules! compare_kernels {
+    (@with ($d:tt) $(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident, $scalar_method:ident, $symbol:literal,
+            cpu [|$x:ident, $y:ident| $body:expr], cuda $cuda:tt;
+    )*) => {
+        macro_rules! with_cmp_fn {
+            ($d op:expr, $d T:ty, |$d f:ident| $d run:expr) => {
+                match $d op {
+                    $(
+                        CmpOp::$V => {
+                            let $d f = |$x: $d T, $y: $d T| ($body) as u8;
+                            $d run
+                        }
+                    )*
+                }
+            };
+        }
+    };
+    ($($rows:tt)*) => {
+        compare_kernels!(@with ($) $($rows)*);
+    };
+}
+
+crate::compare_table!(compare_kernels);
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 fn zip_contig<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(a: &[A], b: &[B], dst: &mut [O], f: F) {
@@ -147,37 +215,6 @@ impl<T: Element> ZipFn<T> for ZipInto<'_, T> {
     }
 }
 
-macro_rules! with_cmp_fn {
-    ($op:expr, $T:ty, |$f:ident| $body:expr) => {
-        match $op {
-            CmpOp::Eq => {
-                let $f = |x: $T, y: $T| (x == y) as u8;
-                $body
-            }
-            CmpOp::Ne => {
-                let $f = |x: $T, y: $T| (x != y) as u8;
-                $body
-            }
-            CmpOp::Lt => {
-                let $f = |x: $T, y: $T| (x < y) as u8;
-                $body
-            }
-            CmpOp::Le => {
-                let $f = |x: $T, y: $T| (x <= y) as u8;
-                $body
-            }
-            CmpOp::Gt => {
-                let $f = |x: $T, y: $T| (x > y) as u8;
-                $body
-            }
-            CmpOp::Ge => {
-                let $f = |x: $T, y: $T| (x >= y) as u8;
-                $body
-            }
-        }
-    };
-}
-
 fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
     Error::dtype(op, format!("expected operands of one dtype, got {} and {}", a.dtype(), b.dtype()))
 }
@@ -208,45 +245,6 @@ pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb
         (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
         (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
         _ => Err(same_dtype(name, a, b)),
-    }
-}
-
-/// `x op s` for every integer `x` (widened to `i64`), as one integer comparison or a
-/// constant: integer tensors compare with the exact value of the scalar, whatever its type
-/// and magnitude (`i64` values beyond 2^53, fractions, infinities, NaN).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum IntCmp {
-    Const(bool),
-    Cmp(CmpOp, i64),
-}
-
-pub(crate) fn int_cmp(op: CmpOp, s: Scalar) -> IntCmp {
-    use CmpOp::*;
-    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    let f = match s {
-        Scalar::Int(v) => return IntCmp::Cmp(op, v),
-        Scalar::Float(f) => f,
-    };
-    if f.is_nan() {
-        return IntCmp::Const(op == Ne);
-    }
-    if f >= TWO_63 {
-        // Above every i64.
-        return IntCmp::Const(matches!(op, Lt | Le | Ne));
-    }
-    if f < -TWO_63 {
-        return IntCmp::Const(matches!(op, Gt | Ge | Ne));
-    }
-    if f.fract() == 0.0 {
-        return IntCmp::Cmp(op, f as i64);
-    }
-    // A fraction strictly between two integers: x < f exactly when x <= floor(f).
-    let floor = f.floor() as i64;
-    match op {
-        Eq => IntCmp::Const(false),
-        Ne => IntCmp::Const(true),
-        Lt | Le => IntCmp::Cmp(Le, floor),
-        Gt | Ge => IntCmp::Cmp(Gt, floor),
     }
 }
 
@@ -429,69 +427,12 @@ pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{IntCmp, int_cmp};
-    use crate::backend::CmpOp;
-    use crate::{Scalar, Tensor};
+    use crate::Tensor;
 
-    /// The integer form of every comparison agrees with exact rational comparison, for
-    /// integers around the scalar and at the ends of the `i64` range.
+    /// Integer tensors compare with the exact value of a scalar (see `ops::compare::int_cmp`,
+    /// whose exactness its own test checks).
     #[test]
-    fn integer_comparisons_with_scalars_are_exact() {
-        let eval = |c: IntCmp, x: i64| match c {
-            IntCmp::Const(b) => b,
-            IntCmp::Cmp(op, v) => match op {
-                CmpOp::Eq => x == v,
-                CmpOp::Ne => x != v,
-                CmpOp::Lt => x < v,
-                CmpOp::Le => x <= v,
-                CmpOp::Gt => x > v,
-                CmpOp::Ge => x >= v,
-            },
-        };
-        // Exact reference: compare x with s as rationals, through i128 and halves.
-        let cmp_exact = |x: i64, s: f64| -> Option<std::cmp::Ordering> {
-            if s.is_nan() {
-                return None;
-            }
-            if s.is_infinite() {
-                return Some(if s > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
-            }
-            let twice = (x as i128) * 2;
-            let s2 = s * 2.0; // exact: doubling a finite float
-            if s2.abs() >= 1.8e19 * 2.0 {
-                return Some(if s2 > 0.0 { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
-            }
-            let floor2 = s2.floor() as i128;
-            Some(if twice < floor2 {
-                std::cmp::Ordering::Less
-            } else if twice > floor2 {
-                std::cmp::Ordering::Greater
-            } else if s2.fract() != 0.0 {
-                std::cmp::Ordering::Less
-            } else {
-                std::cmp::Ordering::Equal
-            })
-        };
-        let scalars = [0.0, 2.5, -2.5, 3.0, -0.0, i64::MAX as f64, i64::MIN as f64, (1u64 << 62) as f64, 1e30, -1e30];
-        let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
-        for &s in scalars.iter().chain(&specials) {
-            for x in [-4, -3, -2, 0, 2, 3, 4, i64::MIN, i64::MAX, i64::MAX - 1] {
-                for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
-                    let want = match cmp_exact(x, s) {
-                        None => op == CmpOp::Ne,
-                        Some(o) => match op {
-                            CmpOp::Eq => o.is_eq(),
-                            CmpOp::Ne => o.is_ne(),
-                            CmpOp::Lt => o.is_lt(),
-                            CmpOp::Le => o.is_le(),
-                            CmpOp::Gt => o.is_gt(),
-                            CmpOp::Ge => o.is_ge(),
-                        },
-                    };
-                    assert_eq!(eval(int_cmp(op, Scalar::Float(s)), x), want, "{x} {op:?} {s}");
-                }
-            }
-        }
+    fn integer_tensors_compare_with_the_exact_value_of_scalars() {
         // Integer scalars beyond 2^53 compare exactly (through f64 they would round).
         let big = Tensor::from_vec(vec![(1i64 << 53) + 1, 1 << 53], [2]).unwrap();
         assert_eq!(big.eq_scalar((1i64 << 53) + 1).to_vec::<u8>().unwrap(), vec![1, 0]);

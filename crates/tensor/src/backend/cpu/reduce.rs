@@ -277,20 +277,30 @@ fn arg_typed<T: Element>(src: &[T], l: &Layout, dims: &[usize], max: bool) -> Re
     arg_rows(&copy, kept, red, max)
 }
 
-/// `op` over `dims` of the view `(src, l)`; see [`crate::backend::Backend::reduce`].
-pub(crate) fn reduce(op: ReduceOp, src: &CpuStorage, l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
-    fn go<T: Element>(op: ReduceOp, s: &[T], l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
-        Ok(match op {
-            ReduceOp::Sum => T::into_storage(reduce_typed(s, l, dims, SumC)?),
-            ReduceOp::Prod => T::into_storage(reduce_typed(s, l, dims, ProdC)?),
-            ReduceOp::Max => T::into_storage(reduce_typed(s, l, dims, MaxC)?),
-            ReduceOp::Min => T::into_storage(reduce_typed(s, l, dims, MinC)?),
-            ReduceOp::ArgMax => arg_typed(s, l, dims, true)?.into(),
-            ReduceOp::ArgMin => arg_typed(s, l, dims, false)?.into(),
-        })
-    }
-    crate::cpu_dispatch!(src, s => go(op, s, l, dims))
+/// Turns the reduction table's `cpu` sections into [`reduce`]: a `value` row names its
+/// [`Combine`], an `arg` row the extreme it looks for.
+macro_rules! reduce_kernels {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident => $method:ident, $kind:ident, cpu [$cpu:ident], cuda $cuda:tt;
+    )*) => {
+        /// `op` over `dims` of the view `(src, l)`; see [`crate::backend::Backend::reduce`].
+        pub(crate) fn reduce(op: ReduceOp, src: &CpuStorage, l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
+            fn go<T: Element>(op: ReduceOp, s: &[T], l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
+                Ok(match op {
+                    $( ReduceOp::$V => reduce_kernels!(@$kind $cpu, s, l, dims), )*
+                })
+            }
+            crate::cpu_dispatch!(src, s => go(op, s, l, dims))
+        }
+    };
+
+    (@value $c:ident, $s:ident, $l:ident, $dims:ident) => { T::into_storage(reduce_typed($s, $l, $dims, $c)?) };
+    (@arg max, $s:ident, $l:ident, $dims:ident) => { arg_typed($s, $l, $dims, true)?.into() };
+    (@arg min, $s:ident, $l:ident, $dims:ident) => { arg_typed($s, $l, $dims, false)?.into() };
 }
+
+crate::reduce_table!(reduce_kernels);
 
 /// The output shape of a reduction over `dims` with `keepdim`.
 pub(crate) fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {

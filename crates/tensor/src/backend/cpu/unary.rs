@@ -1,17 +1,87 @@
 //! Elementwise functions of one tensor, out of place and in place.
 //!
-//! The per-element functions come from the op table (`ops/unary.rs`) through
-//! [`float_kernel`] and [`int_kernel`]; this file holds the loops they run in.
+//! The per-element functions come from the op table (`ops/unary.rs`): its `float` and `int`
+//! sections expand here into [`float_kernel`] and [`int_kernel`], which hand each op's
+//! closure to the loops below (see the module docs of `crate::ops`).
 
-use super::iter::{Runs, fill_chunks};
+use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
+use crate::Result;
 use crate::backend::UnaryOp;
-use crate::dtype::Element;
+use crate::dtype::{Element, FloatElement};
 use crate::layout::Layout;
-use crate::ops::MapFn;
-use crate::ops::unary::{float_kernel, int_kernel};
 use crate::storage::{Buffer, CpuStorage};
-use crate::{Error, Result};
 use multiversion::multiversion;
+
+/// A loop that applies a per-element function of one operand to a view: the out-of-place
+/// and in-place maps below implement it. `grain` is the parallel chunk size the op asks for
+/// (cheap or costly per element).
+trait MapFn<T> {
+    /// What running the loop gives.
+    type Output;
+    /// Runs the loop with `f`.
+    fn run<F: Fn(T) -> T + Sync + Copy>(self, grain: usize, f: F) -> Self::Output;
+}
+
+/// Turns the unary table's `float` and `int` sections into [`float_kernel`] and
+/// [`int_kernel`].
+macro_rules! unary_kernels {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident $(( $($tp:ident: $tty:tt),* ))? $({ $($(#[$fmeta:meta])* $f:ident: $fty:tt),* })?
+            => $method:ident,
+            float $float:tt,
+            int $int:tt,
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        /// Runs `k` with the per-element function of `op` on the float type `T`.
+        #[inline(always)]
+        fn float_kernel<T: FloatElement, K: MapFn<T>>(op: UnaryOp, k: K) -> K::Output {
+            match op {
+                $( UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })? => unary_kernels!(@float k, $float), )*
+            }
+        }
+
+        /// Runs `k` with the per-element function of `op` on the integer type `T`: `None`
+        /// for a float-only op, an error for parameters integers cannot take.
+        #[allow(unused_variables)]
+        #[inline(always)]
+        fn int_kernel<T: Element, K: MapFn<T>>(op: UnaryOp, k: K) -> Result<Option<K::Output>> {
+            match op {
+                $( UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })? => unary_kernels!(@int k, $int), )*
+            }
+        }
+    };
+
+    (@grain cheap) => { GRAIN_CHEAP };
+    (@grain costly) => { GRAIN_COSTLY };
+
+    (@float $k:ident, [$grain:ident using |$kk:ident, $g:ident| $body:expr]) => {{
+        let $kk = $k;
+        let $g = unary_kernels!(@grain $grain);
+        $body
+    }};
+    (@float $k:ident, [$grain:ident $(let $l:ident $(: $lt:ty)? = $le:expr;)* |$x:ident| $body:expr]) => {{
+        $(let $l $(: $lt)? = $le;)*
+        $k.run(unary_kernels!(@grain $grain), move |$x: T| $body)
+    }};
+
+    (@int $k:ident, []) => {
+        Ok(None)
+    };
+    (@int $k:ident, [using |$kk:ident, $g:ident| $body:expr]) => {{
+        let $kk = $k;
+        let $g = GRAIN_CHEAP;
+        $body.map(Some)
+    }};
+    (@int $k:ident, [$(let $l:ident $(: $lt:ty)? = $le:expr;)* |$x:ident| $body:expr]) => {{
+        $(let $l $(: $lt)? = $le;)*
+        Ok(Some($k.run(GRAIN_CHEAP, move |$x: T| $body)))
+    }};
+}
+
+crate::unary_table!(unary_kernels);
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 pub(crate) fn map_contig<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], dst: &mut [U], f: F) {
@@ -111,10 +181,6 @@ impl<T: Element> MapFn<T> for MapInPlace<'_, T> {
     }
 }
 
-pub(crate) fn not_for_ints(op: UnaryOp, dtype: crate::DType) -> Error {
-    Error::dtype(op.name(), format!("{} is only defined for float tensors, got {dtype}", op.name()))
-}
-
 /// `op` applied to the view `(src, layout)`.
 pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<CpuStorage> {
     let name = op.name();
@@ -123,11 +189,11 @@ pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<Cp
         CpuStorage::F64(b) => Ok(float_kernel(op, Map { name, src: b, layout })?.into()),
         CpuStorage::I64(b) => match int_kernel(op, Map { name, src: b, layout })? {
             Some(out) => Ok(out?.into()),
-            None => Err(not_for_ints(op, src.dtype())),
+            None => Err(op.not_for_ints(src.dtype())),
         },
         CpuStorage::U8(b) => match int_kernel(op, Map { name, src: b, layout })? {
             Some(out) => Ok(out?.into()),
-            None => Err(not_for_ints(op, src.dtype())),
+            None => Err(op.not_for_ints(src.dtype())),
         },
     }
 }
@@ -138,8 +204,8 @@ pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) 
     match dst {
         CpuStorage::F32(b) => float_kernel(op, MapInPlace { dst: b, layout }),
         CpuStorage::F64(b) => float_kernel(op, MapInPlace { dst: b, layout }),
-        CpuStorage::I64(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| not_for_ints(op, dtype))?,
-        CpuStorage::U8(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| not_for_ints(op, dtype))?,
+        CpuStorage::I64(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
+        CpuStorage::U8(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
     }
     Ok(())
 }

@@ -8,9 +8,6 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-/// The kernel source, compiled at run time for the device found.
-const SOURCE: &str = include_str!("kernels.cu");
-
 /// A kernel handle. Function handles stay valid for the life of their module, which is
 /// never unloaded, and may be launched from any thread with the context current.
 #[derive(Clone, Copy)]
@@ -112,7 +109,9 @@ impl Gpu {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_or(32, |n| n.max(1) as u32);
-        let image = super::compile::kernels(SOURCE, major, minor)?;
+        // The kernel source (`kernels.cu` with the op tables' switches spliced in), compiled at
+        // run time for the device found.
+        let image = super::compile::kernels(&super::kernel_source::source(), major, minor)?;
         // SAFETY: the image is a complete CUBIN or NUL-terminated PTX for this device, and
         // the context is current on this thread (CudaContext::new binds it).
         let module = unsafe { result::module::load_data(image.as_ptr().cast()) }

@@ -2,15 +2,14 @@
 //! comparisons and selection, out of place and in place.
 
 use super::device::Gpu;
+use super::kernel_source::{binary_code, compare_code, unary_code};
 use super::launch::{Strided, arg, launch_elems};
 use super::memory::CudaStorage;
 use super::sfx;
-use crate::backend::cpu::binary::{IntCmp, int_cmp};
-use crate::backend::cpu::unary::not_for_ints;
 use crate::backend::{BinaryOp, CmpOp, UnaryOp};
 use crate::dtype::DType;
 use crate::layout::Layout;
-use crate::ops::unary::int_exponent;
+use crate::ops::compare::{IntCmp, int_cmp};
 use crate::{Error, Result, Scalar};
 use cudarc::driver::result;
 
@@ -115,77 +114,87 @@ pub(crate) fn cast(op: &'static str, src: &CudaStorage, l: &Layout, dtype: DType
     Ok(out)
 }
 
-/// The kernel's code for `op` and its two parameters in `dtype` (an error where integers
-/// cannot take the op or its parameter).
-fn unary_code(op: UnaryOp, dtype: DType) -> Result<(i32, Elem, Elem)> {
-    use UnaryOp::*;
-    let int = !dtype.is_float();
-    let zero = Elem::of(Scalar::Int(0), dtype);
-    let f = |v: f64| Elem::of(Scalar::Float(v), dtype);
-    if int && op.is_float_only() {
-        return Err(not_for_ints(op, dtype));
-    }
-    Ok(match op {
-        Neg => (0, zero, zero),
-        Abs => (1, zero, zero),
-        Sign => (2, zero, zero),
-        Square => (3, zero, zero),
-        Relu => (4, zero, zero),
-        Exp => (5, zero, zero),
-        Log => (6, zero, zero),
-        Sqrt => (7, zero, zero),
-        Rsqrt => (8, zero, zero),
-        Sin => (9, zero, zero),
-        Cos => (10, zero, zero),
-        Tanh => (11, zero, zero),
-        Sigmoid => (12, zero, zero),
-        Gelu => (13, zero, zero),
-        GeluTanh => (14, zero, zero),
-        Silu => (15, zero, zero),
-        Erf => (16, zero, zero),
-        Log1p => (17, zero, zero),
-        Expm1 => (18, zero, zero),
-        Recip => (19, zero, zero),
-        Floor => (20, zero, zero),
-        Ceil => (21, zero, zero),
-        Round => (22, zero, zero),
-        Softplus { beta, threshold } => (23, f(beta), f(threshold)),
-        LeakyRelu(s) => (24, f(s), zero),
-        Elu(a) => (25, f(a), zero),
-        Clamp { min, max } => (26, f(min), f(max)),
-        AddScalar(s) => (27, Elem::of(s, dtype), zero),
-        SubScalar(s) => (28, Elem::of(s, dtype), zero),
-        RSubScalar(s) => (29, Elem::of(s, dtype), zero),
-        MulScalar(s) => (30, Elem::of(s, dtype), zero),
-        DivScalar(s) => (31, Elem::of(s, dtype), zero),
-        RDivScalar(s) => (32, Elem::of(s, dtype), zero),
-        PowScalar(e) if int => {
-            let e = int_exponent(e)?;
-            // The kernel takes the exponent in the element type. Wrapping powers of bytes
-            // repeat: even bases are 0 from the 8th power on, odd ones have period 64.
-            let e = if dtype == DType::U8 && e >= 8 { 8 + (e - 8) % 64 } else { e.min(i64::MAX as u64) };
-            (35, Elem::of(Scalar::Int(e as i64), dtype), zero)
-        }
-        PowScalar(e) if e.to_f64() == 2.0 => (33, zero, zero),
-        PowScalar(e) if e.to_f64() == 0.5 => (34, zero, zero),
-        PowScalar(e) => (35, Elem::of(e, dtype), zero),
-        RPowScalar(b) => (36, Elem::of(b, dtype), zero),
-        MaximumScalar(s) => (37, Elem::saturating(s, dtype), zero),
-        MinimumScalar(s) => (38, Elem::saturating(s, dtype), zero),
-    })
+/// The parameters of a kernel in its element type, for the `params` of a unary row's
+/// `cuda` section (see the module docs of `crate::ops::unary`).
+struct Params {
+    dtype: DType,
 }
+
+impl Params {
+    /// A float parameter.
+    fn float(&self, v: f64) -> Elem {
+        Elem::of(Scalar::Float(v), self.dtype)
+    }
+
+    /// A scalar converted like [`Scalar::to_element`].
+    fn exact(&self, s: Scalar) -> Elem {
+        Elem::of(s, self.dtype)
+    }
+
+    /// A scalar converted like [`Scalar::to_element_saturating`].
+    fn saturating(&self, s: Scalar) -> Elem {
+        Elem::saturating(s, self.dtype)
+    }
+
+    /// An unused parameter.
+    fn zero(&self) -> Elem {
+        Elem::of(Scalar::Int(0), self.dtype)
+    }
+
+    /// The element type.
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+/// Turns the unary table's `cuda` sections into [`unary_params`].
+macro_rules! unary_params {
+    ($(
+        $(#[$meta:meta])*
+        $V:ident $(( $($tp:ident: $tty:tt),* ))? $({ $($(#[$fmeta:meta])* $f:ident: $fty:tt),* })?
+            => $method:ident,
+            float $float:tt,
+            int $int:tt,
+            cuda $cuda:tt,
+            tensor $tensor:tt,
+            grad $grad:tt;
+    )*) => {
+        /// The two parameters of `op`'s kernel in `dtype` (an error where integers cannot
+        /// take the op or its parameter).
+        #[allow(unused_variables)]
+        fn unary_params(op: UnaryOp, dtype: DType) -> Result<[Elem; 2]> {
+            if !dtype.is_float() && op.is_float_only() {
+                return Err(op.not_for_ints(dtype));
+            }
+            let params = Params { dtype };
+            Ok(match op {
+                $( UnaryOp::$V $(( $($tp),* ))? $({ $($f),* })? => unary_params!(@params params, $cuda), )*
+            })
+        }
+    };
+
+    (@params $p:ident, [$($kind:ident $e:literal),* ; params |$k:ident| $body:expr]) => {{
+        let $k = &$p;
+        $body
+    }};
+    (@params $p:ident, [$($t:tt)*]) => {
+        [$p.zero(), $p.zero()]
+    };
+}
+
+crate::unary_table!(unary_params);
 
 /// `op` of the view `(src, ls)` written to `(out, lo)`, `n` elements.
 fn unary_into(op: UnaryOp, n: usize, out: &CudaStorage, lo: &Strided, src: &CudaStorage, ls: &Strided) -> Result<()> {
     let gpu = src.gpu();
-    let (code, p0, p1) = unary_code(op, src.dtype())?;
+    let (code, [p0, p1]) = (unary_code(op), unary_params(op, src.dtype())?);
     let f = gpu.func(("unary", sfx(src.dtype()), ""))?;
     let (n64, po, ps) = (n as i64, out.ptr(), src.ptr());
     launch_elems(gpu, f, n, &mut [arg(&n64), arg(&code), p0.arg(), p1.arg(), arg(&po), arg(lo), arg(&ps), arg(ls)])
 }
 
 pub(crate) fn unary(op: UnaryOp, src: &CudaStorage, l: &Layout) -> Result<CudaStorage> {
-    unary_code(op, src.dtype())?;
+    unary_params(op, src.dtype())?;
     let n = l.numel();
     let out = CudaStorage::alloc(src.gpu(), op.name(), n, src.dtype())?;
     unary_into(op, n, &out, &Strided::dense(0), src, &Strided::of(op.name(), l)?)?;
@@ -195,18 +204,6 @@ pub(crate) fn unary(op: UnaryOp, src: &CudaStorage, l: &Layout) -> Result<CudaSt
 pub(crate) fn unary_inplace(op: UnaryOp, dst: &CudaStorage, l: &Layout) -> Result<()> {
     let s = Strided::of(op.name(), l)?;
     unary_into(op, l.numel(), dst, &s, dst, &s)
-}
-
-fn binary_code(op: BinaryOp) -> i32 {
-    match op {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Pow => 4,
-        BinaryOp::Maximum => 5,
-        BinaryOp::Minimum => 6,
-    }
 }
 
 pub(crate) fn same_dtype(op: &'static str, a: DType, b: DType) -> Result<()> {
@@ -253,17 +250,6 @@ pub(crate) fn binary_inplace(
     binary_into(op, ld.numel(), dst, &d, dst, &d, src, &Strided::of(op.name(), ls)?)
 }
 
-fn cmp_code(op: CmpOp) -> i32 {
-    match op {
-        CmpOp::Eq => 0,
-        CmpOp::Ne => 1,
-        CmpOp::Lt => 2,
-        CmpOp::Le => 3,
-        CmpOp::Gt => 4,
-        CmpOp::Ge => 5,
-    }
-}
-
 pub(crate) fn compare(op: CmpOp, a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Result<CudaStorage> {
     same_dtype(op.name(), a.dtype(), b.dtype())?;
     let gpu = a.gpu();
@@ -271,7 +257,7 @@ pub(crate) fn compare(op: CmpOp, a: &CudaStorage, la: &Layout, b: &CudaStorage, 
     let out = CudaStorage::alloc(gpu, op.name(), n, DType::U8)?;
     let f = gpu.func(("compare", sfx(a.dtype()), ""))?;
     let (sa, sb) = (Strided::of(op.name(), la)?, Strided::of(op.name(), lb)?);
-    let (n64, code, po, pa, pb) = (n as i64, cmp_code(op), out.ptr(), a.ptr(), b.ptr());
+    let (n64, code, po, pa, pb) = (n as i64, compare_code(op), out.ptr(), a.ptr(), b.ptr());
     launch_elems(gpu, f, n, &mut [arg(&n64), arg(&code), arg(&po), arg(&pa), arg(&sa), arg(&pb), arg(&sb)])?;
     Ok(out)
 }
@@ -286,7 +272,7 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CudaStorage, la: &Layout, s: Scalar)
     let (n64, po, pa) = (n as i64, out.ptr(), a.ptr());
     if a.dtype().is_float() {
         let f = gpu.func(("compare_scalar", sfx(a.dtype()), ""))?;
-        let (code, v) = (cmp_code(op), Elem::of(s, a.dtype()));
+        let (code, v) = (compare_code(op), Elem::of(s, a.dtype()));
         launch_elems(gpu, f, n, &mut [arg(&n64), arg(&code), arg(&po), arg(&pa), arg(&sa), v.arg()])?;
         return Ok(out);
     }
@@ -294,7 +280,7 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CudaStorage, la: &Layout, s: Scalar)
         IntCmp::Const(c) => fill(gpu, &out, &Strided::dense(0), n, Elem::U8(c as u8))?,
         IntCmp::Cmp(op, v) => {
             let f = gpu.func(("compare_int", sfx(a.dtype()), ""))?;
-            let code = cmp_code(op);
+            let code = compare_code(op);
             launch_elems(gpu, f, n, &mut [arg(&n64), arg(&code), arg(&po), arg(&pa), arg(&sa), arg(&v)])?;
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! Built on `cudarc`, which loads the driver, cuBLAS and NVRTC at run time: a build with
 //! the feature runs on machines without a GPU and reports CUDA unavailable there. The
-//! kernels (kernels.cu) are compiled by NVRTC on first use of a device and cached on disk
-//! (`compile`). Every kernel and copy goes on the device's legacy default stream, so
+//! kernels (kernels.cu, with the elementwise and reduction `switch`es generated from the op
+//! tables spliced in by `kernel_source`) are compiled by NVRTC on first use of a device and
+//! cached on disk (`compile`). Every kernel and copy goes on the device's legacy default stream, so
 //! operations run in the order they were issued and the host only waits when it reads
 //! data back (`download`, `item`, index checks, `power_sum`) or calls
 //! [`Device::synchronize`](crate::Device::synchronize).
@@ -21,6 +22,7 @@ mod compile;
 mod device;
 mod elementwise;
 mod index;
+mod kernel_source;
 mod launch;
 mod loss;
 mod matmul;

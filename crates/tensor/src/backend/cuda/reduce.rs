@@ -1,5 +1,6 @@
 //! Reductions, softmax and the power sums of gradient norms.
 
+use super::kernel_source::reduce_code;
 use super::launch::{Strided, arg, launch};
 use super::memory::{CudaStorage, download};
 use super::sfx;
@@ -35,7 +36,7 @@ pub(crate) fn reduce(op: ReduceOp, src: &CudaStorage, l: &Layout, dims: &[usize]
     let gpu = src.gpu();
     let (shape, strides, outer, inner) = moved_last(l, dims);
     let view = Strided::new(name, &shape, &strides, l.offset())?;
-    let arg_op = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+    let arg_op = op.is_arg();
     let out = CudaStorage::alloc(gpu, name, outer, if arg_op { DType::I64 } else { src.dtype() })?;
     if outer == 0 {
         return Ok(out);
@@ -44,14 +45,7 @@ pub(crate) fn reduce(op: ReduceOp, src: &CudaStorage, l: &Layout, dims: &[usize]
         return Err(Error::shape(name, format!("cannot take {name} over an empty dimension of shape {}", l.shape())));
     }
     let (o64, i64_, po, ps) = (outer as i64, inner as i64, out.ptr(), src.ptr());
-    let code: i32 = match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Prod => 1,
-        ReduceOp::Max => 2,
-        ReduceOp::Min => 3,
-        ReduceOp::ArgMax => 4,
-        ReduceOp::ArgMin => 5,
-    };
+    let code = reduce_code(op);
     let mut args = [arg(&code), arg(&o64), arg(&i64_), arg(&po), arg(&ps), arg(&view)];
     if arg_op {
         let f = gpu.func(("arg_rows", sfx(src.dtype()), ""))?;

@@ -247,5 +247,13 @@ macro_rules! define_binary_ops {
 pub(crate) mod binary;
 pub(crate) mod unary;
 
+pub mod attention;
+pub mod conv;
+pub mod loss;
+pub mod lstm;
+pub mod norm;
+pub mod optim;
+pub mod pool;
+
 pub use binary::BinaryOp;
 pub use unary::UnaryOp;

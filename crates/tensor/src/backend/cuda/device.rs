@@ -1,7 +1,7 @@
 //! One GPU's state: its context, the cuBLAS handle, the compiled kernels and the memory
 //! cache. Made on first use of `Device::Cuda(n)` and kept for the life of the process.
 
-use super::memory::{Allocator, StagingPool};
+use super::allocator::{Allocator, StagingPool};
 use crate::{Error, Result};
 use cudarc::driver::{CudaContext, result, sys};
 use std::collections::HashMap;

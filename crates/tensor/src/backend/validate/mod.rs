@@ -4,10 +4,16 @@
 //! backend cannot trust that a layout fits its storage or that two operands agree: a kernel
 //! handed a `[1000, 1000]` layout over a four-element buffer must answer with an error,
 //! never read past the buffer (the matrix product hands raw pointers to `gemm`). The checks
-//! cost O(rank) per operand, nothing next to the kernels they guard.
+//! cost O(rank) per operand, nothing next to the kernels they guard. The checks of one
+//! family of kernels are in a submodule of their own.
 
-use super::{ClassLoss, LossReduction};
+pub(crate) mod conv;
+pub(crate) mod norm;
+pub(crate) mod optim;
+pub(crate) mod pool;
+
 use crate::layout::Layout;
+use crate::ops::loss::{ClassLoss, LossReduction};
 use crate::shape::{MAX_NUMEL, Shape};
 use crate::storage::Storage;
 use crate::{DType, Error, Result};

@@ -10,8 +10,8 @@
 
 use crate::{Error, Result};
 use cudarc::driver::{result, sys};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Blocks up to this size are rounded to a multiple of 512 bytes; larger ones to a
@@ -48,7 +48,7 @@ impl Allocator {
             return Ok((0, 0));
         }
         let class = size_class(bytes);
-        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&class).and_then(Vec::pop);
+        let reused = self.free.lock().get_mut(&class).and_then(Vec::pop);
         let ptr = match reused {
             Some(p) => {
                 self.cached.fetch_sub(class, Ordering::Relaxed);
@@ -82,12 +82,12 @@ impl Allocator {
         }
         self.in_use.fetch_sub(class, Ordering::Relaxed);
         self.cached.fetch_add(class, Ordering::Relaxed);
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).entry(class).or_default().push(ptr);
+        self.free.lock().entry(class).or_default().push(ptr);
     }
 
     /// Returns every cached block to the driver (PyTorch's `torch.cuda.empty_cache`).
     pub(crate) fn empty_cache(&self) {
-        let blocks: Vec<_> = self.free.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        let blocks: Vec<_> = self.free.lock().drain().collect();
         for (class, ptrs) in blocks {
             for p in ptrs {
                 // SAFETY: the block came from malloc_sync and nothing refers to it. Freeing

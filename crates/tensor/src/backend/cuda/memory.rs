@@ -116,7 +116,7 @@ pub(crate) fn upload(gpu: &'static Gpu, data: &CpuStorage) -> Result<CudaStorage
         unsafe { result::memcpy_htod_sync(out.ptr(), bytes) }.map_err(|e| gpu.err("host-to-device copy", e))?;
         return Ok(out);
     }
-    let mut pool = gpu.staging.0.lock().unwrap_or_else(|p| p.into_inner());
+    let mut pool = gpu.staging.0.lock();
     // A finished buffer at least as large as needed, else a new one.
     let pos = pool.iter().position(|s| s.bytes >= bytes.len() && unsafe { result::event::query(s.done) }.is_ok());
     let stage = match pos {

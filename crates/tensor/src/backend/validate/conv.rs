@@ -1,10 +1,10 @@
 //! The checks that views fit a convolution's geometry ([`ConvGeometry`],
 //! [`SlidingWindow`]), which every backend makes before a sliding-window kernel.
 
-use super::view;
+use super::{check_numel, view};
 use crate::layout::Layout;
 use crate::ops::conv::{ConvGeometry, SlidingWindow};
-use crate::shape::{MAX_NUMEL, Shape};
+use crate::shape::Shape;
 use crate::storage::Storage;
 use crate::{Error, Result};
 use std::borrow::Cow;
@@ -40,14 +40,6 @@ impl Role {
             Role::Bias(_) => "bias",
         }
     }
-}
-
-/// An error unless a tensor of `shape` may exist.
-pub(crate) fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
-    if shape.checked_numel().is_none_or(|n| n > MAX_NUMEL) {
-        return Err(Error::shape(op, format!("the result of shape {shape} has too many elements")));
-    }
-    Ok(())
 }
 
 /// The checks every backend makes before a convolution kernel: the geometry is valid, every

@@ -19,6 +19,15 @@ use crate::storage::Storage;
 use crate::{DType, Error, Result};
 use std::borrow::Cow;
 
+/// An error unless a result of `shape` may exist (the checks of kernels whose result shape
+/// the views do not give directly).
+pub(crate) fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
+    if shape.checked_numel().is_none_or(|n| n > MAX_NUMEL) {
+        return Err(Error::shape(op, format!("the result of shape {shape} has too many elements")));
+    }
+    Ok(())
+}
+
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
 /// elements and its element count is representable. An empty layout reads nothing, so any
 /// offset passes.

@@ -1,20 +1,12 @@
 //! The checks that views fit a plane kernel (max pooling, its plane gather and scatter,
 //! resampling), which every backend makes before it touches memory.
 
-use super::view;
+use super::{check_numel, view};
 use crate::layout::Layout;
-use crate::shape::{MAX_NUMEL, Shape};
+use crate::shape::Shape;
 use crate::storage::Storage;
 use crate::{DType, Error, Result};
 use std::borrow::Cow;
-
-/// An error unless a tensor of `shape` may exist.
-fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
-    if shape.checked_numel().is_none_or(|n| n > MAX_NUMEL) {
-        return Err(Error::shape(op, format!("the result of shape {shape} has too many elements")));
-    }
-    Ok(())
-}
 
 /// The checks before a plane kernel: `src` fits its storage, is 4-d with planes of extent
 /// `plane` and has a float dtype (or `dtype`, when given); the result `[N, C, out]` may

@@ -268,10 +268,10 @@ impl<'ast> Visit<'ast> for Collector {
                 syn::Item::Type(x) => c.item(&x.ident),
                 syn::Item::Union(x) => c.item(&x.ident),
                 syn::Item::Macro(x) => {
-                    if let Some(ident) = &x.ident {
-                        if x.attrs.iter().any(|a| a.path().is_ident("macro_export")) {
-                            c.info.exported_macros.insert(ident.to_string());
-                        }
+                    if let Some(ident) = &x.ident
+                        && x.attrs.iter().any(|a| a.path().is_ident("macro_export"))
+                    {
+                        c.info.exported_macros.insert(ident.to_string());
                     }
                 }
                 _ => {}
@@ -483,10 +483,10 @@ impl Crate {
             if m.info.items.contains(seg) {
                 return Some(Resolved { file: m.file.clone(), via, found: true });
             }
-            if cur.is_empty() {
-                if let Some(file) = self.macros.get(seg) {
-                    return Some(Resolved { file: file.clone(), via, found: true });
-                }
+            if cur.is_empty()
+                && let Some(file) = self.macros.get(seg)
+            {
+                return Some(Resolved { file: file.clone(), via, found: true });
             }
             if let Some(target) = m.info.imports.get(seg) {
                 let mut p = target.clone();
@@ -640,10 +640,10 @@ fn layering_violations(krate: &Crate) -> Vec<String> {
             if !allowed(l) {
                 out.push(format!("{from} imports {to}, a file of the {l} backend: `{spelled}`"));
             }
-        } else if let Some(l) = r.via.iter().find_map(|m| leaf_module(m)) {
-            if !allowed(l) {
-                out.push(format!("{from} reaches {to} through the {l} backend: `{spelled}`"));
-            }
+        } else if let Some(l) = r.via.iter().find_map(|m| leaf_module(m))
+            && !allowed(l)
+        {
+            out.push(format!("{from} reaches {to} through the {l} backend: `{spelled}`"));
         }
     }
     for cycle in cycles(&graph) {
@@ -717,11 +717,7 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
             let mut path = vec![start];
             let mut seen = BTreeSet::from([start]);
             let mut v = start;
-            loop {
-                let Some(&w) = succ[v].iter().find(|w| inside.contains(w) && (!seen.contains(w) || **w == start))
-                else {
-                    break;
-                };
+            while let Some(&w) = succ[v].iter().find(|w| inside.contains(w) && (!seen.contains(w) || **w == start)) {
                 path.push(w);
                 if w == start {
                     break;

@@ -8,7 +8,7 @@
 //! window is unique and the function is differentiable.
 
 use ember_autograd::{Var, enable_grad, grad};
-use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_tensor::{Result, Tensor};
 use ember_testing::gradcheck::{check, normal, transposed};
 

@@ -7,7 +7,7 @@
 //! -6..6 and indices and class targets over -2..7, in `f32` and `f64`.
 
 use ember_autograd::Var;
-use ember_tensor::pool::MaxPoolArgs;
+use ember_tensor::ops::pool::MaxPoolArgs;
 use ember_tensor::{ClassLoss, ClassScores, ConvArgs, DType, LossReduction, Result, Tensor};
 use ember_testing::prop::{agree, dtype, param, shape};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! checked against naive references in `crates/tensor/tests/prop_layers.rs`.
 
 use ember_autograd::Var;
-use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_tensor::{
     Attention, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, LossReduction, Result, Tensor, UnfoldArgs,
 };

@@ -137,7 +137,7 @@ pub mod functional {
     pub use crate::loss::{
         binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
     };
-    pub use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+    pub use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
     pub use ember_tensor::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
 }
 

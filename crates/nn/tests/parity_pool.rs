@@ -13,7 +13,7 @@ use ember_autograd::{Var, grad};
 use ember_nn::functional as F;
 use ember_nn::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Module, Sequential, Unflatten, Upsample};
 use ember_tensor::Result;
-use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_testing::Case;
 
 ember_testing::parity_suite! {

@@ -8,7 +8,7 @@ use ember_nn::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, Module,
     Unflatten, Upsample,
 };
-use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_tensor::{DType, Tensor};
 
 fn input(shape: &[usize]) -> Var {

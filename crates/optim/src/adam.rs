@@ -7,7 +7,7 @@ use crate::optimizer::{Optimizer, non_negative, unit_interval};
 use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::backend::AdamStep;
+use ember_tensor::ops::optim::AdamStep;
 use ember_tensor::{Result, Tensor};
 
 /// The settings of [`Adam`]. The defaults are PyTorch's.

@@ -5,7 +5,7 @@ use crate::optimizer::{Optimizer, non_negative};
 use crate::optimizer_state::{OptimizerState, Reader, state_key};
 use crate::params::{Slot, check_params};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::backend::RmsPropStep;
+use ember_tensor::ops::optim::RmsPropStep;
 use ember_tensor::{Error, Result, Tensor};
 
 const KIND: &str = "RmsProp";

@@ -6,7 +6,7 @@ use crate::optimizer::{Optimizer, non_negative};
 use crate::optimizer_state::{OptimizerState, Reader};
 use crate::params::{Slot, check_params};
 use ember_autograd::{NoGradGuard, Var};
-use ember_tensor::backend::SgdStep;
+use ember_tensor::ops::optim::SgdStep;
 use ember_tensor::{Error, Result, Tensor};
 
 const KIND: &str = "Sgd";

@@ -4,7 +4,7 @@
 //! lengths and offset views (the vector loops' tails), and a tensor large enough to be
 //! updated in parallel. Then the errors for operands that do not fit.
 
-use ember_tensor::backend::{AdamStep, RmsPropStep, SgdStep};
+use ember_tensor::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use ember_tensor::{DType, Result, Tensor};
 
 /// Lengths that leave tails after every vector width, plus one past the parallel threshold.

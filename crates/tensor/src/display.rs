@@ -337,13 +337,17 @@ fn render(t: &Tensor) -> Result<String, fmt::Error> {
     Ok(out)
 }
 
-pub(crate) fn fmt_display(t: &Tensor, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    f.write_str(&render(t)?)
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&render(self)?)
+    }
 }
 
-pub(crate) fn fmt_debug(t: &Tensor, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let body = render(t)?;
-    if t.rank() >= 3 { f.write_str(&body) } else { write!(f, "{body}\n{}", footer(t)) }
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let body = render(self)?;
+        if self.rank() >= 3 { f.write_str(&body) } else { write!(f, "{body}\n{}", footer(self)) }
+    }
 }
 
 #[cfg(test)]

@@ -46,66 +46,15 @@
 //! Conversions between dtypes happen only when asked for with `Tensor::to_dtype`, and
 //! follow Rust's `as` casts (float to integer truncates toward zero and saturates).
 
+mod kind;
+
+pub use kind::{DType, result_type};
+
+use crate::storage::HostElement;
 use std::fmt;
 
-/// The dtype of a tensor's elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DType {
-    /// Unsigned bytes; also the dtype of boolean masks.
-    U8,
-    /// 64-bit signed integers; the dtype of indices.
-    I64,
-    /// 32-bit floats; the default dtype.
-    F32,
-    /// 64-bit floats; used by `gradcheck` and wherever precision matters.
-    F64,
-}
-
+// Beside `Scalar` rather than with the rest of `DType`'s methods, which live below storage.
 impl DType {
-    /// The name used in messages and printing: `u8`, `i64`, `f32`, `f64`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::U8 => "u8",
-            DType::I64 => "i64",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size_in_bytes(self) -> usize {
-        match self {
-            DType::U8 => 1,
-            DType::I64 | DType::F64 => 8,
-            DType::F32 => 4,
-        }
-    }
-
-    /// Whether this is a floating-point dtype.
-    #[inline]
-    pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
-    }
-
-    /// Whether this is an integer dtype (`u8` or `i64`).
-    #[inline]
-    pub fn is_int(self) -> bool {
-        !self.is_float()
-    }
-
-    /// The dtype in which `self` and `other` combine (see the module docs).
-    ///
-    /// ```
-    /// use ember_tensor::DType;
-    /// assert_eq!(DType::U8.promote(DType::I64), DType::I64);
-    /// assert_eq!(DType::I64.promote(DType::F32), DType::F32);
-    /// assert_eq!(DType::F32.promote(DType::F64), DType::F64);
-    /// ```
-    #[inline]
-    pub fn promote(self, other: DType) -> DType {
-        self.max(other)
-    }
-
     /// The dtype of `self` combined with a scalar: floats keep their dtype, and a floating
     /// scalar turns an integer dtype into `f32`.
     #[inline]
@@ -114,46 +63,6 @@ impl DType {
             Scalar::Float(_) if self.is_int() => DType::F32,
             _ => self,
         }
-    }
-
-    /// The dtype a floating function (`exp`, `sigmoid`...) computes in: floats keep theirs,
-    /// integers compute in `f32`.
-    #[inline]
-    pub fn float_or_default(self) -> DType {
-        if self.is_float() { self } else { DType::F32 }
-    }
-}
-
-/// The dtype an operation on tensors of these `(dtype, rank)` pairs computes in: PyTorch's
-/// `torch.result_type` (see the module docs). Tensors with dimensions promote among
-/// themselves; 0-d tensors promote among themselves and change that result only when they
-/// bring a higher category (a float beside integers), in which case the two promote. With
-/// no operands the answer is `f32`, the default dtype.
-///
-/// ```
-/// use ember_tensor::DType;
-/// use ember_tensor::dtype::result_type;
-/// assert_eq!(result_type(&[(DType::F32, 2), (DType::F64, 0)]), DType::F32);
-/// assert_eq!(result_type(&[(DType::I64, 1), (DType::F64, 0)]), DType::F64);
-/// assert_eq!(result_type(&[(DType::U8, 1), (DType::I64, 0)]), DType::U8);
-/// assert_eq!(result_type(&[(DType::F32, 0), (DType::F64, 0)]), DType::F64);
-/// assert_eq!(result_type(&[(DType::F32, 1), (DType::F64, 3)]), DType::F64);
-/// ```
-pub fn result_type(operands: &[(DType, usize)]) -> DType {
-    let promote_all = |zero_d: bool| {
-        operands.iter().filter(|&&(_, rank)| (rank == 0) == zero_d).map(|&(d, _)| d).reduce(DType::promote)
-    };
-    match (promote_all(false), promote_all(true)) {
-        (Some(dims), Some(zero)) if zero.is_float() && !dims.is_float() => dims.promote(zero),
-        (Some(dims), _) => dims,
-        (None, Some(zero)) => zero,
-        (None, None) => DType::F32,
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -300,11 +209,21 @@ mod sealed {
 }
 
 /// A Rust type that can be the element of a tensor: `u8`, `i64`, `f32` or `f64`.
+///
+/// Its dtype (`T::DTYPE`) and its place in host storage come from [`HostElement`].
 pub trait Element:
-    sealed::Sealed + Copy + Send + Sync + PartialOrd + PartialEq + Default + fmt::Debug + fmt::Display + 'static
+    sealed::Sealed
+    + HostElement
+    + Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + PartialEq
+    + Default
+    + fmt::Debug
+    + fmt::Display
+    + 'static
 {
-    /// The dtype of this element type.
-    const DTYPE: DType;
     /// Zero.
     const ZERO: Self;
     /// One.
@@ -339,12 +258,6 @@ pub trait Element:
     fn neg(self) -> Self;
     /// `-1`, `0` or `1`; NaN stays NaN.
     fn signum(self) -> Self;
-    #[doc(hidden)]
-    fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]>;
-    #[doc(hidden)]
-    fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]>;
-    #[doc(hidden)]
-    fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage;
     /// Maximum that propagates NaN, like `torch.maximum`.
     #[inline(always)]
     fn max_nan(self, other: Self) -> Self {
@@ -369,29 +282,10 @@ pub trait Element:
     }
 }
 
-/// The [`Element`] items every dtype spells the same way: where its buffer lives in
-/// [`CpuStorage`](crate::storage::CpuStorage) and the `as` casts to and from f64/i64.
-macro_rules! element_storage_and_casts {
-    ($t:ty, $dt:ident) => {
-        #[inline(always)]
-        fn storage_slice(s: &crate::storage::CpuStorage) -> Option<&[Self]> {
-            match s {
-                crate::storage::CpuStorage::$dt(b) => Some(b),
-                _ => None,
-            }
-        }
-        #[inline(always)]
-        fn storage_slice_mut(s: &mut crate::storage::CpuStorage) -> Option<&mut [Self]> {
-            match s {
-                crate::storage::CpuStorage::$dt(b) => Some(b),
-                _ => None,
-            }
-        }
-        #[inline(always)]
-        fn into_storage(b: crate::storage::Buffer<Self>) -> crate::storage::CpuStorage {
-            crate::storage::CpuStorage::$dt(b)
-        }
-        const DTYPE: DType = DType::$dt;
+/// The [`Element`] items every dtype spells the same way: the `as` casts to and from
+/// f64/i64.
+macro_rules! element_casts {
+    ($t:ty) => {
         #[inline(always)]
         fn from_f64(v: f64) -> Self {
             v as $t
@@ -411,10 +305,24 @@ macro_rules! element_storage_and_casts {
     };
 }
 
+/// `x^e` with wrapping multiplication (PyTorch's integer `pow`), by repeated squaring.
+#[inline(always)]
+pub(crate) fn pow_wrapping<T: Element>(x: T, mut e: u64) -> T {
+    let (mut base, mut acc) = (x, T::ONE);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wmul(base);
+        }
+        base = base.wmul(base);
+        e >>= 1;
+    }
+    acc
+}
+
 macro_rules! int_element {
-    ($t:ty, $dt:ident, $abs:expr, $neg:expr, $sign:expr) => {
+    ($t:ty, $abs:expr, $neg:expr, $sign:expr) => {
         impl Element for $t {
-            element_storage_and_casts!($t, $dt);
+            element_casts!($t);
             const ZERO: Self = 0;
             const ONE: Self = 1;
             const LOWEST: Self = <$t>::MIN;
@@ -441,7 +349,7 @@ macro_rules! int_element {
                 if e >= 0 {
                     // Over the whole exponent: `wrapping_pow` takes a `u32`, and a larger
                     // exponent must not be cut to it.
-                    crate::ops::unary::pow_wrapping(self, e as u64)
+                    pow_wrapping(self, e as u64)
                 } else if self == 1 {
                     1
                 } else if (self as i64) == -1 {
@@ -469,13 +377,13 @@ macro_rules! int_element {
         }
     };
 }
-int_element!(u8, U8, |v: u8| v, |v: u8| v.wrapping_neg(), |v: u8| (v > 0) as u8);
-int_element!(i64, I64, |v: i64| v.wrapping_abs(), |v: i64| v.wrapping_neg(), |v: i64| v.signum());
+int_element!(u8, |v: u8| v, |v: u8| v.wrapping_neg(), |v: u8| (v > 0) as u8);
+int_element!(i64, |v: i64| v.wrapping_abs(), |v: i64| v.wrapping_neg(), |v: i64| v.signum());
 
 macro_rules! float_element {
-    ($t:ty, $dt:ident) => {
+    ($t:ty) => {
         impl Element for $t {
-            element_storage_and_casts!($t, $dt);
+            element_casts!($t);
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const LOWEST: Self = <$t>::NEG_INFINITY;
@@ -525,8 +433,8 @@ macro_rules! float_element {
         }
     };
 }
-float_element!(f32, F32);
-float_element!(f64, F64);
+float_element!(f32);
+float_element!(f64);
 
 /// A floating element type (`f32` or `f64`) with the math the kernels need.
 pub trait FloatElement:
@@ -584,16 +492,16 @@ pub trait FloatElement:
 impl FloatElement for f32 {
     #[inline(always)]
     fn exp(self) -> Self {
-        crate::backend::cpu::fastmath::exp_f32(self)
+        crate::host::fastmath::exp_f32(self)
     }
     #[inline(always)]
     fn exp_normal(self) -> Self {
-        crate::backend::cpu::fastmath::exp_normal_f32(self)
+        crate::host::fastmath::exp_normal_f32(self)
     }
-    const EXP_NORMAL_MIN: Self = crate::backend::cpu::fastmath::EXP_NORMAL_MIN_F32;
+    const EXP_NORMAL_MIN: Self = crate::host::fastmath::EXP_NORMAL_MIN_F32;
     #[inline(always)]
     fn ln(self) -> Self {
-        crate::backend::cpu::fastmath::ln_f32(self)
+        crate::host::fastmath::ln_f32(self)
     }
     #[inline(always)]
     fn sqrt(self) -> Self {
@@ -609,7 +517,7 @@ impl FloatElement for f32 {
     }
     #[inline(always)]
     fn tanh(self) -> Self {
-        crate::backend::cpu::fastmath::tanh_f32(self)
+        crate::host::fastmath::tanh_f32(self)
     }
     #[inline(always)]
     fn erf_fn(self) -> Self {

@@ -160,3 +160,12 @@ impl Error {
         }
     }
 }
+
+/// Unwraps the result of a kernel that cannot fail on valid input. The only failure left
+/// is the system refusing memory, which is handled like `Vec` does.
+pub(crate) fn infallible<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => unreachable!("ember internal error: a kernel rejected validated input: {}", e.abort_if_alloc()),
+    }
+}

@@ -32,28 +32,33 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
-pub mod conv;
 pub mod device;
 pub mod display;
 pub mod dtype;
 pub mod error;
+mod host;
 pub mod layout;
-mod ops;
-pub mod pool;
+// The elementwise tables' docs describe their crate-private dispatch (`unary::float_kernel`,
+// `MapFn`), which the public module's docs link to.
+#[allow(rustdoc::private_intra_doc_links)]
+pub mod ops;
 pub mod random;
 pub mod shape;
 pub mod storage;
 mod tensor;
 pub mod threading;
 
-pub use backend::{Attention, AttentionShapes, check_attention};
-pub use backend::{BinaryOp, ClassLoss, ClassScores, CmpOp, LossReduction, ReduceOp, UnaryOp};
-pub use conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
+pub use backend::{CmpOp, ReduceOp};
 pub use device::{Device, DeviceMemory};
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};
 pub use layout::Layout;
-pub use pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+pub use ops::attention::{Attention, AttentionShapes, check_attention};
+pub use ops::conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};
+pub use ops::loss::{ClassLoss, ClassScores, LossReduction};
+pub use ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+pub use ops::{BinaryOp, UnaryOp};
 pub use random::manual_seed;
 pub use shape::{Dim, Dims, Shape};
-pub use tensor::{ShapeSpec, Tensor};
+pub use tensor::Tensor;
+pub use tensor::view::ShapeSpec;

@@ -368,6 +368,16 @@ pub(crate) fn checked_numel(op: &'static str, shape: &Shape) -> Result<usize> {
         .ok_or_else(|| Error::shape(op, format!("shape {shape} has too many elements")))
 }
 
+/// The output shape of a reduction over `dims`: those dimensions set to 1 with `keepdim`,
+/// removed without.
+pub(crate) fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {
+    if keepdim {
+        Shape(shape.iter().enumerate().map(|(i, &d)| if dims.contains(&i) { 1 } else { d }).collect())
+    } else {
+        Shape(shape.iter().enumerate().filter(|(i, _)| !dims.contains(i)).map(|(_, &d)| d).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

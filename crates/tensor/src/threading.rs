@@ -25,7 +25,7 @@
 //! to zero while it does, unless [`set_flush_denormal`] or `EMBER_FLUSH_DENORMAL=0` turns that
 //! off; the program's own code between kernels keeps its own float mode.
 
-use crate::backend::cpu::{float_mode, team};
+use crate::host::{float_mode, team};
 use crate::{Error, Result};
 use std::time::Duration;
 

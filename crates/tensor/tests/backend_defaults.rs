@@ -4,94 +4,23 @@
 //! backend and keeps the defaults for the rest.
 
 use ember_tensor::backend::cpu::CpuBackend;
-use ember_tensor::backend::{
-    AdamState, AdamStep, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, RmsPropStep, SgdStep, Target, UnaryOp, View,
-};
+use ember_tensor::backend::{Backend, Delegate};
 use ember_tensor::layout::Layout;
-use ember_tensor::random::Distribution;
-use ember_tensor::storage::{CpuStorage, Storage};
-use ember_tensor::{DType, Device, Result, Scalar, Tensor};
+use ember_tensor::storage::Storage;
+use ember_tensor::{DType, Result, Scalar, Tensor};
 
-/// The CPU backend without its heavy kernels.
+/// The CPU backend without its heavy kernels: every method without a default body is the
+/// CPU backend's, every other one the trait's default.
 struct Composed;
 
-impl Backend for Composed {
-    fn device(&self) -> Device {
-        CpuBackend.device()
-    }
-    fn full(&self, numel: usize, value: Scalar, dtype: DType) -> Result<Storage> {
-        CpuBackend.full(numel, value, dtype)
-    }
-    fn upload(&self, data: CpuStorage) -> Result<Storage> {
-        CpuBackend.upload(data)
-    }
-    fn download(&self, src: View<'_>) -> Result<CpuStorage> {
-        CpuBackend.download(src)
-    }
-    fn cast(&self, src: View<'_>, dtype: DType) -> Result<Storage> {
-        CpuBackend.cast(src, dtype)
-    }
-    fn unary(&self, op: UnaryOp, src: View<'_>) -> Result<Storage> {
-        CpuBackend.unary(op, src)
-    }
-    fn binary(&self, op: BinaryOp, a: View<'_>, b: View<'_>) -> Result<Storage> {
-        CpuBackend.binary(op, a, b)
-    }
-    fn compare(&self, op: CmpOp, a: View<'_>, b: View<'_>) -> Result<Storage> {
-        CpuBackend.compare(op, a, b)
-    }
-    fn compare_scalar(&self, op: CmpOp, a: View<'_>, scalar: Scalar) -> Result<Storage> {
-        CpuBackend.compare_scalar(op, a, scalar)
-    }
-    fn where_cond(&self, cond: View<'_>, a: View<'_>, b: View<'_>) -> Result<Storage> {
-        CpuBackend.where_cond(cond, a, b)
-    }
-    fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
-        CpuBackend.unary_inplace(op, dst, layout)
-    }
-    fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()> {
-        CpuBackend.binary_inplace(op, dst, layout, src)
-    }
-    fn copy_inplace(&self, dst: &mut Storage, layout: &Layout, src: View<'_>) -> Result<()> {
-        CpuBackend.copy_inplace(dst, layout, src)
-    }
-    fn fill_inplace(&self, dst: &mut Storage, layout: &Layout, value: Scalar) -> Result<()> {
-        CpuBackend.fill_inplace(dst, layout, value)
-    }
-    fn reduce(&self, op: ReduceOp, src: View<'_>, dims: &[usize]) -> Result<Storage> {
-        CpuBackend.reduce(op, src, dims)
-    }
-    fn index_select(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage> {
-        CpuBackend.index_select(src, dim, index)
-    }
-    fn gather(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage> {
-        CpuBackend.gather(src, dim, index)
-    }
-    fn scatter_add(&self, dst: View<'_>, dim: usize, index: View<'_>, src: View<'_>) -> Result<Storage> {
-        CpuBackend.scatter_add(dst, dim, index, src)
-    }
-    fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
-        CpuBackend.random(numel, dist, dtype)
-    }
-    fn randperm(&self, n: usize) -> Result<Storage> {
-        CpuBackend.randperm(n)
-    }
-    fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
-        CpuBackend.cat(srcs, dim)
-    }
-    fn power_sum(&self, src: View<'_>, p: f64) -> Result<f64> {
-        CpuBackend.power_sum(src, p)
-    }
-    fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buf: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
-        CpuBackend.sgd_step(param, grad, buf, hp)
-    }
-    fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
-        CpuBackend.adam_step(param, grad, state, hp)
-    }
-    fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
-        CpuBackend.rmsprop_step(param, grad, state, hp)
+impl Delegate for Composed {
+    type Inner = CpuBackend;
+    fn inner(&self) -> &CpuBackend {
+        &CpuBackend
     }
 }
+
+ember_tensor::delegate_backend!(required for Composed);
 
 /// The elements of a result (contiguous) as `f64`, with its dtype.
 fn values(s: &Storage) -> (DType, Vec<f64>) {
@@ -313,7 +242,7 @@ fn class_loss_default_matches_the_cpu_kernel() {
 #[test]
 fn conv_defaults_match_the_cpu_kernels() {
     use ember_tensor::UnfoldArgs;
-    use ember_tensor::conv::{ConvArgs, conv_plan, unfold_plan};
+    use ember_tensor::ops::conv::{ConvArgs, conv_plan, unfold_plan};
     // (input, weight, args): strided, padded, dilated, grouped, depthwise, 1x1, empty batch.
     let cases: [(&[usize], &[usize], ConvArgs<2>); 5] = [
         (&[2, 3, 7, 6], &[4, 3, 3, 2], ConvArgs::default().stride([2, 1]).padding([1, 2])),

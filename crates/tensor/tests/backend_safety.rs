@@ -80,7 +80,7 @@ fn layouts_need_one_stride_per_dimension() {
 
 #[test]
 fn convolution_kernels_refuse_views_and_geometries_that_do_not_fit() {
-    use ember_tensor::backend::{ConvGeometry, SlidingWindow};
+    use ember_tensor::ops::conv::{ConvGeometry, SlidingWindow};
     let window = SlidingWindow {
         input: [2, 2],
         output: [2, 2],

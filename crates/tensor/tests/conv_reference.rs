@@ -7,8 +7,7 @@
 //! `f64` results must agree to `1e-12` of the sum of the magnitudes of the terms, `f32`
 //! ones to `1e-5` of it.
 
-use ember_tensor::backend::ConvGeometry;
-use ember_tensor::conv::conv_plan;
+use ember_tensor::ops::conv::{ConvGeometry, conv_plan};
 use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Padding, Tensor, UnfoldArgs};
 
 /// `n` values in `[-1, 1)` from a fixed sequence.

@@ -14,7 +14,8 @@
 //! everything that is wrong. Without a device each test prints one line saying why and
 //! returns.
 
-use ember_tensor::backend::{AdamStep, RmsPropStep, SgdStep, backend_for};
+use ember_tensor::backend::backend_for;
+use ember_tensor::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use ember_tensor::random::Distribution;
 use ember_tensor::{
     Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,

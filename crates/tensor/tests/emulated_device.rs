@@ -4,7 +4,7 @@
 #![cfg(not(feature = "cuda"))]
 
 use ember_tensor::backend::cpu::CpuBackend;
-use ember_tensor::backend::{Backend, cuda};
+use ember_tensor::backend::{Backend, backend_for};
 use ember_tensor::storage::{CpuStorage, Storage};
 use ember_tensor::{
     Attention, ConvArgs, DType, Device, Error, Layout, MaxPoolArgs, Result, Shape, Tensor, UnaryOp, manual_seed,
@@ -137,7 +137,7 @@ fn heavy_kernels_match_the_cpu_bitwise() -> Result<()> {
 #[test]
 fn fused_optimizer_steps_match_the_cpu_bitwise() -> Result<()> {
     assert!(Device::emulate_cuda());
-    use ember_tensor::backend::AdamStep;
+    use ember_tensor::ops::optim::AdamStep;
     manual_seed(3);
     let (p, g) = (randn([7])?, randn([7])?);
     let hp = AdamStep {
@@ -161,15 +161,15 @@ fn fused_optimizer_steps_match_the_cpu_bitwise() -> Result<()> {
 #[test]
 fn the_device_backend_refuses_host_storages() {
     assert!(Device::emulate_cuda());
-    let backend = cuda::backend(0).unwrap();
+    let backend = backend_for(GPU).unwrap();
     assert_eq!(backend.device(), GPU);
-    let host = Storage::Cpu(CpuStorage::zeros("test", 4, DType::F32).unwrap());
+    let host = Storage::from(CpuStorage::zeros("test", 4, DType::F32).unwrap());
     let layout = Layout::contiguous(Shape::from([4]));
     let err = backend.unary(UnaryOp::Exp, (&host, &layout)).unwrap_err();
     assert!(matches!(err, Error::Device { .. }));
     let msg = err.to_string();
     assert!(msg.contains("cpu") && msg.contains("cuda:0") && msg.contains("exp"), "{msg}");
-    let mut dst = Storage::Cpu(CpuStorage::zeros("test", 4, DType::F32).unwrap());
+    let mut dst = Storage::from(CpuStorage::zeros("test", 4, DType::F32).unwrap());
     let err = backend.fill_inplace(&mut dst, &layout, 1.0.into()).unwrap_err();
     assert!(err.to_string().contains("fill_"), "{err}");
     // One wrong operand among right ones is enough.
@@ -226,7 +226,7 @@ fn mixing_devices_is_an_error_naming_both() -> Result<()> {
     );
     let g = a.to_device(GPU)?;
     names_both_devices("adam_step", {
-        use ember_tensor::backend::AdamStep;
+        use ember_tensor::ops::optim::AdamStep;
         let hp = AdamStep {
             lr: 0.1,
             beta1: 0.9,

@@ -2,8 +2,8 @@
 //! every thread that runs a kernel follows the setting, and the program's own arithmetic
 //! never changes. One test function, since the setting is global to the process.
 
-use ember_tensor::backend::AdamStep;
-use ember_tensor::conv::ConvArgs;
+use ember_tensor::ops::conv::ConvArgs;
+use ember_tensor::ops::optim::AdamStep;
 use ember_tensor::threading::{flush_denormal, set_flush_denormal};
 use ember_tensor::{ClassLoss, ClassScores, DType, LossReduction, Tensor};
 use std::hint::black_box;

@@ -6,7 +6,7 @@
 //! Shapes have rank 0 to 4 and extents 0 to 4 (zero-size tensors included); dimensions
 //! range over -6..6 and indices over -2..7, so roughly half the calls are invalid.
 
-use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, MaxPoolArgs};
 use ember_tensor::{ConvArgs, Tensor};
 use ember_testing::prop::{
     at, broadcast, broadcast_at, dtype, f64s, indices, ok_or_names, resolve, shape, tensor, values,

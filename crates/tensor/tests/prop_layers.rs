@@ -6,7 +6,7 @@
 //! loop in this file (explicit windows, direct sums) or fails with an error naming the op;
 //! a panic fails the property.
 
-use ember_tensor::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, InterpolateArgs, InterpolateMode, MaxPoolArgs};
 use ember_tensor::{ConvArgs, ConvTransposeArgs, DType, Result, Tensor, UnfoldArgs};
 use ember_testing::prop::{at, dtype, f64s, indices, ok_or_names, resolve, shape, tensor, values};
 use proptest::prelude::*;

@@ -1,14 +1,14 @@
 //! Scaled dot-product attention: the plain composition of `Var` operations (matmul, mask,
 //! softmax, matmul), and one recorded operation on the backend's memory-efficient kernel
 //! that falls back to the composition where the kernel does not apply. See
-//! [`ember_tensor::backend::attention`] for what both compute.
+//! [`ember_tensor::ops::attention`] for what both compute.
 
 use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op};
 use crate::var::Var;
-use ember_tensor::backend::attention::OP;
+use ember_tensor::ops::attention::OP;
 use ember_tensor::{Attention, AttentionShapes, DType, Device, Error, Result, Shape, Tensor, check_attention};
 use parking_lot::Mutex;
 use smallvec::smallvec;

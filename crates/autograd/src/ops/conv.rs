@@ -20,8 +20,7 @@ use super::apply;
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::backend::ConvGeometry;
-use ember_tensor::conv::{ConvArgs, ConvPlan, ConvTransposeArgs, conv_plan, conv_transpose_plan};
+use ember_tensor::ops::conv::{ConvArgs, ConvGeometry, ConvPlan, ConvTransposeArgs, conv_plan, conv_transpose_plan};
 use ember_tensor::{Result, Tensor};
 use smallvec::smallvec;
 

@@ -6,7 +6,7 @@ use super::pool::run_linear;
 use crate::export::{ExportAttr, OpExport};
 use crate::var::Var;
 use ember_tensor::Result;
-use ember_tensor::pool::{InterpolateArgs, interpolate_plan};
+use ember_tensor::ops::pool::{InterpolateArgs, interpolate_plan};
 
 /// How an exporter sees an interpolation (beside the map's matrices, which the linear map
 /// adds): the mode, `align_corners`, and the scale factors on the planned planes when the
@@ -29,7 +29,7 @@ impl Var {
     ///
     /// ```
     /// use ember_autograd::Var;
-    /// use ember_tensor::{pool::{InterpolateArgs, InterpolateMode}, Tensor};
+    /// use ember_tensor::{InterpolateArgs, InterpolateMode, Tensor};
     /// let x = Var::param(Tensor::ones([1, 1, 2, 2], ember_tensor::DType::F64)?);
     /// let y = x.interpolate(&InterpolateArgs::scale_factor([2.0]).mode(InterpolateMode::Bilinear))?;
     /// assert_eq!(y.shape().dims(), &[1, 1, 4, 4]);

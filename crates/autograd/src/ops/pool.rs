@@ -19,9 +19,9 @@ use super::{apply, constant};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::backend::{PoolWindows, Resample};
-use ember_tensor::pool::{
-    AvgPoolArgs, MaxPoolArgs, PoolPlan, adaptive_avg_pool_plan, adaptive_max_pool_plan, avg_pool_plan, max_pool_plan,
+use ember_tensor::ops::pool::{
+    AvgPoolArgs, AxisTaps, AxisWindows, MaxPoolArgs, PoolPlan, PoolWindows, Resample, adaptive_avg_pool_plan,
+    adaptive_max_pool_plan, avg_pool_plan, max_pool_plan,
 };
 use ember_tensor::{Error, Result, Tensor};
 use parking_lot::Mutex;
@@ -47,9 +47,7 @@ impl Op for MaxPool {
         // or one whose ceil_mode ONNX's single flag cannot say) as its planned windows.
         Ok(self.export.clone().unwrap_or_else(|| {
             let (rows, cols) = (&self.windows.rows, &self.windows.cols);
-            let flat = |a: &ember_tensor::backend::AxisWindows| {
-                a.windows.iter().flat_map(|&(s, c)| [s, c]).collect::<Vec<_>>()
-            };
+            let flat = |a: &AxisWindows| a.windows.iter().flat_map(|&(s, c)| [s, c]).collect::<Vec<_>>();
             crate::export::OpExport::new(self.name)
                 .ints("rows", flat(rows))
                 .ints("cols", flat(cols))
@@ -130,7 +128,7 @@ pub(super) struct Linear {
 }
 
 /// A separable map's dimension as a dense row-major `[output, input]` matrix.
-fn dense(a: &ember_tensor::backend::AxisTaps) -> Vec<f64> {
+fn dense(a: &AxisTaps) -> Vec<f64> {
     let mut m = vec![0.0; a.output() * a.input];
     for o in 0..a.output() {
         for t in a.offsets[o]..a.offsets[o + 1] {
@@ -303,7 +301,7 @@ impl Var {
     ///
     /// ```
     /// use ember_autograd::Var;
-    /// use ember_tensor::{pool::MaxPoolArgs, Tensor};
+    /// use ember_tensor::{MaxPoolArgs, Tensor};
     /// let x = Var::param(Tensor::from_vec((0..16).map(|v| v as f64).collect(), [1, 1, 4, 4])?);
     /// let y = x.max_pool2d(&MaxPoolArgs::new(2))?;
     /// y.sum_all().backward()?;

@@ -5,8 +5,7 @@ use super::apply;
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::backend::SlidingWindow;
-use ember_tensor::conv::{UnfoldArgs, WindowPlan, fold_plan, unfold_plan};
+use ember_tensor::ops::conv::{SlidingWindow, UnfoldArgs, WindowPlan, fold_plan, unfold_plan};
 use ember_tensor::{Result, Tensor};
 use smallvec::smallvec;
 

@@ -141,7 +141,7 @@ type Case<A> = (&'static str, A, fn(usize) -> Vec<usize>);
 
 #[test]
 fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
-    use ember::tensor::pool::MaxPoolArgs;
+    use ember::tensor::ops::pool::MaxPoolArgs;
     let _rng = seed_guard(5);
     // Padding; ceil_mode with a last window that PyTorch keeps (9 rows: 4 windows of 3,
     // stride 2, the last one clipped); and ceil_mode whose extra window would start in the
@@ -169,7 +169,7 @@ fn padded_and_ceil_mode_max_pools_roundtrip_exactly() -> Result<()> {
 
 #[test]
 fn padded_ceil_mode_and_divisor_average_pools_roundtrip() -> Result<()> {
-    use ember::tensor::pool::AvgPoolArgs;
+    use ember::tensor::ops::pool::AvgPoolArgs;
     let _rng = seed_guard(6);
     // Those with a kernel-and-stride description come back as the same pool: exactly.
     let exact: Vec<Case<AvgPoolArgs<2>>> = vec![
@@ -251,7 +251,7 @@ fn one_d_grouped_dilated_and_transposed_convolutions_roundtrip() -> Result<()> {
 #[test]
 fn nearest_and_bilinear_interpolation_roundtrips() -> Result<()> {
     use ember::nn::Upsample;
-    use ember::tensor::pool::InterpolateMode;
+    use ember::tensor::ops::pool::InterpolateMode;
     let _rng = seed_guard(9);
     let plane = |n: usize| vec![n, 3, 5, 7];
     let cases: Vec<(&str, Upsample, Vec<usize>)> = vec![

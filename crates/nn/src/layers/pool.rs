@@ -7,7 +7,7 @@ use super::activation::stateless_module;
 use super::arg_builders::arg_builders;
 use crate::module::Module;
 use ember_autograd::Var;
-use ember_tensor::pool::{AvgPoolArgs, MaxPoolArgs};
+use ember_tensor::ops::pool::{AvgPoolArgs, MaxPoolArgs};
 use ember_tensor::{Result, Spatial, Tensor};
 
 macro_rules! max_pool_layer {

@@ -4,7 +4,7 @@
 
 use super::dropout::dropout;
 use ember_autograd::{IntoVar, Var};
-use ember_tensor::backend::attention::OP;
+use ember_tensor::ops::attention::OP;
 use ember_tensor::{Attention, Error, Result, check_attention};
 
 /// The optional arguments of [`scaled_dot_product_attention`], PyTorch's keyword

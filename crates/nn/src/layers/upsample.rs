@@ -5,7 +5,7 @@ use super::arg_builders::arg_builders;
 use crate::module::Module;
 use ember_autograd::Var;
 use ember_tensor::Result;
-use ember_tensor::pool::{InterpolateArgs, InterpolateMode};
+use ember_tensor::ops::pool::{InterpolateArgs, InterpolateMode};
 
 /// Resamples `[N, C, L]` or `[N, C, H, W]` inputs to a size or by a scale factor, PyTorch's
 /// `nn.Upsample` (modes `nearest`, the default, `linear` and `bilinear`).

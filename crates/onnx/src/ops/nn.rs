@@ -3,7 +3,7 @@
 use super::{axis, float, float_attr, float_in, int_attr, ints_attr, opt_float_in, string_attr};
 use crate::ir::{Node, Value};
 use ember_nn::functional::{AvgPoolArgs, ConvArgs, MaxPoolArgs, Padding, layer_norm as ln};
-use ember_tensor::conv::ConvTransposeArgs;
+use ember_tensor::ops::conv::ConvTransposeArgs;
 use ember_tensor::{Error, Result};
 
 type Args<'a> = &'a [Option<Value>];

@@ -4,7 +4,7 @@
 
 use super::{float, float_in, int_attr, opt_ints_in, string_attr};
 use crate::ir::{Node, Value};
-use ember_tensor::pool::{InterpolateArgs, InterpolateMode};
+use ember_tensor::ops::pool::{InterpolateArgs, InterpolateMode};
 use ember_tensor::{DType, Error, Result};
 
 type Args<'a> = &'a [Option<Value>];

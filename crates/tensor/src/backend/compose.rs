@@ -1,4 +1,4 @@
-//! The default bodies of the heavy [`Backend`] kernels, composed from the elementwise,
+//! The default bodies of the heavy [`Backend`](crate::backend::Backend) kernels, composed from the elementwise,
 //! reduction and creation kernels: a new backend computes every operation once it has
 //! those, and replaces these one by one with fused kernels. They allocate intermediates
 //! (softmax four full-size ones, matmul one of `m * k * n` elements per batch, the
@@ -11,8 +11,10 @@ pub(super) mod lstm;
 pub(super) mod norm;
 pub(super) mod pool;
 
-use super::{Backend, BinaryOp, ClassLoss, ClassScores, LossReduction, ReduceOp, UnaryOp, View, validate};
+use super::kernels::Kernels;
+use super::{BinaryOp, ReduceOp, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};
+use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{Error, Result, Scalar};
@@ -28,7 +30,7 @@ fn reduced(shape: &Shape, dim: usize) -> Layout {
 /// `(x - max) - ln(sum e^(x - max))`. This agrees with the CPU kernel wherever a row's
 /// maximum is finite (`-inf` entries give 0, and a row of only `-inf` is NaN in both); a
 /// row holding `+inf` is NaN throughout here.
-pub(super) fn softmax<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
+pub(super) fn softmax<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
     validate::dim("softmax", l, dim)?;
     let whole = Layout::contiguous(l.shape().clone());
     let row = reduced(l.shape(), dim);
@@ -47,7 +49,7 @@ pub(super) fn softmax<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, dim: usize, 
 }
 
 /// `a @ b` as the sum over `k` of the broadcast product `[batch.., m, k, n]`.
-pub(super) fn matmul<B: Backend + ?Sized>(b: &B, (sa, la): View<'_>, (sb, lb): View<'_>) -> Result<Storage> {
+pub(super) fn matmul<B: Kernels + ?Sized>(b: &B, (sa, la): View<'_>, (sb, lb): View<'_>) -> Result<Storage> {
     validate::matmul(la, lb)?;
     let r = la.rank();
     let (m, k, n) = (la.shape()[r - 2], la.shape()[r - 1], lb.shape()[r - 1]);
@@ -67,7 +69,7 @@ pub(super) fn matmul<B: Backend + ?Sized>(b: &B, (sa, la): View<'_>, (sb, lb): V
 }
 
 /// `value` where the mask is set, as `where(mask, full(value), src)`.
-pub(super) fn masked_fill<B: Backend + ?Sized>(
+pub(super) fn masked_fill<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     mask: View<'_>,
@@ -80,7 +82,7 @@ pub(super) fn masked_fill<B: Backend + ?Sized>(
 
 /// The triangle as `where(keep, src, 0)`, with the `[rows, cols]` mask `keep` built on the
 /// host and uploaded.
-pub(super) fn triangle<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
+pub(super) fn triangle<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {
     let rank = l.rank();
     if rank < 2 {
         return Err(Error::shape("tril", format!("expected at least 2 dimensions, got shape {}", l.shape())));
@@ -108,7 +110,7 @@ struct ClassRows {
     counted: usize,
 }
 
-fn class_rows<B: Backend + ?Sized>(b: &B, l: &Layout, target: View<'_>, loss: &ClassLoss) -> Result<ClassRows> {
+fn class_rows<B: Kernels + ?Sized>(b: &B, l: &Layout, target: View<'_>, loss: &ClassLoss) -> Result<ClassRows> {
     let op = loss.name();
     let class_dim = ClassLoss::class_dim(l.rank());
     let host = b.download(target)?;
@@ -130,7 +132,7 @@ fn class_rows<B: Backend + ?Sized>(b: &B, l: &Layout, target: View<'_>, loss: &C
 
 /// The per-row losses as `-((1 - e) * s[t] + (e / C) * sum_c s[c])` from the log-softmax
 /// `s`, gathered at the targets, zero on ignored rows, then reduced.
-pub(super) fn class_loss<B: Backend + ?Sized>(
+pub(super) fn class_loss<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     (t, lt): View<'_>,
@@ -183,7 +185,7 @@ pub(super) fn class_loss<B: Backend + ?Sized>(
 /// The gradient `w * (softmax(x) - q)` (logits) or `-w * q` (log-probabilities) with the
 /// smoothed one-hot `q` made by `scatter_add` and the row weights `w` from the incoming
 /// gradient, zero on ignored rows.
-pub(super) fn class_loss_backward<B: Backend + ?Sized>(
+pub(super) fn class_loss_backward<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     (t, lt): View<'_>,

@@ -34,6 +34,14 @@ pub(crate) mod compare;
 pub(crate) mod reduce;
 pub(crate) mod unary;
 
+pub mod attention;
+pub mod conv;
+pub mod loss;
+pub mod lstm;
+pub mod norm;
+pub mod optim;
+pub mod pool;
+
 pub use binary::BinaryOp;
 pub use compare::CmpOp;
 pub use reduce::ReduceOp;

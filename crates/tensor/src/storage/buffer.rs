@@ -1,7 +1,6 @@
 //! `Buffer<T>`: an owned, initialised, pool-backed array of elements.
 
-use super::pool;
-use crate::dtype::Element;
+use super::cache;
 use crate::shape::MAX_NUMEL;
 use crate::{DType, Error, Result};
 use std::ptr::NonNull;
@@ -29,6 +28,35 @@ pub fn check_allocatable(op: &'static str, elements: usize, dtype: DType) -> Res
     Vec::<u8>::new().try_reserve_exact(bytes).map_err(|_| refused())
 }
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for i64 {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// An element type a [`Buffer`] can hold: `u8`, `i64`, `f32` or `f64`, for each of which
+/// every bit pattern is a valid value (so reused memory holds valid elements) and the
+/// alignment is at most 8 (so tiny buffers fit inline). Its dtype is `T::DTYPE`.
+pub trait BufferElement: sealed::Sealed + Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The dtype of this element type.
+    const DTYPE: DType;
+}
+
+impl BufferElement for u8 {
+    const DTYPE: DType = DType::U8;
+}
+impl BufferElement for i64 {
+    const DTYPE: DType = DType::I64;
+}
+impl BufferElement for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl BufferElement for f64 {
+    const DTYPE: DType = DType::F64;
+}
+
 /// Buffers of at most this many bytes live inside the `Buffer` value itself: a tensor of a
 /// few elements then costs no allocation of its own.
 const INLINE_BYTES: usize = 32;
@@ -37,7 +65,7 @@ const INLINE_BYTES: usize = 32;
 ///
 /// Every element is always initialised: fresh memory is zeroed and reused memory holds the
 /// stale values of its previous owner, which are valid values of every element type.
-pub struct Buffer<T: Element> {
+pub struct Buffer<T: BufferElement> {
     /// `None` for an inline buffer.
     ptr: Option<NonNull<T>>,
     len: usize,
@@ -46,15 +74,15 @@ pub struct Buffer<T: Element> {
 }
 
 // SAFETY: `Buffer` owns its memory exclusively, like `Vec<T>`.
-unsafe impl<T: Element> Send for Buffer<T> {}
+unsafe impl<T: BufferElement> Send for Buffer<T> {}
 // SAFETY: shared access only hands out `&[T]`.
-unsafe impl<T: Element> Sync for Buffer<T> {}
+unsafe impl<T: BufferElement> Sync for Buffer<T> {}
 
-impl<T: Element> Buffer<T> {
+impl<T: BufferElement> Buffer<T> {
     fn bytes_for(op: &'static str, len: usize) -> Result<usize> {
         len.checked_mul(std::mem::size_of::<T>())
             .filter(|&b| b <= isize::MAX as usize / 2)
-            .map(pool::rounded)
+            .map(cache::rounded)
             .ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })
     }
 
@@ -67,7 +95,7 @@ impl<T: Element> Buffer<T> {
             return Ok(Buffer { ptr: None, len, inline, _t: std::marker::PhantomData });
         }
         let bytes = Self::bytes_for(op, len)?;
-        let p = pool::alloc_block(bytes, zeroed).ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })?;
+        let p = cache::alloc_block(bytes, zeroed).ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })?;
         Ok(Buffer { ptr: Some(p.cast()), len, inline, _t: std::marker::PhantomData })
     }
 
@@ -126,7 +154,7 @@ impl<T: Element> Buffer<T> {
     }
 }
 
-impl<T: Element> std::ops::Deref for Buffer<T> {
+impl<T: BufferElement> std::ops::Deref for Buffer<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         // SAFETY: the data holds `len` initialised elements owned by `self`.
@@ -134,23 +162,23 @@ impl<T: Element> std::ops::Deref for Buffer<T> {
     }
 }
 
-impl<T: Element> std::ops::DerefMut for Buffer<T> {
+impl<T: BufferElement> std::ops::DerefMut for Buffer<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as above, and `&mut self` guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.data_ptr() as *mut T, self.len) }
     }
 }
 
-impl<T: Element> Drop for Buffer<T> {
+impl<T: BufferElement> Drop for Buffer<T> {
     fn drop(&mut self) {
         let Some(p) = self.ptr else { return };
-        let bytes = pool::rounded(self.len * std::mem::size_of::<T>());
+        let bytes = cache::rounded(self.len * std::mem::size_of::<T>());
         // SAFETY: the block was allocated by `alloc_block(bytes, _)` in `alloc`.
-        unsafe { pool::free_block(p.cast(), bytes) };
+        unsafe { cache::free_block(p.cast(), bytes) };
     }
 }
 
-impl<T: Element> std::fmt::Debug for Buffer<T> {
+impl<T: BufferElement> std::fmt::Debug for Buffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
@@ -159,7 +187,7 @@ impl<T: Element> std::fmt::Debug for Buffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::pool::{POOL_MIN_BYTES, memory_stats};
+    use crate::storage::cache::{POOL_MIN_BYTES, memory_stats};
 
     #[test]
     fn large_buffers_are_reused() {

@@ -5,18 +5,20 @@
 //! it recorded when it saved a tensor, to detect in-place modification of saved values.
 
 mod buffer;
-pub mod pool;
+pub mod cache;
+mod device;
 mod rss;
 
-pub use buffer::{Buffer, check_allocatable};
-pub use pool::{
+pub use buffer::{Buffer, BufferElement, check_allocatable};
+pub use cache::{
     DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, MemoryStats, clear_pool, memory_stats, pool_enabled, pool_limit,
     pool_trim_period, reset_peak, set_pool_enabled, set_pool_limit, set_pool_trim_period, trim_pool,
 };
+pub use device::{DeviceData, DeviceStorage};
 pub use rss::{current_rss, peak_rss};
 
 use crate::Device;
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -71,12 +73,12 @@ impl CpuStorage {
     }
 
     /// The elements as `&[T]` when `T` is the storage's dtype.
-    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+    pub fn as_slice<T: HostElement>(&self) -> Option<&[T]> {
         T::storage_slice(self)
     }
 
     /// The elements as `&mut [T]` when `T` is the storage's dtype.
-    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+    pub fn as_mut_slice<T: HostElement>(&mut self) -> Option<&mut [T]> {
         T::storage_slice_mut(self)
     }
 
@@ -91,10 +93,42 @@ impl CpuStorage {
     }
 }
 
+/// An element type with a place in [`CpuStorage`]: the variant that holds its buffers.
+/// Every [`Element`](crate::Element) is one.
+pub trait HostElement: BufferElement {
+    /// The elements of `s`, when they are of this type.
+    fn storage_slice(s: &CpuStorage) -> Option<&[Self]>;
+    /// The elements of `s`, mutably, when they are of this type.
+    fn storage_slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
+    /// A buffer of this type as a storage.
+    fn into_storage(b: Buffer<Self>) -> CpuStorage;
+}
+
 macro_rules! storage_element {
     ($t:ty, $v:ident) => {
         impl From<Buffer<$t>> for CpuStorage {
             fn from(b: Buffer<$t>) -> Self {
+                CpuStorage::$v(b)
+            }
+        }
+
+        impl HostElement for $t {
+            #[inline(always)]
+            fn storage_slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn storage_slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
+                match s {
+                    CpuStorage::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn into_storage(b: Buffer<Self>) -> CpuStorage {
                 CpuStorage::$v(b)
             }
         }
@@ -111,8 +145,8 @@ pub enum Storage {
     /// Host memory.
     Cpu(CpuStorage),
     /// Memory of a CUDA device (host memory in disguise on the emulated `cuda:0`, see
-    /// [`Device::emulate_cuda`]).
-    Cuda(crate::backend::cuda::CudaStorage),
+    /// [`Device::emulate_cuda`]), which only its backend looks inside.
+    Cuda(DeviceStorage),
 }
 
 impl Storage {
@@ -145,6 +179,22 @@ impl Storage {
         }
     }
 
+    /// The device storage, if the data lives on a CUDA device.
+    pub fn as_cuda(&self) -> Option<&DeviceStorage> {
+        match self {
+            Storage::Cpu(_) => None,
+            Storage::Cuda(s) => Some(s),
+        }
+    }
+
+    /// The device storage, mutably, if the data lives on a CUDA device.
+    pub fn as_cuda_mut(&mut self) -> Option<&mut DeviceStorage> {
+        match self {
+            Storage::Cpu(_) => None,
+            Storage::Cuda(s) => Some(s),
+        }
+    }
+
     /// The host storage, if the data lives on the CPU.
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
@@ -159,6 +209,13 @@ impl Storage {
             Storage::Cpu(s) => Some(s),
             Storage::Cuda(_) => None,
         }
+    }
+}
+
+impl From<CpuStorage> for Storage {
+    /// Host data as a CPU storage.
+    fn from(s: CpuStorage) -> Self {
+        Storage::Cpu(s)
     }
 }
 

@@ -5,7 +5,7 @@ use super::Tensor;
 use super::locks::ReadSet;
 use crate::Result;
 use crate::backend::View;
-use crate::backend::attention::{Attention, AttentionShapes, OP, check_attention};
+use crate::ops::attention::{Attention, AttentionShapes, OP, check_attention};
 use crate::storage::StorageCell;
 
 /// `t`'s storage, locked in `set`, with its layout.
@@ -19,7 +19,7 @@ impl Tensor {
     /// broadcastable to `[.., L, S]` (bool `u8`, non-zero = takes part, or float, added to
     /// the scores) and the causal triangle and scale of `spec`. Returns the output
     /// `[.., L, Ev]` and each query row's log-sum-exp `[.., L]` (`-inf` for a row that sees
-    /// no key, whose output is 0). See [`crate::backend::attention`].
+    /// no key, whose output is 0). See [`crate::ops::attention`].
     ///
     /// The CPU kernel never holds more of the `[.., L, S]` scores than one block.
     ///

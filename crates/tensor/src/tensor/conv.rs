@@ -1,11 +1,11 @@
 //! Convolutions, transposed convolutions, `unfold` (im2col) and `fold` (col2im), with
 //! PyTorch's semantics (NCHW, cross-correlation, its output sizes and argument checks; see
-//! [`crate::conv`]).
+//! [`crate::ops::conv`]).
 
 use super::Tensor;
-use crate::backend::{ConvGeometry, SlidingWindow};
-use crate::conv::{
-    ConvArgs, ConvPlan, ConvTransposeArgs, UnfoldArgs, conv_plan, conv_transpose_plan, fold_plan, unfold_plan,
+use crate::ops::conv::{
+    ConvArgs, ConvGeometry, ConvPlan, ConvTransposeArgs, SlidingWindow, UnfoldArgs, conv_plan, conv_transpose_plan,
+    fold_plan, unfold_plan,
 };
 use crate::shape::Shape;
 use crate::{Error, Result};
@@ -174,7 +174,7 @@ impl Tensor {
     }
 
     /// The convolution of `self` (`[N, in, h, w]`) by `weight` with a resolved geometry
-    /// (see [`crate::conv::conv_plan`]), plus `bias`: `[N, out, oh, ow]`. For code that
+    /// (see [`crate::ops::conv::conv_plan`]), plus `bias`: `[N, out, oh, ow]`. For code that
     /// keeps a geometry, such as autograd's backward formulas; shapes must match the
     /// geometry exactly.
     pub fn conv2d_resolved(&self, weight: &Tensor, bias: Option<&Tensor>, geom: &ConvGeometry) -> Result<Tensor> {

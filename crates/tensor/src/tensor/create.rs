@@ -1,18 +1,18 @@
 //! Constructors: from data, constant fills, ranges, identity, and random tensors.
 
-use super::{Tensor, infallible};
-use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, backend_for};
+use super::Tensor;
+use crate::backend::backend_for;
 use crate::dtype::{DType, Element, Scalar};
+use crate::error::infallible;
 use crate::random::Distribution;
 use crate::shape::{MAX_NUMEL, Shape, checked_numel};
 use crate::storage::{Buffer, Storage};
 use crate::{Device, Error, Result};
 
-/// Host data as a CPU storage: the CPU backend's `upload`, which only wraps the buffer.
+/// Host data as a CPU storage (what the CPU backend's `upload` gives for it).
 #[inline]
 fn host<T: Element>(buf: Buffer<T>) -> Storage {
-    infallible(CpuBackend.upload(T::into_storage(buf)))
+    Storage::from(T::into_storage(buf))
 }
 
 impl Tensor {

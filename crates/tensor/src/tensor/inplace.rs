@@ -269,8 +269,8 @@ impl Tensor {
         let d = &mut d[range];
         // The closure runs on the helper threads too, which keep the kernels' float mode: run
         // all of it in that mode, whichever thread takes a chunk.
-        let _mode = crate::backend::cpu::float_mode::enter();
-        crate::backend::cpu::iter::fill_chunks(d, UPDATE_GRAIN, |start, chunk| {
+        let _mode = crate::host::float_mode::enter();
+        crate::host::iter::fill_chunks(d, UPDATE_GRAIN, |start, chunk| {
             let end = start + chunk.len();
             let operands: [&[T]; N] = std::array::from_fn(|k| &slices[k][start..end]);
             update_chunk(chunk, operands, &f);

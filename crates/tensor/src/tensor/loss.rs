@@ -2,7 +2,8 @@
 
 use super::Tensor;
 use crate::Result;
-use crate::backend::{ClassLoss, LossReduction, validate};
+use crate::backend::validate;
+use crate::ops::loss::{ClassLoss, LossReduction};
 use crate::shape::Shape;
 
 impl Tensor {

@@ -1,9 +1,9 @@
-//! The tensor side of the LSTM step kernels (see [`crate::backend::lstm`]).
+//! The tensor side of the LSTM step kernels (see [`crate::ops::lstm`]).
 
 use super::Tensor;
 use super::locks::ReadSet;
 use crate::Result;
-use crate::backend::lstm::{LSTM_SLOTS, check_backward, check_forward, check_sequence, check_sequence_backward};
+use crate::ops::lstm::{LSTM_SLOTS, check_backward, check_forward, check_sequence, check_sequence_backward};
 use crate::shape::Shape;
 
 /// `t` read through the locks of `set`, which must hold its storage.

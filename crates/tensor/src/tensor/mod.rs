@@ -18,12 +18,12 @@ mod optim;
 mod pool;
 mod reduce;
 mod unary;
-mod view;
+pub(crate) mod view;
 
-pub use view::ShapeSpec;
-
-use crate::backend::{Backend, View, backend_for, cpu};
+use crate::backend::{Backend, View, backend_for};
 use crate::dtype::{DType, Element};
+use crate::error::infallible;
+use crate::host::read::{vec_with_capacity, view_to_f64, view_to_vec};
 use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::{Storage, StorageCell};
@@ -54,15 +54,6 @@ pub struct Tensor {
     layout: Layout,
     dtype: DType,
     device: Device,
-}
-
-/// Unwraps the result of a kernel that cannot fail on valid input. The only failure left
-/// is the system refusing memory, which is handled like `Vec` does.
-pub(crate) fn infallible<T>(r: Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => unreachable!("ember internal error: a kernel rejected validated input: {}", e.abort_if_alloc()),
-    }
 }
 
 impl Tensor {
@@ -216,13 +207,13 @@ impl Tensor {
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        self.with_host(|s, l| cpu::view_to_vec(s, l))??
+        self.with_host(|s, l| view_to_vec(s, l))??
             .ok_or_else(|| Error::dtype("to_vec", format!("cannot read a {} tensor as {}", self.dtype, T::DTYPE)))
     }
 
     /// The elements converted to `f64`, in logical order, whatever the dtype.
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
-        self.with_host(cpu::view_to_f64)?
+        self.with_host(view_to_f64)?
     }
 
     /// A 2-d tensor as rows.
@@ -234,13 +225,13 @@ impl Tensor {
         let flat = self.to_vec::<T>()?;
         // Empty rows hold no data that would have failed to allocate above, so the outer
         // vector may still not fit in memory.
-        let mut out = cpu::vec_with_capacity("to_vec2", rows, "rows")?;
+        let mut out = vec_with_capacity("to_vec2", rows, "rows")?;
         if cols == 0 {
             out.resize(rows, Vec::new());
             return Ok(out);
         }
         for c in flat.chunks(cols) {
-            let mut row = cpu::vec_with_capacity("to_vec2", cols, T::DTYPE.name())?;
+            let mut row = vec_with_capacity("to_vec2", cols, T::DTYPE.name())?;
             row.extend_from_slice(c);
             out.push(row);
         }
@@ -336,17 +327,5 @@ impl Tensor {
         let host = self.read(|v| self.backend().download(v))?;
         let s = backend_for(device)?.upload(host)?;
         Ok(Tensor::from_storage(s, self.layout.shape().clone()))
-    }
-}
-
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::display::fmt_debug(self, f)
-    }
-}
-
-impl std::fmt::Display for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::display::fmt_display(self, f)
     }
 }

@@ -2,7 +2,8 @@
 //! and its state in place in one pass, and the per-tensor part of a gradient norm.
 
 use super::Tensor;
-use crate::backend::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep};
+use crate::backend::{AdamState, RmsPropState};
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use crate::storage::StorageCell;
 use crate::{Error, Result};
 use smallvec::SmallVec;
@@ -27,7 +28,7 @@ impl Tensor {
     /// and float dtype. The writes bump the versions of the parameter and the buffer.
     ///
     /// ```
-    /// use ember_tensor::backend::SgdStep;
+    /// use ember_tensor::ops::optim::SgdStep;
     /// use ember_tensor::Tensor;
     /// let p = Tensor::from_vec(vec![1.0f64, 2.0], [2])?;
     /// let g = Tensor::from_vec(vec![0.5f64, -0.5], [2])?;

@@ -1,11 +1,10 @@
 //! Pooling and interpolation with PyTorch's semantics (NCHW and NCL, unbatched inputs where
-//! PyTorch takes them; see [`crate::pool`]), and the plane kernels their gradients use.
+//! PyTorch takes them; see [`crate::ops::pool`]), and the plane kernels their gradients use.
 
 use super::Tensor;
-use crate::backend::{PoolWindows, Resample};
-use crate::pool::{
-    AvgPoolArgs, InterpolateArgs, MaxPoolArgs, PoolPlan, adaptive_avg_pool_plan, adaptive_max_pool_plan, avg_pool_plan,
-    interpolate_plan, max_pool_plan,
+use crate::ops::pool::{
+    AvgPoolArgs, InterpolateArgs, MaxPoolArgs, PoolPlan, PoolWindows, Resample, adaptive_avg_pool_plan,
+    adaptive_max_pool_plan, avg_pool_plan, interpolate_plan, max_pool_plan,
 };
 use crate::shape::Shape;
 use crate::{DType, Error, Result};
@@ -97,7 +96,7 @@ impl Tensor {
     /// 2-d max pooling (PyTorch's `max_pool2d`): `[N, C, H, W]` or `[C, H, W]`.
     ///
     /// ```
-    /// use ember_tensor::{pool::MaxPoolArgs, Tensor};
+    /// use ember_tensor::{MaxPoolArgs, Tensor};
     /// let x = Tensor::from_vec((0..16).map(|v| v as f32).collect(), [1, 1, 4, 4])?;
     /// let (y, i) = x.max_pool2d_with_indices(&MaxPoolArgs::new(2))?;
     /// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 7.0, 13.0, 15.0]);
@@ -129,7 +128,7 @@ impl Tensor {
     /// 2-d average pooling (PyTorch's `avg_pool2d`).
     ///
     /// ```
-    /// use ember_tensor::{pool::AvgPoolArgs, Tensor};
+    /// use ember_tensor::{AvgPoolArgs, Tensor};
     /// let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [1, 1, 2, 2])?;
     /// let y = x.avg_pool2d(&AvgPoolArgs::new(2).stride(1).padding(1).count_include_pad(false))?;
     /// assert_eq!(y.to_vec::<f64>()?, vec![1.0, 1.5, 2.0, 2.0, 2.5, 3.0, 3.0, 3.5, 4.0]);
@@ -173,7 +172,7 @@ impl Tensor {
     /// `nearest`, `linear` and `bilinear`).
     ///
     /// ```
-    /// use ember_tensor::{pool::{InterpolateArgs, InterpolateMode}, Tensor};
+    /// use ember_tensor::{InterpolateArgs, InterpolateMode, Tensor};
     /// let x = Tensor::from_vec(vec![0.0f32, 1.0], [1, 1, 2])?;
     /// let up = InterpolateArgs::scale_factor([2.0]).mode(InterpolateMode::Linear).align_corners(true);
     /// let y = x.interpolate(&up)?.to_vec::<f32>()?;

@@ -3,12 +3,12 @@
 //! Integer sums and products accumulate in `i64` (so `u8` masks count correctly); means,
 //! variances and `logsumexp` of integers compute in `f32`.
 
-use super::{Tensor, infallible};
+use super::Tensor;
 use crate::backend::ReduceOp;
-use crate::backend::cpu::reduced_shape;
 use crate::dtype::DType;
+use crate::error::infallible;
 use crate::layout::Layout;
-use crate::shape::{Dim, Dims};
+use crate::shape::{Dim, Dims, reduced_shape};
 use crate::{Error, Result};
 use smallvec::SmallVec;
 

@@ -300,7 +300,7 @@ impl Tensor {
         }
         let extent = self.shape()[d];
         // A broadcast view can have more pieces than fit in memory.
-        let mut out = crate::backend::cpu::vec_with_capacity("split", extent.div_ceil(size).max(1), "tensors")?;
+        let mut out = crate::host::read::vec_with_capacity("split", extent.div_ceil(size).max(1), "tensors")?;
         let mut s = 0;
         while s < extent {
             let len = size.min(extent - s);

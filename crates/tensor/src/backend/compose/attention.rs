@@ -2,9 +2,10 @@
 //! `where_cond`: they hold the whole `[batch.., L, S]` scores (and, backward, three more
 //! score-sized intermediates), which is what the CPU backend's blocked kernel avoids.
 
-use super::super::attention::{Attention, AttentionShapes, check_views};
-use super::super::{Backend, BinaryOp, CmpOp, ReduceOp, UnaryOp, View};
+use crate::backend::kernels::Kernels;
+use crate::backend::{BinaryOp, CmpOp, ReduceOp, UnaryOp, View};
 use crate::layout::Layout;
+use crate::ops::attention::{Attention, AttentionShapes, check_views};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Result, Scalar};
@@ -15,14 +16,14 @@ fn dense(shape: Shape) -> Layout {
 }
 
 /// One `value` in `dtype`, read through a layout that broadcasts it to `shape`.
-fn splat<B: Backend + ?Sized>(b: &B, value: f64, dtype: DType, shape: &Shape) -> Result<(Storage, Layout)> {
+fn splat<B: Kernels + ?Sized>(b: &B, value: f64, dtype: DType, shape: &Shape) -> Result<(Storage, Layout)> {
     let one = b.full(1, Scalar::Float(value), dtype)?;
     let layout = dense(Shape::from(vec![1; shape.rank()])).broadcast_to("scaled_dot_product_attention", shape)?;
     Ok((one, layout))
 }
 
 /// The masked, scaled scores `[batch.., L, S]`, contiguous, `-inf` where a key is excluded.
-fn scores<B: Backend + ?Sized>(
+fn scores<B: Kernels + ?Sized>(
     b: &B,
     [q, k]: [View<'_>; 2],
     mask: Option<View<'_>>,
@@ -57,7 +58,7 @@ fn scores<B: Backend + ?Sized>(
 
 /// The output and log-sum-exp as `softmax(s) @ v` and `m + ln sum e^(s - m)`, with rows of
 /// only `-inf` set to 0 and `-inf`.
-pub(crate) fn forward<B: Backend + ?Sized>(
+pub(crate) fn forward<B: Kernels + ?Sized>(
     b: &B,
     [q, k, v]: [View<'_>; 3],
     mask: Option<View<'_>>,
@@ -95,7 +96,7 @@ pub(crate) fn forward<B: Backend + ?Sized>(
 /// The gradients with respect to query, key and value, from the probabilities recomputed as
 /// `e^(s - lse)`: `dv = P^T g`, `dS = P * (g v^T - rowsum(g * out))`, `dq = scale dS k`,
 /// `dk = scale dS^T q`.
-pub(crate) fn backward<B: Backend + ?Sized>(
+pub(crate) fn backward<B: Kernels + ?Sized>(
     b: &B,
     [q, k, v]: [View<'_>; 3],
     mask: Option<View<'_>>,

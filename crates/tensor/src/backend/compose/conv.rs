@@ -5,9 +5,11 @@
 //! uploaded; the column matrices are full intermediates of `C * kh * kw * oh * ow` elements
 //! per image.
 
-use super::super::conv::{ConvGeometry, Role, SlidingWindow, check_views, check_window_view};
-use super::super::{Backend, BinaryOp, ReduceOp, View};
+use crate::backend::kernels::Kernels;
+use crate::backend::validate::conv::{Role, check_views, check_window_view};
+use crate::backend::{BinaryOp, ReduceOp, View};
 use crate::layout::{Layout, Strides};
+use crate::ops::conv::{ConvGeometry, SlidingWindow};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{Result, Scalar};
@@ -34,7 +36,7 @@ fn column_sources(op: &'static str, window: &SlidingWindow) -> Result<Buffer<i64
 }
 
 /// The uploaded [`column_sources`] repeated (stride 0) for `rows` channels.
-fn column_index<B: Backend + ?Sized>(
+fn column_index<B: Kernels + ?Sized>(
     b: &B,
     op: &'static str,
     window: &SlidingWindow,
@@ -47,7 +49,7 @@ fn column_index<B: Backend + ?Sized>(
 }
 
 /// `unfold` of a checked `[n, c, h, w]` view: `[n, c * kh * kw, oh * ow]`.
-fn unfold_checked<B: Backend + ?Sized>(
+fn unfold_checked<B: Kernels + ?Sized>(
     b: &B,
     op: &'static str,
     (s, l): View<'_>,
@@ -67,7 +69,7 @@ fn unfold_checked<B: Backend + ?Sized>(
 }
 
 /// `fold` of a checked `[n, c * kh * kw, oh * ow]` view: `[n, c, h, w]`.
-fn fold_checked<B: Backend + ?Sized>(
+fn fold_checked<B: Kernels + ?Sized>(
     b: &B,
     op: &'static str,
     (s, l): View<'_>,
@@ -87,21 +89,21 @@ fn fold_checked<B: Backend + ?Sized>(
     b.cast((&sums, &planes), s.dtype())
 }
 
-/// `unfold` ([`Backend::unfold`]) through `gather`.
-pub(crate) fn unfold<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+/// `unfold` ([`Backend::unfold`](crate::backend::Backend::unfold)) through `gather`.
+pub(crate) fn unfold<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
     let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
     unfold_checked(b, "unfold", (s, &l), window, (n, c))
 }
 
-/// `fold` ([`Backend::fold`]) through `scatter_add`.
-pub(crate) fn fold<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+/// `fold` ([`Backend::fold`](crate::backend::Backend::fold)) through `scatter_add`.
+pub(crate) fn fold<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
     let (n, c, l) = check_window_view("fold", window, s, l, true)?;
     fold_checked(b, "fold", (s, &l), window, (n, c))
 }
 
 /// The weight `[O, C / g, kh, kw]` as `[g, O / g, C / g * kh * kw]` matrices: a view when
 /// its strides allow one, else a contiguous copy.
-fn weight_matrices<B: Backend + ?Sized>(
+fn weight_matrices<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     geom: &ConvGeometry,
@@ -134,7 +136,7 @@ fn swapped_last(layout: &Layout) -> Result<Layout> {
 }
 
 /// `result + bias`, the bias (`[channels]`) broadcast over `[n, channels, positions]`.
-fn add_bias<B: Backend + ?Sized>(
+fn add_bias<B: Kernels + ?Sized>(
     b: &B,
     result: Storage,
     (bs, bl): View<'_>,
@@ -145,9 +147,9 @@ fn add_bias<B: Backend + ?Sized>(
     b.binary(BinaryOp::Add, (&result, &Layout::contiguous(shape)), (bs, &bias))
 }
 
-/// The convolution ([`Backend::conv2d`]) as `unfold`, one product per image and group,
+/// The convolution ([`Backend::conv2d`](crate::backend::Backend::conv2d)) as `unfold`, one product per image and group,
 /// and a broadcast bias.
-pub(crate) fn conv2d<B: Backend + ?Sized>(
+pub(crate) fn conv2d<B: Kernels + ?Sized>(
     b: &B,
     (sx, lx): View<'_>,
     (sw, lw): View<'_>,
@@ -172,9 +174,9 @@ pub(crate) fn conv2d<B: Backend + ?Sized>(
     }
 }
 
-/// The transposed convolution ([`Backend::conv_transpose2d`]) as one product per image
+/// The transposed convolution ([`Backend::conv_transpose2d`](crate::backend::Backend::conv_transpose2d)) as one product per image
 /// and group with the transposed weight, `fold`, and a broadcast bias.
-pub(crate) fn conv_transpose2d<B: Backend + ?Sized>(
+pub(crate) fn conv_transpose2d<B: Kernels + ?Sized>(
     b: &B,
     (sy, ly): View<'_>,
     (sw, lw): View<'_>,
@@ -203,9 +205,9 @@ pub(crate) fn conv_transpose2d<B: Backend + ?Sized>(
     }
 }
 
-/// The weight gradient ([`Backend::conv2d_weight_grad`]) as one product per image and
+/// The weight gradient ([`Backend::conv2d_weight_grad`](crate::backend::Backend::conv2d_weight_grad)) as one product per image and
 /// group of the output gradient with the transposed columns, summed over the images.
-pub(crate) fn conv2d_weight_grad<B: Backend + ?Sized>(
+pub(crate) fn conv2d_weight_grad<B: Kernels + ?Sized>(
     b: &B,
     (sx, lx): View<'_>,
     (sy, ly): View<'_>,

@@ -1,11 +1,12 @@
-//! The default bodies of the LSTM kernels (see `backend/lstm.rs`): a step composed from
+//! The default bodies of the LSTM kernels (see `ops/lstm.rs`): a step composed from
 //! elementwise kernels on strided views of the gates and slots, each intermediate a
 //! separate `[B, H]` buffer; a whole sequence composed from a product and a step kernel
 //! per step.
 
-use super::super::lstm::{LSTM_SLOTS, LstmRun};
-use super::super::{Backend, BinaryOp, UnaryOp, View};
+use crate::backend::kernels::Kernels;
+use crate::backend::{BinaryOp, UnaryOp, View};
 use crate::layout::Layout;
+use crate::ops::lstm::{LSTM_SLOTS, LstmRun};
 use crate::shape::Shape;
 use crate::storage::Storage;
 use crate::{Result, Scalar};
@@ -38,7 +39,7 @@ impl Frame {
     }
 }
 
-pub(crate) fn forward<B: Backend + ?Sized>(
+pub(crate) fn forward<B: Kernels + ?Sized>(
     be: &B,
     a: View<'_>,
     gi: View<'_>,
@@ -62,7 +63,7 @@ pub(crate) fn forward<B: Backend + ?Sized>(
     be.cat(&views, 0)
 }
 
-pub(crate) fn backward<B: Backend + ?Sized>(
+pub(crate) fn backward<B: Kernels + ?Sized>(
     be: &B,
     y: View<'_>,
     gy: Option<View<'_>>,
@@ -120,10 +121,10 @@ fn step_rows(l: &Layout, t: usize, skip: usize) -> Result<Layout> {
     Layout::new(Shape::from([d[r - 2], d[r - 1]]), smallvec![s[r - 2], s[r - 1]], offset)
 }
 
-/// The default whole-sequence forward (see [`Backend::lstm_sequence`]): per step, the
-/// product of the previous hidden state with `w_hh^T` and one [`Backend::lstm_cell`]; the
+/// The default whole-sequence forward (see [`Backend::lstm_sequence`](crate::backend::Backend::lstm_sequence)): per step, the
+/// product of the previous hidden state with `w_hh^T` and one [`Backend::lstm_cell`](crate::backend::Backend::lstm_cell); the
 /// steps' slots are joined at the end.
-pub(crate) fn sequence<B: Backend + ?Sized>(
+pub(crate) fn sequence<B: Kernels + ?Sized>(
     be: &B,
     gi: View<'_>,
     w_hh: View<'_>,
@@ -156,10 +157,10 @@ pub(crate) fn sequence<B: Backend + ?Sized>(
     be.cat(&views, 0)
 }
 
-/// The default whole-sequence backward (see [`Backend::lstm_sequence_backward`]): per step
-/// from the last to run, one [`Backend::lstm_cell_backward`] and the product of its gate
+/// The default whole-sequence backward (see [`Backend::lstm_sequence_backward`](crate::backend::Backend::lstm_sequence_backward)): per step
+/// from the last to run, one [`Backend::lstm_cell_backward`](crate::backend::Backend::lstm_cell_backward) and the product of its gate
 /// gradients with `w_hh`.
-pub(crate) fn sequence_backward<B: Backend + ?Sized>(
+pub(crate) fn sequence_backward<B: Kernels + ?Sized>(
     be: &B,
     y: View<'_>,
     gy: View<'_>,

@@ -1,9 +1,10 @@
-//! The default bodies of the per-channel normalisation kernels (see `backend/norm.rs`):
+//! The default bodies of the per-channel normalisation kernels (see `ops/norm.rs`):
 //! channel sums by `reduce` over the outer and inner dimensions, per-channel values
 //! broadcast back with stride-0 layouts. They allocate a few full-size intermediates.
 
-use super::super::norm::check;
-use super::super::{Backend, BinaryOp, ReduceOp, UnaryOp, View};
+use crate::backend::kernels::Kernels;
+use crate::backend::validate::norm::check;
+use crate::backend::{BinaryOp, ReduceOp, UnaryOp, View};
 use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::Storage;
@@ -41,26 +42,26 @@ impl Frame {
 }
 
 /// The per-channel mean of a full-shape view, as a contiguous `[c]` storage.
-fn channel_mean<B: Backend + ?Sized>(b: &B, f: &Frame, x: View<'_>) -> Result<Storage> {
+fn channel_mean<B: Kernels + ?Sized>(b: &B, f: &Frame, x: View<'_>) -> Result<Storage> {
     let sum = b.reduce(ReduceOp::Sum, x, &[0, 2])?;
     scale(b, f, &sum, 1.0 / f.m as f64)
 }
 
 /// A contiguous `[c]` storage times `k`.
-fn scale<B: Backend + ?Sized>(b: &B, f: &Frame, s: &Storage, k: f64) -> Result<Storage> {
+fn scale<B: Kernels + ?Sized>(b: &B, f: &Frame, s: &Storage, k: f64) -> Result<Storage> {
     let k = b.full(f.c(), Scalar::Float(k), s.dtype())?;
     b.binary(BinaryOp::Mul, (s, &f.channels), (&k, &f.channels))
 }
 
 /// `1 / sqrt(var + eps)` of a contiguous `[c]` storage.
-fn inv_std<B: Backend + ?Sized>(b: &B, f: &Frame, var: View<'_>, eps: f64) -> Result<Storage> {
+fn inv_std<B: Kernels + ?Sized>(b: &B, f: &Frame, var: View<'_>, eps: f64) -> Result<Storage> {
     let eps = b.full(f.c(), Scalar::Float(eps), var.0.dtype())?;
     let shifted = b.binary(BinaryOp::Add, var, (&eps, &f.channels))?;
     b.unary(UnaryOp::Rsqrt, (&shifted, &f.channels))
 }
 
 /// `a op (per-channel v)` over the full shape.
-fn with_channel<B: Backend + ?Sized>(
+fn with_channel<B: Kernels + ?Sized>(
     b: &B,
     f: &Frame,
     op: BinaryOp,
@@ -70,7 +71,7 @@ fn with_channel<B: Backend + ?Sized>(
     b.binary(op, (a, &f.full), (v, &f.spread(lv)?))
 }
 
-pub(crate) fn channel_norm<B: Backend + ?Sized>(
+pub(crate) fn channel_norm<B: Kernels + ?Sized>(
     b: &B,
     input: View<'_>,
     weight: Option<View<'_>>,
@@ -96,7 +97,7 @@ pub(crate) fn channel_norm<B: Backend + ?Sized>(
     Ok([y, mean, var])
 }
 
-pub(crate) fn channel_norm_backward<B: Backend + ?Sized>(
+pub(crate) fn channel_norm_backward<B: Kernels + ?Sized>(
     b: &B,
     input: View<'_>,
     grad: View<'_>,

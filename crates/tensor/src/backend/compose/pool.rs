@@ -5,9 +5,11 @@
 //! with the dense matrices of its two dimensions. Indices and matrices are built on the
 //! host and uploaded.
 
-use super::super::pool::{AxisTaps, PoolWindows, Resample, check_planes};
-use super::super::{Backend, ReduceOp, View};
+use crate::backend::kernels::Kernels;
+use crate::backend::validate::pool::check_planes;
+use crate::backend::{ReduceOp, View};
 use crate::layout::Layout;
+use crate::ops::pool::{AxisTaps, PoolWindows, Resample};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Error, Result, Scalar};
@@ -18,8 +20,8 @@ fn planes(l: &Layout) -> (usize, usize) {
     (l.shape()[0], l.shape()[1])
 }
 
-/// [`Backend::max_pool2d`] through `gather` and `reduce`.
-pub(crate) fn max_pool2d<B: Backend + ?Sized>(
+/// [`Backend::max_pool2d`](crate::backend::Backend::max_pool2d) through `gather` and `reduce`.
+pub(crate) fn max_pool2d<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     windows: &PoolWindows,
@@ -61,8 +63,8 @@ pub(crate) fn max_pool2d<B: Backend + ?Sized>(
     Ok((values, at))
 }
 
-/// [`Backend::gather_planes`] through a flat `gather`.
-pub(crate) fn gather_planes<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
+/// [`Backend::gather_planes`](crate::backend::Backend::gather_planes) through a flat `gather`.
+pub(crate) fn gather_planes<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
     let op = "max_pool2d_backward";
     let dims = li.shape().dims();
     if dims.len() != 4 || l.rank() != 4 || l.shape()[..2] != dims[..2] {
@@ -78,8 +80,8 @@ pub(crate) fn gather_planes<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, (si, l
     b.gather((&src, &flat(plane)), 1, (&index, &flat(out)))
 }
 
-/// [`Backend::scatter_planes`] through a flat `scatter_add` into zeros.
-pub(crate) fn scatter_planes<B: Backend + ?Sized>(
+/// [`Backend::scatter_planes`](crate::backend::Backend::scatter_planes) through a flat `scatter_add` into zeros.
+pub(crate) fn scatter_planes<B: Kernels + ?Sized>(
     b: &B,
     (s, l): View<'_>,
     (si, li): View<'_>,
@@ -118,8 +120,8 @@ fn dense(op: &'static str, taps: &AxisTaps, transposed: bool, dtype: DType) -> R
     })
 }
 
-/// [`Backend::resample2d`] as `rows @ plane @ colsᵀ` with dense matrices.
-pub(crate) fn resample2d<B: Backend + ?Sized>(b: &B, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
+/// [`Backend::resample2d`](crate::backend::Backend::resample2d) as `rows @ plane @ colsᵀ` with dense matrices.
+pub(crate) fn resample2d<B: Kernels + ?Sized>(b: &B, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
     let op = "resample2d";
     map.check(op)?;
     let l = check_planes(op, s, l, map.input(), map.output(), None)?;

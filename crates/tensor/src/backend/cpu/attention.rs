@@ -18,11 +18,11 @@
 //! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
 
 use super::contiguous::Contiguous;
-use super::iter::{GRAIN_CHEAP, par_for, threads};
 use super::matmul::block_product;
-use crate::backend::attention::{Attention, OP};
 use crate::dtype::FloatElement;
+use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
 use crate::layout::Layout;
+use crate::ops::attention::{Attention, OP};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;

@@ -1,4 +1,4 @@
-//! The fused per-channel normalisation (see `backend/norm.rs`) and its gradient, channels
+//! The fused per-channel normalisation (see `ops/norm.rs`) and its gradient, channels
 //! in parallel.
 //!
 //! Forward makes one pass over the input for the statistics (sums of `x - k` and
@@ -8,10 +8,10 @@
 //! `g * a[c] + x * p[c] + q[c]`. A strided input is copied into row-major order first.
 
 use super::contiguous::Contiguous;
-use super::iter::{GRAIN_CHEAP, fill_chunks, par_chunks, rows_per_task};
-use crate::backend::norm::OP;
 use crate::dtype::{Element, FloatElement};
+use crate::host::iter::{GRAIN_CHEAP, fill_chunks, par_chunks, rows_per_task};
 use crate::layout::Layout;
+use crate::ops::norm::OP;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;

@@ -9,12 +9,13 @@
 //! rows, and the gradient is moved back into the scores' shape at the end.
 
 use super::contiguous::Contiguous;
-use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use super::reduce::{MaxC, SumC, reduce_row, reduced_last};
 use super::unary::map;
-use crate::backend::{ClassLoss, ClassScores, LossReduction, validate};
+use crate::backend::validate;
 use crate::dtype::{Element, FloatElement};
+use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use crate::layout::Layout;
+use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;

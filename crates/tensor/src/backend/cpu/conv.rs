@@ -43,15 +43,15 @@
 
 use super::binary;
 use super::conv_direct;
+use super::conv_pieces::{Bias, Out, Scratch, run_pieces, work};
 use super::im2col::{Planes, col2im_block, im2col_block};
-use super::iter::{fill_chunks, par_for, threads};
-use crate::backend::ConvGeometry;
 use crate::dtype::FloatElement;
+use crate::host::iter::fill_chunks;
 use crate::layout::Layout;
+use crate::ops::conv::ConvGeometry;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use gemm::Parallelism;
-use parking_lot::Mutex;
 
 /// The size of a column block, in bytes: it is written by im2col and read right away by the
 /// product, and should stay in L2 (1-2 MB per core on current x86) with room for the
@@ -69,9 +69,6 @@ const TARGET_PIECES: usize = 16;
 /// The most elements the weight gradient's per-chunk partial sums may take together.
 const PARTIAL_ELEMENTS: usize = 1 << 24;
 
-/// Multiply-adds below which a kernel runs on the calling thread only.
-const SERIAL_WORK: usize = 1 << 18;
-
 /// A matrix for `gemm`: a pointer and row and column strides in elements.
 #[derive(Clone, Copy)]
 struct Mat<T> {
@@ -80,19 +77,6 @@ struct Mat<T> {
     cs: isize,
 }
 
-/// A pointer to the output that may cross threads; every piece writes a disjoint part.
-#[derive(Clone, Copy)]
-pub(super) struct Out<T>(pub(super) *mut T);
-// SAFETY: `Out` is only used by loops whose pieces write disjoint parts of one buffer,
-// which outlives the loop.
-unsafe impl<T> Send for Out<T> {}
-unsafe impl<T> Sync for Out<T> {}
-impl<T> Out<T> {
-    /// The pointer; a method so that closures capture the whole `Send` wrapper.
-    pub(super) fn get(self) -> *mut T {
-        self.0
-    }
-}
 // SAFETY: a `Mat` only reads memory that outlives the loop using it.
 unsafe impl<T> Send for Mat<T> {}
 unsafe impl<T> Sync for Mat<T> {}
@@ -153,47 +137,6 @@ unsafe fn product<T: FloatElement>(
     }
 }
 
-/// The product of `factors` (a count of multiply-adds), saturating.
-pub(super) fn work(factors: &[usize]) -> usize {
-    factors.iter().fold(1usize, |a, &f| a.saturating_mul(f))
-}
-
-/// Runs `f` on `0..pieces`, in parallel unless the whole kernel is `work` multiply-adds of
-/// little weight.
-pub(super) fn run_pieces(pieces: usize, work: usize, f: impl Fn(usize) + Sync) {
-    if pieces <= 1 || work < SERIAL_WORK || threads() <= 1 {
-        (0..pieces).for_each(f);
-    } else {
-        par_for(pieces, f);
-    }
-}
-
-/// Scratch blocks handed out to the pieces of a loop: allocated before it, at most one per
-/// thread that can run at once.
-pub(super) struct Scratch<T: FloatElement>(Mutex<Vec<Buffer<T>>>);
-
-impl<T: FloatElement> Scratch<T> {
-    pub(super) fn new(op: &'static str, pieces: usize, len: usize) -> Result<Self> {
-        let count = if len == 0 { 0 } else { pieces.min(threads()).max(1) };
-        let blocks = (0..count).map(|_| Buffer::uninit(op, len)).collect::<Result<Vec<_>>>()?;
-        Ok(Scratch(Mutex::new(blocks)))
-    }
-
-    /// Runs `f` with a block; a loop never has more pieces running than blocks exist.
-    pub(super) fn with<R>(&self, op: &'static str, len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
-        let taken = self.0.lock().pop();
-        let mut block = match taken {
-            Some(b) => b,
-            // Only reachable if more pieces run at once than there are threads; fall back to
-            // the pool rather than fail.
-            None => crate::tensor::infallible(Buffer::uninit(op, len)),
-        };
-        let r = f(&mut block[..len]);
-        self.0.lock().push(block);
-        r
-    }
-}
-
 /// The layout's data as a contiguous slice starting at its first element: the view itself
 /// when contiguous, else a copy kept in `held`.
 fn contiguous<'a, T: FloatElement>(s: &'a CpuStorage, l: &Layout, held: &'a mut Option<CpuStorage>) -> Result<&'a [T]> {
@@ -204,20 +147,6 @@ fn contiguous<'a, T: FloatElement>(s: &'a CpuStorage, l: &Layout, held: &'a mut 
     }
     let copy = held.insert(binary::cast(s, l, T::DTYPE)?);
     copy.as_slice::<T>().ok_or_else(mixed)
-}
-
-/// A bias view: element `i` is at `data[offset + i * stride]`.
-#[derive(Clone, Copy)]
-pub(super) struct Bias<'a, T> {
-    pub(super) data: &'a [T],
-    pub(super) offset: usize,
-    pub(super) stride: usize,
-}
-
-impl<T: Copy> Bias<'_, T> {
-    pub(super) fn get(&self, i: usize) -> T {
-        self.data[self.offset + i * self.stride]
-    }
 }
 
 fn bias_view<'a, T: FloatElement>(bias: Option<(&'a CpuStorage, &Layout)>) -> Result<Option<Bias<'a, T>>> {

@@ -14,12 +14,12 @@
 //! Each output element is summed over its taps in one fixed order, so results do not
 //! depend on the number of threads (pieces are images).
 
-use super::conv::{Bias, Out, Scratch, run_pieces, work};
+use super::conv_pieces::{Bias, Out, Scratch, run_pieces, work};
 use super::im2col::Planes;
 use crate::Result;
-use crate::backend::ConvGeometry;
 use crate::dtype::FloatElement;
 use crate::layout::Layout;
+use crate::ops::conv::ConvGeometry;
 use crate::storage::Buffer;
 use multiversion::multiversion;
 
@@ -275,7 +275,7 @@ pub(super) fn forward<T: FloatElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::SlidingWindow;
+    use crate::ops::conv::SlidingWindow;
     use crate::shape::Shape;
 
     /// `(n, c, o, [h, w], [kh, kw], [ph, pw])`.

@@ -9,10 +9,10 @@
 //! zeros around them, never a bounds test per element.
 
 use super::binary;
-use super::iter::par_chunks;
-use crate::backend::SlidingWindow;
 use crate::dtype::{Element, FloatElement};
+use crate::host::iter::par_chunks;
 use crate::layout::Layout;
+use crate::ops::conv::SlidingWindow;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use std::ops::Range;

@@ -4,10 +4,10 @@
 //! names the op, the index and the bound.
 
 use super::binary::zip;
-use super::iter::{GRAIN_CHEAP, Runs, fill_chunks};
 use super::unary::map;
 use crate::cpu_dispatch;
 use crate::dtype::Element;
+use crate::host::iter::{GRAIN_CHEAP, Runs, fill_chunks};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result, Scalar};
@@ -31,7 +31,7 @@ fn contiguous<T: Element>(s: &[T], l: &Layout) -> Result<Buffer<T>> {
 fn index_list(op: &'static str, idx: &CpuStorage, li: &Layout, bound: usize, dim: usize) -> Result<Vec<usize>> {
     let raw = indices(op, idx)?;
     // An expanded index can list more entries than fit in memory.
-    let mut out = super::vec_with_capacity(op, li.numel(), "indices")?;
+    let mut out = crate::host::read::vec_with_capacity(op, li.numel(), "indices")?;
     let runs = Runs::new([li]);
     let s = runs.inner_stride(0);
     let mut err = None;

@@ -1,7 +1,7 @@
 //! Concatenation of views of one dtype along a dimension, by block copies.
 
-use super::iter::Runs;
 use crate::dtype::Element;
+use crate::host::iter::Runs;
 use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};

@@ -1,11 +1,11 @@
-//! The LSTM step kernels (see `backend/lstm.rs`): each batch row's gates, state and
+//! The LSTM step kernels (see `ops/lstm.rs`): each batch row's gates, state and
 //! gradients in one pass, rows in parallel when the batch is large.
 
 use super::contiguous::Contiguous;
-use super::iter::{GRAIN_COSTLY, par_for, rows_per_task};
-use crate::backend::lstm::LSTM_SLOTS;
 use crate::dtype::FloatElement;
+use crate::host::iter::{GRAIN_COSTLY, par_for, rows_per_task};
 use crate::layout::Layout;
+use crate::ops::lstm::LSTM_SLOTS;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;

@@ -1,4 +1,4 @@
-//! One LSTM direction over a whole sequence (see `backend/lstm.rs`), forward and backward,
+//! One LSTM direction over a whole sequence (see `ops/lstm.rs`), forward and backward,
 //! each in one parallel loop.
 //!
 //! Every batch row's recurrence is independent of the others': row `r`'s state at step `t`
@@ -15,12 +15,12 @@
 //! are the same on any number of threads.
 
 use super::contiguous::Contiguous;
-use super::iter::{GRAIN_COSTLY, par_for};
 use super::lstm::{Out, backward_row, forward_row, slices};
 use super::matmul::block_product;
-use crate::backend::lstm::{LSTM_SLOTS, LstmRun};
 use crate::dtype::FloatElement;
+use crate::host::iter::{GRAIN_COSTLY, par_for};
 use crate::layout::Layout;
+use crate::ops::lstm::{LSTM_SLOTS, LstmRun};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use std::ops::Range;
@@ -215,7 +215,7 @@ pub(crate) fn backward([y, gy, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
 mod tests {
     use crate::backend::compose;
     use crate::backend::cpu::CpuBackend;
-    use crate::backend::lstm::LstmRun;
+    use crate::ops::lstm::LstmRun;
     use crate::storage::Storage;
     use crate::{Result, Tensor};
 

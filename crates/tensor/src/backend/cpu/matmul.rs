@@ -4,8 +4,8 @@
 //! copy. With the workspace's `x86-v4` feature it dispatches to AVX-512 kernels at run time
 //! on machines that have them and to AVX2/FMA elsewhere.
 
-use super::iter::{par_for, threads};
 use crate::dtype::Element;
+use crate::host::iter::{par_for, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};

@@ -1,6 +1,6 @@
 //! The CPU backend: contiguous fast paths, strided fallbacks, parallel loops above a size
-//! threshold (the caller plus helper threads that stay awake between kernels, see `team`;
-//! `rayon` inside its own pool), SIMD through runtime-dispatched multiversioned loops, and
+//! threshold (the caller plus helper threads that stay awake between kernels, see
+//! `host::team`; `rayon` inside its own pool), SIMD through runtime-dispatched multiversioned loops, and
 //! `gemm` for matrix products (split into blocks over the same threads) and for
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
@@ -11,11 +11,9 @@ mod class_loss;
 mod contiguous;
 mod conv;
 mod conv_direct;
-pub(crate) mod fastmath;
-pub(crate) mod float_mode;
+mod conv_pieces;
 mod im2col;
 mod index;
-pub(crate) mod iter;
 mod join;
 mod lstm;
 mod lstm_sequence;
@@ -23,26 +21,30 @@ mod matmul;
 mod norm;
 pub(crate) mod optim;
 mod pool;
-mod random;
+// `reduce::reduced_shape` serves only its own tests: the tensor layer computes output
+// shapes with `shape::reduced_shape`.
+#[allow(dead_code)]
 mod reduce;
 mod softmax;
-pub(crate) mod team;
-mod team_tuner;
 pub(crate) mod unary;
 
-pub(crate) use reduce::reduced_shape;
+// The elementwise kernels reach the shared loops as `super::iter`.
+pub(crate) use crate::host::iter;
 
-use super::attention::{Attention, check_views as check_attention_views};
-use super::conv::{Role, check_views, check_window_view};
-use super::norm as norm_check;
-use super::pool::{PoolWindows, Resample, check_gather_planes, check_planes, check_scatter_planes};
-use super::{
-    AdamState, AdamStep, Backend, BinaryOp, ClassLoss, CmpOp, ConvGeometry, ReduceOp, RmsPropState, RmsPropStep,
-    SgdStep, SlidingWindow, Target, UnaryOp, View, validate,
-};
-use crate::cpu_dispatch;
+use crate::backend::validate::conv::{Role, check_views, check_window_view};
+use crate::backend::validate::norm as norm_check;
+use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
+use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::Element;
+use crate::host::{float_mode, random};
 use crate::layout::Layout;
+use crate::ops::attention::{Attention, check_views as check_attention_views};
+use crate::ops::conv::{ConvGeometry, SlidingWindow};
+use crate::ops::loss::ClassLoss;
+use crate::ops::lstm::{LstmRun, check_backward, check_forward, check_sequence, check_sequence_backward};
+use crate::ops::norm::OP as NORM;
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
+use crate::ops::pool::{PoolWindows, Resample};
 use crate::random::Distribution;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
@@ -213,7 +215,7 @@ impl Backend for CpuBackend {
         let _mode = float_mode::enter();
         let op = "lstm_cell";
         let (la, lg, lc) = (validate::view(op, a, la)?, validate::view(op, g, lg)?, validate::view(op, c, lc)?);
-        if crate::backend::lstm::check_forward((a.dtype(), &la), (g.dtype(), &lg), (c.dtype(), &lc))? != bh {
+        if check_forward((a.dtype(), &la), (g.dtype(), &lg), (c.dtype(), &lc))? != bh {
             return Err(Error::shape(op, format!("the operands do not have batch and hidden sizes {bh:?}")));
         }
         wrap(lstm::forward((cpu(a)?, &la), (cpu(g)?, &lg), (cpu(c)?, &lc), bh))
@@ -233,7 +235,7 @@ impl Backend for CpuBackend {
         let ly = validate::view(op, y, ly)?;
         let gy = gy.map(|(s, l)| validate::view(op, s, l).map(|l| (s, l))).transpose()?;
         let (ldh, ldc, lc) = (validate::view(op, dh, ldh)?, validate::view(op, dc, ldc)?, validate::view(op, c, lc)?);
-        let checked = crate::backend::lstm::check_backward(
+        let checked = check_backward(
             (y.dtype(), &ly),
             gy.as_ref().map(|(s, l)| (s.dtype(), &**l)),
             (dh.dtype(), &ldh),
@@ -254,19 +256,14 @@ impl Backend for CpuBackend {
         (w, lw): View<'_>,
         (h0, lh): View<'_>,
         (c0, lc): View<'_>,
-        run: &crate::backend::lstm::LstmRun,
+        run: &LstmRun,
     ) -> Result<Storage> {
         let _mode = float_mode::enter();
         let op = "lstm_sequence";
         let (lgi, lw) = (validate::view(op, gi, lgi)?, validate::view(op, w, lw)?);
         let (lh, lc) = (validate::view(op, h0, lh)?, validate::view(op, c0, lc)?);
-        let checked = crate::backend::lstm::check_sequence(
-            (gi.dtype(), &lgi),
-            (w.dtype(), &lw),
-            (h0.dtype(), &lh),
-            (c0.dtype(), &lc),
-            run.reverse,
-        )?;
+        let checked =
+            check_sequence((gi.dtype(), &lgi), (w.dtype(), &lw), (h0.dtype(), &lh), (c0.dtype(), &lc), run.reverse)?;
         if checked != *run {
             return Err(Error::shape(op, format!("the operands do not fit the run {run:?}")));
         }
@@ -279,13 +276,13 @@ impl Backend for CpuBackend {
         (gy, lgy): View<'_>,
         (w, lw): View<'_>,
         (c0, lc): View<'_>,
-        run: &crate::backend::lstm::LstmRun,
+        run: &LstmRun,
     ) -> Result<[Storage; 3]> {
         let _mode = float_mode::enter();
         let op = "lstm_sequence_backward";
         let (ly, lgy) = (validate::view(op, y, ly)?, validate::view(op, gy, lgy)?);
         let (lw, lc) = (validate::view(op, w, lw)?, validate::view(op, c0, lc)?);
-        let checked = crate::backend::lstm::check_sequence_backward(
+        let checked = check_sequence_backward(
             (y.dtype(), &ly),
             (gy.dtype(), &lgy),
             (w.dtype(), &lw),
@@ -315,7 +312,7 @@ impl Backend for CpuBackend {
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
         let _mode = float_mode::enter();
-        let op = super::attention::OP;
+        let op = crate::ops::attention::OP;
         let (lq, lk, lv) =
             (validate::view(op, q.0, q.1)?, validate::view(op, k.0, k.1)?, validate::view(op, v.0, v.1)?);
         let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
@@ -334,7 +331,7 @@ impl Backend for CpuBackend {
         spec: &Attention,
     ) -> Result<[Storage; 3]> {
         let _mode = float_mode::enter();
-        let op = super::attention::OP;
+        let op = crate::ops::attention::OP;
         let ls: Vec<_> = [q, k, v, o, lse, g].iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<_>>()?;
         let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
         let d = |i: usize| [q, k, v, o, lse, g][i].0.dtype();
@@ -458,7 +455,7 @@ impl Backend for CpuBackend {
         let named = [("weight", weight), ("bias", bias)];
         let per_channel: Vec<_> = named.iter().filter_map(|&(n, v)| v.map(|(s, l)| (n, s, l))).collect();
         let dims = norm_check::check(x, None, &per_channel)?;
-        let lx = validate::view(norm_check::OP, x.0, x.1)?;
+        let lx = validate::view(NORM, x.0, x.1)?;
         let (lw, lb) = (checked(weight)?, checked(bias)?);
         let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
         let b = bias.zip(lb.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
@@ -479,7 +476,7 @@ impl Backend for CpuBackend {
         let mut per_channel = vec![("mean", mean.0, mean.1), ("variance", var.0, var.1)];
         per_channel.extend(weight.map(|(s, l)| ("weight", s, l)));
         let dims = norm_check::check(x, Some(grad), &per_channel)?;
-        let view = |(s, l): View<'_>| validate::view(norm_check::OP, s, l).map(|l| l.into_owned());
+        let view = |(s, l): View<'_>| validate::view(NORM, s, l).map(|l| l.into_owned());
         let (lx, lg, lm, lv) = (view(x)?, view(grad)?, view(mean)?, view(var)?);
         let lw = checked(weight)?;
         let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
@@ -552,52 +549,8 @@ impl Backend for CpuBackend {
     }
 }
 
-/// An empty vector with room for `n` elements, or an allocation error naming `op`: views
-/// read out to a `Vec` may be broadcasts far larger than their storage.
-pub(crate) fn vec_with_capacity<T>(op: &'static str, n: usize, what: &'static str) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| Error::Alloc { op, elements: n, dtype: what })?;
-    Ok(v)
-}
-
-/// Reads the view as a `Vec<T>` in logical (row-major) order; `Ok(None)` if `T` is not the
-/// storage's dtype, an allocation error if the vector does not fit in memory.
-pub(crate) fn view_to_vec<T: Element>(s: &CpuStorage, l: &Layout) -> Result<Option<Vec<T>>> {
-    let Some(slice) = s.as_slice::<T>() else { return Ok(None) };
-    let mut out = vec_with_capacity("to_vec", l.numel(), T::DTYPE.name())?;
-    if let Some(r) = l.contiguous_range() {
-        out.extend_from_slice(&slice[r]);
-        return Ok(Some(out));
-    }
-    let runs = iter::Runs::new([l]);
-    let st = runs.inner_stride(0);
-    runs.for_each(0, l.numel(), |[o], len, _| {
-        for i in 0..len {
-            out.push(slice[o + i * st]);
-        }
-    });
-    Ok(Some(out))
-}
-
-/// Reads the view as `f64` values in logical order, whatever the dtype; an allocation error
-/// if the vector does not fit in memory.
-pub(crate) fn view_to_f64(s: &CpuStorage, l: &Layout) -> Result<Vec<f64>> {
-    fn go<T: Element>(s: &[T], l: &Layout) -> Result<Vec<f64>> {
-        let mut out = vec_with_capacity("to_vec_f64", l.numel(), "f64")?;
-        let runs = iter::Runs::new([l]);
-        let st = runs.inner_stride(0);
-        runs.for_each(0, l.numel(), |[o], len, _| {
-            for i in 0..len {
-                out.push(s[o + i * st].to_f64());
-            }
-        });
-        Ok(out)
-    }
-    cpu_dispatch!(s, b => go(b, l))
-}
-
 /// The layout to run a kernel with for an optional per-channel operand (see
 /// `validate::view`).
 fn checked(v: Option<View<'_>>) -> Result<Option<Layout>> {
-    v.map(|(s, l)| validate::view(norm_check::OP, s, l).map(|l| l.into_owned())).transpose()
+    v.map(|(s, l)| validate::view(NORM, s, l).map(|l| l.into_owned())).transpose()
 }

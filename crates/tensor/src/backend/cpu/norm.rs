@@ -1,7 +1,7 @@
 //! `Σ|x|^p` in `f64`, the per-tensor part of a total norm (gradient clipping adds them up).
 
-use super::view_to_vec;
 use crate::dtype::Element;
+use crate::host::read::view_to_vec;
 use crate::layout::Layout;
 use crate::storage::CpuStorage;
 use crate::{Error, Result};

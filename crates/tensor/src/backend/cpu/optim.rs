@@ -7,13 +7,11 @@
 //! and f64 ones agree to the last few bits. Fusing the passes changes nothing there: every
 //! value an element's update reads comes from the same element.
 
-use super::iter::{par_for, threads};
-use crate::backend::View;
-use crate::backend::optim::{
-    AdamRanges, AdamState, AdamStep, RmsPropRanges, RmsPropState, RmsPropStep, SgdRanges, SgdStep, Target, check_adam,
-    check_rmsprop, check_sgd,
-};
+use crate::backend::validate::optim::{AdamRanges, RmsPropRanges, SgdRanges, check_adam, check_rmsprop, check_sgd};
+use crate::backend::{AdamState, RmsPropState, Target, View};
 use crate::dtype::{DType, Element, FloatElement};
+use crate::host::iter::{par_for, threads};
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use crate::storage::Storage;
 use crate::{Error, Result};
 use std::ops::Range;

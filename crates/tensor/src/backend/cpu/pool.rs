@@ -8,10 +8,10 @@
 //! are read as slices, and the common 2x2 max pool without dilation has a loop of its own.
 
 use super::binary;
-use super::iter::{GRAIN_CHEAP, par_for, threads};
-use crate::backend::pool::{AxisTaps, PoolWindows, Resample};
 use crate::dtype::FloatElement;
+use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
 use crate::layout::Layout;
+use crate::ops::pool::{AxisTaps, PoolWindows, Resample};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;

@@ -2,10 +2,10 @@
 //! sums, one pass that normalises, per row, rows in parallel. A row of up to a few thousand
 //! elements stays in L1 between the passes.
 
-use super::iter::{GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use super::reduce::{MaxC, reduce_row, reduced_last};
 use super::unary::map;
 use crate::dtype::FloatElement;
+use crate::host::iter::{GRAIN_COSTLY, par_chunks, rows_per_task, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};

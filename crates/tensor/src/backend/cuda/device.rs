@@ -1,12 +1,13 @@
 //! One GPU's state: its context, the cuBLAS handle, the compiled kernels and the memory
 //! cache. Made on first use of `Device::Cuda(n)` and kept for the life of the process.
 
-use super::memory::{Allocator, StagingPool};
+use super::allocator::{Allocator, StagingPool};
 use crate::{Error, Result};
 use cudarc::driver::{CudaContext, result, sys};
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 /// A kernel handle. Function handles stay valid for the life of their module, which is
 /// never unloaded, and may be launched from any thread with the context current.
@@ -143,7 +144,7 @@ impl Gpu {
 
     /// The kernel `name`, looked up in the module on first use.
     pub(crate) fn func(&self, name: KernelName) -> Result<Func> {
-        if let Some(&f) = self.funcs.read().unwrap_or_else(|p| p.into_inner()).get(&name) {
+        if let Some(&f) = self.funcs.read().get(&name) {
             return Ok(f);
         }
         let full = [name.0, name.1, name.2].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("_");
@@ -153,7 +154,7 @@ impl Gpu {
             unsafe { result::module::get_function(self.module.0, c) }
                 .map_err(|e| self.err(&format!("no kernel {full}"), e))?,
         );
-        self.funcs.write().unwrap_or_else(|p| p.into_inner()).insert(name, f);
+        self.funcs.write().insert(name, f);
         Ok(f)
     }
 

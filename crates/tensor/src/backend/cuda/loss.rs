@@ -9,9 +9,10 @@ use super::launch::{Strided, arg, launch};
 use super::memory::{CudaStorage, download};
 use super::reduce::moved_last;
 use super::sfx;
-use crate::backend::{ClassLoss, ClassScores, LossReduction, validate};
+use crate::backend::validate;
 use crate::dtype::DType;
 use crate::layout::Layout;
+use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::{Error, Result};
 use std::ffi::c_void;
 

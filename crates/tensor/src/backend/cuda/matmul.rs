@@ -98,7 +98,7 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
     let (cb, ob) = fit(b, lb)?;
     let pa = ca.as_ref().map_or(a.ptr_at(oa.offset), |c| c.ptr());
     let pb = cb.as_ref().map_or(b.ptr_at(ob.offset), |c| c.ptr());
-    let handle = gpu.blas.lock().unwrap_or_else(|p| p.into_inner());
+    let handle = gpu.blas.lock();
     let (mi, ni, ki, bi) = (m as i32, n as i32, k as i32, batch as i32);
     let stride_c = (m * n) as i64;
     // SAFETY: the pointers address views the backend validated against their storages (or

@@ -1,113 +1,12 @@
-//! Device memory: the storage type, a caching allocator, and host transfers through pinned
-//! staging buffers.
-//!
-//! Allocating with `cuMemAlloc` synchronises the device and freeing does too, so freed
-//! blocks are kept in per-size free lists and handed out again (as PyTorch's caching
-//! allocator does). Reuse is safe without events because every kernel and copy runs on
-//! one stream, in order: work queued after a block is handed out runs after the work that
-//! used it before. When the driver runs out of memory the cache is returned to it and the
-//! allocation tried once more.
+//! Device memory: the storage type (blocks from the device's caching allocator, see
+//! `allocator`), and host transfers through pinned staging buffers.
 
+use super::allocator::Staging;
 use super::device::Gpu;
 use crate::dtype::DType;
-use crate::storage::CpuStorage;
+use crate::storage::{CpuStorage, DeviceData};
 use crate::{Error, Result, cpu_dispatch};
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// Blocks up to this size are rounded to a multiple of 512 bytes; larger ones to a
-/// multiple of 2 MiB, so that similar sizes share a free list.
-const SMALL: usize = 1 << 20;
-
-fn size_class(bytes: usize) -> usize {
-    if bytes <= SMALL { bytes.div_ceil(512) * 512 } else { bytes.div_ceil(2 << 20) * (2 << 20) }
-}
-
-/// The caching allocator of one device.
-pub(crate) struct Allocator {
-    ordinal: usize,
-    free: Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>>,
-    in_use: AtomicUsize,
-    cached: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-impl Allocator {
-    pub(crate) fn new(ordinal: usize) -> Self {
-        Allocator {
-            ordinal,
-            free: Mutex::new(HashMap::new()),
-            in_use: AtomicUsize::new(0),
-            cached: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-        }
-    }
-
-    fn alloc(&self, bytes: usize) -> Result<(sys::CUdeviceptr, usize)> {
-        if bytes == 0 {
-            return Ok((0, 0));
-        }
-        let class = size_class(bytes);
-        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&class).and_then(Vec::pop);
-        let ptr = match reused {
-            Some(p) => {
-                self.cached.fetch_sub(class, Ordering::Relaxed);
-                p
-            }
-            // SAFETY: a plain allocation; the context is current (the caller bound it).
-            None => match unsafe { result::malloc_sync(class) } {
-                Ok(p) => p,
-                Err(_) => {
-                    self.empty_cache();
-                    // SAFETY: as above.
-                    unsafe { result::malloc_sync(class) }.map_err(|e| Error::Device {
-                        device: format!("cuda:{}", self.ordinal),
-                        msg: format!(
-                            "out of memory allocating {bytes} bytes ({} in use by tensors): {e:?}",
-                            self.in_use.load(Ordering::Relaxed)
-                        ),
-                    })?
-                }
-            },
-        };
-        let now = self.in_use.fetch_add(class, Ordering::Relaxed) + class;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-        Ok((ptr, class))
-    }
-
-    fn release(&self, ptr: sys::CUdeviceptr, class: usize) {
-        if class == 0 {
-            return;
-        }
-        self.in_use.fetch_sub(class, Ordering::Relaxed);
-        self.cached.fetch_add(class, Ordering::Relaxed);
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).entry(class).or_default().push(ptr);
-    }
-
-    /// Returns every cached block to the driver (PyTorch's `torch.cuda.empty_cache`).
-    pub(crate) fn empty_cache(&self) {
-        let blocks: Vec<_> = self.free.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
-        for (class, ptrs) in blocks {
-            for p in ptrs {
-                // SAFETY: the block came from malloc_sync and nothing refers to it. Freeing
-                // synchronises the device, so no queued kernel still uses it.
-                let _ = unsafe { result::free_sync(p) };
-                self.cached.fetch_sub(class, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Bytes held by tensors now, at most since the last reset, and kept in the cache.
-    pub(crate) fn stats(&self) -> (usize, usize, usize) {
-        (self.in_use.load(Ordering::Relaxed), self.peak.load(Ordering::Relaxed), self.cached.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn reset_peak(&self) {
-        self.peak.store(self.in_use.load(Ordering::Relaxed), Ordering::Relaxed);
-    }
-}
 
 /// A block of device memory, returned to its device's cache when dropped.
 pub(crate) struct DeviceBuffer {
@@ -186,29 +85,24 @@ impl CudaStorage {
     }
 }
 
+impl DeviceData for CudaStorage {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn ordinal(&self) -> usize {
+        self.buf.gpu.ordinal
+    }
+}
+
 /// Host copies larger than this go straight from pageable memory (the driver stages them
 /// itself, synchronously); smaller ones through a pinned buffer, which lets the host go on
 /// while the copy runs.
 const STAGED_MAX: usize = 64 << 20;
-
-/// A page-locked host buffer and the event that marks the end of the copy that reads it.
-struct Staging {
-    host: *mut u8,
-    bytes: usize,
-    done: sys::CUevent,
-}
-
-// SAFETY: the pointers are owned by this struct and only used under the pool's mutex.
-unsafe impl Send for Staging {}
-
-/// Pinned staging buffers of a device, reused once their copy has finished.
-pub(crate) struct StagingPool(Mutex<Vec<Staging>>);
-
-impl StagingPool {
-    pub(crate) fn new() -> Self {
-        StagingPool(Mutex::new(Vec::new()))
-    }
-}
 
 /// Copies host data into a new device storage without waiting for the copy.
 pub(crate) fn upload(gpu: &'static Gpu, data: &CpuStorage) -> Result<CudaStorage> {
@@ -222,7 +116,7 @@ pub(crate) fn upload(gpu: &'static Gpu, data: &CpuStorage) -> Result<CudaStorage
         unsafe { result::memcpy_htod_sync(out.ptr(), bytes) }.map_err(|e| gpu.err("host-to-device copy", e))?;
         return Ok(out);
     }
-    let mut pool = gpu.staging.0.lock().unwrap_or_else(|p| p.into_inner());
+    let mut pool = gpu.staging.0.lock();
     // A finished buffer at least as large as needed, else a new one.
     let pos = pool.iter().position(|s| s.bytes >= bytes.len() && unsafe { result::event::query(s.done) }.is_ok());
     let stage = match pos {

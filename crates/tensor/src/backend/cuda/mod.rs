@@ -18,6 +18,7 @@
 //! numbers are drawn on the host from the global generator and uploaded, so `manual_seed`
 //! gives the same values on every device.
 
+mod allocator;
 mod compile;
 mod device;
 mod elementwise;
@@ -34,16 +35,19 @@ mod window;
 
 pub use memory::CudaStorage;
 
-use super::conv::check_window_view;
-use super::cpu::CpuBackend;
-use super::optim::{AdamState, AdamStep, RmsPropState, RmsPropStep, SgdStep, Target};
-use super::pool::{PoolWindows, check_gather_planes, check_planes, check_scatter_planes};
-use super::{Backend, BinaryOp, ClassLoss, CmpOp, ReduceOp, SlidingWindow, UnaryOp, View, validate};
+use crate::backend::validate::conv::check_window_view;
+use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
+use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::DType;
+use crate::host::{float_mode, random};
 use crate::layout::Layout;
+use crate::ops::conv::SlidingWindow;
+use crate::ops::loss::ClassLoss;
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
+use crate::ops::pool::PoolWindows;
 use crate::random::Distribution;
-use crate::storage::{CpuStorage, Storage};
-use crate::{Device, Error, Result, Scalar};
+use crate::storage::{CpuStorage, DeviceStorage, Storage};
+use crate::{Device, DeviceMemory, Error, Result, Scalar};
 use device::{Gpu, gpu};
 
 /// The kernel-name suffix of a dtype.
@@ -58,18 +62,13 @@ pub(crate) fn sfx(d: DType) -> &'static str {
 
 /// The device storage inside `s`, or an error for a storage of another device.
 pub(crate) fn storage_of(s: &Storage) -> Result<&CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        other => Err(foreign(other.device())),
-    }
+    s.as_cuda().and_then(DeviceStorage::downcast_ref).ok_or_else(|| foreign(s.device()))
 }
 
 /// [`storage_of`] for a storage written in place.
 pub(crate) fn storage_of_mut(s: &mut Storage) -> Result<&mut CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        other => Err(foreign(other.device())),
-    }
+    let device = s.device();
+    s.as_cuda_mut().and_then(DeviceStorage::downcast_mut).ok_or_else(|| foreign(device))
 }
 
 fn foreign(d: Device) -> Error {
@@ -144,8 +143,13 @@ impl CudaBackend {
     }
 }
 
+/// A device storage as a [`Storage`].
+fn stored(c: CudaStorage) -> Storage {
+    Storage::Cuda(DeviceStorage::new(c))
+}
+
 fn wrap(r: Result<CudaStorage>) -> Result<Storage> {
-    r.map(Storage::Cuda)
+    r.map(stored)
 }
 
 impl Backend for CudaBackend {
@@ -157,9 +161,9 @@ impl Backend for CudaBackend {
         self.gpu()?.synchronize()
     }
 
-    fn memory(&self) -> Result<Option<crate::DeviceMemory>> {
+    fn memory(&self) -> Result<Option<DeviceMemory>> {
         let (allocated, peak_allocated, cached) = self.gpu()?.memory.stats();
-        Ok(Some(crate::DeviceMemory { allocated, peak_allocated, cached }))
+        Ok(Some(DeviceMemory { allocated, peak_allocated, cached }))
     }
 
     fn reset_peak_memory(&self) -> Result<()> {
@@ -303,7 +307,7 @@ impl Backend for CudaBackend {
         validate::matmul(&la, &lb)?;
         if !a.dtype().is_float() || !b.dtype().is_float() {
             // cuBLAS has no integer products: the elementwise composition computes them.
-            return super::compose::matmul(self, (a, &la), (b, &lb));
+            return crate::backend::compose::matmul(self, (a, &la), (b, &lb));
         }
         wrap(matmul::matmul(self.st(a)?, &la, self.st(b)?, &lb))
     }
@@ -325,7 +329,7 @@ impl Backend for CudaBackend {
         windows.check("max_pool2d")?;
         let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
         let (values, index) = pool::max_pool2d(self.st(s)?, &l, windows)?;
-        Ok((Storage::Cuda(values), Storage::Cuda(index)))
+        Ok((stored(values), stored(index)))
     }
 
     fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
@@ -366,11 +370,17 @@ impl Backend for CudaBackend {
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
-        self.upload(host(CpuBackend.random(numel, dist, dtype)?)?)
+        // Drawn on the host from the global generator, in the kernels' float mode as on the
+        // CPU, so that a seeded program gets the same numbers on every device.
+        let host = {
+            let _mode = float_mode::enter();
+            random::random(numel, dist, dtype)?
+        };
+        self.upload(host)
     }
 
     fn randperm(&self, n: usize) -> Result<Storage> {
-        self.upload(host(CpuBackend.randperm(n)?)?)
+        self.upload(random::randperm(n)?)
     }
 
     fn cat(&self, srcs: &[View<'_>], dim: usize) -> Result<Storage> {
@@ -405,13 +415,5 @@ impl Backend for CudaBackend {
         self.st(param.0)?;
         self.st(grad.0)?;
         optim::rmsprop_step(param, grad, state, hp)
-    }
-}
-
-/// The host data inside a storage the CPU backend made.
-fn host(s: Storage) -> Result<CpuStorage> {
-    match s {
-        Storage::Cpu(c) => Ok(c),
-        other => Err(foreign(other.device())),
     }
 }

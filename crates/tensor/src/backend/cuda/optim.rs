@@ -1,15 +1,14 @@
 //! Fused optimizer steps: one kernel per parameter, the same arithmetic in the same order
-//! as the CPU kernels (backend/cpu/optim.rs), after the checks both share (backend/optim.rs).
+//! as the CPU kernels (backend/cpu/optim.rs), after the checks both share
+//! (backend/validate/optim.rs).
 
 use super::launch::{arg, launch_elems};
 use super::{sfx, storage_of, storage_of_mut};
 use crate::Result;
-use crate::backend::View;
-use crate::backend::optim::{
-    AdamRanges, AdamState, AdamStep, RmsPropRanges, RmsPropState, RmsPropStep, SgdRanges, SgdStep, Target, check_adam,
-    check_rmsprop, check_sgd,
-};
+use crate::backend::validate::optim::{AdamRanges, RmsPropRanges, SgdRanges, check_adam, check_rmsprop, check_sgd};
+use crate::backend::{AdamState, RmsPropState, Target, View};
 use crate::dtype::DType;
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use std::ffi::c_void;
 
 /// A constant of the update in the parameter's dtype.

@@ -4,9 +4,9 @@ use super::elementwise::zero;
 use super::launch::{Strided, arg, launch_elems};
 use super::memory::{CudaStorage, download, upload};
 use super::sfx;
-use crate::backend::PoolWindows;
 use crate::dtype::DType;
 use crate::layout::Layout;
+use crate::ops::pool::PoolWindows;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 

@@ -4,8 +4,8 @@
 use super::launch::{arg, launch_elems};
 use super::memory::CudaStorage;
 use super::sfx;
-use crate::backend::SlidingWindow;
 use crate::layout::Layout;
+use crate::ops::conv::SlidingWindow;
 use crate::shape::Shape;
 use crate::{Error, Result};
 

@@ -4,14 +4,29 @@
 //! backend cannot trust that a layout fits its storage or that two operands agree: a kernel
 //! handed a `[1000, 1000]` layout over a four-element buffer must answer with an error,
 //! never read past the buffer (the matrix product hands raw pointers to `gemm`). The checks
-//! cost O(rank) per operand, nothing next to the kernels they guard.
+//! cost O(rank) per operand, nothing next to the kernels they guard. The checks of one
+//! family of kernels are in a submodule of their own.
 
-use super::{ClassLoss, LossReduction};
+pub(crate) mod conv;
+pub(crate) mod norm;
+pub(crate) mod optim;
+pub(crate) mod pool;
+
 use crate::layout::Layout;
+use crate::ops::loss::{ClassLoss, LossReduction};
 use crate::shape::{MAX_NUMEL, Shape};
 use crate::storage::Storage;
 use crate::{DType, Error, Result};
 use std::borrow::Cow;
+
+/// An error unless a result of `shape` may exist (the checks of kernels whose result shape
+/// the views do not give directly).
+pub(crate) fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
+    if shape.checked_numel().is_none_or(|n| n > MAX_NUMEL) {
+        return Err(Error::shape(op, format!("the result of shape {shape} has too many elements")));
+    }
+    Ok(())
+}
 
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
 /// elements and its element count is representable. An empty layout reads nothing, so any

@@ -6,10 +6,10 @@
 //! to a tight loop specialised for unit or zero strides, so contiguous and row-broadcast
 //! operations reach memory bandwidth whatever their rank.
 
+pub(crate) use super::team::threads;
 use crate::layout::{Layout, Strides, coalesce};
 use rayon::prelude::*;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Elements below which a cheap elementwise kernel runs on one thread: splitting smaller
 /// work costs more in scheduling than it saves.
@@ -161,19 +161,6 @@ impl<T> SendPtr<T> {
 // exactly one thread.
 unsafe impl<T: Send> Send for SendPtr<T> {}
 unsafe impl<T: Send> Sync for SendPtr<T> {}
-
-/// The number of worker threads ([`crate::threading::num_threads`]). Kernels ask here, not
-/// `rayon`, because the first question from outside a `rayon` pool starts `rayon`'s global
-/// pool, and its threads must start in the program's own float mode, not the one a kernel
-/// may have set on the caller (see [`super::float_mode`]).
-pub(crate) fn threads() -> usize {
-    static STARTED: AtomicBool = AtomicBool::new(false);
-    if !STARTED.load(Ordering::Relaxed) && rayon::current_thread_index().is_none() {
-        super::float_mode::outside(rayon::current_num_threads);
-        STARTED.store(true, Ordering::Relaxed);
-    }
-    rayon::current_num_threads()
-}
 
 /// Calls `f(i)` for every `i` in `0..n`, in parallel on the worker threads. From a thread
 /// outside the `rayon` pool the caller works along with [`super::team`]'s helpers; inside

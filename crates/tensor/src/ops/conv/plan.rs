@@ -1,240 +1,16 @@
-//! The arguments of convolutions, transposed convolutions and `unfold`/`fold`, and their
-//! resolution into the geometry a backend computes with ([`ConvGeometry`],
-//! [`SlidingWindow`]), with PyTorch's output-size rules and errors.
+//! PyTorch's output-size rules for convolutions, transposed convolutions and
+//! `unfold`/`fold`, and their errors: the resolution of [`ConvArgs`], [`ConvTransposeArgs`]
+//! and [`UnfoldArgs`] into the geometry a backend computes with ([`ConvGeometry`],
+//! [`SlidingWindow`]).
 //!
 //! Every operation works on two spatial dimensions underneath: a 1-d operation is the 2-d
 //! one over a height of 1, so the resolution lifts 1-d arguments to 2-d after checking them
 //! in their own terms (errors name the shapes the caller passed).
-//!
-//! ```
-//! use ember_tensor::conv::{ConvArgs, Padding};
-//! let args = ConvArgs::<2>::default().stride(2).padding(1).dilation([1, 2]);
-//! assert_eq!(args.stride, [2, 2]);
-//! assert_eq!(args.padding, Padding::Explicit([1, 1]));
-//! let same = ConvArgs::<1>::default().padding(Padding::Same);
-//! assert_eq!(same.padding, Padding::Same);
-//! ```
 
-use crate::backend::{ConvGeometry, SlidingWindow};
+use super::args::{ConvArgs, ConvTransposeArgs, Padding, UnfoldArgs};
+use super::geometry::{ConvGeometry, SlidingWindow};
 use crate::shape::{Shape, checked_numel};
 use crate::{Error, Result};
-
-/// A per-dimension argument given either once for every spatial dimension (`3`) or per
-/// dimension (`[3, 5]`), as PyTorch's `int or tuple` arguments.
-pub trait Spatial<const D: usize> {
-    /// The value for each spatial dimension.
-    fn spatial(self) -> [usize; D];
-}
-
-impl<const D: usize> Spatial<D> for usize {
-    fn spatial(self) -> [usize; D] {
-        [self; D]
-    }
-}
-
-impl<const D: usize> Spatial<D> for [usize; D] {
-    fn spatial(self) -> [usize; D] {
-        self
-    }
-}
-
-/// The implicit zero padding of a convolution: PyTorch's `padding` argument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Padding<const D: usize> {
-    /// This many zeros on both sides of each spatial dimension.
-    Explicit([usize; D]),
-    /// As much padding as keeps the output the size of the input (PyTorch's `"same"`): a
-    /// total of `dilation * (kernel - 1)` per dimension, the odd zero going after the input.
-    /// Only for stride 1.
-    Same,
-    /// No padding (PyTorch's `"valid"`).
-    Valid,
-}
-
-impl<const D: usize> Default for Padding<D> {
-    fn default() -> Self {
-        Padding::Explicit([0; D])
-    }
-}
-
-impl<const D: usize> From<usize> for Padding<D> {
-    fn from(p: usize) -> Self {
-        Padding::Explicit([p; D])
-    }
-}
-
-impl<const D: usize> From<[usize; D]> for Padding<D> {
-    fn from(p: [usize; D]) -> Self {
-        Padding::Explicit(p)
-    }
-}
-
-impl<const D: usize> std::str::FromStr for Padding<D> {
-    type Err = Error;
-
-    /// `"same"` or `"valid"`, PyTorch's padding strings.
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "same" => Ok(Padding::Same),
-            "valid" => Ok(Padding::Valid),
-            other => Err(Error::invalid(
-                "padding",
-                format!("invalid padding string {other:?}, expected \"same\" or \"valid\""),
-            )),
-        }
-    }
-}
-
-/// The arguments of a `D`-dimensional convolution besides its operands (PyTorch's
-/// `stride`, `padding`, `dilation` and `groups`). The defaults are PyTorch's: stride 1, no
-/// padding, dilation 1, one group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConvArgs<const D: usize> {
-    /// The step between kernel positions.
-    pub stride: [usize; D],
-    /// The implicit zeros around the input.
-    pub padding: Padding<D>,
-    /// The spacing between kernel taps.
-    pub dilation: [usize; D],
-    /// Input and output channels are split into this many groups, each convolved with its
-    /// own part of the weight (`groups == in_channels` is a depthwise convolution).
-    pub groups: usize,
-}
-
-impl<const D: usize> Default for ConvArgs<D> {
-    fn default() -> Self {
-        ConvArgs { stride: [1; D], padding: Padding::default(), dilation: [1; D], groups: 1 }
-    }
-}
-
-impl<const D: usize> ConvArgs<D> {
-    /// With `stride` (one value for every dimension, or one per dimension).
-    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
-
-    /// With `padding`: a number, one per dimension, [`Padding::Same`] or [`Padding::Valid`].
-    pub fn padding(mut self, padding: impl Into<Padding<D>>) -> Self {
-        self.padding = padding.into();
-        self
-    }
-
-    /// With `dilation`.
-    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-
-    /// With `groups`.
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
-    }
-}
-
-/// The arguments of a `D`-dimensional transposed convolution besides its operands
-/// (PyTorch's `stride`, `padding`, `output_padding`, `groups` and `dilation`), with
-/// PyTorch's defaults (1, 0, 0, 1, 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConvTransposeArgs<const D: usize> {
-    /// The stride of the convolution this transposes.
-    pub stride: [usize; D],
-    /// The padding of the convolution this transposes: that many rows and columns are
-    /// removed from each side of the output.
-    pub padding: [usize; D],
-    /// Extra rows and columns added to one side of the output, to reach the input size of
-    /// a strided convolution whose output size rounded down; smaller than the stride or
-    /// the dilation.
-    pub output_padding: [usize; D],
-    /// The spacing between kernel taps.
-    pub dilation: [usize; D],
-    /// The number of channel groups.
-    pub groups: usize,
-}
-
-impl<const D: usize> Default for ConvTransposeArgs<D> {
-    fn default() -> Self {
-        ConvTransposeArgs { stride: [1; D], padding: [0; D], output_padding: [0; D], dilation: [1; D], groups: 1 }
-    }
-}
-
-impl<const D: usize> ConvTransposeArgs<D> {
-    /// With `stride`.
-    pub fn stride(mut self, stride: impl Spatial<D>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
-
-    /// With `padding`.
-    pub fn padding(mut self, padding: impl Spatial<D>) -> Self {
-        self.padding = padding.spatial();
-        self
-    }
-
-    /// With `output_padding`.
-    pub fn output_padding(mut self, output_padding: impl Spatial<D>) -> Self {
-        self.output_padding = output_padding.spatial();
-        self
-    }
-
-    /// With `dilation`.
-    pub fn dilation(mut self, dilation: impl Spatial<D>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-
-    /// With `groups`.
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
-    }
-}
-
-/// The arguments of `unfold` (im2col) and `fold` (col2im): PyTorch's `kernel_size`,
-/// `dilation`, `padding` and `stride`, over two spatial dimensions.
-///
-/// ```
-/// use ember_tensor::conv::UnfoldArgs;
-/// let args = UnfoldArgs::new([2, 3]).stride(2).padding([1, 0]);
-/// assert_eq!((args.kernel_size, args.stride, args.padding), ([2, 3], [2, 2], [1, 0]));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct UnfoldArgs {
-    /// The extent of each block.
-    pub kernel_size: [usize; 2],
-    /// The spacing between the elements of a block (default 1).
-    pub dilation: [usize; 2],
-    /// Implicit zeros on both sides of each spatial dimension (default 0).
-    pub padding: [usize; 2],
-    /// The step between blocks (default 1).
-    pub stride: [usize; 2],
-}
-
-impl UnfoldArgs {
-    /// Blocks of `kernel_size`, with dilation 1, no padding and stride 1.
-    pub fn new(kernel_size: impl Spatial<2>) -> Self {
-        UnfoldArgs { kernel_size: kernel_size.spatial(), dilation: [1, 1], padding: [0, 0], stride: [1, 1] }
-    }
-
-    /// With `dilation`.
-    pub fn dilation(mut self, dilation: impl Spatial<2>) -> Self {
-        self.dilation = dilation.spatial();
-        self
-    }
-
-    /// With `padding`.
-    pub fn padding(mut self, padding: impl Spatial<2>) -> Self {
-        self.padding = padding.spatial();
-        self
-    }
-
-    /// With `stride`.
-    pub fn stride(mut self, stride: impl Spatial<2>) -> Self {
-        self.stride = stride.spatial();
-        self
-    }
-}
 
 /// `"(a x b)"` or `"(a)"`, PyTorch's way of printing spatial sizes in errors.
 fn sizes(v: &[impl std::fmt::Display]) -> String {
@@ -303,7 +79,7 @@ fn positions(
 /// error PyTorch would give, naming `op` and the shapes.
 ///
 /// ```
-/// use ember_tensor::conv::{conv_geometry, ConvArgs, Padding};
+/// use ember_tensor::ops::conv::{conv_geometry, ConvArgs, Padding};
 /// let g = conv_geometry("conv2d", &[8, 3, 32, 32], &[16, 3, 5, 5], None, &ConvArgs::<2>::default().stride(2))?;
 /// assert_eq!(g.window.output, [14, 14]);
 /// let same = ConvArgs::<2>::default().padding(Padding::Same);
@@ -414,7 +190,7 @@ pub fn conv_geometry<const D: usize>(
 /// output (`(in - 1) s - 2 p + d (k - 1) + output_padding + 1` per dimension) to its input.
 ///
 /// ```
-/// use ember_tensor::conv::{conv_transpose_geometry, ConvTransposeArgs};
+/// use ember_tensor::ops::conv::{conv_transpose_geometry, ConvTransposeArgs};
 /// let args = ConvTransposeArgs::<2>::default().stride(2).padding(1).output_padding(1);
 /// let g = conv_transpose_geometry("conv_transpose2d", &[1, 8, 7, 7], &[8, 4, 3, 3], None, &args)?;
 /// // The transposed convolution's output is the convolution's input.
@@ -581,7 +357,7 @@ fn caller_shape(result: Shape, spatial: usize, keep_batch: bool) -> Shape {
 /// (`[out]`), or the error PyTorch would give, naming `op` and the shapes.
 ///
 /// ```
-/// use ember_tensor::conv::{conv_plan, ConvArgs, Padding};
+/// use ember_tensor::ops::conv::{conv_plan, ConvArgs, Padding};
 /// let p = conv_plan("conv1d", &[3, 10], &[4, 3, 5], None, &ConvArgs::<1>::default().padding(Padding::Same))?;
 /// assert_eq!((p.input.dims(), p.weight.dims(), p.output.dims()), (&[1, 3, 1, 10][..], &[4, 3, 1, 5][..], &[4, 10][..]));
 /// # Ok::<(), ember_tensor::Error>(())
@@ -747,7 +523,7 @@ fn blocks(op: &'static str, spatial: [usize; 2], args: &UnfoldArgs) -> Result<Sl
 /// The sliding window of `unfold` over a batched `[N, C, H, W]` input.
 ///
 /// ```
-/// use ember_tensor::conv::{unfold_window, UnfoldArgs};
+/// use ember_tensor::ops::conv::{unfold_window, UnfoldArgs};
 /// let w = unfold_window(&[2, 3, 5, 6], &UnfoldArgs::new(2).stride(2))?;
 /// assert_eq!(w.output, [2, 3]);
 /// # Ok::<(), ember_tensor::Error>(())
@@ -765,7 +541,7 @@ pub fn unfold_window(input: &[usize], args: &UnfoldArgs) -> Result<SlidingWindow
 /// `output_size`, and the number of channels `C`.
 ///
 /// ```
-/// use ember_tensor::conv::{fold_window, UnfoldArgs};
+/// use ember_tensor::ops::conv::{fold_window, UnfoldArgs};
 /// let (w, channels) = fold_window(&[2, 12, 6], [4, 6], &UnfoldArgs::new(2).stride(2))?;
 /// assert_eq!((w.output, channels), ([2, 3], 3));
 /// # Ok::<(), ember_tensor::Error>(())

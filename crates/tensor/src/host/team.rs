@@ -133,6 +133,19 @@ impl ErasedBody {
     }
 }
 
+/// The number of worker threads ([`crate::threading::num_threads`]). Kernels ask here, not
+/// `rayon`, because the first question from outside a `rayon` pool starts `rayon`'s global
+/// pool, and its threads must start in the program's own float mode, not the one a kernel
+/// may have set on the caller (see [`super::float_mode`]).
+pub(crate) fn threads() -> usize {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    if !STARTED.load(Ordering::Relaxed) && rayon::current_thread_index().is_none() {
+        super::float_mode::outside(rayon::current_num_threads);
+        STARTED.store(true, Ordering::Relaxed);
+    }
+    rayon::current_num_threads()
+}
+
 /// How long a helper keeps watching for the next loop before it sleeps, by default.
 const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
@@ -186,10 +199,10 @@ struct Helpers {
 fn helpers() -> &'static Helpers {
     static HELPERS: OnceLock<&'static Helpers> = OnceLock::new();
     HELPERS.get_or_init(|| {
-        // Asked through `iter::threads`, which starts `rayon`'s pool in the program's own
+        // Asked through `threads`, which starts `rayon`'s pool in the program's own
         // float mode. The helpers themselves may inherit the kernels' mode from the caller;
         // they set their own when they pick up a loop.
-        let count = super::iter::threads().saturating_sub(1);
+        let count = threads().saturating_sub(1);
         // Leaked: the helpers serve for the life of the process, like `rayon`'s workers.
         let h: &'static Helpers = Box::leak(Box::new(Helpers {
             generation: AtomicU64::new(0),

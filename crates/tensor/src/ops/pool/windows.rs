@@ -1,7 +1,8 @@
 //! The geometry of pooling and resampling as a backend receives it: planes of two spatial
 //! dimensions (`[N, C, h, w]`, every plane treated alike), and per dimension the input
-//! positions each output position reads. `crate::pool` turns PyTorch's arguments
-//! (kernel, stride, padding, adaptive sizes, interpolation modes) into these.
+//! positions each output position reads. The plans (`max_pool_plan` and its siblings)
+//! turn PyTorch's arguments (kernel, stride, padding, adaptive sizes, interpolation modes)
+//! into these.
 //!
 //! Two kinds of maps cover every operation:
 //! - [`PoolWindows`]: a window of input positions per output position (max pooling, plain
@@ -12,12 +13,7 @@
 //!   each dimension's matrix transposed ([`Resample::transpose`]), so one kernel computes
 //!   both directions.
 
-use super::validate;
-use crate::layout::Layout;
-use crate::shape::{MAX_NUMEL, Shape};
-use crate::storage::Storage;
-use crate::{DType, Error, Result};
-use std::borrow::Cow;
+use crate::{Error, Result};
 
 /// The windows of one dimension: output position `o` reads the `count` input positions
 /// `start + k * step` (`k < count`), all inside `0..input` (padding is never read).
@@ -201,90 +197,6 @@ impl Resample {
         self.rows.check(op)?;
         self.cols.check(op)
     }
-}
-
-/// An error unless a tensor of `shape` may exist.
-fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
-    if shape.checked_numel().is_none_or(|n| n > MAX_NUMEL) {
-        return Err(Error::shape(op, format!("the result of shape {shape} has too many elements")));
-    }
-    Ok(())
-}
-
-/// The checks before a plane kernel: `src` fits its storage, is 4-d with planes of extent
-/// `plane` and has a float dtype (or `dtype`, when given); the result `[N, C, out]` may
-/// exist. Returns the validated layout.
-pub(crate) fn check_planes<'a>(
-    op: &'static str,
-    s: &Storage,
-    l: &'a Layout,
-    plane: [usize; 2],
-    out: [usize; 2],
-    dtype: Option<DType>,
-) -> Result<Cow<'a, Layout>> {
-    let l = validate::view(op, s, l)?;
-    let dims = l.shape().dims();
-    if dims.len() != 4 || dims[2..] != plane {
-        return Err(Error::shape(op, format!("expected planes of extent {plane:?}, got shape {}", l.shape())));
-    }
-    let ok = match dtype {
-        Some(d) => s.dtype() == d,
-        None => s.dtype().is_float(),
-    };
-    if !ok {
-        let want = dtype.map_or("a float dtype".to_string(), |d| d.to_string());
-        return Err(Error::dtype(op, format!("expected {want}, got {}", s.dtype())));
-    }
-    check_numel(op, &Shape::from([dims[0], dims[1], out[0], out[1]]))?;
-    Ok(l)
-}
-
-/// The checked views of a plane gather (the backward of max pooling,
-/// [`Backend::gather_planes`](super::Backend::gather_planes)): float planes `[N, C, h, w]`
-/// and an `i64` index `[N, C, oh, ow]`.
-pub(crate) fn check_gather_planes<'a>(
-    s: &Storage,
-    l: &'a Layout,
-    si: &Storage,
-    li: &'a Layout,
-) -> Result<(Cow<'a, Layout>, Cow<'a, Layout>)> {
-    let op = "max_pool2d_backward";
-    let li = validate::view(op, si, li)?;
-    let out = li.shape().dims();
-    if out.len() != 4 {
-        return Err(Error::shape(op, format!("expected a 4-d index, got shape {}", li.shape())));
-    }
-    let plane = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
-    let l = check_planes(op, s, l, plane, [out[2], out[3]], None)?;
-    if l.shape()[..2] != out[..2] || si.dtype() != DType::I64 {
-        return Err(Error::shape(
-            op,
-            format!("an index of shape {} does not fit planes of shape {}", li.shape(), l.shape()),
-        ));
-    }
-    Ok((l, li))
-}
-
-/// The checked views of a plane scatter ([`Backend::scatter_planes`](super::Backend::scatter_planes)):
-/// float values and an `i64` index of one shape `[N, C, oh, ow]`.
-pub(crate) fn check_scatter_planes<'a>(
-    s: &Storage,
-    l: &'a Layout,
-    si: &Storage,
-    li: &'a Layout,
-    plane: [usize; 2],
-) -> Result<(Cow<'a, Layout>, Cow<'a, Layout>)> {
-    let op = "max_pool2d_backward";
-    let from = l.shape().dims().get(2..4).map_or([0, 0], |d| [d[0], d[1]]);
-    let l = check_planes(op, s, l, from, plane, None)?;
-    let li = check_planes(op, si, li, from, from, Some(DType::I64))?;
-    if l.shape() != li.shape() {
-        return Err(Error::shape(
-            op,
-            format!("an index of shape {} does not fit values of shape {}", li.shape(), l.shape()),
-        ));
-    }
-    Ok((l, li))
 }
 
 #[cfg(test)]

@@ -1,0 +1,80 @@
+//! What the convolution kernels (`conv.rs`, and `conv_direct.rs` for small images) share:
+//! the output pointer their parallel pieces write through, the loop over pieces, the
+//! scratch blocks the pieces borrow, and the bias view.
+
+use crate::Result;
+use crate::dtype::FloatElement;
+use crate::host::iter::{par_for, threads};
+use crate::storage::Buffer;
+use parking_lot::Mutex;
+
+/// Multiply-adds below which a kernel runs on the calling thread only.
+const SERIAL_WORK: usize = 1 << 18;
+
+/// A pointer to the output that may cross threads; every piece writes a disjoint part.
+#[derive(Clone, Copy)]
+pub(super) struct Out<T>(pub(super) *mut T);
+// SAFETY: `Out` is only used by loops whose pieces write disjoint parts of one buffer,
+// which outlives the loop.
+unsafe impl<T> Send for Out<T> {}
+unsafe impl<T> Sync for Out<T> {}
+impl<T> Out<T> {
+    /// The pointer; a method so that closures capture the whole `Send` wrapper.
+    pub(super) fn get(self) -> *mut T {
+        self.0
+    }
+}
+/// The product of `factors` (a count of multiply-adds), saturating.
+pub(super) fn work(factors: &[usize]) -> usize {
+    factors.iter().fold(1usize, |a, &f| a.saturating_mul(f))
+}
+
+/// Runs `f` on `0..pieces`, in parallel unless the whole kernel is `work` multiply-adds of
+/// little weight.
+pub(super) fn run_pieces(pieces: usize, work: usize, f: impl Fn(usize) + Sync) {
+    if pieces <= 1 || work < SERIAL_WORK || threads() <= 1 {
+        (0..pieces).for_each(f);
+    } else {
+        par_for(pieces, f);
+    }
+}
+
+/// Scratch blocks handed out to the pieces of a loop: allocated before it, at most one per
+/// thread that can run at once.
+pub(super) struct Scratch<T: FloatElement>(Mutex<Vec<Buffer<T>>>);
+
+impl<T: FloatElement> Scratch<T> {
+    pub(super) fn new(op: &'static str, pieces: usize, len: usize) -> Result<Self> {
+        let count = if len == 0 { 0 } else { pieces.min(threads()).max(1) };
+        let blocks = (0..count).map(|_| Buffer::uninit(op, len)).collect::<Result<Vec<_>>>()?;
+        Ok(Scratch(Mutex::new(blocks)))
+    }
+
+    /// Runs `f` with a block; a loop never has more pieces running than blocks exist.
+    pub(super) fn with<R>(&self, op: &'static str, len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let taken = self.0.lock().pop();
+        let mut block = match taken {
+            Some(b) => b,
+            // Only reachable if more pieces run at once than there are threads; fall back to
+            // the pool rather than fail.
+            None => crate::error::infallible(Buffer::uninit(op, len)),
+        };
+        let r = f(&mut block[..len]);
+        self.0.lock().push(block);
+        r
+    }
+}
+
+/// A bias view: element `i` is at `data[offset + i * stride]`.
+#[derive(Clone, Copy)]
+pub(super) struct Bias<'a, T> {
+    pub(super) data: &'a [T],
+    pub(super) offset: usize,
+    pub(super) stride: usize,
+}
+
+impl<T: Copy> Bias<'_, T> {
+    pub(super) fn get(&self, i: usize) -> T {
+        self.data[self.offset + i * self.stride]
+    }
+}

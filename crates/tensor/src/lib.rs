@@ -38,9 +38,6 @@ pub mod dtype;
 pub mod error;
 mod host;
 pub mod layout;
-// The elementwise tables' docs describe their crate-private dispatch (`unary::float_kernel`,
-// `MapFn`), which the public module's docs link to.
-#[allow(rustdoc::private_intra_doc_links)]
 pub mod ops;
 pub mod random;
 pub mod shape;

@@ -30,7 +30,6 @@ pub mod delegate;
 pub mod emulated_cuda;
 pub(crate) mod kernels;
 mod methods;
-mod op_kinds;
 mod operands;
 mod registry;
 mod seam;
@@ -38,9 +37,16 @@ mod seam;
 pub mod signature;
 pub(crate) mod validate;
 
-pub use crate::ops::{BinaryOp, UnaryOp};
+// The CUDA backend's kernel source is generated from the op tables. It is plain text, so
+// it is also compiled in builds without the `cuda` feature (where the device is the
+// emulated one), for its tests: they check that every op has a CUDA kernel, and those
+// builds are the ones the workspace tests run.
+#[cfg(all(test, not(feature = "cuda")))]
+#[path = "cuda/kernel_source.rs"]
+mod cuda_kernel_source;
+
+pub use crate::ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use delegate::Delegate;
-pub use op_kinds::{CmpOp, ReduceOp};
 pub use operands::{AdamState, RmsPropState, Target, View};
 pub use registry::backend_for;
 pub use seam::Backend;

@@ -2,7 +2,6 @@
 //! generated from the method list ([`backend_methods!`](crate::backend_methods)) can bring
 //! them into scope with one glob import, wherever it expands.
 
-pub use super::op_kinds::{CmpOp, ReduceOp};
 pub use super::operands::{AdamState, RmsPropState, Target, View};
 pub use crate::device::{Device, DeviceMemory};
 pub use crate::dtype::{DType, Scalar};
@@ -15,5 +14,6 @@ pub use crate::ops::lstm::LstmRun;
 pub use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 pub use crate::ops::pool::{PoolWindows, Resample};
 pub use crate::ops::{BinaryOp, UnaryOp};
+pub use crate::ops::{CmpOp, ReduceOp};
 pub use crate::random::Distribution;
 pub use crate::storage::{CpuStorage, Storage};

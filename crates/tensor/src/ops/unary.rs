@@ -429,7 +429,7 @@ macro_rules! unary_table {
                     }
                 }],
                 int [using |k, g| $crate::ops::unary::int_exponent(e)
-                    .map(|e| k.run(g, move |x: T| $crate::ops::unary::pow_wrapping(x, e)))],
+                    .map(|e| k.run(g, move |x: T| $crate::dtype::pow_wrapping(x, e)))],
                 // On floats `p1` picks the shortcut: 1 for squares, 2 for square roots.
                 cuda [float "p1 == one ? x * x : (p1 == (T)2 ? sqrt(x) : pow(x, p0))", int "ipow(x, (u64)p0)";
                       params |k| if k.dtype().is_float() {
@@ -628,23 +628,10 @@ pub(crate) fn int_exponent_in(e: Scalar, dtype: DType) -> Result<i64> {
     Ok(e as i64)
 }
 
-/// `x^e` with wrapping multiplication (PyTorch's integer `pow`), by repeated squaring.
-#[inline(always)]
-pub(crate) fn pow_wrapping<T: Element>(x: T, mut e: u64) -> T {
-    let (mut base, mut acc) = (x, T::ONE);
-    while e > 0 {
-        if e & 1 == 1 {
-            acc = acc.wmul(base);
-        }
-        base = base.wmul(base);
-        e >>= 1;
-    }
-    acc
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::pow_wrapping;
 
     /// The exponent a byte kernel gets gives the same wrapping power as the full one.
     #[test]

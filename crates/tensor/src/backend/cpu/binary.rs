@@ -5,11 +5,11 @@
 //! their `cpu` sections expand here into [`binary_kernel`] and `with_cmp_fn!`, which hand
 //! each op's closure to the loops below (see the module docs of `crate::ops`).
 
-use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
 use crate::dtype::Element;
+use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::layout::Layout;
 use crate::ops::compare::{IntCmp, int_cmp};
 use crate::storage::{Buffer, CpuStorage};

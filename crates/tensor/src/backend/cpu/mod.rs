@@ -21,15 +21,9 @@ mod matmul;
 mod norm;
 pub(crate) mod optim;
 mod pool;
-// `reduce::reduced_shape` serves only its own tests: the tensor layer computes output
-// shapes with `shape::reduced_shape`.
-#[allow(dead_code)]
 mod reduce;
 mod softmax;
 pub(crate) mod unary;
-
-// The elementwise kernels reach the shared loops as `super::iter`.
-pub(crate) use crate::host::iter;
 
 use crate::backend::validate::conv::{Role, check_views, check_window_view};
 use crate::backend::validate::norm as norm_check;

@@ -7,12 +7,11 @@
 //! into the output as whole vectors ("column" reduction). Anything else is first copied
 //! into the row form.
 
-use super::iter::{GRAIN_CHEAP, par_chunks, rows_per_task, threads};
 use super::unary::map;
 use crate::backend::ReduceOp;
 use crate::dtype::Element;
+use crate::host::iter::{GRAIN_CHEAP, par_chunks, rows_per_task, threads};
 use crate::layout::Layout;
-use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
@@ -302,18 +301,10 @@ macro_rules! reduce_kernels {
 
 crate::reduce_table!(reduce_kernels);
 
-/// The output shape of a reduction over `dims` with `keepdim`.
-pub(crate) fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {
-    if keepdim {
-        Shape(shape.iter().enumerate().map(|(i, &d)| if dims.contains(&i) { 1 } else { d }).collect())
-    } else {
-        Shape(shape.iter().enumerate().filter(|(i, _)| !dims.contains(i)).map(|(_, &d)| d).collect())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shape::{Shape, reduced_shape};
 
     fn naive_sum(src: &[f64], shape: &[usize], dims: &[usize]) -> Vec<f64> {
         let l = Layout::contiguous(Shape::from(shape));

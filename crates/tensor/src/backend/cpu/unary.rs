@@ -4,10 +4,10 @@
 //! sections expand here into [`float_kernel`] and [`int_kernel`], which hand each op's
 //! closure to the loops below (see the module docs of `crate::ops`).
 
-use super::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::Result;
 use crate::backend::UnaryOp;
 use crate::dtype::{Element, FloatElement};
+use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use multiversion::multiversion;

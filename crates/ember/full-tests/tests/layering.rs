@@ -791,7 +791,7 @@ fn backend_reaches(src: &str, facade: bool) -> Result<Vec<String>, String> {
 // ---------------------------------------------------------------------------------------
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
 }
 
 /// Every `.rs` file under `dir`, recursively.

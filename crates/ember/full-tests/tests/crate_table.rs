@@ -124,10 +124,9 @@ fn feature_named_for<'a>(cell: &'a str, dep: &str) -> Option<&'a str> {
     let mut i = 0;
     while i + 1 < rest.len() {
         let text = rest[i];
-        if text.contains(',') || text.contains(';') {
-            if !text.contains("feature") {
-                return None;
-            }
+        // A separator without the word "feature" ends the dependency's description.
+        if (text.contains(',') || text.contains(';')) && !text.contains("feature") {
+            return None;
         }
         if text.trim_end().ends_with("feature") {
             return Some(rest[i + 1]);

@@ -167,7 +167,16 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 /// it, `rayon` splits the work as usual. `rayon`'s threads also run the program's own work,
 /// so each task sets the kernels' float mode for itself, and the caller waits in its own
 /// mode: while it waits, `rayon` may hand it the program's work.
+#[inline]
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
+    par_for_dyn(n, &f);
+}
+
+/// The body of [`par_for`], compiled once. Were it generic, `rayon`'s splitting and job
+/// machinery would be compiled again for every kernel's closure (most of this crate's
+/// machine code, and most of its build time), while the indirect call per index costs
+/// nothing next to an index's share of a kernel; the team path takes `&dyn Fn` anyway.
+fn par_for_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     if rayon::current_thread_index().is_some() {
         super::float_mode::outside(|| {
             (0..n).into_par_iter().for_each(|i| {
@@ -177,7 +186,7 @@ pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
         });
         return;
     }
-    super::team::run(n, threads() - 1, &f);
+    super::team::run(n, threads() - 1, f);
 }
 
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last

@@ -1033,3 +1033,253 @@ fn checker_reads_paths_in_macro_tokens() {
     assert!(joined.contains(&"$crate::backend::cpu::iter::GRAIN".to_string()), "{joined:?}");
     assert!(joined.contains(&"std::mem::size_of".to_string()), "{joined:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Rules docs/design.md states about the sources, read from the document itself
+// ---------------------------------------------------------------------------------------
+
+/// `docs/design.md`, the document the rules below are read from.
+fn design_md() -> String {
+    std::fs::read_to_string(workspace().join("docs/design.md")).expect("docs/design.md is readable")
+}
+
+/// The text of design.md's section headed `title`, up to the next heading of its level or
+/// higher.
+fn doc_section<'a>(doc: &'a str, title: &str) -> &'a str {
+    let mut lines = doc.lines().enumerate();
+    let (start, level) = lines
+        .find_map(|(i, l)| {
+            let hashes = l.chars().take_while(|c| *c == '#').count();
+            (hashes > 0 && l[hashes..].trim() == title).then_some((i, hashes))
+        })
+        .unwrap_or_else(|| panic!("design.md has no section `{title}`"));
+    let all: Vec<&str> = doc.lines().collect();
+    let end = (start + 1..all.len())
+        .find(|&i| {
+            let hashes = all[i].chars().take_while(|c| *c == '#').count();
+            hashes > 0 && hashes <= level && all[i][hashes..].starts_with(' ')
+        })
+        .unwrap_or(all.len());
+    let from = all[..start].iter().map(|l| l.len() + 1).sum::<usize>();
+    let to = all[..end].iter().map(|l| l.len() + 1).sum::<usize>().min(doc.len());
+    &doc[from..to]
+}
+
+/// The backticked words of `text`, in order.
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// The file names design.md gives as the autograd core's import circle: the backticked
+/// names in the parentheses after "import each other in one circle" (section "The core").
+fn documented_core_circle(doc: &str) -> BTreeSet<String> {
+    let core = doc_section(doc, "The core");
+    let marker = "import each other in one circle (";
+    let at = core.find(marker).expect("\"The core\" states the circle") + marker.len();
+    let list = &core[at..at + core[at..].find(')').expect("the circle's list closes")];
+    backticked(list).into_iter().map(|name| format!("{name}.rs")).collect()
+}
+
+/// The files of the engine's features: the `file` column of design.md's table in "Which
+/// feature plugs in where".
+fn documented_feature_files(doc: &str) -> BTreeSet<String> {
+    doc_section(doc, "Which feature plugs in where")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| feature"))
+        .filter_map(|l| l.split('|').nth(2))
+        .flat_map(|cell| backticked(cell).into_iter().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+fn autograd_crate() -> Crate {
+    let src = workspace().join("crates/autograd/src");
+    Crate::build(&|f: &str| std::fs::read_to_string(src.join(f)).ok()).expect("ember-autograd parses")
+}
+
+/// Which files each file's non-test code imports (itself left out).
+fn import_graph(krate: &Crate) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, r, _) in krate.edges() {
+        if from != r.file {
+            graph.entry(from).or_default().insert(r.file);
+        }
+    }
+    graph
+}
+
+/// The files reachable from `start` along `graph`'s edges, `start` included.
+fn reachable(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::from([start.to_string()]);
+    let mut todo = vec![start.to_string()];
+    while let Some(f) = todo.pop() {
+        for t in graph.get(&f).into_iter().flatten() {
+            if seen.insert(t.clone()) {
+                todo.push(t.clone());
+            }
+        }
+    }
+    seen
+}
+
+/// The import circle `node.rs` is in: the files it reaches that reach it back.
+fn core_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
+    let mut reversed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in graph {
+        for to in tos {
+            reversed.entry(to.clone()).or_default().insert(from.clone());
+        }
+    }
+    reachable(graph, "node.rs").intersection(&reachable(&reversed, "node.rs")).cloned().collect()
+}
+
+/// design.md, "The core": "These files import each other in one circle (`node`, `op`,
+/// `var`, `backward_ctx`, `reactive`)". The circle is computed from the imports and
+/// compared with the list the document gives, so that neither drifts from the other.
+#[test]
+fn autograd_core_circle_is_the_one_design_md_lists() {
+    let krate = autograd_crate();
+    let circle = core_circle(&import_graph(&krate));
+    let documented = documented_core_circle(&design_md());
+    assert_eq!(
+        circle, documented,
+        "the files that import each other with node.rs (left) differ from design.md's list in \"The core\" (right)"
+    );
+}
+
+/// design.md, "The core": "nothing in the circle depends on the engine or on any
+/// feature". The circle is the computed one; the features are the files of the table in
+/// "Which feature plugs in where".
+#[test]
+fn autograd_core_circle_imports_no_engine_and_no_feature() {
+    let krate = autograd_crate();
+    let graph = import_graph(&krate);
+    let circle = core_circle(&graph);
+    let features = documented_feature_files(&design_md());
+    assert!(features.len() >= 8, "read only {features:?} from design.md's feature table");
+    let mut bad = Vec::new();
+    for (from, r, spelled) in krate.edges() {
+        let to = r.file.as_str();
+        if circle.contains(&from) && (to == "engine.rs" || features.contains(to)) {
+            bad.push(format!("{from} imports {to}: `{spelled}`"));
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(
+        bad.is_empty(),
+        "the autograd core circle {circle:?} depends on the engine or a feature:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// design.md, "The core": "`node.rs`, `engine.rs` and `backward_ctx.rs` name no
+/// feature": none of them imports a feature's file (the table in "Which feature plugs in
+/// where") or names a feature's number in `extension::ids`.
+#[test]
+fn node_engine_and_backward_ctx_name_no_feature() {
+    let krate = autograd_crate();
+    let features = documented_feature_files(&design_md());
+    let mut bad = Vec::new();
+    for (from, r, spelled) in krate.edges() {
+        if ["node.rs", "engine.rs", "backward_ctx.rs"].contains(&from.as_str())
+            && (features.contains(&r.file) || spelled.contains("ids::"))
+        {
+            bad.push(format!("{from} names a feature: `{spelled}` ({})", r.file));
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(bad.is_empty(), "a core file names a feature:\n{}", bad.join("\n"));
+}
+
+/// The `std::sync` locks a file's non-test code names (`std::sync::Mutex`, `RwLock`), in
+/// any spelling a `use` allows (`use std::sync::{Mutex}`, `use std::sync; sync::Mutex`,
+/// aliases), one line each.
+fn std_locks(src: &str) -> Result<Vec<String>, String> {
+    let info = collect(src)?;
+    let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut globs = Vec::new();
+    for m in info.modules.values().filter(|m| !m.test) {
+        for (name, path) in &m.imports {
+            aliases.insert(name.clone(), path.clone());
+        }
+        globs.extend(m.globs.iter().cloned());
+    }
+    let expand = |segs: &[String]| -> Vec<String> {
+        let mut segs = segs.to_vec();
+        for _ in 0..8 {
+            let Some(a) = segs.first().and_then(|f| aliases.get(f)) else { break };
+            let mut p = a.clone();
+            p.extend(segs[1..].iter().cloned());
+            if p == segs {
+                break;
+            }
+            segs = p;
+        }
+        segs
+    };
+    let mut out = Vec::new();
+    for g in &globs {
+        if expand(g) == ["std", "sync"] {
+            out.push("use std::sync::*".to_string());
+        }
+    }
+    for n in &info.named {
+        if n.test || info.modules.get(&n.module).is_some_and(|m| m.test) {
+            continue;
+        }
+        let segs: Vec<String> = n.segs.iter().filter(|s| !s.is_empty()).cloned().collect();
+        let segs = expand(&segs);
+        if let [s, y, lock, ..] = segs.as_slice()
+            && (s == "std" || s == "core")
+            && y == "sync"
+            && (lock == "Mutex" || lock == "RwLock")
+        {
+            out.push(n.segs.join("::"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// design.md, "Architecture": "Every lock in ember (storages, graph nodes, the generator,
+/// the buffer pool, the helper threads) is a `parking_lot` lock". No non-test code of any
+/// crate (sources, examples, benches) names `std::sync::Mutex` or `RwLock`.
+#[test]
+fn every_lock_is_a_parking_lot_lock() {
+    let root = workspace().join("crates");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut bad = Vec::new();
+    let mut read = 0;
+    for f in &files {
+        let p = f.to_string_lossy();
+        if p.contains("/tests/") || p.contains("/full-tests/") || p.contains("/target/") {
+            continue;
+        }
+        let src = std::fs::read_to_string(f).expect("readable source");
+        let locks = std_locks(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        read += 1;
+        bad.extend(locks.into_iter().map(|l| format!("{}: `{l}`", f.display())));
+    }
+    assert!(read > 100, "read only {read} files");
+    assert!(bad.is_empty(), "std locks where design.md promises parking_lot ones:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn lock_check_sees_every_spelling_of_a_std_lock() {
+    let src = r#"
+        use std::sync::{Arc, Mutex as M};
+        use std::sync;
+        use parking_lot::RwLock;
+        struct A(M<u8>, sync::RwLock<u8>, std::sync::Mutex<u8>, RwLock<u8>, Arc<u8>);
+        #[cfg(test)]
+        mod tests { use std::sync::RwLock; }
+    "#;
+    let found = std_locks(src).expect("parses");
+    assert_eq!(
+        found,
+        ["M", "std::sync::Mutex", "std::sync::{Arc, Mutex as M}", "sync::RwLock"].map(String::from).to_vec()
+    );
+}

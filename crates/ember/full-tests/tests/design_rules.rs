@@ -1,7 +1,7 @@
 //! The semantic rules `docs/design.md` states, one test each where no other test checks
 //! them. Each test quotes its rule and names the section of design.md it comes from.
 
-use ember::autograd::{NoGradGuard, Var, grad, is_grad_enabled, no_grad};
+use ember::autograd::{Var, grad};
 use ember::tensor::{DType, Device, Error, Result, Tensor};
 
 fn f32s(v: &[f32], shape: &[usize]) -> Result<Tensor> {
@@ -10,34 +10,6 @@ fn f32s(v: &[f32], shape: &[usize]) -> Result<Tensor> {
 
 fn vals(t: &Tensor) -> Result<Vec<f64>> {
     t.to_dtype(DType::F64).to_vec::<f64>()
-}
-
-/// "**Leaf gradients accumulate across backward calls** until `zero_grad()` (which sets
-/// `.grad` to none, like PyTorch's `set_to_none=True`)" (design.md, Accumulation rules).
-#[test]
-fn zero_grad_sets_the_gradient_to_none() -> Result<()> {
-    let x = Var::param(f32s(&[1.0, 2.0], &[2])?);
-    x.mul_scalar(3.0).sum_all().backward()?;
-    x.mul_scalar(3.0).sum_all().backward()?;
-    assert_eq!(vals(&x.grad().expect("a gradient"))?, [6.0, 6.0]);
-    x.zero_grad();
-    assert!(x.grad().is_none());
-    Ok(())
-}
-
-/// "After a backward with `retain_graph = true`, every intermediate node the backward went
-/// through holds that backward's gradient ...; without `retain_graph` intermediate nodes
-/// keep no gradient" (design.md, Accumulation rules, rule 3).
-#[test]
-fn intermediate_gradients_are_kept_only_under_retain_graph() -> Result<()> {
-    let u = Var::param(f32s(&[1.0], &[1])?);
-    let w = u.mul_scalar(2.0);
-    w.mul_scalar(3.0).sum_all().backward_with(None, true)?;
-    assert_eq!(vals(&w.grad().expect("kept under retain_graph"))?, [3.0]);
-    let v = u.mul_scalar(2.0);
-    v.mul_scalar(3.0).sum_all().backward()?;
-    assert!(v.grad().is_none(), "no intermediate gradient without retain_graph");
-    Ok(())
 }
 
 /// "`Var::retain_grad()` makes a non-leaf keep its gradient ... (an error on a `Var` that
@@ -64,85 +36,6 @@ fn grad_touches_no_grad_field_and_gives_none_for_unused_inputs() -> Result<()> {
     assert_eq!(vals(&g[0].as_ref().expect("x is used").value())?, [4.0]);
     assert!(g[1].is_none());
     assert!(x.grad().is_none() && unused.grad().is_none());
-    Ok(())
-}
-
-/// "**Non-scalar roots** need an explicit gradient" (design.md, Accumulation rules, rule 6).
-#[test]
-fn a_non_scalar_root_needs_an_explicit_gradient() -> Result<()> {
-    let x = Var::param(f32s(&[1.0, 2.0], &[2])?);
-    let y = x.mul_scalar(2.0);
-    assert!(y.backward().is_err());
-    y.backward_with(Some(&f32s(&[1.0, 1.0], &[2])?), false)?;
-    assert_eq!(vals(&x.grad().expect("a gradient"))?, [2.0, 2.0]);
-    Ok(())
-}
-
-/// "Grad mode is thread-local, guards nest and restore the previous mode on drop (also when
-/// unwinding)" (design.md, Accumulation rules, gradient-flow control).
-#[test]
-fn no_grad_guards_nest_and_restore_even_when_unwinding() {
-    assert!(is_grad_enabled());
-    {
-        let _a = NoGradGuard::new();
-        {
-            let _b = NoGradGuard::new();
-            assert!(!is_grad_enabled());
-        }
-        assert!(!is_grad_enabled());
-        let on_other_thread = std::thread::spawn(is_grad_enabled).join().expect("thread runs");
-        assert!(on_other_thread, "grad mode is per thread");
-    }
-    assert!(is_grad_enabled());
-    let unwound = std::panic::catch_unwind(|| {
-        let _g = NoGradGuard::new();
-        panic!("unwinding through a guard");
-    });
-    assert!(unwound.is_err());
-    assert!(is_grad_enabled(), "the guard restored grad mode while unwinding");
-}
-
-/// "`Var::detach()`: a new leaf sharing the storage: gradients stop there" (design.md,
-/// Accumulation rules, gradient-flow control).
-#[test]
-fn detach_makes_a_leaf_over_the_same_storage() -> Result<()> {
-    let x = Var::param(f32s(&[1.0, 2.0], &[2])?);
-    let y = x.mul_scalar(2.0);
-    let d = y.detach();
-    assert!(d.is_leaf() && !d.requires_grad());
-    d.value().add_scalar_(1.0)?;
-    assert_eq!(vals(&y.value())?, [3.0, 5.0], "the detached value shares y's storage");
-    Ok(())
-}
-
-/// "`Var::freeze()`: the leaf stops requiring grad and keeps no gradient, but gradients
-/// still flow *through* the operations that use it to earlier parameters ... Only leaves
-/// can change `requires_grad`; only float values can require grad" (design.md,
-/// Accumulation rules, gradient-flow control).
-#[test]
-fn freezing_stops_only_the_frozen_leaf() -> Result<()> {
-    let a = Var::param(f32s(&[3.0], &[1])?);
-    let w = Var::param(f32s(&[2.0], &[1])?);
-    w.freeze()?;
-    a.mul(&w)?.sum_all().backward()?;
-    assert!(w.grad().is_none() && !w.requires_grad());
-    assert_eq!(vals(&a.grad().expect("flows through the frozen weight"))?, [2.0]);
-    let non_leaf = a.mul_scalar(2.0);
-    assert!(non_leaf.requires_grad_(false).is_err(), "only leaves change requires_grad");
-    let int = Var::new(Tensor::from_vec(vec![1i64], vec![1])?);
-    assert!(int.requires_grad_(true).is_err(), "only float values require grad");
-    assert!(!Var::param(Tensor::from_vec(vec![1i64], vec![1])?).requires_grad());
-    Ok(())
-}
-
-/// "Calling backward inside `no_grad` on a graph recorded outside it still computes the
-/// gradients" (design.md, Accumulation rules; and Differences from PyTorch).
-#[test]
-fn backward_inside_no_grad_still_computes_gradients() -> Result<()> {
-    let x = Var::param(f32s(&[1.0], &[1])?);
-    let y = x.mul_scalar(4.0).sum_all();
-    no_grad(|| y.backward())?;
-    assert_eq!(vals(&x.grad().expect("a gradient"))?, [4.0]);
     Ok(())
 }
 
@@ -176,34 +69,7 @@ fn the_in_place_error_quotes_pytorch_and_names_the_op() -> Result<()> {
         "{msg}"
     );
     assert!(msg.contains("mul"), "names the operation: {msg}");
-    Ok(())
-}
-
-/// "`var.value()`: the cached value; never recomputes, even when stale. `var.forward()`
-/// recomputes whatever is stale upstream" (design.md, Value versions and re-execution).
-#[test]
-fn value_never_recomputes_and_forward_does() -> Result<()> {
-    let x = Var::new(f32s(&[1.0], &[1])?);
-    let y = x.mul_scalar(3.0);
-    x.set_value(f32s(&[2.0], &[1])?)?;
-    assert_eq!(vals(&y.value())?, [3.0]);
-    assert_eq!(vals(&y.forward()?)?, [6.0]);
-    assert_eq!(vals(&y.value())?, [6.0]);
-    Ok(())
-}
-
-/// "a second backward through a freed graph recomputes instead of failing (PyTorch would
-/// require `retain_graph=True`)" (design.md, Value versions and re-execution, and
-/// Differences from PyTorch).
-#[test]
-fn a_second_backward_through_a_freed_graph_recomputes() -> Result<()> {
-    let x = Var::param(f32s(&[1.0, 2.0], &[2])?);
-    let loss = x.exp().mul_scalar(2.0).sum_all();
-    loss.backward()?;
-    let first = vals(&x.grad().expect("a gradient"))?;
-    loss.backward()?;
-    let twice = vals(&x.grad().expect("a gradient"))?;
-    assert_eq!(twice, first.iter().map(|g| 2.0 * g).collect::<Vec<_>>());
+    assert!(msg.matches("version").count() >= 2, "names both versions: {msg}");
     Ok(())
 }
 
@@ -287,37 +153,6 @@ fn float_functions_of_integers_are_f32_and_casts_truncate_and_saturate() -> Resu
     Ok(())
 }
 
-/// "Only float values can require grad; gradients always come back in their input's
-/// dtype" (design.md, Dtypes and promotion).
-#[test]
-fn gradients_come_back_in_their_inputs_dtype() -> Result<()> {
-    let a = Var::param(Tensor::ones([2], DType::F32)?);
-    let b = Var::param(Tensor::ones([2], DType::F64)?);
-    a.mul(&b)?.sum_all().backward()?;
-    assert_eq!(a.grad().expect("a gradient").dtype(), DType::F32);
-    assert_eq!(b.grad().expect("a gradient").dtype(), DType::F64);
-    Ok(())
-}
-
-/// "0-d: the value in parentheses: `(1.0)`, `(255)`. 1-d: `[1.0, 2.0, 3.0]`"; "`Debug`
-/// (`{:?}`) prints the same followed by a footer line `Tensor(shape=[..], dtype=..,
-/// device=..)`"; "Examples: `[0.5000, -12.2500]`, `[1.0000e+00, 2.0000e+03]`, `[1.0,
-/// 999.0]`"; "NaN and infinities print as `nan`, `inf`, `-inf`" (design.md, Print format).
-#[test]
-fn printing_follows_the_documented_examples() -> Result<()> {
-    assert_eq!(Tensor::scalar(1.0f32).to_string(), "(1.0)");
-    assert_eq!(Tensor::scalar(255u8).to_string(), "(255)");
-    assert_eq!(f32s(&[1.0, 2.0, 3.0], &[3])?.to_string(), "[1.0, 2.0, 3.0]");
-    assert_eq!(f32s(&[0.5, -12.25], &[2])?.to_string(), "[0.5000, -12.2500]");
-    assert_eq!(f32s(&[1.0, 2000.0], &[2])?.to_string(), "[1.0000e+00, 2.0000e+03]");
-    assert_eq!(f32s(&[1.0, 999.0], &[2])?.to_string(), "[1.0, 999.0]");
-    assert_eq!(f32s(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], &[3])?.to_string(), "[nan, inf, -inf]");
-    let debug = format!("{:?}", f32s(&[1.0, 2.0, 3.0], &[3])?);
-    assert!(debug.starts_with("[1.0, 2.0, 3.0]"), "{debug}");
-    assert!(debug.trim_end().ends_with("Tensor(shape=[3], dtype=f32, device=cpu)"), "{debug}");
-    Ok(())
-}
-
 /// "A tensor lives on one `Device`: `Cpu` or `Cuda(n)`, parsed from PyTorch's spellings
 /// (`"cpu"`, `"cuda"`, `"cuda:1"`)" (design.md, Devices).
 #[test]
@@ -388,4 +223,26 @@ fn var_is_send_and_sync_and_the_error_is_shared() {
     fn facade_error(_: ember::Error) {}
     let e: Error = Tensor::from_vec(vec![1.0f32], vec![2]).expect_err("one value for two slots");
     facade_error(e);
+}
+
+/// "Rows that see no key. PyTorch's composition would give NaN (softmax of a row of
+/// `-inf`); its CPU implementation gives 0, for the output and every gradient through the
+/// row, and so does ember" (design.md, Attention).
+#[test]
+fn an_attention_row_that_sees_no_key_gives_zeros() -> Result<()> {
+    use ember::nn::functional::{SdpaArgs, scaled_dot_product_attention};
+    let q = Var::param(f32s(&[1.0, 0.0, 0.0, 1.0], &[1, 2, 2])?);
+    let k = Var::param(f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[1, 3, 2])?);
+    let v = Var::param(f32s(&[0.5, -1.0, 2.0, 1.5, -0.5, 3.0], &[1, 3, 2])?);
+    // Query 0 sees keys 0 and 2; query 1 sees none.
+    let mask = Tensor::from_vec(vec![1u8, 0, 1, 0, 0, 0], vec![2, 3])?;
+    let out = scaled_dot_product_attention(&q, &k, &v, &SdpaArgs::default().mask(mask))?;
+    let o = vals(&out.value())?;
+    assert!(o[..2].iter().all(|x| *x != 0.0 && x.is_finite()), "{o:?}");
+    assert_eq!(o[2..], [0.0, 0.0]);
+    out.sum_all().backward()?;
+    let gq = vals(&q.grad().expect("a gradient"))?;
+    assert_eq!(gq[2..], [0.0, 0.0], "no gradient through the row");
+    assert!(vals(&k.grad().expect("a gradient"))?.iter().all(|x| x.is_finite()));
+    Ok(())
 }

@@ -1435,3 +1435,50 @@ fn every_file_design_md_names_exists() {
     assert!(checked > 100, "checked only {checked} names");
     assert!(missing.is_empty(), "design.md names files that do not exist: {missing:?}");
 }
+
+/// design.md, "Architecture" (the crate table, `ember-io`): "the two formats share their
+/// little-endian helpers (`le.rs`) from below, so neither imports the other": no file of
+/// the safetensors format imports `pt/`, and no file of `pt/` imports the safetensors one.
+#[test]
+fn the_io_formats_do_not_import_each_other() {
+    let src = workspace().join("crates/io/src");
+    let krate = Crate::build(&|f: &str| std::fs::read_to_string(src.join(f)).ok()).expect("ember-io parses");
+    let pt = |f: &str| f.starts_with("pt/") || f == "pt.rs";
+    let safetensors = |f: &str| f == "safetensors_file.rs";
+    assert!(
+        krate.named.keys().any(|f| pt(f)) && krate.named.keys().any(|f| safetensors(f)),
+        "{:?}",
+        krate.named.keys()
+    );
+    let bad: Vec<String> = krate
+        .edges()
+        .into_iter()
+        .filter(|(from, r, _)| (pt(from) && safetensors(&r.file)) || (safetensors(from) && pt(&r.file)))
+        .map(|(from, r, spelled)| format!("{from} imports {}: `{spelled}`", r.file))
+        .collect();
+    assert!(bad.is_empty(), "ember-io's formats import each other:\n{}", bad.join("\n"));
+}
+
+/// design.md, "How to add a layer": "No layer implements `set_training` or
+/// `named_parameters` itself" (they follow from `Module::children`).
+#[test]
+fn no_layer_implements_set_training_or_named_parameters() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/nn/src/layers"), &mut files);
+    assert!(files.len() > 20, "read only {} files", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let file = syn::parse_file(&std::fs::read_to_string(f).expect("readable source")).expect("parses");
+        for item in &file.items {
+            let syn::Item::Impl(imp) = item else { continue };
+            for i in &imp.items {
+                if let syn::ImplItem::Fn(m) = i
+                    && ["set_training", "named_parameters"].contains(&m.sig.ident.to_string().as_str())
+                {
+                    bad.push(format!("{} implements `{}`", f.display(), m.sig.ident));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "a layer implements what the derive gives:\n{}", bad.join("\n"));
+}

@@ -1033,3 +1033,452 @@ fn checker_reads_paths_in_macro_tokens() {
     assert!(joined.contains(&"$crate::backend::cpu::iter::GRAIN".to_string()), "{joined:?}");
     assert!(joined.contains(&"std::mem::size_of".to_string()), "{joined:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Rules docs/design.md states about the sources, read from the document itself
+// ---------------------------------------------------------------------------------------
+
+/// `docs/design.md`, the document the rules below are read from.
+fn design_md() -> String {
+    std::fs::read_to_string(workspace().join("docs/design.md")).expect("docs/design.md is readable")
+}
+
+/// The text of design.md's section headed `title`, up to the next heading of its level or
+/// higher.
+fn doc_section<'a>(doc: &'a str, title: &str) -> &'a str {
+    let mut lines = doc.lines().enumerate();
+    let (start, level) = lines
+        .find_map(|(i, l)| {
+            let hashes = l.chars().take_while(|c| *c == '#').count();
+            (hashes > 0 && l[hashes..].trim() == title).then_some((i, hashes))
+        })
+        .unwrap_or_else(|| panic!("design.md has no section `{title}`"));
+    let all: Vec<&str> = doc.lines().collect();
+    let end = (start + 1..all.len())
+        .find(|&i| {
+            let hashes = all[i].chars().take_while(|c| *c == '#').count();
+            hashes > 0 && hashes <= level && all[i][hashes..].starts_with(' ')
+        })
+        .unwrap_or(all.len());
+    let from = all[..start].iter().map(|l| l.len() + 1).sum::<usize>();
+    let to = all[..end].iter().map(|l| l.len() + 1).sum::<usize>().min(doc.len());
+    &doc[from..to]
+}
+
+/// The backticked words of `text`, in order.
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// The file names design.md gives as the autograd core's import circle: the backticked
+/// names in the parentheses after "import each other in one circle" (section "The core").
+fn documented_core_circle(doc: &str) -> BTreeSet<String> {
+    let core = doc_section(doc, "The core");
+    let marker = "import each other in one circle (";
+    let at = core.find(marker).expect("\"The core\" states the circle") + marker.len();
+    let list = &core[at..at + core[at..].find(')').expect("the circle's list closes")];
+    backticked(list).into_iter().map(|name| format!("{name}.rs")).collect()
+}
+
+/// The files of the engine's features: the `file` column of design.md's table in "Which
+/// feature plugs in where".
+fn documented_feature_files(doc: &str) -> BTreeSet<String> {
+    doc_section(doc, "Which feature plugs in where")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| feature"))
+        .filter_map(|l| l.split('|').nth(2))
+        .flat_map(|cell| backticked(cell).into_iter().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+fn autograd_crate() -> Crate {
+    let src = workspace().join("crates/autograd/src");
+    Crate::build(&|f: &str| std::fs::read_to_string(src.join(f)).ok()).expect("ember-autograd parses")
+}
+
+/// Which files each file's non-test code imports (itself left out).
+fn import_graph(krate: &Crate) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, r, _) in krate.edges() {
+        if from != r.file {
+            graph.entry(from).or_default().insert(r.file);
+        }
+    }
+    graph
+}
+
+/// The files reachable from `start` along `graph`'s edges, `start` included.
+fn reachable(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::from([start.to_string()]);
+    let mut todo = vec![start.to_string()];
+    while let Some(f) = todo.pop() {
+        for t in graph.get(&f).into_iter().flatten() {
+            if seen.insert(t.clone()) {
+                todo.push(t.clone());
+            }
+        }
+    }
+    seen
+}
+
+/// The import circle `node.rs` is in: the files it reaches that reach it back.
+fn core_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
+    let mut reversed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in graph {
+        for to in tos {
+            reversed.entry(to.clone()).or_default().insert(from.clone());
+        }
+    }
+    reachable(graph, "node.rs").intersection(&reachable(&reversed, "node.rs")).cloned().collect()
+}
+
+/// design.md, "The core": "These files import each other in one circle (`node`, `op`,
+/// `var`, `backward_ctx`, `reactive`)". The circle is computed from the imports and
+/// compared with the list the document gives, so that neither drifts from the other.
+#[test]
+fn autograd_core_circle_is_the_one_design_md_lists() {
+    let krate = autograd_crate();
+    let circle = core_circle(&import_graph(&krate));
+    let documented = documented_core_circle(&design_md());
+    assert_eq!(
+        circle, documented,
+        "the files that import each other with node.rs (left) differ from design.md's list in \"The core\" (right)"
+    );
+}
+
+/// design.md, "The core": "nothing in the circle depends on the engine or on any
+/// feature". The circle is the computed one; the features are the files of the table in
+/// "Which feature plugs in where".
+#[test]
+fn autograd_core_circle_imports_no_engine_and_no_feature() {
+    let krate = autograd_crate();
+    let graph = import_graph(&krate);
+    let circle = core_circle(&graph);
+    let features = documented_feature_files(&design_md());
+    assert!(features.len() >= 8, "read only {features:?} from design.md's feature table");
+    let mut bad = Vec::new();
+    for (from, r, spelled) in krate.edges() {
+        let to = r.file.as_str();
+        if circle.contains(&from) && (to == "engine.rs" || features.contains(to)) {
+            bad.push(format!("{from} imports {to}: `{spelled}`"));
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(
+        bad.is_empty(),
+        "the autograd core circle {circle:?} depends on the engine or a feature:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// design.md, "The core": "`node.rs`, `engine.rs` and `backward_ctx.rs` name no
+/// feature": none of them imports a feature's file (the table in "Which feature plugs in
+/// where") or names a feature's number in `extension::ids`.
+#[test]
+fn node_engine_and_backward_ctx_name_no_feature() {
+    let krate = autograd_crate();
+    let features = documented_feature_files(&design_md());
+    let mut bad = Vec::new();
+    for (from, r, spelled) in krate.edges() {
+        if ["node.rs", "engine.rs", "backward_ctx.rs"].contains(&from.as_str())
+            && (features.contains(&r.file) || spelled.contains("ids::"))
+        {
+            bad.push(format!("{from} names a feature: `{spelled}` ({})", r.file));
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(bad.is_empty(), "a core file names a feature:\n{}", bad.join("\n"));
+}
+
+/// The `std::sync` locks a file's non-test code names (`std::sync::Mutex`, `RwLock`), in
+/// any spelling a `use` allows (`use std::sync::{Mutex}`, `use std::sync; sync::Mutex`,
+/// aliases), one line each.
+fn std_locks(src: &str) -> Result<Vec<String>, String> {
+    let info = collect(src)?;
+    let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut globs = Vec::new();
+    for m in info.modules.values().filter(|m| !m.test) {
+        for (name, path) in &m.imports {
+            aliases.insert(name.clone(), path.clone());
+        }
+        globs.extend(m.globs.iter().cloned());
+    }
+    let expand = |segs: &[String]| -> Vec<String> {
+        let mut segs = segs.to_vec();
+        for _ in 0..8 {
+            let Some(a) = segs.first().and_then(|f| aliases.get(f)) else { break };
+            let mut p = a.clone();
+            p.extend(segs[1..].iter().cloned());
+            if p == segs {
+                break;
+            }
+            segs = p;
+        }
+        segs
+    };
+    let mut out = Vec::new();
+    for g in &globs {
+        if expand(g) == ["std", "sync"] {
+            out.push("use std::sync::*".to_string());
+        }
+    }
+    for n in &info.named {
+        if n.test || info.modules.get(&n.module).is_some_and(|m| m.test) {
+            continue;
+        }
+        let segs: Vec<String> = n.segs.iter().filter(|s| !s.is_empty()).cloned().collect();
+        let segs = expand(&segs);
+        if let [s, y, lock, ..] = segs.as_slice()
+            && (s == "std" || s == "core")
+            && y == "sync"
+            && (lock == "Mutex" || lock == "RwLock")
+        {
+            out.push(n.segs.join("::"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// design.md, "Architecture": "Every lock in ember (storages, graph nodes, the generator,
+/// the buffer pool, the helper threads) is a `parking_lot` lock". No non-test code of any
+/// crate (sources, examples, benches) names `std::sync::Mutex` or `RwLock`.
+#[test]
+fn every_lock_is_a_parking_lot_lock() {
+    let root = workspace().join("crates");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut bad = Vec::new();
+    let mut read = 0;
+    for f in &files {
+        let p = f.strip_prefix(&root).unwrap_or(f).to_string_lossy().replace('\\', "/");
+        if p.contains("tests/") || p.contains("target/") {
+            continue;
+        }
+        let src = std::fs::read_to_string(f).expect("readable source");
+        let locks = std_locks(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        read += 1;
+        bad.extend(locks.into_iter().map(|l| format!("{}: `{l}`", f.display())));
+    }
+    assert!(read > 100, "read only {read} files");
+    assert!(bad.is_empty(), "std locks where design.md promises parking_lot ones:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn lock_check_sees_every_spelling_of_a_std_lock() {
+    let src = r#"
+        use std::sync::{Arc, Mutex as M};
+        use std::sync;
+        use parking_lot::RwLock;
+        struct A(M<u8>, sync::RwLock<u8>, std::sync::Mutex<u8>, RwLock<u8>, Arc<u8>);
+        #[cfg(test)]
+        mod tests { use std::sync::RwLock; }
+    "#;
+    assert_eq!(std_locks(src).expect("parses"), ["std::sync::Mutex", "sync::RwLock"]);
+    assert_eq!(std_locks("use std::sync::{Arc, Mutex as M}; struct A(M<u8>);").expect("parses"), ["std::sync::Mutex"]);
+    assert_eq!(std_locks("use std::sync::*; struct A;").expect("parses"), ["use std::sync::*"]);
+    assert!(std_locks("use parking_lot::{Mutex, RwLock}; use std::sync::Arc;").expect("parses").is_empty());
+}
+
+/// The method calls and struct expressions of a file's non-test code, by name.
+#[derive(Default)]
+struct Calls {
+    /// `x.name(..)` calls: method names.
+    methods: Vec<String>,
+    /// `Name { .. }` expressions: the last segment of the struct's path.
+    structs: Vec<String>,
+    test: bool,
+}
+
+impl<'ast> Visit<'ast> for Calls {
+    fn visit_item(&mut self, i: &'ast syn::Item) {
+        let attrs: &[syn::Attribute] = match i {
+            syn::Item::Fn(f) => &f.attrs,
+            syn::Item::Mod(m) => &m.attrs,
+            syn::Item::Impl(m) => &m.attrs,
+            _ => &[],
+        };
+        let test = is_test(attrs) || attrs.iter().any(|a| a.path().is_ident("test"));
+        let outer = self.test;
+        self.test |= test;
+        visit::visit_item(self, i);
+        self.test = outer;
+    }
+
+    fn visit_expr_method_call(&mut self, c: &'ast syn::ExprMethodCall) {
+        if !self.test {
+            self.methods.push(c.method.to_string());
+        }
+        visit::visit_expr_method_call(self, c);
+    }
+
+    fn visit_expr_struct(&mut self, s: &'ast syn::ExprStruct) {
+        if !self.test
+            && let Some(last) = s.path.segments.last()
+        {
+            self.structs.push(last.ident.to_string());
+        }
+        visit::visit_expr_struct(self, s);
+    }
+}
+
+fn calls(src: &str) -> Calls {
+    let file = syn::parse_file(src).expect("the source parses");
+    let mut c = Calls::default();
+    c.visit_file(&file);
+    c
+}
+
+/// design.md, "How creation, randomness and optimizer updates reach a backend":
+/// "`Tensor::update_` and `Tensor::with_slice` are CPU-only by nature; they are for user
+/// code, and ember's own crates do not use them". The other crates' library code calls
+/// neither.
+#[test]
+fn ember_crates_do_not_use_the_host_memory_escape_hatches() {
+    let mut files = Vec::new();
+    for krate in UPPER_CRATES {
+        rust_files(&workspace().join("crates").join(krate).join("src"), &mut files);
+    }
+    assert!(files.len() > 100, "read only {} files", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).expect("readable source");
+        for m in calls(&src).methods {
+            if m == "update_" || m == "with_slice" {
+                bad.push(format!("{} calls `{m}`", f.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "library code uses a CPU-only escape hatch:\n{}", bad.join("\n"));
+}
+
+/// design.md, "The core": "Every node is made by `node::new_node`": no file of
+/// ember-autograd but `node.rs` builds a `Node` struct itself.
+#[test]
+fn every_node_is_made_by_new_node() {
+    let src_dir = workspace().join("crates/autograd/src");
+    let mut files = Vec::new();
+    rust_files(&src_dir, &mut files);
+    let mut bad = Vec::new();
+    for f in &files {
+        if f.ends_with("node.rs") && f.parent() == Some(src_dir.as_path()) {
+            continue;
+        }
+        let src = std::fs::read_to_string(f).expect("readable source");
+        if calls(&src).structs.iter().any(|s| s == "Node") {
+            bad.push(f.display().to_string());
+        }
+    }
+    assert!(bad.is_empty(), "a `Node` built outside node::new_node:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn call_check_skips_test_code() {
+    let c = calls(
+        "fn f(t: &T) { t.update_(|x| x); let _ = Node { a: 1 }; }
+         #[cfg(test)] mod tests { fn g(t: &T) { t.with_slice(); } }
+         #[test] fn h(t: &T) { t.with_slice(); }",
+    );
+    assert_eq!(c.methods, ["update_"]);
+    assert_eq!(c.structs, ["Node"]);
+}
+
+/// design.md names files by path: from the workspace root (`crates/..`, `tools/..`,
+/// `docs/..`), or by a path or name that ends a file's path (`backend/cpu/conv.rs`,
+/// `kernels.cu`). The how-to guides and the tables are lists of files; every one of them
+/// must exist, so that the document cannot drift from the tree.
+#[test]
+fn every_file_design_md_names_exists() {
+    let root = workspace();
+    let mut tree = Vec::new();
+    for dir in ["crates", "tools", "docs"] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries.filter_map(|e| e.ok()) {
+                let p = e.path();
+                let rel = p.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+                if p.is_dir() {
+                    if !rel.ends_with("/target") {
+                        tree.push(format!("{rel}/"));
+                        stack.push(p);
+                    }
+                } else {
+                    tree.push(rel);
+                }
+            }
+        }
+    }
+    let doc = design_md();
+    let file_like = |t: &str| {
+        t.chars().all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+            && t.chars().any(|c| c.is_ascii_alphanumeric())
+            && [".rs", ".py", ".sh", ".json", ".md", ".cu", "/"].iter().any(|e| t.ends_with(e))
+            && (t.contains('/') || t.contains('.'))
+    };
+    let mut missing = BTreeSet::new();
+    let mut checked = 0;
+    for t in backticked(&doc).into_iter().filter(|t| file_like(t)) {
+        checked += 1;
+        let found = if t.starts_with("crates/") || t.starts_with("tools/") || t.starts_with("docs/") {
+            tree.iter().any(|p| p == t)
+        } else {
+            tree.iter().any(|p| p.ends_with(&format!("/{t}")))
+        };
+        if !found {
+            missing.insert(t);
+        }
+    }
+    assert!(checked > 100, "checked only {checked} names");
+    assert!(missing.is_empty(), "design.md names files that do not exist: {missing:?}");
+}
+
+/// design.md, "Architecture" (the crate table, `ember-io`): "the two formats share their
+/// little-endian helpers (`le.rs`) from below, so neither imports the other": no file of
+/// the safetensors format imports `pt/`, and no file of `pt/` imports the safetensors one.
+#[test]
+fn the_io_formats_do_not_import_each_other() {
+    let src = workspace().join("crates/io/src");
+    let krate = Crate::build(&|f: &str| std::fs::read_to_string(src.join(f)).ok()).expect("ember-io parses");
+    let pt = |f: &str| f.starts_with("pt/") || f == "pt.rs";
+    let safetensors = |f: &str| f == "safetensors_file.rs";
+    assert!(
+        krate.named.keys().any(|f| pt(f)) && krate.named.keys().any(|f| safetensors(f)),
+        "{:?}",
+        krate.named.keys()
+    );
+    let bad: Vec<String> = krate
+        .edges()
+        .into_iter()
+        .filter(|(from, r, _)| (pt(from) && safetensors(&r.file)) || (safetensors(from) && pt(&r.file)))
+        .map(|(from, r, spelled)| format!("{from} imports {}: `{spelled}`", r.file))
+        .collect();
+    assert!(bad.is_empty(), "ember-io's formats import each other:\n{}", bad.join("\n"));
+}
+
+/// design.md, "How to add a layer": "No layer implements `set_training` or
+/// `named_parameters` itself" (they follow from `Module::children`).
+#[test]
+fn no_layer_implements_set_training_or_named_parameters() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/nn/src/layers"), &mut files);
+    assert!(files.len() > 20, "read only {} files", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let file = syn::parse_file(&std::fs::read_to_string(f).expect("readable source")).expect("parses");
+        for item in &file.items {
+            let syn::Item::Impl(imp) = item else { continue };
+            for i in &imp.items {
+                if let syn::ImplItem::Fn(m) = i
+                    && ["set_training", "named_parameters"].contains(&m.sig.ident.to_string().as_str())
+                {
+                    bad.push(format!("{} implements `{}`", f.display(), m.sig.ident));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "a layer implements what the derive gives:\n{}", bad.join("\n"));
+}

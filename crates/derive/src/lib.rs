@@ -13,37 +13,7 @@ use syn::{DeriveInput, parse_macro_input, parse_quote};
 /// dotted names, `named_buffers`, `parameters`, `train` / `eval`, `to_device`, `state_dict`
 /// / `load_state_dict`, `named_modules`) follows from them.
 ///
-/// ```
-/// use ember_autograd::Var;
-/// use ember_nn::{Dropout, Linear, Module, ModuleExt};
-/// use ember_tensor::{Result, Tensor};
-///
-/// #[derive(Module)]
-/// struct Mlp {
-///     fc1: Linear,
-///     dropout: Dropout,
-///     fc2: Linear,
-/// }
-///
-/// impl Mlp {
-///     fn new() -> Result<Mlp> {
-///         Ok(Mlp { fc1: Linear::new(4, 8)?, dropout: Dropout::new(0.5)?, fc2: Linear::new(8, 2)? })
-///     }
-///
-///     fn forward(&self, x: &Var) -> Result<Var> {
-///         self.fc2.forward(&self.dropout.forward(&self.fc1.forward(x)?.relu())?)
-///     }
-/// }
-///
-/// let model = Mlp::new()?;
-/// let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
-/// assert_eq!(names, ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
-/// model.eval(); // reaches the Dropout
-/// assert!(!model.dropout.is_training());
-/// let y = model.forward(&Var::new(Tensor::randn([3, 4])?))?;
-/// assert_eq!(y.shape().dims(), &[3, 2]);
-/// # Ok::<(), ember_tensor::Error>(())
-/// ```
+#[doc = include_str!("../example.md")]
 ///
 /// # Fields
 ///

@@ -87,6 +87,12 @@ mod parts;
 
 pub use buffer::Buffer;
 pub use ember_derive::Module;
+
+/// The example in `#[derive(Module)]`'s documentation (in ember-derive, whose own doctests
+/// do not run), compiled and run as a doctest here.
+#[cfg(doctest)]
+#[doc = include_str!("../../derive/example.md")]
+pub struct DeriveExampleDoctest;
 pub use layers::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d,
     BatchNormOptions, CellOptions, Dropout2d, GRU, GRUCell, GroupNorm, GroupNormOptions, InstanceNorm2d,

@@ -1,9 +1,6 @@
 //! [`BatchNorm1d`], [`BatchNorm2d`] and their functional form [`batch_norm`].
 
-use super::{
-    ParamNames, RunningStats, affine_params, check_eps, check_input, check_options, check_per_channel, normalize_with,
-    running_pair, spec_t, spec_v, update_running,
-};
+use super::{ParamNames, RunningStats, StatsOperands, affine_params, check_options, running_pair, update_running};
 use crate::Module;
 use crate::module::TrainingFlag;
 use ember_autograd::{Var, no_grad};
@@ -47,20 +44,10 @@ pub fn batch_norm(
     eps: f64,
 ) -> Result<Var> {
     let op = "batch_norm";
-    let c = check_input(op, x)?;
-    check_eps(op, eps)?;
-    let operands = [
-        ("running_mean", spec_t(running_mean)),
-        ("running_var", spec_t(running_var)),
-        ("weight", spec_v(weight)),
-        ("bias", spec_v(bias)),
-    ];
-    check_per_channel(op, x, c, &operands)?;
+    let operands = StatsOperands { running_mean, running_var, weight, bias };
+    let c = operands.check(op, x, eps)?;
     if !training {
-        let (Some(mean), Some(var)) = (running_mean, running_var) else {
-            return Err(Error::invalid(op, "running_mean and running_var are required when not training"));
-        };
-        return normalize_with(x, mean, var, weight, bias, eps);
+        return operands.normalize_with_running(op, x, eps, "when not training");
     }
     let per_channel = x.numel() / c.max(1);
     if per_channel <= 1 {

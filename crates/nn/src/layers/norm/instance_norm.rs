@@ -1,9 +1,6 @@
 //! [`InstanceNorm2d`] and its functional form [`instance_norm`].
 
-use super::{
-    RunningStats, affine, affine_params, check_eps, check_input, check_options, check_per_channel, normalize_with,
-    running_pair, spec_t, spec_v, update_running,
-};
+use super::{RunningStats, StatsOperands, affine, affine_params, check_options, running_pair, update_running};
 use crate::Module;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
@@ -40,20 +37,10 @@ pub fn instance_norm(
     eps: f64,
 ) -> Result<Var> {
     let op = "instance_norm";
-    let c = check_input(op, x)?;
-    check_eps(op, eps)?;
-    let operands = [
-        ("running_mean", spec_t(running_mean)),
-        ("running_var", spec_t(running_var)),
-        ("weight", spec_v(weight)),
-        ("bias", spec_v(bias)),
-    ];
-    check_per_channel(op, x, c, &operands)?;
+    let operands = StatsOperands { running_mean, running_var, weight, bias };
+    let c = operands.check(op, x, eps)?;
     if !use_input_stats {
-        let (Some(mean), Some(var)) = (running_mean, running_var) else {
-            return Err(Error::invalid(op, "running_mean and running_var are required without use_input_stats"));
-        };
-        return normalize_with(x, mean, var, weight, bias, eps);
+        return operands.normalize_with_running(op, x, eps, "without use_input_stats");
     }
     let dims = x.shape().dims().to_vec();
     let n = dims[0];

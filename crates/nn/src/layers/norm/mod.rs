@@ -75,6 +75,41 @@ fn check_per_channel(op: &'static str, x: &Var, c: usize, operands: &[(&str, Spe
     Ok(())
 }
 
+/// The operands of batch and instance norm besides the input, each optional and `[C]`: the
+/// running statistics and the affine scale and shift.
+#[derive(Clone, Copy)]
+struct StatsOperands<'a> {
+    running_mean: Option<&'a Tensor>,
+    running_var: Option<&'a Tensor>,
+    weight: Option<&'a Var>,
+    bias: Option<&'a Var>,
+}
+
+impl StatsOperands<'_> {
+    /// An error unless `x`, `eps` and the operands fit `op`; the number of channels.
+    fn check(&self, op: &'static str, x: &Var, eps: f64) -> Result<usize> {
+        let c = check_input(op, x)?;
+        check_eps(op, eps)?;
+        let operands = [
+            ("running_mean", spec_t(self.running_mean)),
+            ("running_var", spec_t(self.running_var)),
+            ("weight", spec_v(self.weight)),
+            ("bias", spec_v(self.bias)),
+        ];
+        check_per_channel(op, x, c, &operands)?;
+        Ok(c)
+    }
+
+    /// The evaluation mode: `x` normalised with the running statistics, which `op` needs
+    /// `when` it does not use the input's own.
+    fn normalize_with_running(&self, op: &'static str, x: &Var, eps: f64, when: &str) -> Result<Var> {
+        let (Some(mean), Some(var)) = (self.running_mean, self.running_var) else {
+            return Err(Error::invalid(op, format!("running_mean and running_var are required {when}")));
+        };
+        normalize_with(x, mean, var, self.weight, self.bias, eps)
+    }
+}
+
 /// An error unless `eps` is finite and not negative.
 fn check_eps(op: &'static str, eps: f64) -> Result<()> {
     if !(eps.is_finite() && eps >= 0.0) {

@@ -734,6 +734,23 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 // The other crates' view of `ember_tensor::backend`
 // ---------------------------------------------------------------------------------------
 
+/// `segs` with its first segment replaced by the path a `use` bound it to, repeatedly
+/// (`tensor::backend` after `use ember::tensor` is `ember::tensor::backend`).
+fn expand_aliases(aliases: &BTreeMap<String, Vec<String>>, segs: &[String]) -> Vec<String> {
+    let mut segs = segs.to_vec();
+    // A bound on the chain of aliases, in case two `use`s name each other.
+    for _ in 0..8 {
+        let Some(a) = segs.first().and_then(|f| aliases.get(f)) else { break };
+        let mut p = a.clone();
+        p.extend(segs[1..].iter().cloned());
+        if p == segs {
+            break;
+        }
+        segs = p;
+    }
+    segs
+}
+
 /// Every path in `src` that reaches into `ember_tensor::backend` beyond [`BACKEND_API`],
 /// one line each. `facade` marks the `ember` crate's own sources, where `crate::tensor` is
 /// `ember_tensor`.
@@ -746,21 +763,7 @@ fn backend_reaches(src: &str, facade: bool) -> Result<Vec<String>, String> {
             aliases.insert(name.clone(), path.clone());
         }
     }
-    // A path whose first segment a `use` bound, written out in full (`tensor::backend`
-    // after `use ember::tensor` is `ember::tensor::backend`).
-    let expand = |segs: &[String]| -> Vec<String> {
-        let mut segs = segs.to_vec();
-        for _ in 0..8 {
-            let Some(a) = segs.first().and_then(|f| aliases.get(f)) else { break };
-            let mut p = a.clone();
-            p.extend(segs[1..].iter().cloned());
-            if p == segs {
-                break;
-            }
-            segs = p;
-        }
-        segs
-    };
+    let expand = |segs: &[String]| expand_aliases(&aliases, segs);
     let mut out = Vec::new();
     for n in &info.named {
         let segs: Vec<String> = n.segs.iter().filter(|s| !s.is_empty()).cloned().collect();
@@ -1205,19 +1208,7 @@ fn std_locks(src: &str) -> Result<Vec<String>, String> {
         }
         globs.extend(m.globs.iter().cloned());
     }
-    let expand = |segs: &[String]| -> Vec<String> {
-        let mut segs = segs.to_vec();
-        for _ in 0..8 {
-            let Some(a) = segs.first().and_then(|f| aliases.get(f)) else { break };
-            let mut p = a.clone();
-            p.extend(segs[1..].iter().cloned());
-            if p == segs {
-                break;
-            }
-            segs = p;
-        }
-        segs
-    };
+    let expand = |segs: &[String]| expand_aliases(&aliases, segs);
     let mut out = Vec::new();
     for g in &globs {
         if expand(g) == ["std", "sync"] {

@@ -213,9 +213,9 @@ fn indexing_and_view_gradients() {
             let x = param(30, &[5, 4], dt, d);
             let src = param(31, &[2, 4], dt, d);
             // Repeated indices: their gradients add up (atomics on a device).
-            let a = x.index_select(0, ints(&[4, 0, 4, 1], &[4], d))?;
-            let b = x.gather(1, ints(&[0, 3, 3, 1, 2, 2, 0, 0, 1, 3], &[5, 2], d))?;
-            let c = x.scatter_add(0, ints(&[1, 1, 3, 0, 4, 4, 4, 2], &[2, 4], d), &src)?;
+            let a = x.index_select(0, ints(&[4, 0, 4, 1], &[4], d)?)?;
+            let b = x.gather(1, ints(&[0, 3, 3, 1, 2, 2, 0, 0, 1, 3], &[5, 2], d)?)?;
+            let c = x.scatter_add(0, ints(&[1, 1, 3, 0, 4, 4, 4, 2], &[2, 4], d)?, &src)?;
             let y = Var::cat(&[&a.flatten_all(), &b.flatten_all(), &c.flatten_all()], 0)?;
             backward(&y, &[&x, &src], d)
         });
@@ -348,7 +348,7 @@ fn normalisation_attention_and_loss_gradients() {
                     tol::REDUCTION,
                     |d| {
                         let x = param(57, &[6, 5], dt, d);
-                        let t = ints(&[0, 4, -100, 2, 2, 1], &[6], d);
+                        let t = ints(&[0, 4, -100, 2, 2, 1], &[6], d)?;
                         let loss = ClassLoss {
                             scores: ClassScores::Logits,
                             label_smoothing: smoothing,
@@ -408,7 +408,7 @@ fn second_order_gradients() {
             );
             let h = x.linear(&w1, Some(&b1))?.tanh();
             let logits = h.linear(&w2, Some(&b2))?;
-            let t = ints(&[0, 4, 2, 2, 1, 3, 0, 4], &[8], d);
+            let t = ints(&[0, 4, 2, 2, 1, 3, 0, 4], &[8], d)?;
             let loss = logits.class_loss(
                 &Var::new(t),
                 ClassLoss {
@@ -430,7 +430,7 @@ fn second_order_gradients() {
         });
         p.check(format!("softmax and log_softmax / nll, second order {dt}"), tol::MATMUL, |d| {
             let x = param(69, &[6, 5], dt, d);
-            let t = ints(&[1, 0, 4, 4, 2, 3], &[6], d);
+            let t = ints(&[1, 0, 4, 4, 2, 3], &[6], d)?;
             let nll = x.log_softmax(1)?.class_loss(
                 &Var::new(t),
                 ClassLoss {

@@ -191,7 +191,7 @@ fn upload_download_round_trip() {
         p.check(format!("to_device special values {dt}"), tol::EXACT, |d| one(floats(&special, &[8], dt, d)));
     }
     p.check("to_device i64 extremes", tol::EXACT, |d| {
-        one(ints(&[i64::MIN, -1, 0, 1, i64::MAX, (1 << 53) + 1], &[6], d))
+        one(ints(&[i64::MIN, -1, 0, 1, i64::MAX, (1 << 53) + 1], &[6], d)?)
     });
     p.finish();
 }
@@ -495,7 +495,7 @@ fn casts_between_all_dtypes() {
     }
     let big = [i64::MIN, -257, -1, 0, 255, 256, 1 << 24, (1 << 24) + 1, (1 << 53) + 1, i64::MAX];
     for to in DTYPES {
-        p.check(format!("i64 -> {to} wide values"), tol::EXACT, |d| one(ints(&big, &[big.len()], d).to_dtype(to)));
+        p.check(format!("i64 -> {to} wide values"), tol::EXACT, |d| one(ints(&big, &[big.len()], d)?.to_dtype(to)));
     }
     p.finish();
 }
@@ -725,19 +725,19 @@ fn indexing() {
             let n = s[dim] as i64;
             let idx: Vec<i64> = vec![n - 1, 0, 1, 1, n - 1, 0];
             p.check(format!("index_select({dim}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
-                one(input(80, s, dt, lay, d).index_select(dim, &ints(&idx, &[6], d))?)
+                one(input(80, s, dt, lay, d).index_select(dim, &ints(&idx, &[6], d)?)?)
             });
             let mut ishape = s.to_vec();
             ishape[dim] = 3;
             let m: usize = ishape.iter().product();
             let gi: Vec<i64> = (0..m).map(|i| (mix(81, i as u64) % n as u64) as i64).collect();
             p.check(format!("gather({dim}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
-                one(input(82, s, dt, lay, d).gather(dim, &ints(&gi, &ishape, d))?)
+                one(input(82, s, dt, lay, d).gather(dim, &ints(&gi, &ishape, d)?)?)
             });
             // Duplicate targets: a device adds them with atomics in any order.
             p.check(format!("scatter_add({dim}) {s:?} {dt} {lay:?}"), tol::REDUCTION, |d| {
                 let src = input(83, &ishape, dt, Lay::Contiguous, d);
-                one(input(84, s, dt, lay, d).scatter_add(dim, &ints(&gi, &ishape, d), &src)?)
+                one(input(84, s, dt, lay, d).scatter_add(dim, &ints(&gi, &ishape, d)?, &src)?)
             });
             p.check(format!("masked_fill {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
                 let mask = input(85, &s[1..], DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
@@ -747,20 +747,20 @@ fn indexing() {
         }
     }
     p.check("index_select with an empty index", tol::EXACT, |d| {
-        one(inp(87, &[4, 3], DType::F32, d).index_select(0, &ints(&[], &[0], d))?)
+        one(inp(87, &[4, 3], DType::F32, d).index_select(0, &ints(&[], &[0], d)?)?)
     });
     p.check_error("index_select out of range", |d| {
-        one(inp(87, &[4, 3], DType::F32, d).index_select(0, &ints(&[0, 4], &[2], d))?)
+        one(inp(87, &[4, 3], DType::F32, d).index_select(0, &ints(&[0, 4], &[2], d)?)?)
     });
     p.check_error("index_select negative index", |d| {
-        one(inp(87, &[4, 3], DType::F32, d).index_select(1, &ints(&[-1], &[1], d))?)
+        one(inp(87, &[4, 3], DType::F32, d).index_select(1, &ints(&[-1], &[1], d)?)?)
     });
     p.check_error("gather out of range", |d| {
-        one(inp(87, &[4, 3], DType::F32, d).gather(1, &ints(&[0, 3], &[1, 2], d))?)
+        one(inp(87, &[4, 3], DType::F32, d).gather(1, &ints(&[0, 3], &[1, 2], d)?)?)
     });
     p.check_error("scatter_add out of range", |d| {
         let t = inp(87, &[4, 3], DType::F32, d);
-        one(t.scatter_add(0, &ints(&[7, 0], &[1, 2], d), &inp(88, &[1, 2], DType::F32, d))?)
+        one(t.scatter_add(0, &ints(&[7, 0], &[1, 2], d)?, &inp(88, &[1, 2], DType::F32, d))?)
     });
     p.check_error("index_select with f32 indices", |d| {
         one(inp(87, &[4, 3], DType::F32, d).index_select(0, &inp(89, &[2], DType::F32, d))?)
@@ -968,7 +968,7 @@ fn class_loss_and_its_gradient() {
                                 } else {
                                     x
                                 };
-                                let t = ints(&targets, &tshape, d);
+                                let t = ints(&targets, &tshape, d)?;
                                 let l = x.class_loss(&t, &loss)?;
                                 let g = inp(122, l.shape(), dt, d);
                                 Ok(vec![l, x.class_loss_backward(&t, &g, &loss)?])
@@ -986,13 +986,13 @@ fn class_loss_and_its_gradient() {
         reduction: LossReduction::Mean,
     };
     p.check_error("cross_entropy with a target out of range", |d| {
-        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[0, 3], &[2], d), &ce)?)
+        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[0, 3], &[2], d)?, &ce)?)
     });
     p.check_error("cross_entropy with a negative target", |d| {
-        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[0, -1], &[2], d), &ce)?)
+        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[0, -1], &[2], d)?, &ce)?)
     });
     p.check("cross_entropy with every target ignored (mean is NaN)", tol::EXACT, |d| {
-        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[-100, -100], &[2], d), &ce)?)
+        one(inp(123, &[2, 3], DType::F32, d).class_loss(&ints(&[-100, -100], &[2], d)?, &ce)?)
     });
     p.finish();
 }
@@ -1161,12 +1161,12 @@ fn one_dimensional_windows_and_resampling() {
             let x = inp(151, &[2, 3, 4, 5], dt, d);
             // Repeated positions: scatter_planes adds them up.
             let idx: Vec<i64> = (0..2 * 3 * 2 * 2).map(|i| (mix(152, i as u64) % 20) as i64).collect();
-            let index = ints(&idx, &[2, 3, 2, 2], d);
+            let index = ints(&idx, &[2, 3, 2, 2], d)?;
             let g = x.gather_planes(&index)?;
             Ok(vec![g.clone(), g.scatter_planes(&index, [4, 5])?])
         });
         p.check_error(format!("gather_planes out of range {dt}"), |d| {
-            one(inp(151, &[1, 1, 2, 2], dt, d).gather_planes(&ints(&[4], &[1, 1, 1, 1], d))?)
+            one(inp(151, &[1, 1, 2, 2], dt, d).gather_planes(&ints(&[4], &[1, 1, 1, 1], d)?)?)
         });
     }
     p.finish();

@@ -102,9 +102,9 @@ pub fn uniform(seed: u64, n: usize) -> Vec<f64> {
     (0..n).map(|i| (mix(seed, i as u64) >> 11) as f64 / (1u64 << 53) as f64 * 5.0 - 2.5).collect()
 }
 
-/// Exact `i64` data of `shape` on `dev`. Panics if `values` does not fill `shape`.
-pub fn ints(values: &[i64], shape: &[usize], dev: Device) -> Tensor {
-    Tensor::from_vec(values.to_vec(), shape).unwrap().to_device(dev).unwrap()
+/// Exact `i64` data of `shape` on `dev`; an error if `values` does not fill `shape`.
+pub fn ints(values: &[i64], shape: &[usize], dev: Device) -> Result<Tensor> {
+    Tensor::from_vec(values.to_vec(), shape)?.to_device(dev)
 }
 
 /// How a [`Parity`] names the results of one check in its messages.

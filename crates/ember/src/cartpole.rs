@@ -1,5 +1,6 @@
 //! The classic cart-pole balancing task (Gym's `CartPole-v1`), in pure Rust and seeded,
-//! for the actor-critic example ([`crate::actor_critic`]).
+//! for the actor-critic, DQN and PPO examples ([`crate::actor_critic`], [`crate::dqn`],
+//! [`crate::ppo`]).
 //!
 //! A pole is hinged on a cart moving along a track; each step pushes the cart left
 //! (action 0) or right (action 1) with a force of 10 N, and earns a reward of 1. The
@@ -133,4 +134,53 @@ impl CartPole {
         let terminated = self.state[0].abs() > POSITION_LIMIT || self.state[2].abs() > ANGLE_LIMIT;
         Step { state: self.state, reward: 1.0, terminated, truncated: !terminated && self.steps >= MAX_STEPS }
     }
+}
+
+/// The mean return of a deterministic policy over `episodes` episodes run side by side,
+/// environment `i` seeded `seed + i`: `policy` gets the states of the episodes still
+/// running and answers one action for each. The evaluation of the DQN and PPO examples.
+///
+/// ```
+/// use ember::cartpole::evaluate_policy;
+/// // The lean-following controller: push towards where the pole is falling.
+/// let score = evaluate_policy(10, 3, |states| Ok(states.iter().map(|s| usize::from(s[2] + 0.5 * s[3] > 0.0)).collect()))?;
+/// assert!(score > 100.0, "{score}");
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn evaluate_policy(
+    episodes: usize,
+    seed: u64,
+    mut policy: impl FnMut(&[[f64; STATE]]) -> crate::Result<Vec<usize>>,
+) -> crate::Result<f64> {
+    let mut envs: Vec<CartPole> = (0..episodes as u64).map(|i| CartPole::new(seed.wrapping_add(i))).collect();
+    let mut states: Vec<[f64; STATE]> = envs.iter_mut().map(CartPole::reset).collect();
+    let mut alive: Vec<usize> = (0..episodes).collect();
+    let mut returns = vec![0.0; episodes];
+    while !alive.is_empty() {
+        let live: Vec<[f64; STATE]> = alive.iter().map(|&i| states[i]).collect();
+        let actions = policy(&live)?;
+        if actions.len() != live.len() {
+            return Err(crate::Error::invalid(
+                "cartpole::evaluate_policy",
+                format!("the policy answered {} actions for {} states", actions.len(), live.len()),
+            ));
+        }
+        let mut still = Vec::with_capacity(alive.len());
+        for (&i, &action) in alive.iter().zip(&actions) {
+            let step = envs[i].step(action);
+            returns[i] += step.reward;
+            states[i] = step.state;
+            if !(step.terminated || step.truncated) {
+                still.push(i);
+            }
+        }
+        alive = still;
+    }
+    Ok(returns.iter().sum::<f64>() / episodes.max(1) as f64)
+}
+
+/// States `[N, 4]` as an `f32` tensor, the networks' input.
+pub fn states_tensor(states: &[[f64; STATE]]) -> crate::Result<crate::Tensor> {
+    let flat: Vec<f32> = states.iter().flat_map(|s| s.iter().map(|&v| v as f32)).collect();
+    crate::Tensor::from_vec(flat, [states.len(), STATE])
 }

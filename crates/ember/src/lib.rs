@@ -24,7 +24,8 @@
 //! criterion) behind `cargo run --release --example gan`, with DCGAN networks
 //! ([`gan::dcgan`]) and an eager trainer with WGAN-GP ([`gan::eager`]). The other training
 //! scenarios of the examples: [`multitask`] (shared trunk, two heads, `retain_graph`),
-//! [`transfer`] (a frozen encoder) and [`actor_critic`] on [`cartpole`]; [`char_lm`] holds the
+//! [`transfer`] (a frozen encoder), and on [`cartpole`] [`actor_critic`], [`dqn`] (a target
+//! network) and [`ppo`] (separate actor and critic); [`char_lm`] holds the
 //! character-level Transformer language model.
 //!
 //! ```
@@ -44,9 +45,11 @@ extern crate self as ember;
 pub mod actor_critic;
 pub mod cartpole;
 pub mod char_lm;
+pub mod dqn;
 pub mod gan;
 pub mod mnist;
 pub mod multitask;
+pub mod ppo;
 pub mod soak;
 pub mod transfer;
 

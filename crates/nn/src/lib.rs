@@ -32,6 +32,8 @@
 //!   and the same as [`Loss`] objects ([`CrossEntropyLoss`], [`MSELoss`], ...).
 //! - [`init`]: PyTorch's initialisation formulas, drawn from the global generator.
 //! - [`functional`]: the functional forms in one place (`use ember_nn::functional as F`).
+//! - Target networks (`target_update.rs`): [`hard_update`] and [`soft_update`] copy or
+//!   Polyak-average one module into another of the same architecture.
 //!
 //! Randomness (initial weights, dropout masks) comes from ember's single global generator:
 //! `ember_tensor::manual_seed(s)` makes a run reproducible.
@@ -84,6 +86,7 @@ mod layers;
 mod loss;
 mod module;
 mod parts;
+mod target_update;
 
 pub use buffer::Buffer;
 pub use ember_derive::Module;
@@ -119,6 +122,7 @@ pub use loss::{
 };
 pub use module::{Module, ModuleExt, TrainingFlag};
 pub use parts::{ModuleField, Part, Parts};
+pub use target_update::{hard_update, soft_update};
 
 // The model and checkpoint files live in `ember-io`; these keep their ember-nn paths.
 pub use ember_io::pt;

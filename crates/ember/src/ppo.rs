@@ -26,7 +26,8 @@
 //! Both losses then reach the trunk, so the actor's is backpropagated with
 //! `retain_graph = true` (the critic's backward runs through the same trunk graph again)
 //! and the trunk's gradients are the sum of the two contributions, the same as one backward
-//! of `actor + critic` up to rounding ([`shared_gradient_gap`] measures it). The **actor's
+//! of `actor + critic` up to rounding ([`shared_gradient_gap`] measures it: the two add the
+//! same terms in another order, so they differ by float32 rounding of the gradients' size). The **actor's
 //! optimizer owns the trunk** (with the policy head); the critic's optimizer owns the value
 //! head only. So the trunk moves once per step, by the actor's learning rate, along the
 //! gradient of both losses, as with one optimizer over a summed loss; and the value head
@@ -53,6 +54,11 @@ pub struct Config {
     pub gamma: f64,
     /// GAE's lambda.
     pub lambda: f64,
+    /// The factor applied to the rewards before the advantages and the critic's targets
+    /// are computed (the reported returns are unscaled). It keeps the values near 1 rather
+    /// than near 100, so that with a shared trunk the value loss's gradient does not drown
+    /// the policy's; the advantages are normalised anyway, so the policy does not see it.
+    pub reward_scale: f64,
     /// The clip range `eps` of the probability ratio.
     pub clip: f64,
     /// The actor's Adam learning rate (in the shared mode, the trunk's too).
@@ -91,11 +97,12 @@ impl Default for Config {
             minibatch: 128,
             gamma: 0.99,
             lambda: 0.95,
+            reward_scale: 0.01,
             clip: 0.2,
             actor_lr: 1e-3,
             critic_lr: 1e-3,
             value_weight: 0.5,
-            entropy_weight: 0.0,
+            entropy_weight: 0.01,
             max_grad_norm: 0.5,
             hidden: 64,
             shared_backbone: false,
@@ -303,18 +310,17 @@ fn policy_and_values(agent: &Agent, states: &[[f64; STATE]]) -> Result<(Var, Var
     })
 }
 
-/// Runs every environment `horizon` steps with actions sampled from the policy under
-/// `no_grad`, then computes the advantages; finished episodes' `(steps so far, return)`
-/// go to `episode_returns`.
+/// Runs every environment [`Config::horizon`] steps with actions sampled from the policy
+/// under `no_grad`, then computes the advantages from the rewards times
+/// [`Config::reward_scale`]; finished episodes' `(steps so far, return)` go to
+/// `episode_returns`.
 pub fn collect(
     agent: &Agent,
     envs: &mut Envs,
-    horizon: usize,
-    gamma: f64,
-    lambda: f64,
+    config: &Config,
     episode_returns: &mut Vec<(usize, f64)>,
 ) -> Result<Rollout> {
-    let e = envs.envs.len();
+    let (horizon, e) = (config.horizon, envs.envs.len());
     let mut visited = Vec::with_capacity(horizon * e);
     let mut actions = Vec::with_capacity(horizon * e);
     let mut log_probs = Vec::with_capacity(horizon);
@@ -335,7 +341,7 @@ pub fn collect(
             visited.push(envs.states[i]);
             actions.push(action as i64);
             chosen.push(action as i64);
-            rewards.push(step.reward);
+            rewards.push(step.reward * config.reward_scale);
             envs.running[i] += step.reward;
             envs.steps += 1;
             let ended = step.terminated || step.truncated;
@@ -373,7 +379,7 @@ pub fn collect(
     for (row, value) in next_fixed {
         next_values[row] = value;
     }
-    let advantages = gae(&rewards, &v, &next_values, &ends, e, gamma, lambda)?;
+    let advantages = gae(&rewards, &v, &next_values, &ends, e, config.gamma, config.lambda)?;
     let returns: Vec<f32> = advantages.iter().zip(&v).map(|(a, v)| (a + v) as f32).collect();
     Ok(Rollout {
         states: states_tensor(&visited)?,
@@ -432,7 +438,13 @@ fn backward_both(agent: &Agent, l: &Losses) -> Result<()> {
 }
 
 /// One optimisation step of each optimizer on the rows `rows` of a rollout.
-pub fn train_step(agent: &Agent, opts: &mut Optimizers, rollout: &Rollout, rows: &Tensor, config: &Config) -> Result<Losses> {
+pub fn train_step(
+    agent: &Agent,
+    opts: &mut Optimizers,
+    rollout: &Rollout,
+    rows: &Tensor,
+    config: &Config,
+) -> Result<Losses> {
     let l = losses(agent, rollout, rows, config)?;
     opts.actor.zero_grad();
     opts.critic.zero_grad();
@@ -444,11 +456,22 @@ pub fn train_step(agent: &Agent, opts: &mut Optimizers, rollout: &Rollout, rows:
     Ok(l)
 }
 
-/// The largest absolute difference between the trunk's gradients from the two losses
-/// backpropagated one after the other (as training does) and from one backward of their
-/// sum, on the rows `rows` of a rollout. Needs a shared trunk; leaves the summed pass's
-/// gradients in place.
-pub fn shared_gradient_gap(agent: &Agent, rollout: &Rollout, rows: &Tensor, config: &Config) -> Result<f64> {
+/// How far apart the trunk's gradients from the two losses backpropagated one after the
+/// other and from one backward of their sum are.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GradientGap {
+    /// The largest absolute difference, over every trunk parameter's elements.
+    pub largest_difference: f64,
+    /// The largest absolute trunk gradient of the summed backward: the scale of the
+    /// rounding that separates the two (they add the same terms in another order).
+    pub largest_gradient: f64,
+}
+
+/// Compares the trunk's gradients from the two losses backpropagated one after the other
+/// (as training does, the actor's with `retain_graph`) with those of one backward of
+/// `actor + critic`, on the rows `rows` of a rollout. Needs a shared trunk; leaves the
+/// summed pass's gradients in place.
+pub fn shared_gradient_gap(agent: &Agent, rollout: &Rollout, rows: &Tensor, config: &Config) -> Result<GradientGap> {
     if !agent.is_shared() {
         return Err(Error::invalid("ppo::shared_gradient_gap", "the agent has no shared trunk"));
     }
@@ -456,7 +479,9 @@ pub fn shared_gradient_gap(agent: &Agent, rollout: &Rollout, rows: &Tensor, conf
         agent
             .trunk_parameters()
             .iter()
-            .map(|p| p.grad().ok_or_else(|| Error::autograd("ppo: a trunk parameter received no gradient"))?.to_vec_f64())
+            .map(|p| {
+                p.grad().ok_or_else(|| Error::autograd("ppo: a trunk parameter received no gradient"))?.to_vec_f64()
+            })
             .collect()
     };
     agent.zero_grad();
@@ -466,10 +491,11 @@ pub fn shared_gradient_gap(agent: &Agent, rollout: &Rollout, rows: &Tensor, conf
     let l = losses(agent, rollout, rows, config)?;
     (&l.actor + &l.critic)?.backward()?;
     let summed = trunk_grads()?;
-    let mut gap = 0f64;
+    let mut gap = GradientGap::default();
     for (a, b) in separate.iter().zip(&summed) {
         for (u, v) in a.iter().zip(b) {
-            gap = gap.max((u - v).abs());
+            gap.largest_difference = gap.largest_difference.max((u - v).abs());
+            gap.largest_gradient = gap.largest_gradient.max(v.abs());
         }
     }
     Ok(gap)
@@ -515,9 +541,9 @@ pub struct Report {
     pub minibatch_steps: usize,
     /// Environment steps taken.
     pub steps: usize,
-    /// With a shared trunk, the largest [`shared_gradient_gap`] over the first minibatch of
-    /// every update.
-    pub shared_gap: Option<f64>,
+    /// With a shared trunk, the [`shared_gradient_gap`] on the first minibatch of every
+    /// update (empty without).
+    pub shared_gaps: Vec<GradientGap>,
     /// Whether an evaluation reached [`Config::target`].
     pub solved: bool,
 }
@@ -527,8 +553,7 @@ pub struct Report {
 /// `evaluated` telling whether an evaluation just ran.
 pub fn train(agent: &Agent, config: &Config, mut on_update: impl FnMut(&Report, bool)) -> Result<Report> {
     let c = *config;
-    if c.envs == 0 || c.horizon == 0 || c.epochs == 0 || c.minibatch == 0 || c.eval_every == 0 || c.eval_episodes == 0
-    {
+    if c.envs == 0 || c.horizon == 0 || c.epochs == 0 || c.minibatch == 0 || c.eval_every == 0 || c.eval_episodes == 0 {
         return Err(Error::invalid("ppo::train", format!("sizes must be positive, got {c:?}")));
     }
     let mut opts = Optimizers::new(agent, &c)?;
@@ -537,15 +562,14 @@ pub fn train(agent: &Agent, config: &Config, mut on_update: impl FnMut(&Report, 
     let mut report = Report::default();
     let n = c.envs * c.horizon;
     for update in 1..=c.max_updates {
-        let rollout = collect(agent, &mut envs, c.horizon, c.gamma, c.lambda, &mut report.episode_returns)?;
+        let rollout = collect(agent, &mut envs, &c, &mut report.episode_returns)?;
         report.steps = envs.steps();
         for epoch in 0..c.epochs {
             let order = permutation(n, &mut rng);
             for (b, chunk) in order.chunks(c.minibatch).enumerate() {
                 let rows = Tensor::from_vec(chunk.to_vec(), [chunk.len()])?;
                 if agent.is_shared() && epoch == 0 && b == 0 {
-                    let gap = shared_gradient_gap(agent, &rollout, &rows, &c)?;
-                    report.shared_gap = Some(report.shared_gap.map_or(gap, |g| g.max(gap)));
+                    report.shared_gaps.push(shared_gradient_gap(agent, &rollout, &rows, &c)?);
                 }
                 train_step(agent, &mut opts, &rollout, &rows, &c)?;
                 report.minibatch_steps += 1;

@@ -109,7 +109,10 @@ fn replay_buffer_keeps_its_capacity_and_samples_what_it_holds() -> Result<()> {
         assert!((140..=260).contains(&hits), "transition {k} drawn {hits} times of 1000");
     }
     let batch = dqn::batch_of(&sample[..4])?;
-    assert_eq!((batch.states.shape(), batch.actions.shape(), batch.terminated.shape()), (&[4, 4][..], &[4, 1][..], &[4][..]));
+    assert_eq!(
+        (batch.states.shape().dims(), batch.actions.shape().dims(), batch.terminated.shape().dims()),
+        (&[4, 4][..], &[4, 1][..], &[4][..])
+    );
     assert!(ReplayBuffer::new(0).is_err());
     Ok(())
 }

@@ -122,7 +122,12 @@ fn matched(op: &'static str, target: &dyn Module, source: &dyn Module) -> Result
 }
 
 /// Pairs the target's tensors with the source's by position, checking names and shapes.
-fn pair_up(op: &'static str, kind: &str, target: Vec<(String, Tensor)>, source: Vec<(String, Tensor)>) -> Result<Vec<(Tensor, Tensor)>> {
+fn pair_up(
+    op: &'static str,
+    kind: &str,
+    target: Vec<(String, Tensor)>,
+    source: Vec<(String, Tensor)>,
+) -> Result<Vec<(Tensor, Tensor)>> {
     if target.len() != source.len() {
         let names = |v: &[(String, Tensor)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
         return Err(Error::invalid(
@@ -139,7 +144,10 @@ fn pair_up(op: &'static str, kind: &str, target: Vec<(String, Tensor)>, source: 
     let mut out = Vec::with_capacity(target.len());
     for ((tn, t), (sn, s)) in target.into_iter().zip(source) {
         if tn != sn {
-            return Err(Error::invalid(op, format!("{kind} names differ: the target has {tn} where the source has {sn}")));
+            return Err(Error::invalid(
+                op,
+                format!("{kind} names differ: the target has {tn} where the source has {sn}"),
+            ));
         }
         if t.shape() != s.shape() {
             return Err(Error::shape(

@@ -7,7 +7,11 @@ use ember_nn::{BatchNorm1d, Linear, Module, ReLU, Sequential, hard_update, soft_
 use ember_tensor::{Result, Tensor, manual_seed};
 
 fn mlp(hidden: usize) -> Result<Sequential> {
-    Ok(Sequential::new().add(Linear::new(3, hidden)?).add(BatchNorm1d::new(hidden)?).add(ReLU).add(Linear::new(hidden, 2)?))
+    Ok(Sequential::new()
+        .add(Linear::new(3, hidden)?)
+        .add(BatchNorm1d::new(hidden)?)
+        .add(ReLU)
+        .add(Linear::new(hidden, 2)?))
 }
 
 fn values(m: &dyn Module) -> Result<Vec<(String, Vec<f64>)>> {
@@ -71,7 +75,9 @@ fn target_parameters_never_require_grad_or_record() -> Result<()> {
     // A forward through the target outside no_grad records nothing for its parameters: a
     // loss built on it sends gradients to the online network only, and none to the target.
     let x = Var::new(Tensor::randn([5, 3])?);
-    let loss = target.forward(&online.forward(&x)?.narrow(1, 0, 2)?.matmul(&Var::new(Tensor::ones([2, 3])?))?)?;
+    let loss = target.forward(
+        &online.forward(&x)?.narrow(1, 0, 2)?.matmul(&Var::new(Tensor::ones([2, 3], ember_tensor::DType::F32)?))?,
+    )?;
     loss.sum_all().backward()?;
     assert!(target.parameters().iter().all(|p| p.grad().is_none()));
     assert!(online.parameters().iter().all(|p| p.grad().is_some()));

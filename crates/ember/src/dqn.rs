@@ -230,18 +230,18 @@ pub fn batch_of(ts: &[Transition]) -> Result<Batch> {
 /// under [`no_grad`] so that they carry no graph, with `a*` the online network's argmax
 /// when `double` (Double DQN) and the target network's own otherwise.
 pub fn td_targets(online: &dyn Module, target: &dyn Module, batch: &Batch, gamma: f64, double: bool) -> Result<Var> {
+    let n = batch.rewards.numel();
     no_grad(|| {
         let next = Var::new(batch.next.clone());
-        let q_next = target.forward(&next)?.value();
+        let q_next = target.forward(&next)?;
         let best = if double {
             let choice = online.forward(&next)?.value().argmax(1, true)?;
-            q_next.gather(1, &choice)?.reshape([batch.rewards.numel()])?
+            q_next.gather(1, &choice)?.reshape([n])?
         } else {
             q_next.max(1, false)?
         };
         let alive = batch.terminated.neg().add_scalar(1.0);
-        let future = (&best * &alive)?.mul_scalar(gamma);
-        Ok(Var::new((&batch.rewards + &future)?))
+        &(&best * &alive)?.mul_scalar(gamma) + &batch.rewards
     })
 }
 

@@ -237,7 +237,7 @@ pub fn gae(
     lambda: f64,
 ) -> Result<Vec<f64>> {
     let n = rewards.len();
-    if envs == 0 || n % envs != 0 || values.len() != n || next_values.len() != n || ends.len() != n {
+    if envs == 0 || !n.is_multiple_of(envs) || values.len() != n || next_values.len() != n || ends.len() != n {
         return Err(Error::invalid(
             "ppo::gae",
             format!(
@@ -365,13 +365,14 @@ pub fn collect(
             next_fixed.extend(cut_off.iter().map(|c| c.0).zip(v_last));
         }
         let index = Tensor::from_vec(chosen, [e, 1])?;
-        log_probs.push(no_grad(|| log_p.gather(1, &index)?.reshape([e]))?);
+        // No `no_grad` needed here: `log_p` was computed without recording, so nothing
+        // below it records either, and the rollout carries no graph because of that one
+        // `no_grad` alone (which the smoke test checks).
+        log_probs.push(log_p.gather(1, &index)?.reshape([e])?);
         values.push(v);
     }
-    let (log_probs, values) = no_grad(|| {
-        let cat = |v: &[Var]| Var::cat(&v.iter().collect::<Vec<_>>(), 0);
-        Ok::<_, Error>((cat(&log_probs)?, cat(&values)?))
-    })?;
+    let cat = |v: &[Var]| Var::cat(&v.iter().collect::<Vec<_>>(), 0);
+    let (log_probs, values) = (cat(&log_probs)?, cat(&values)?);
     let v = values.value().to_vec_f64()?;
     let last = policy_and_values(agent, &envs.states)?.1.value().to_vec_f64()?;
     let n = horizon * e;

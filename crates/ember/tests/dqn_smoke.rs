@@ -54,6 +54,16 @@ fn target_network_copies_exactly_stands_still_between_copies_and_gets_no_gradien
     hard_update(&target, &online)?;
     assert_eq!(values(&target)?, values(&online)?);
 
+    // Even if the target's parameters required grad (a user unfreezing them by mistake),
+    // the TD targets, computed under no_grad, would carry no graph; the next copy freezes
+    // them again.
+    target.parameters().iter().try_for_each(|p| p.requires_grad_(true).map(drop))?;
+    let batch = buffer.sample_batch(32, &mut rng)?;
+    let targets = dqn::td_targets(&online, &target, &batch, config.gamma, true)?;
+    assert!(!targets.requires_grad() && targets.is_leaf());
+    hard_update(&target, &online)?;
+    assert!(target.parameters().iter().all(|p| !p.requires_grad()));
+
     // The plain-DQN targets too come without a graph, and they are never below the
     // Double-DQN ones (a max over the target's values bounds any one of them).
     let batch = buffer.sample_batch(64, &mut rng)?;
@@ -92,7 +102,7 @@ fn replay_buffer_keeps_its_capacity_and_samples_what_it_holds() -> Result<()> {
         action: k % 2,
         reward: 1.0,
         next: [k as f64 + 1.0, 0.0, 0.0, 0.0],
-        terminated: k % 3 == 0,
+        terminated: k.is_multiple_of(3),
     };
     for k in 0..8 {
         buffer.push(t(k));

@@ -315,8 +315,12 @@ pub fn train(
     if c.batch == 0 || c.train_every == 0 || c.eval_every == 0 || c.eval_episodes == 0 {
         return Err(Error::invalid("dqn::train", format!("sizes must be positive, got {c:?}")));
     }
-    if let TargetUpdate::Hard(0) = c.target_update {
-        return Err(Error::invalid("dqn::train", "the hard-copy period must be positive"));
+    match c.target_update {
+        TargetUpdate::Hard(0) => return Err(Error::invalid("dqn::train", "the hard-copy period must be positive")),
+        TargetUpdate::Soft(tau) if !(0.0..=1.0).contains(&tau) => {
+            return Err(Error::invalid("dqn::train", format!("the soft-update tau must lie in [0, 1], got {tau}")));
+        }
+        _ => {}
     }
     let mut buffer = ReplayBuffer::new(c.buffer)?;
     hard_update(target, online)?;

@@ -8,14 +8,22 @@
 //! accumulate into `.grad`, are returned by [`grad`], and run their hooks. When backward
 //! reaches the node, it runs the segment again with grad mode on, from the saved input
 //! values, and backpropagates through that fresh graph. The global random generator is
-//! replayed to its state at the first run, so dropout masks come out the same.
+//! replayed to its state at the first run, so dropout masks come out the same. The fresh
+//! graph is dropped once its gradients are out.
+//!
+//! Under `create_graph` (a gradient penalty, a Hessian-vector product), the recomputation
+//! and the backward through it are recorded instead: the gradients the checkpoint hands on
+//! are `Var`s connected to its inputs and parameters, so gradients of gradients flow
+//! through the segment, to any order, as they would without the checkpoint (PyTorch's
+//! non-reentrant checkpoint does the same). That graph is kept by the gradients that refer
+//! to it, as any graph `create_graph` records: the memory saved in forward is spent again
+//! for whatever differentiates the gradients.
 //!
 //! Rules: the segment must compute the same function of the same parameters each time it
 //! runs; a `Var` computed outside the segment that requires grad must be passed as an input
 //! (reading one captured by the closure is an error, as its gradient would otherwise flow
 //! twice); writing an input or a parameter in place between forward and backward is an
-//! error, as for any saved value; differentiating through a checkpoint with `create_graph`
-//! is not supported.
+//! error, as for any saved value.
 //!
 //! ```
 //! use ember_autograd::{checkpoint, Var};
@@ -29,6 +37,15 @@
 //! let g_plain = ember_autograd::grad(&[&plain], &[&w], &[], false, false)?[0].clone().unwrap();
 //! saved.backward()?;
 //! assert_eq!(w.grad().unwrap().to_vec::<f64>()?, g_plain.value().to_vec::<f64>()?);
+//!
+//! // A gradient penalty through the checkpoint: the input's gradient is itself differentiated.
+//! let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [1, 2])?);
+//! let w3 = w.clone();
+//! let y = x.checkpoint(move |h| Ok(h.matmul(&w3)?.tanh()))?.sum_all();
+//! let gx = ember_autograd::grad(&[&y], &[&x], &[], false, true)?[0].clone().unwrap();
+//! let penalty = gx.square().sum_all();
+//! let d_w = ember_autograd::grad(&[&penalty], &[&w], &[], false, false)?[0].clone();
+//! assert!(d_w.is_some());
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 //!
@@ -240,6 +257,11 @@ impl Op for Checkpoint {
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        // The engine runs an operation's backward in grad mode exactly when it records it
+        // (`create_graph`).
+        if is_grad_enabled() {
+            return self.backward_recorded(ctx, g);
+        }
         let n_all = ctx.num_inputs();
         let mut fresh = Vec::with_capacity(self.n_inputs);
         for i in 0..self.n_inputs {
@@ -249,14 +271,7 @@ impl Op for Checkpoint {
         // The parameters, version-checked: the recomputation must see the values of forward.
         let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
         let out = replaying(&self.rng, || enable_grad(|| (self.f)(&fresh)))?;
-        if out.shape() != g.shape() {
-            return Err(Error::autograd(format!(
-                "checkpoint: the segment's output has shape {:?} when recomputed, {:?} at first; the segment must \
-                 compute the same function each time",
-                out.shape(),
-                g.shape()
-            )));
-        }
+        self.check_shape(&out, g)?;
         let mut slots = Vec::new();
         let mut targets: Vec<&Var> = Vec::new();
         for (i, v) in fresh.iter().chain(params.iter()).enumerate() {
@@ -281,9 +296,69 @@ impl Op for Checkpoint {
         Saves::INPUTS
     }
 
-    /// Backward runs a nested backward through the recomputed segment, which is not
-    /// recorded: differentiating a checkpoint with `create_graph` is refused.
+    /// Under `create_graph` the recomputation and the nested backward through it are
+    /// recorded (see [`Checkpoint::backward_recorded`]).
     fn backward_differentiable(&self) -> bool {
-        false
+        true
+    }
+}
+
+impl Checkpoint {
+    fn check_shape(&self, out: &Var, g: &Var) -> Result<()> {
+        if out.shape() != g.shape() {
+            return Err(Error::autograd(format!(
+                "checkpoint: the segment's output has shape {:?} when recomputed, {:?} at first; the segment must \
+                 compute the same function each time",
+                out.shape(),
+                g.shape()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Backward under `create_graph`: the segment is recomputed and differentiated with
+    /// both recorded, so that the gradients returned are `Var`s of the inputs, the
+    /// parameters and `g`, and can be differentiated again (to any order: a checkpoint met
+    /// on the way does the same).
+    ///
+    /// The segment runs on a stand-in for each input that requires grad: a router with the
+    /// input's value and, during the nested backward, no route, so that the gradient stops
+    /// there. That gradient is the partial derivative for the input; running through into
+    /// the input's own history would add, to a parameter the segment reads that is also
+    /// upstream of the input, the part of its gradient that the outer backward delivers
+    /// through the input. Once the gradients are computed, each router is routed to its
+    /// input: a later backward through the recorded graph passes on into the input's
+    /// history.
+    fn backward_recorded(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let n_all = ctx.num_inputs();
+        let inputs = (0..self.n_inputs).map(|i| ctx.input(i)).collect::<Result<Vec<_>>>()?;
+        let stand_ins: Vec<Var> =
+            inputs.iter().map(|x| if x.requires_grad() { Var::router(x.value()) } else { x.clone() }).collect();
+        let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
+        let out = replaying(&self.rng, || (self.f)(&stand_ins))?;
+        self.check_shape(&out, g)?;
+        let mut slots = Vec::new();
+        let mut targets: Vec<&Var> = Vec::new();
+        for (i, v) in stand_ins.iter().chain(params.iter()).enumerate() {
+            if ctx.needs_input_grad(i) && v.requires_grad() {
+                slots.push(i);
+                targets.push(v);
+            }
+        }
+        let mut grads: Grads = (0..n_all).map(|_| None).collect();
+        if !targets.is_empty() && out.requires_grad() {
+            // As without create_graph, the parameters' hooks run when the outer backward
+            // delivers these gradients.
+            let found = grad_with(&[&out], &targets, &[g], true, true, false)?;
+            for (slot, gr) in slots.into_iter().zip(found) {
+                grads[slot] = gr;
+            }
+        }
+        for (x, s) in inputs.iter().zip(&stand_ins) {
+            if s.is_router() {
+                s.set_route(Some(x.clone()));
+            }
+        }
+        Ok(grads)
     }
 }

@@ -321,6 +321,44 @@ fn a_gradient_penalty_through_nested_checkpoints_matches_the_plain_one() -> Resu
     Ok(())
 }
 
+/// A backward after the one under create_graph (the loss of a gradient penalty) goes
+/// through the recorded recomputation: the segment runs twice in all, not three times. A
+/// backward without retain_graph hands the recording back, so the one after recomputes.
+#[test]
+fn a_later_backward_reuses_the_recorded_recomputation() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f64, -1.5], [2])?);
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r, w2) = (runs.clone(), w.clone());
+    let y = x.checkpoint(move |h| {
+        r.fetch_add(1, Ordering::Relaxed);
+        Ok(h.mul(&w2)?.tanh())
+    })?;
+    let gx = grad(&[&y.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "forward, then the recorded recomputation");
+    let loss = gx.square().sum_all().add(&y.sum_all())?;
+    loss.backward_with(None, true)?;
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "the loss's backward reuses the recording");
+    y.sum_all().backward()?;
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "retained: still the recording");
+    y.sum_all().backward()?;
+    assert_eq!(runs.load(Ordering::Relaxed), 3, "handed back by the backward without retain_graph");
+    // Per element, with t = tanh(x w) and s = 1 - t^2: the penalty (w s)^2 and three
+    // backwards of tanh(x w) give d/dw = 2 w s (s - 2 x w t s) + 3 x s.
+    let expected: Vec<f64> = [(1.0f64, 0.5f64), (2.0, -1.5)]
+        .iter()
+        .map(|&(x, w)| {
+            let t = (x * w).tanh();
+            let s = 1.0 - t * t;
+            2.0 * w * s * (s - 2.0 * x * w * t * s) + 3.0 * x * s
+        })
+        .collect();
+    for (a, b) in w.grad().unwrap().to_vec::<f64>()?.iter().zip(&expected) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    Ok(())
+}
+
 /// Without create_graph the gradients are plain values (the recomputed graph is dropped);
 /// with it they carry a graph, and a write in place to a parameter between forward and
 /// backward is still an error, before and after the recomputation was recorded.

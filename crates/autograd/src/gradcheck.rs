@@ -118,7 +118,10 @@ where
 {
     for (i, t) in inputs.iter().enumerate() {
         if t.dtype() != DType::F64 {
-            return Err(Error::dtype("gradgradcheck", format!("input {i} is {}; gradgradcheck needs f64 inputs", t.dtype())));
+            return Err(Error::dtype(
+                "gradgradcheck",
+                format!("input {i} is {}; gradgradcheck needs f64 inputs", t.dtype()),
+            ));
         }
     }
     let out = no_grad(|| f(&inputs.iter().map(|t| Var::new(t.clone())).collect::<Vec<_>>()))?;

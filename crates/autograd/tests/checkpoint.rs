@@ -230,7 +230,12 @@ fn second_order_gradients_through_a_checkpoint_pass_gradgradcheck() -> Result<()
     )?;
     // The weights passed as inputs of the checkpoint.
     ember_autograd::gradgradcheck(
-        |v| checkpoint(|u: &[Var]| Ok(u[0].matmul(&u[1])?.tanh().matmul(&u[2])?.sigmoid().mul(&u[0].sum(1, true)?)?), &[&v[0], &v[1], &v[2]]),
+        |v| {
+            checkpoint(
+                |u: &[Var]| Ok(u[0].matmul(&u[1])?.tanh().matmul(&u[2])?.sigmoid().mul(&u[0].sum(1, true)?)?),
+                &[&v[0], &v[1], &v[2]],
+            )
+        },
         &[x, w1, w2],
         None,
         1e-6,

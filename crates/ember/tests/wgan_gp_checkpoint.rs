@@ -21,9 +21,7 @@ fn linear(i: usize, o: usize) -> Result<Linear> {
 /// A small MLP critic with the same weights every time (seeded).
 fn critic() -> Result<Arc<Sequential>> {
     manual_seed(21);
-    Ok(Arc::new(
-        Sequential::new().add(linear(4, 16)?).add(Tanh).add(linear(16, 16)?).add(Tanh).add(linear(16, 1)?),
-    ))
+    Ok(Arc::new(Sequential::new().add(linear(4, 16)?).add(Tanh).add(linear(16, 16)?).add(Tanh).add(linear(16, 1)?)))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +68,8 @@ fn critic_step(how: How) -> Result<(Vec<Vec<u64>>, Vec<Vec<u64>>)> {
     let mut adam = Adam::new(critic.parameters(), AdamConfig { lr: 1e-2, ..AdamConfig::default() })?;
     adam.zero_grad();
     loss.backward()?;
-    let grads = critic.parameters().iter().map(|p| bits(&p.grad().expect("a critic gradient"))).collect::<Result<_>>()?;
+    let grads =
+        critic.parameters().iter().map(|p| bits(&p.grad().expect("a critic gradient"))).collect::<Result<_>>()?;
     adam.step()?;
     let params = critic.parameters().iter().map(|p| bits(&p.value())).collect::<Result<_>>()?;
     Ok((grads, params))

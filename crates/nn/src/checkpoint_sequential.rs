@@ -78,7 +78,11 @@ impl<M: Module + 'static> ModuleSequence for Vec<M> {
 /// assert!(checkpoint_sequential(&model, 6, &x).is_err()); // 6 segments of 5 modules
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
-pub fn checkpoint_sequential<S: ModuleSequence + ?Sized>(modules: &Arc<S>, segments: usize, input: &Var) -> Result<Var> {
+pub fn checkpoint_sequential<S: ModuleSequence + ?Sized>(
+    modules: &Arc<S>,
+    segments: usize,
+    input: &Var,
+) -> Result<Var> {
     let count = modules.module_count();
     if segments == 0 || segments > count {
         return Err(Error::invalid(

@@ -4,9 +4,7 @@
 //! segment-count errors. Every test holds the seed guard: the generator is process-wide.
 
 use ember_autograd::{Var, grad};
-use ember_nn::{
-    Dropout, Linear, LinearOptions, Module, ModuleSequence, ReLU, Sequential, Tanh, checkpoint_sequential,
-};
+use ember_nn::{Dropout, Linear, LinearOptions, Module, ModuleSequence, ReLU, Sequential, Tanh, checkpoint_sequential};
 use ember_tensor::{DType, Result, Tensor, manual_seed};
 use std::sync::Arc;
 
@@ -17,9 +15,13 @@ fn linear(i: usize, o: usize) -> Linear {
 /// Six modules with a dropout in the middle.
 fn model() -> Arc<Sequential> {
     Arc::new(
-        Sequential::new().add(linear(5, 8)).add(Tanh).add(Dropout::new(0.3).expect("p")).add(linear(8, 8)).add(ReLU).add(
-            linear(8, 3),
-        ),
+        Sequential::new()
+            .add(linear(5, 8))
+            .add(Tanh)
+            .add(Dropout::new(0.3).expect("p"))
+            .add(linear(8, 8))
+            .add(ReLU)
+            .add(linear(8, 3)),
     )
 }
 

@@ -232,7 +232,7 @@ fn second_order_gradients_through_a_checkpoint_pass_gradgradcheck() -> Result<()
     ember_autograd::gradgradcheck(
         |v| {
             checkpoint(
-                |u: &[Var]| Ok(u[0].matmul(&u[1])?.tanh().matmul(&u[2])?.sigmoid().mul(&u[0].sum(1, true)?)?),
+                |u: &[Var]| u[0].matmul(&u[1])?.tanh().matmul(&u[2])?.sigmoid().mul(&u[0].sum(1, true)?),
                 &[&v[0], &v[1], &v[2]],
             )
         },

@@ -46,9 +46,12 @@ fn bits(t: &Tensor) -> Result<Vec<u64>> {
     Ok(t.to_vec::<f64>()?.into_iter().map(f64::to_bits).collect())
 }
 
+/// One value per parameter, as bits.
+type PerParam = Vec<Vec<u64>>;
+
 /// One critic step: the loss's gradients into `.grad`, then one Adam step. Returns the
-/// gradients and the updated parameters, as bits.
-fn critic_step(how: How) -> Result<(Vec<Vec<u64>>, Vec<Vec<u64>>)> {
+/// gradients and the updated parameters.
+fn critic_step(how: How) -> Result<(PerParam, PerParam)> {
     let critic = critic()?;
     manual_seed(22);
     let real = Var::new(Tensor::randn([8, 4])?.to_dtype(DType::F64));

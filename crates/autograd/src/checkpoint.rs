@@ -8,14 +8,24 @@
 //! accumulate into `.grad`, are returned by [`grad`], and run their hooks. When backward
 //! reaches the node, it runs the segment again with grad mode on, from the saved input
 //! values, and backpropagates through that fresh graph. The global random generator is
-//! replayed to its state at the first run, so dropout masks come out the same.
+//! replayed to its state at the first run, so dropout masks come out the same. The fresh
+//! graph is dropped once its gradients are out.
+//!
+//! Under `create_graph` (a gradient penalty, a Hessian-vector product), the recomputation
+//! and the backward through it are recorded instead: the gradients the checkpoint hands on
+//! are `Var`s connected to its inputs and parameters, so gradients of gradients flow
+//! through the segment, to any order, as they would without the checkpoint (PyTorch's
+//! non-reentrant checkpoint does the same). That graph is kept by the gradients that refer
+//! to it, as any graph `create_graph` records, and by the checkpoint: a later backward
+//! through the checkpoint (the loss of a gradient penalty) goes through it rather than
+//! recomputing the segment again, and one without `retain_graph` lets it go. The memory
+//! saved in forward is spent again for whatever differentiates the gradients.
 //!
 //! Rules: the segment must compute the same function of the same parameters each time it
 //! runs; a `Var` computed outside the segment that requires grad must be passed as an input
 //! (reading one captured by the closure is an error, as its gradient would otherwise flow
 //! twice); writing an input or a parameter in place between forward and backward is an
-//! error, as for any saved value; differentiating through a checkpoint with `create_graph`
-//! is not supported.
+//! error, as for any saved value.
 //!
 //! ```
 //! use ember_autograd::{checkpoint, Var};
@@ -29,6 +39,18 @@
 //! let g_plain = ember_autograd::grad(&[&plain], &[&w], &[], false, false)?[0].clone().unwrap();
 //! saved.backward()?;
 //! assert_eq!(w.grad().unwrap().to_vec::<f64>()?, g_plain.value().to_vec::<f64>()?);
+//!
+//! // A gradient penalty through the checkpoint: the input's gradient is differentiated again.
+//! let penalty_grad = |checkpointed: bool| -> ember_tensor::Result<Vec<f64>> {
+//!     let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [1, 2])?);
+//!     let w3 = w.clone();
+//!     let block = move |h: &Var| -> ember_tensor::Result<Var> { Ok(h.matmul(&w3)?.tanh()) };
+//!     let y = if checkpointed { x.checkpoint(block)? } else { block(&x)? };
+//!     let gx = ember_autograd::grad(&[&y.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
+//!     let dw = ember_autograd::grad(&[&gx.square().sum_all()], &[&w], &[], false, false)?[0].clone().unwrap();
+//!     dw.value().to_vec::<f64>()
+//! };
+//! assert_eq!(penalty_grad(true)?, penalty_grad(false)?);
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 //!
@@ -38,13 +60,15 @@ use crate::backward::grad_with;
 use crate::backward_ctx::BackwardCtx;
 use crate::extension::{Applying, Extension, Feature, ids};
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad};
-use crate::node::{NodeRef, REQUIRES_GRAD, SeqLog, new_node};
+use crate::node::{NodeRef, REQUIRES_GRAD, SeqLog, bump_structure_epoch, new_node};
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::random::with_rng;
 use ember_tensor::{Error, Result, Tensor};
+use parking_lot::Mutex;
 use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
+use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -85,17 +109,37 @@ struct Capture {
     vars: Vec<Var>,
 }
 
-/// Checkpoint's capture as an engine extension, active while a segment runs its first
-/// forward: it sees the inputs of every operation applied there.
-struct Capturing;
+/// Checkpointing as an engine extension: active on a thread while a segment runs its first
+/// forward, where it sees the inputs of every operation applied (the capture); flagged on a
+/// checkpoint's node once a backward under `create_graph` recorded its recomputation, which
+/// later backwards then go through (see [`Checkpoint::backward_recorded`]).
+struct Checkpointing;
 
-static FEATURE: Feature = Feature::new(ids::CHECKPOINT, &Capturing);
+static FEATURE: Feature = Feature::new(ids::CHECKPOINT, &Checkpointing);
 
-impl Extension for Capturing {
+impl Extension for Checkpointing {
     fn before_apply(&self, _: &str, inputs: &[&Var]) -> u64 {
         capture(inputs);
         0
     }
+
+    fn redirect(&self, node: &NodeRef) -> Option<Option<Var>> {
+        checkpoint_of(node)?.recorded.lock().clone().map(Some)
+    }
+
+    /// A backward without `retain_graph` went through the recorded recomputation: it is
+    /// no longer the checkpoint's to keep (a later backward recomputes the segment again).
+    fn on_release(&self, node: &NodeRef) {
+        if let Some(op) = checkpoint_of(node)
+            && op.recorded.lock().take().is_some()
+        {
+            bump_structure_epoch();
+        }
+    }
+}
+
+fn checkpoint_of(node: &NodeRef) -> Option<&Checkpoint> {
+    (&node.op as &dyn Any).downcast_ref::<Checkpoint>()
 }
 
 thread_local! {
@@ -191,7 +235,7 @@ pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inp
         edges.push(v.node.clone());
         versions.push(v.node.state().versions());
     }
-    let op = Checkpoint { f, n_inputs: inputs.len(), rng };
+    let op = Checkpoint { f, n_inputs: inputs.len(), rng, recorded: Mutex::new(None) };
     let var = new_node(crate::node::next_seq(), op, edges, if requires { REQUIRES_GRAD } else { 0 }, out, versions);
     applying.recorded(&var);
     Ok(var)
@@ -227,6 +271,9 @@ struct Checkpoint {
     f: Segment,
     n_inputs: usize,
     rng: RngReplay,
+    /// The segment's output as recomputed and recorded by a backward under
+    /// `create_graph`: later backwards send the checkpoint's gradient there.
+    recorded: Mutex<Option<Var>>,
 }
 
 impl Op for Checkpoint {
@@ -240,6 +287,11 @@ impl Op for Checkpoint {
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        // The engine runs an operation's backward in grad mode exactly when it records it
+        // (`create_graph`).
+        if is_grad_enabled() {
+            return self.backward_recorded(ctx, g);
+        }
         let n_all = ctx.num_inputs();
         let mut fresh = Vec::with_capacity(self.n_inputs);
         for i in 0..self.n_inputs {
@@ -249,14 +301,7 @@ impl Op for Checkpoint {
         // The parameters, version-checked: the recomputation must see the values of forward.
         let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
         let out = replaying(&self.rng, || enable_grad(|| (self.f)(&fresh)))?;
-        if out.shape() != g.shape() {
-            return Err(Error::autograd(format!(
-                "checkpoint: the segment's output has shape {:?} when recomputed, {:?} at first; the segment must \
-                 compute the same function each time",
-                out.shape(),
-                g.shape()
-            )));
-        }
+        self.check_shape(&out, g)?;
         let mut slots = Vec::new();
         let mut targets: Vec<&Var> = Vec::new();
         for (i, v) in fresh.iter().chain(params.iter()).enumerate() {
@@ -281,9 +326,81 @@ impl Op for Checkpoint {
         Saves::INPUTS
     }
 
-    /// Backward runs a nested backward through the recomputed segment, which is not
-    /// recorded: differentiating a checkpoint with `create_graph` is refused.
+    /// Under `create_graph` the recomputation and the nested backward through it are
+    /// recorded (see [`Checkpoint::backward_recorded`]).
     fn backward_differentiable(&self) -> bool {
-        false
+        true
+    }
+}
+
+impl Checkpoint {
+    fn check_shape(&self, out: &Var, g: &Var) -> Result<()> {
+        if out.shape() != g.shape() {
+            return Err(Error::autograd(format!(
+                "checkpoint: the segment's output has shape {:?} when recomputed, {:?} at first; the segment must \
+                 compute the same function each time",
+                out.shape(),
+                g.shape()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Backward under `create_graph`: the segment is recomputed and differentiated with
+    /// both recorded, so that the gradients returned are `Var`s of the inputs, the
+    /// parameters and `g`, and can be differentiated again (to any order: a checkpoint met
+    /// on the way does the same).
+    ///
+    /// The segment runs on a stand-in for each input that requires grad: a router with the
+    /// input's value and, during the nested backward, no route, so that the gradient stops
+    /// there. That gradient is the partial derivative for the input; running through into
+    /// the input's own history would add, to a parameter the segment reads that is also
+    /// upstream of the input, the part of its gradient that the outer backward delivers
+    /// through the input. Once the gradients are computed, each router is routed to its
+    /// input: a later backward through the recorded graph passes on into the input's
+    /// history.
+    ///
+    /// The recorded output is kept on the checkpoint, whose node then redirects the
+    /// gradient of later backwards (the loss of a gradient penalty, say) into it: they go
+    /// through the recorded graph instead of recomputing the segment once more, so the
+    /// gradients reaching the segment by both routes add up where they would without the
+    /// checkpoint, and round the same. A backward without `retain_graph` through it hands
+    /// it back.
+    fn backward_recorded(&self, ctx: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+        let n_all = ctx.num_inputs();
+        let inputs = (0..self.n_inputs).map(|i| ctx.input(i)).collect::<Result<Vec<_>>>()?;
+        let stand_ins: Vec<Var> =
+            inputs.iter().map(|x| if x.requires_grad() { Var::router(x.value()) } else { x.clone() }).collect();
+        let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
+        let out = replaying(&self.rng, || (self.f)(&stand_ins))?;
+        self.check_shape(&out, g)?;
+        let mut slots = Vec::new();
+        let mut targets: Vec<&Var> = Vec::new();
+        for (i, v) in stand_ins.iter().chain(params.iter()).enumerate() {
+            if ctx.needs_input_grad(i) && v.requires_grad() {
+                slots.push(i);
+                targets.push(v);
+            }
+        }
+        let mut grads: Grads = (0..n_all).map(|_| None).collect();
+        if !targets.is_empty() && out.requires_grad() {
+            // As without create_graph, the parameters' hooks run when the outer backward
+            // delivers these gradients.
+            let found = grad_with(&[&out], &targets, &[g], true, true, false)?;
+            for (slot, gr) in slots.into_iter().zip(found) {
+                grads[slot] = gr;
+            }
+        }
+        for (x, s) in inputs.iter().zip(&stand_ins) {
+            if s.is_router() {
+                s.set_route(Some(x.clone()));
+            }
+        }
+        if out.requires_grad() {
+            *self.recorded.lock() = Some(out);
+            FEATURE.flag(ctx.node, true);
+            bump_structure_epoch();
+        }
+        Ok(grads)
     }
 }

@@ -1,7 +1,7 @@
-//! Numerical gradient checking, like `torch.autograd.gradcheck`.
+//! Numerical gradient checking, like `torch.autograd.gradcheck` and `gradgradcheck`.
 
 use crate::backward::grad;
-use crate::grad_mode::no_grad;
+use crate::grad_mode::{enable_grad, no_grad};
 use crate::var::Var;
 use ember_tensor::{DType, Error, Result, Tensor};
 
@@ -84,4 +84,85 @@ where
         }
     }
     Ok(())
+}
+
+/// Checks the second-order gradients of `f` at `inputs` against central differences, like
+/// `torch.autograd.gradgradcheck`.
+///
+/// It runs [`gradcheck`] on the function that takes the inputs and a gradient `v` of the
+/// output and returns the first-order gradients `grad(f(x), x, v, create_graph = true)`,
+/// flattened and joined (an input that does not influence the output contributes zeros):
+/// that checks the backward of `f`'s backward with respect to the inputs and to `v`.
+/// `grad_output` is `v` (of the output's shape, `f64`); `None` draws it from the standard
+/// normal distribution with the global generator. `eps`, `atol` and `rtol` are
+/// [`gradcheck`]'s.
+///
+/// ```
+/// use ember_autograd::gradgradcheck;
+/// use ember_tensor::{DType, Tensor};
+/// let x = Tensor::normal([2, 3], 0.0, 1.0, DType::F64)?;
+/// let w = Tensor::normal([3, 2], 0.0, 1.0, DType::F64)?;
+/// gradgradcheck(|v| Ok(v[0].matmul(&v[1])?.tanh()), &[x, w], None, 1e-6, 1e-7, 1e-5)?;
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn gradgradcheck<F>(
+    f: F,
+    inputs: &[Tensor],
+    grad_output: Option<&Tensor>,
+    eps: f64,
+    atol: f64,
+    rtol: f64,
+) -> Result<()>
+where
+    F: Fn(&[Var]) -> Result<Var>,
+{
+    for (i, t) in inputs.iter().enumerate() {
+        if t.dtype() != DType::F64 {
+            return Err(Error::dtype(
+                "gradgradcheck",
+                format!("input {i} is {}; gradgradcheck needs f64 inputs", t.dtype()),
+            ));
+        }
+    }
+    let out = no_grad(|| f(&inputs.iter().map(|t| Var::new(t.clone())).collect::<Vec<_>>()))?;
+    let v = match grad_output {
+        Some(v) if v.shape() != out.shape() || v.dtype() != DType::F64 => {
+            return Err(Error::autograd(format!(
+                "gradgradcheck: grad_output is [{} {:?}]; expected [f64 {:?}], the output's shape",
+                v.dtype(),
+                v.shape(),
+                out.shape()
+            )));
+        }
+        Some(v) => v.clone(),
+        None => Tensor::normal(out.shape(), 0.0, 1.0, DType::F64)?.to_device(out.device())?,
+    };
+    let n = inputs.len();
+    let first_order = |vs: &[Var]| -> Result<Var> {
+        let (xs, v) = vs.split_at(n);
+        // The numerical pass runs this in no_grad on plain values: the first-order gradient
+        // still needs a graph to come from.
+        enable_grad(|| {
+            let xs: Vec<Var> =
+                xs.iter().map(|x| if x.requires_grad() { x.clone() } else { Var::param(x.value()) }).collect();
+            let y = f(&xs)?;
+            if !y.requires_grad() {
+                return Err(Error::autograd("gradgradcheck: the output does not depend on any input"));
+            }
+            let refs: Vec<&Var> = xs.iter().collect();
+            let grads = grad(&[&y], &refs, &[&v[0]], true, true)?;
+            let flat = grads
+                .iter()
+                .zip(&xs)
+                .map(|(g, x)| match g {
+                    Some(g) => Ok(g.flatten_all()),
+                    None => Ok(Var::new(Tensor::zeros([x.numel()], DType::F64)?.to_device(x.device())?)),
+                })
+                .collect::<Result<Vec<Var>>>()?;
+            Var::cat(&flat.iter().collect::<Vec<_>>(), 0)
+        })
+    };
+    let mut all = inputs.to_vec();
+    all.push(v);
+    gradcheck(first_order, &all, eps, atol, rtol)
 }

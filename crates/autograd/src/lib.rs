@@ -146,7 +146,8 @@
 //! # Checking gradients
 //!
 //! [`gradcheck`] compares analytical gradients with `f64` central differences, like
-//! `torch.autograd.gradcheck`; every built-in operation is tested with it.
+//! `torch.autograd.gradcheck`; every built-in operation is tested with it. [`gradgradcheck`]
+//! checks second-order gradients the same way (`torch.autograd.gradgradcheck`).
 //!
 //! # Gradient penalties
 //!
@@ -234,6 +235,8 @@
 //! [`checkpoint()`] (or [`Var::checkpoint`]) runs a segment without keeping its
 //! intermediate values and recomputes it in backward: activation memory for compute. The
 //! parameters the segment reads are found as it runs and get their gradients as usual.
+//! Under `create_graph` the recomputation is recorded, so gradient penalties and
+//! higher-order gradients go through checkpointed segments.
 //! `cargo run --release -p ember-autograd --example checkpoint_memory` measures a 32-layer
 //! MLP step.
 //!
@@ -353,7 +356,7 @@ pub use checkpoint::checkpoint;
 pub use dot::{save_dot, save_svg, to_dot, to_svg};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, no_grad};
-pub use gradcheck::gradcheck;
+pub use gradcheck::{gradcheck, gradgradcheck};
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
 pub use op::{Grads, Op, Saves};
 pub use profiler::{Profile, Profiler, profile, record_function};

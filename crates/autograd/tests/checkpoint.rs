@@ -1,7 +1,8 @@
 //! Gradient checkpointing: identical values and gradients to the plain computation,
 //! parameters captured by the segment receive their gradients (through backward and
-//! grad()), recomputation happens in backward, and the error cases (the replay of the random
-//! generator is tested in `checkpoint_rng.rs`, alone: the generator is process-wide).
+//! grad()), recomputation happens in backward, gradients of gradients through checkpoints
+//! (create_graph) are right, and the error cases (the replay of the random generator is
+//! tested in `checkpoint_rng.rs`, alone: the generator is process-wide).
 
 use ember_autograd::{Var, checkpoint, grad, no_grad};
 use ember_tensor::{DType, Result, Tensor};
@@ -203,12 +204,189 @@ fn a_segment_that_records_inside_captures_only_outer_parameters() -> Result<()> 
     Ok(())
 }
 
+fn values(vs: &[Option<Var>]) -> Vec<Vec<f64>> {
+    vs.iter().map(|v| v.as_ref().expect("a gradient").value().to_vec::<f64>().expect("f64")).collect()
+}
+
+/// Second-order gradients through a checkpoint pass gradgradcheck: the first-order
+/// gradient, computed with `create_graph` through the checkpointed segment, is checked
+/// against finite differences with respect to the segment's input, the parameters it reads
+/// and the output gradient.
 #[test]
-fn create_graph_through_a_checkpoint_is_an_error() -> Result<()> {
-    let x = Var::param(Tensor::scalar(2.0f64));
-    let y = x.checkpoint(|h| h.pow_scalar(3.0))?;
+fn second_order_gradients_through_a_checkpoint_pass_gradgradcheck() -> Result<()> {
+    let _rng = ember_testing::gradcheck::seed_guard(11);
+    let (x, w1, w2) = (randn(&[2, 3]), randn(&[3, 3]), randn(&[3, 2]));
+    // The weights read by the segment (captured parameters).
+    ember_autograd::gradgradcheck(
+        |v| {
+            let (w1, w2) = (v[1].clone(), v[2].clone());
+            v[0].checkpoint(move |h| Ok(h.matmul(&w1)?.tanh().matmul(&w2)?.sigmoid()))
+        },
+        &[x.clone(), w1.clone(), w2.clone()],
+        None,
+        1e-6,
+        1e-7,
+        1e-5,
+    )?;
+    // The weights passed as inputs of the checkpoint.
+    ember_autograd::gradgradcheck(
+        |v| {
+            checkpoint(
+                |u: &[Var]| u[0].matmul(&u[1])?.tanh().matmul(&u[2])?.sigmoid().mul(&u[0].sum(1, true)?),
+                &[&v[0], &v[1], &v[2]],
+            )
+        },
+        &[x, w1, w2],
+        None,
+        1e-6,
+        1e-7,
+        1e-5,
+    )
+}
+
+/// Third-order gradients, with respect to the input and to a parameter, are bitwise those
+/// of the same computation without the checkpoint.
+#[test]
+fn third_order_gradients_through_a_checkpoint_equal_the_plain_ones() -> Result<()> {
+    let _rng = ember_testing::gradcheck::seed_guard(12);
+    let w = Var::param(randn(&[3, 3]).mul_scalar(0.7));
+    let x = Var::param(randn(&[2, 3]));
+    let w2 = w.clone();
+    let block = move |h: &Var| -> Result<Var> { Ok(h.matmul(&w2)?.tanh().mul(h)?.sin()) };
+    let orders = |checkpointed: bool| -> Result<Vec<Vec<f64>>> {
+        let y = if checkpointed { x.checkpoint(block.clone())? } else { block(&x)? };
+        let d1 = grad(&[&y.sum_all()], &[&x, &w], &[], false, true)?;
+        let s1 = d1[0].as_ref().unwrap().square().sum_all().add(&d1[1].as_ref().unwrap().sum_all())?;
+        let d2 = grad(&[&s1], &[&x, &w], &[], false, true)?;
+        let s2 = d2[0].as_ref().unwrap().sin().sum_all().add(&d2[1].as_ref().unwrap().square().sum_all())?;
+        let d3 = grad(&[&s2], &[&x, &w], &[], false, false)?;
+        assert!(d1.iter().chain(&d2).all(|g| g.as_ref().is_some_and(Var::requires_grad)));
+        Ok([values(&d1), values(&d2), values(&d3)].concat())
+    };
+    let plain = orders(false)?;
+    let checkpointed = orders(true)?;
+    for (k, (p, c)) in plain.iter().zip(&checkpointed).enumerate() {
+        for (a, b) in p.iter().zip(c) {
+            assert_eq!(a.to_bits(), b.to_bits(), "gradient {k}: plain {a}, checkpointed {b}");
+        }
+    }
+    Ok(())
+}
+
+/// The gradient a checkpoint hands to its input is the partial derivative: when the input
+/// was itself computed from a parameter the segment also reads, that parameter's gradient
+/// (first and second order) counts the path through the input once, as without the
+/// checkpoint (bitwise the same).
+#[test]
+fn an_input_computed_from_a_parameter_the_segment_reads_counts_once() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.3f64, -0.8, 1.2], [3])?);
+    let z = Var::param(Tensor::from_vec(vec![1.0f64, 0.5, -2.0], [3])?);
+    let w2 = w.clone();
+    let block = move |h: &Var| -> Result<Var> { Ok(h.mul(&w2)?.tanh()) };
+    let run = |checkpointed: bool| -> Result<Vec<Vec<f64>>> {
+        let h = z.mul(&w)?;
+        let y = if checkpointed { h.checkpoint(block.clone())? } else { block(&h)? };
+        let d1 = grad(&[&y.sum_all()], &[&z, &w], &[], false, true)?;
+        let penalty = d1[0].as_ref().unwrap().square().sum_all().add(&d1[1].as_ref().unwrap().square().sum_all())?;
+        let d2 = grad(&[&penalty], &[&z, &w], &[], false, false)?;
+        Ok([values(&d1), values(&d2)].concat())
+    };
+    let plain = run(false)?;
+    let checkpointed = run(true)?;
+    for (p, c) in plain.iter().zip(&checkpointed) {
+        for (a, b) in p.iter().zip(c) {
+            assert_eq!(a.to_bits(), b.to_bits(), "plain {a}, checkpointed {b}");
+        }
+    }
+    Ok(())
+}
+
+/// Nested checkpoints under create_graph: a gradient penalty backpropagated into `.grad`
+/// gives bitwise the plain parameter and input gradients.
+#[test]
+fn a_gradient_penalty_through_nested_checkpoints_matches_the_plain_one() -> Result<()> {
+    let _rng = ember_testing::gradcheck::seed_guard(13);
+    let mlp = Mlp::new(4, 5);
+    let x = Var::param(randn(&[3, 5]));
+    let penalty_backward = |y: Var| -> Result<()> {
+        let gx = grad(&[&y.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
+        gx.square().sum_all().add(&y.square().mean_all())?.backward()
+    };
+    penalty_backward(mlp.block(0, 4)(&x)?)?;
+    let (g_plain, gx_plain) = (mlp.grads(), x.grad().unwrap().to_vec::<f64>()?);
+    mlp.zero_grad();
+    x.zero_grad();
+    let (first, second) = (mlp.block(0, 2), mlp.block(2, 4));
+    let outer = move |h: &Var| -> Result<Var> { h.checkpoint(first.clone())?.checkpoint(second.clone()) };
+    penalty_backward(x.checkpoint(outer)?)?;
+    // Bitwise: the loss's backward goes through the recorded recomputation, so the
+    // penalty's gradient and the loss's add up at the same nodes as without checkpoints.
+    assert_eq!(mlp.grads(), g_plain);
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, gx_plain);
+    Ok(())
+}
+
+/// A backward after the one under create_graph (the loss of a gradient penalty) goes
+/// through the recorded recomputation: the segment runs twice in all, not three times. A
+/// backward without retain_graph hands the recording back, so the one after recomputes.
+#[test]
+fn a_later_backward_reuses_the_recorded_recomputation() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f64, -1.5], [2])?);
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r, w2) = (runs.clone(), w.clone());
+    let y = x.checkpoint(move |h| {
+        r.fetch_add(1, Ordering::Relaxed);
+        Ok(h.mul(&w2)?.tanh())
+    })?;
+    let gx = grad(&[&y.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "forward, then the recorded recomputation");
+    let loss = gx.square().sum_all().add(&y.sum_all())?;
+    loss.backward_with(None, true)?;
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "the loss's backward reuses the recording");
+    y.sum_all().backward()?;
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "retained: still the recording");
+    y.sum_all().backward()?;
+    assert_eq!(runs.load(Ordering::Relaxed), 3, "handed back by the backward without retain_graph");
+    // Per element, with t = tanh(x w) and s = 1 - t^2: the penalty (w s)^2 and three
+    // backwards of tanh(x w) give d/dw = 2 w s (s - 2 x w t s) + 3 x s.
+    let expected: Vec<f64> = [(1.0f64, 0.5f64), (2.0, -1.5)]
+        .iter()
+        .map(|&(x, w)| {
+            let t = (x * w).tanh();
+            let s = 1.0 - t * t;
+            2.0 * w * s * (s - 2.0 * x * w * t * s) + 3.0 * x * s
+        })
+        .collect();
+    for (a, b) in w.grad().unwrap().to_vec::<f64>()?.iter().zip(&expected) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    Ok(())
+}
+
+/// Without create_graph the gradients are plain values (the recomputed graph is dropped);
+/// with it they carry a graph, and a write in place to a parameter between forward and
+/// backward is still an error, before and after the recomputation was recorded.
+#[test]
+fn create_graph_decides_whether_the_gradients_carry_a_graph() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f64, 2.0], [2])?);
+    let x = Var::param(Tensor::from_vec(vec![1.0f64, -1.0], [2])?);
+    let w2 = w.clone();
+    let y = x.checkpoint(move |h| Ok(h.mul(&w2)?.exp()))?.sum_all();
+    let plain = grad(&[&y], &[&x, &w], &[], true, false)?;
+    assert!(plain.iter().all(|g| !g.as_ref().unwrap().requires_grad()));
+    let recorded = grad(&[&y], &[&x, &w], &[], true, true)?;
+    assert!(recorded.iter().all(|g| g.as_ref().unwrap().requires_grad()));
+    assert_eq!(values(&plain), values(&recorded));
+    // A later backward goes through the recorded recomputation, whose nodes check what
+    // they saved; a checkpoint not recomputed yet checks its inputs itself.
+    let w3 = w.clone();
+    let fresh = x.checkpoint(move |h| Ok(h.mul(&w3)?.exp()))?.sum_all();
+    w.value().mul_scalar_(2.0)?;
     let err = grad(&[&y], &[&x], &[], false, true).unwrap_err().to_string();
-    assert!(err.contains("checkpoint") && err.contains("create_graph"), "{err}");
+    assert!(err.contains("modified by an inplace operation"), "{err}");
+    let err = grad(&[&fresh], &[&x], &[], false, true).unwrap_err().to_string();
+    assert!(err.contains("modified by an inplace operation") && err.contains("checkpoint"), "{err}");
     Ok(())
 }
 
@@ -258,10 +436,11 @@ fn parameters_made_on_another_thread_are_captured() -> Result<()> {
 }
 
 /// A grad hook on a parameter the segment reads runs once per backward, as without the
-/// checkpoint: the recomputation's inner backward leaves it to the outer one.
+/// checkpoint, with or without create_graph: the recomputation's inner backward leaves it
+/// to the outer one.
 #[test]
 fn grad_hooks_on_captured_parameters_run_once() -> Result<()> {
-    let run = |checkpointed: bool| -> Result<(Vec<f64>, usize)> {
+    let run = |checkpointed: bool, create_graph: bool| -> Result<(Vec<f64>, usize)> {
         let w = Var::param(Tensor::from_vec(vec![0.4f64, -0.3], [2])?);
         let calls = Arc::new(AtomicUsize::new(0));
         let c = calls.clone();
@@ -273,13 +452,15 @@ fn grad_hooks_on_captured_parameters_run_once() -> Result<()> {
         let w2 = w.clone();
         let block = move |h: &Var| -> Result<Var> { Ok(h.mul(&w2)?.tanh()) };
         let y = if checkpointed { x.checkpoint(block)? } else { block(&x)? };
-        y.sum_all().backward()?;
+        y.sum_all().backward_full(None, false, create_graph)?;
         Ok((w.grad().expect("a gradient").to_vec::<f64>()?, calls.load(Ordering::Relaxed)))
     };
-    let (plain, plain_calls) = run(false)?;
-    let (checkpointed, checkpointed_calls) = run(true)?;
-    assert_eq!(plain_calls, 1);
-    assert_eq!(checkpointed_calls, 1, "the hook ran {checkpointed_calls} times");
-    assert_eq!(checkpointed, plain, "x2 once, not x4");
+    for create_graph in [false, true] {
+        let (plain, plain_calls) = run(false, create_graph)?;
+        let (checkpointed, checkpointed_calls) = run(true, create_graph)?;
+        assert_eq!(plain_calls, 1);
+        assert_eq!(checkpointed_calls, 1, "the hook ran {checkpointed_calls} times (create_graph {create_graph})");
+        assert_eq!(checkpointed, plain, "x2 once, not x4 (create_graph {create_graph})");
+    }
     Ok(())
 }

@@ -30,6 +30,8 @@
 //!   [`nll_loss`], [`binary_cross_entropy`], [`binary_cross_entropy_with_logits`], each with
 //!   a [`Reduction`] and, where there are more options, an options struct with `Default`;
 //!   and the same as [`Loss`] objects ([`CrossEntropyLoss`], [`MSELoss`], ...).
+//! - [`checkpoint_sequential`]: a [`Sequential`] (or list of modules) run in checkpointed
+//!   segments, trading compute for activation memory.
 //! - [`init`]: PyTorch's initialisation formulas, drawn from the global generator.
 //! - [`functional`]: the functional forms in one place (`use ember_nn::functional as F`).
 //! - Target networks (`target_update.rs`): [`hard_update`] and [`soft_update`] copy or
@@ -81,6 +83,7 @@
 extern crate self as ember_nn;
 
 mod buffer;
+mod checkpoint_sequential;
 pub mod init;
 mod layers;
 mod loss;
@@ -89,6 +92,7 @@ mod parts;
 mod target_update;
 
 pub use buffer::Buffer;
+pub use checkpoint_sequential::{ModuleSequence, checkpoint_sequential};
 pub use ember_derive::Module;
 
 /// The example in `#[derive(Module)]`'s documentation (in ember-derive, whose own doctests

@@ -135,7 +135,7 @@ fn main() -> ember::Result<()> {
             sum += loss;
             seen += 1;
             train_curve.push((seen as f64, loss));
-            if seen % args.eval_every == 0 || k + 1 == chunks {
+            if seen.is_multiple_of(args.eval_every) || k + 1 == chunks {
                 let valid = validate(&model)?;
                 valid_curve.push((seen as f64, valid));
                 bar.set_message(format!("loss {loss:.3}, validation {valid:.3}"));

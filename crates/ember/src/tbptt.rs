@@ -2,15 +2,14 @@
 //! time (TBPTT), behind `cargo run --release --example tbptt` and the test
 //! `tests/tbptt_smoke.rs`.
 //!
-//! The text ([`Corpus`], shared with [`char_lm`](crate::char_lm)) is cut into `batch`
-//! parallel [`Streams`], one contiguous stretch each, and every stream is read in
-//! consecutive chunks of `bptt` steps (PyTorch's word-language-model recipe). The LSTM's
-//! state `(h, c)` at the end of one chunk is the initial state of the next, so the model
-//! sees each stream as one long sequence; but the state is [`detach`](Var::detach)ed at
-//! every chunk boundary ([`Hidden::detach`]), so a chunk's backward stops at its first
-//! step instead of running back to the start of the text. A chunk's gradient is therefore
-//! exactly the gradient of a fresh graph that starts from the previous chunk's final state
-//! given as a constant.
+//! The text (a [`Corpus`](crate::char_lm::Corpus), shared with
+//! [`char_lm`](crate::char_lm)) is cut into `batch` parallel [`Streams`], one contiguous
+//! stretch each, and every stream is read in consecutive chunks of `bptt` steps. The LSTM's state `(h, c)` at the end of one chunk is the
+//! initial state of the next, so the model sees each stream as one long sequence; but the
+//! state is [`detach`](Var::detach)ed at every chunk boundary ([`Hidden::detach`]), so a
+//! chunk's backward stops at its first step instead of running back to the start of the
+//! text. A chunk's gradient is therefore exactly the gradient of a fresh graph that starts
+//! from the previous chunk's final state given as a constant.
 //!
 //! ```no_run
 //! use ember::char_lm::Corpus;

@@ -23,10 +23,11 @@
 //! [`gan`] a small GAN trained in static mode (traced networks, gradient routing, a cached
 //! criterion) behind `cargo run --release --example gan`, with DCGAN networks
 //! ([`gan::dcgan`]) and an eager trainer with WGAN-GP ([`gan::eager`]). The other training
-//! scenarios of the examples: [`multitask`] (shared trunk, two heads, `retain_graph`),
-//! [`transfer`] (a frozen encoder), and on [`cartpole`] [`actor_critic`], [`dqn`] (a target
-//! network) and [`ppo`] (separate actor and critic); [`char_lm`] holds the
-//! character-level Transformer language model.
+//! scenarios of the examples: [`multitask`] (shared trunk, a classifier and a regressor,
+//! weighted losses, a frozen head, `retain_graph`), [`transfer`] (a frozen encoder), and on
+//! [`cartpole`] [`actor_critic`], [`dqn`] (a target network) and [`ppo`] (separate actor and
+//! critic); [`char_lm`] holds the character-level Transformer language model, [`tbptt`] an
+//! LSTM language model trained with truncated backpropagation through time.
 //!
 //! ```
 //! use ember::prelude::*;
@@ -51,6 +52,7 @@ pub mod mnist;
 pub mod multitask;
 pub mod ppo;
 pub mod soak;
+pub mod tbptt;
 pub mod transfer;
 
 pub use ember_autograd as autograd;

@@ -211,6 +211,99 @@ pub trait Module: Send + Sync {
         }
     }
 
+    /// Freezes the module: every parameter of it and of its submodules stops requiring
+    /// grad and drops its gradient ([`Var::freeze`]); buffers are untouched. Gradients
+    /// still flow *through* the module to whatever feeds it, and optimizers skip its
+    /// parameters, so they stay bit-identical while the rest trains. PyTorch's
+    /// `for p in m.parameters(): p.requires_grad_(False)`.
+    ///
+    /// Fails, changing nothing, if a parameter is not a leaf (a module that lists a
+    /// computed `Var` among its parameters).
+    ///
+    /// Transfer learning: freeze a backbone, train a new head on its features.
+    ///
+    /// ```
+    /// use ember_autograd::{Var, no_grad};
+    /// use ember_nn::{Linear, Module, ReLU, Sequential};
+    /// use ember_tensor::Tensor;
+    ///
+    /// #[derive(Module)]
+    /// struct Model {
+    ///     backbone: Sequential,
+    ///     head: Linear,
+    /// }
+    ///
+    /// impl Model {
+    ///     fn forward(&self, x: &Var) -> ember_tensor::Result<Var> {
+    ///         self.head.forward(&self.backbone.forward(x)?)
+    ///     }
+    /// }
+    ///
+    /// let model = Model {
+    ///     backbone: Sequential::new().add(Linear::new(4, 8)?).add(ReLU),
+    ///     head: Linear::new(8, 3)?,
+    /// };
+    /// model.backbone.freeze()?;
+    /// assert!(model.backbone.is_frozen() && !model.head.is_frozen() && !model.is_frozen());
+    /// let snapshot = |m: &dyn Module| -> ember_tensor::Result<Vec<Vec<f32>>> {
+    ///     m.parameters().iter().map(|p| p.value().to_vec::<f32>()).collect()
+    /// };
+    /// let (backbone_before, head_before) = (snapshot(&model.backbone)?, snapshot(&model.head)?);
+    ///
+    /// let x = Var::new(Tensor::randn([16, 4])?);
+    /// let y = Var::new(Tensor::randn([16, 3])?);
+    /// for _ in 0..3 {
+    ///     model.zero_grad();
+    ///     let pred = model.forward(&x)?;
+    ///     (&pred - &y)?.square().mean_all().backward()?;
+    ///     // Only the head has gradients; plain gradient descent on what requires grad.
+    ///     assert!(model.backbone.parameters().iter().all(|p| p.grad().is_none()));
+    ///     no_grad(|| -> ember_tensor::Result<()> {
+    ///         for p in model.parameters().iter().filter(|p| p.requires_grad()) {
+    ///             p.value().add_scaled_(&p.grad().unwrap(), -0.1)?;
+    ///         }
+    ///         Ok(())
+    ///     })?;
+    /// }
+    /// assert_eq!(snapshot(&model.backbone)?, backbone_before);
+    /// assert_ne!(snapshot(&model.head)?, head_before);
+    /// model.backbone.unfreeze()?; // fine-tune everything from here
+    /// assert!(model.parameters().iter().all(|p| p.requires_grad()));
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    fn freeze(&self) -> Result<()> {
+        let params = leaf_parameters(self, "freeze")?;
+        for p in &params {
+            p.freeze()?;
+        }
+        Ok(())
+    }
+
+    /// Undoes [`freeze`](Module::freeze): every parameter of the module and of its
+    /// submodules requires grad again ([`Var::unfreeze`]), including one that did not
+    /// before the freeze. Optimizers resume its updates from the state it had.
+    ///
+    /// Fails, changing nothing, if a parameter is not a leaf or not a float.
+    fn unfreeze(&self) -> Result<()> {
+        let params = leaf_parameters(self, "unfreeze")?;
+        if let Some(p) = params.iter().find(|p| !p.dtype().is_float()) {
+            return Err(Error::dtype(
+                "unfreeze",
+                format!("parameter {} is {}; only float parameters can require grad", param_name(self, p), p.dtype()),
+            ));
+        }
+        for p in &params {
+            p.unfreeze()?;
+        }
+        Ok(())
+    }
+
+    /// Whether no parameter of the module or of its submodules requires grad: after
+    /// [`freeze`](Module::freeze), and also for a module without parameters.
+    fn is_frozen(&self) -> bool {
+        self.parameters().iter().all(|p| !p.requires_grad())
+    }
+
     /// The module itself (named `""`) and every module below it, depth first in the order
     /// of the parts, with their dotted names; PyTorch's `named_modules()`. A module shared
     /// through an `Arc` appears under each of its names.
@@ -288,6 +381,28 @@ pub trait Module: Send + Sync {
             Ok(())
         })
     }
+}
+
+/// The distinct parameters of `module`, checked to be leaves (only leaves can change
+/// whether they require grad), so that `op` changes all of them or none.
+fn leaf_parameters<M: Module + ?Sized>(module: &M, op: &'static str) -> Result<Vec<Var>> {
+    let params = module.parameters();
+    if let Some(p) = params.iter().find(|p| !p.is_leaf()) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "parameter {} is the result of an operation ({}), not a leaf; only leaves can change requires_grad",
+                param_name(module, p),
+                p.op_name()
+            ),
+        ));
+    }
+    Ok(params)
+}
+
+/// The first name `module` gives the parameter `p`, for messages.
+fn param_name<M: Module + ?Sized>(module: &M, p: &Var) -> String {
+    module.named_parameters().into_iter().find(|(_, q)| q.id() == p.id()).map(|(n, _)| n).unwrap_or_default()
 }
 
 /// Appends the modules below `module` to `out`, depth first, named under `prefix`.

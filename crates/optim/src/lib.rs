@@ -12,7 +12,8 @@
 //!   see [`ember_tensor::backend::Backend`]) in the parameter's own dtype (f32 or f64): one
 //!   pass over the parameter, its gradient and its state, no temporaries, rounded like
 //!   ATen's kernels.
-//!   Frozen parameters and parameters without a gradient are skipped, their state
+//!   Parameters that do not require grad (frozen ones included, even with a stale
+//!   gradient) and parameters without a gradient are skipped, their value and state
 //!   untouched. In-place writes bump the value's version, so a backward through a graph
 //!   that saved a parameter before the step reports the modification, as in PyTorch.
 //! - [`Optimizer::state_dict`] and [`Optimizer::load_state_dict`] save and restore the

@@ -10,9 +10,12 @@ use ember_tensor::{Error, Result};
 /// different parameters different settings with several optimizers over disjoint lists.
 /// The trait is object safe, so schedulers and training loops can take `&mut dyn Optimizer`.
 pub trait Optimizer {
-    /// Updates every parameter that has a gradient and is not frozen, in place on its value
-    /// and without recording history. Parameters without a gradient keep their value and
-    /// their state (PyTorch's `p.grad is None`).
+    /// Updates every parameter that requires grad and has a gradient, in place on its value
+    /// and without recording history. The others keep their value and their state (step
+    /// count, moments, momentum buffer): those without a gradient (PyTorch's
+    /// `p.grad is None`), and those that do not require grad (frozen with
+    /// [`Var::freeze`] or `requires_grad_(false)`), even when a stale gradient is still set;
+    /// PyTorch would step the latter.
     fn step(&mut self) -> Result<()>;
 
     /// Sets the gradients of this optimizer's parameters to none (PyTorch's

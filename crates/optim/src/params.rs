@@ -62,10 +62,15 @@ impl Slot {
         Ok(slots)
     }
 
-    /// The parameter as the kernels need it, or `None` when this step skips it: frozen, or
-    /// without a gradient (PyTorch's `p.grad is None`).
+    /// The parameter as the kernels need it, or `None` when this step skips it: it does not
+    /// require grad (frozen, or `requires_grad_(false)`), even with a stale gradient left from
+    /// before, or it has no gradient (PyTorch's `p.grad is None`).
+    ///
+    /// PyTorch steps any parameter whose `.grad` is set; ember also skips those that stopped
+    /// requiring grad, so that freezing a parameter keeps it bit-identical however its
+    /// gradient was left.
     pub fn prepare(op: &'static str, index: usize, param: &Var) -> Result<Option<Slot>> {
-        if param.is_frozen() {
+        if !param.requires_grad() {
             return Ok(None);
         }
         let Some(grad) = param.grad() else {

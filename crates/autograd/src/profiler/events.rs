@@ -125,10 +125,13 @@ impl OpStats {
     }
 }
 
+/// What events are grouped by: name, phase and (when grouping by them) input shapes.
+type GroupKey<'a> = (&'a str, Phase, Option<&'a [Vec<usize>]>);
+
 /// The events aggregated by name and phase, and by input shapes when `by_shapes`, in order
 /// of first appearance.
 pub(crate) fn aggregate(events: &[ProfileEvent], by_shapes: bool) -> Vec<OpStats> {
-    let mut index: FxHashMap<(&str, Phase, Option<&[Vec<usize>]>), usize> = FxHashMap::default();
+    let mut index: FxHashMap<GroupKey<'_>, usize> = FxHashMap::default();
     let mut stats: Vec<OpStats> = Vec::new();
     for e in events {
         let shapes = by_shapes.then_some(e.shapes.as_slice());

@@ -24,7 +24,9 @@
 //!   the time.
 //!
 //! When no profiler (or other engine extension) is active the cost is one thread-local
-//! check per operation and one per backward call; the options cost only while recording.
+//! check per operation and one per backward call, plus the caller's location that
+//! `#[track_caller]` passes to each op method as a hidden argument (one instruction per
+//! call); the location is read, and the options cost, only while recording.
 //!
 //! ```
 //! use ember_autograd::profiler::{ProfileOptions, SortBy, TableOptions, profile_with};

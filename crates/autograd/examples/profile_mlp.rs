@@ -1,9 +1,12 @@
-//! Profiles a few training steps of a 4-layer MLP: prints the per-operation table (sorted
-//! by total time) and writes a Chrome trace to open in `chrome://tracing` or Perfetto.
+//! Profiles a few training steps of a 4-layer MLP with input shapes, call sites and memory
+//! recorded: prints the per-operation table (sorted by total time), the ten rows with the
+//! most self time grouped by input shape, and writes a Chrome trace to open in
+//! `chrome://tracing` or Perfetto.
 //!
 //! `cargo run --release -p ember-autograd --example profile_mlp [trace.json]`
 
-use ember_autograd::{Var, profile, record_function};
+use ember_autograd::profiler::{ProfileOptions, SortBy, TableOptions, profile_with};
+use ember_autograd::{Var, record_function};
 use ember_tensor::{Result, Tensor};
 
 fn main() -> Result<()> {
@@ -12,7 +15,8 @@ fn main() -> Result<()> {
         (0..4).map(|_| Tensor::randn([256, 256]).map(|t| Var::param(t.mul_scalar(0.06)))).collect::<Result<_>>()?;
     let x = Var::new(Tensor::randn([64, 256])?);
     let target = Var::new(Tensor::randn([64, 256])?);
-    let (result, prof) = profile(|| -> Result<()> {
+    let options = ProfileOptions::new().record_shapes(true).with_stack(true).profile_memory(true);
+    let (result, prof) = profile_with(options, || -> Result<()> {
         for _ in 0..5 {
             record_function("step", || -> Result<()> {
                 let mut h = x.clone();
@@ -26,6 +30,11 @@ fn main() -> Result<()> {
     });
     result?;
     print!("{}", prof.table());
+    println!();
+    print!(
+        "{}",
+        prof.table_with(TableOptions { sort_by: SortBy::CpuSelf, row_limit: Some(10), group_by_input_shape: true })
+    );
     let path = std::env::args()
         .nth(1)
         .unwrap_or_else(|| std::env::temp_dir().join("ember_profile_mlp.json").to_string_lossy().into_owned());

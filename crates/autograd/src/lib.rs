@@ -359,7 +359,7 @@ pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, 
 pub use gradcheck::{gradcheck, gradgradcheck};
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
 pub use op::{Grads, Op, Saves};
-pub use profiler::{Profile, Profiler, profile, record_function};
+pub use profiler::{Profile, Profiler, profile, profile_with, record_function};
 pub use reactive::reactive_nodes_visited;
 pub use saved_hooks::{SavedTensorsHooksGuard, saved_tensors_hooks};
 pub use static_mode::{CachedLoss, ForwardInput, Traced};

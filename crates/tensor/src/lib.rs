@@ -45,7 +45,7 @@ pub mod storage;
 mod tensor;
 pub mod threading;
 
-pub use backend::{CmpOp, ReduceOp};
+pub use backend::{CmpOp, DeviceTimer, ReduceOp};
 pub use device::{Device, DeviceMemory};
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};

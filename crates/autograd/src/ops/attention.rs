@@ -39,6 +39,7 @@ impl Var {
     ///
     /// This is the composition that [`Var::attention`] falls back to, and what
     /// `ember_nn::functional::scaled_dot_product_attention` uses with dropout.
+    #[track_caller]
     pub fn attention_weights(&self, key: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
         let shapes = check(self, key, key, mask)?;
         let mut scores = self.matmul(&key.transpose(-2, -1)?)?.mul_scalar(spec.scale);
@@ -71,6 +72,7 @@ impl Var {
     /// `attention_weights(key, mask) @ value`, `[.., L, Ev]`: every intermediate, the
     /// `[.., L, S]` scores included, is kept for the backward. [`Var::attention`] computes
     /// the same with a kernel that keeps none of them.
+    #[track_caller]
     pub fn attention_composed(&self, key: &Var, value: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
         check(self, key, value, mask)?;
         self.attention_weights(key, mask, spec)?.matmul(value)
@@ -188,6 +190,7 @@ impl Var {
     /// assert_eq!(v.grad().unwrap().shape().dims(), &[2, 7, 3]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn attention(&self, key: &Var, value: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
         check(self, key, value, mask)?;
         if mask.is_some_and(|m| m.dtype() != DType::U8 && m.requires_grad()) {

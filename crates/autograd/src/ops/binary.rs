@@ -79,6 +79,7 @@ macro_rules! binary_var_ops {
 
             impl Var {
                 $(#[$doc])*
+                #[track_caller]
                 pub fn $method(&self, other: &Var) -> Result<Var> {
                     apply($V(Shapes::of(self, other)), &[self, other])
                 }

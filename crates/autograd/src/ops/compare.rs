@@ -73,10 +73,12 @@ macro_rules! var_comparisons {
         impl Var {
             $(
                 #[doc = concat!("The `u8` mask of `", stringify!($method), "`, broadcasting; no gradient.")]
+                #[track_caller]
                 pub fn $method(&self, other: &Var) -> Result<Var> {
                     Ok(no_grad_result(apply(Compare(CmpOp::$V), &[self, other])?))
                 }
                 #[doc = concat!("The `u8` mask of `", stringify!($method), "` with a scalar; no gradient.")]
+                #[track_caller]
                 pub fn $scalar_method(&self, s: impl Into<Scalar>) -> Var {
                     no_grad_result(apply_infallible(CompareScalar(CmpOp::$V, s.into()), &[self]))
                 }
@@ -177,6 +179,7 @@ impl Op for Detach {
 
 impl Var {
     /// The `i64` index of the first maximum along `dim`; no gradient.
+    #[track_caller]
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
         // A 0-d value takes dimension 0 or -1, as `Tensor::argmax` (and PyTorch) does.
         let d = dim.resolve(self.rank().max(1), "argmax")?;
@@ -184,6 +187,7 @@ impl Var {
     }
 
     /// The `i64` index of the first minimum along `dim`; no gradient.
+    #[track_caller]
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Var> {
         // A 0-d value takes dimension 0 or -1, as `Tensor::argmin` (and PyTorch) does.
         let d = dim.resolve(self.rank().max(1), "argmin")?;
@@ -192,6 +196,7 @@ impl Var {
 
     /// The value converted to `dtype`. Between float dtypes the gradient is converted back;
     /// a cast to an integer dtype has no gradient.
+    #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Var {
         let from = self.dtype();
         if dtype == from {
@@ -204,6 +209,7 @@ impl Var {
     /// The value on `device` (PyTorch's `x.to(device)`): `self` when it is already there,
     /// otherwise a copy whose gradient flows back to `self`'s device. An error for a device
     /// that is not available.
+    #[track_caller]
     pub fn to_device(&self, device: Device) -> Result<Var> {
         let from = self.device();
         if device == from {
@@ -215,6 +221,7 @@ impl Var {
 
     /// An identity node that stops gradients: it stays in the graph (visible in exports,
     /// re-run by `forward`), but nothing flows back through it.
+    #[track_caller]
     pub fn detach_node(&self) -> Var {
         no_grad_result(apply_infallible(Detach, &[self]))
     }

@@ -123,6 +123,7 @@ impl Op for ConvWeightGrad {
     }
 }
 
+#[track_caller]
 fn conv(x: &Var, w: &Var, bias: Option<&Var>, name: &'static str, geom: ConvGeometry) -> Result<Var> {
     match bias {
         Some(b) => apply(Conv { name, geom }, &[x, w, b]),
@@ -130,6 +131,7 @@ fn conv(x: &Var, w: &Var, bias: Option<&Var>, name: &'static str, geom: ConvGeom
     }
 }
 
+#[track_caller]
 fn conv_transpose(y: &Var, w: &Var, bias: Option<&Var>, geom: ConvGeometry) -> Result<Var> {
     let name = "conv_transpose2d";
     match bias {
@@ -138,12 +140,14 @@ fn conv_transpose(y: &Var, w: &Var, bias: Option<&Var>, geom: ConvGeometry) -> R
     }
 }
 
+#[track_caller]
 fn conv_weight_grad(x: &Var, y: &Var, geom: ConvGeometry) -> Result<Var> {
     apply(ConvWeightGrad { geom }, &[x, y])
 }
 
 /// Runs a planned (transposed) convolution on views of the operands with the planned
 /// shapes, and shapes the result as planned.
+#[track_caller]
 fn run(name: &'static str, x: &Var, w: &Var, bias: Option<&Var>, plan: &ConvPlan, transposed: bool) -> Result<Var> {
     let (x4, w4) = (x.reshape(&plan.input)?, w.reshape(&plan.weight)?);
     let inputs: Vec<&Var> = [&x4, &w4].into_iter().chain(bias).collect();
@@ -163,6 +167,7 @@ fn named<const D: usize>(one: &'static str, two: &'static str) -> &'static str {
 impl Var {
     /// A `D`-dimensional convolution (`D` = 1 or 2; see [`Var::conv1d`], [`Var::conv2d`]),
     /// for code generic over the number of spatial dimensions.
+    #[track_caller]
     pub fn conv<const D: usize>(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<D>) -> Result<Var> {
         let name = named::<D>("conv1d", "conv2d");
         let plan = conv_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
@@ -171,6 +176,7 @@ impl Var {
 
     /// A `D`-dimensional transposed convolution (`D` = 1 or 2; see
     /// [`Var::conv_transpose1d`], [`Var::conv_transpose2d`]).
+    #[track_caller]
     pub fn conv_transpose<const D: usize>(
         &self,
         weight: &Var,
@@ -185,6 +191,7 @@ impl Var {
     /// A 1-d convolution with PyTorch's `conv1d` semantics (see
     /// [`Tensor::conv1d`](ember_tensor::Tensor::conv1d)): `self` is `[N, in, L]` (or
     /// `[in, L]`), `weight` `[out, in / groups, k]`, `bias` `[out]`.
+    #[track_caller]
     pub fn conv1d(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<1>) -> Result<Var> {
         self.conv(weight, bias, args)
     }
@@ -205,12 +212,14 @@ impl Var {
     /// assert_eq!(w.grad().unwrap().shape(), &[4, 3, 3, 3]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn conv2d(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<2>) -> Result<Var> {
         self.conv(weight, bias, args)
     }
 
     /// A 1-d transposed convolution with PyTorch's `conv_transpose1d` semantics: `self` is
     /// `[N, in, L]` (or `[in, L]`), `weight` `[in, out / groups, k]`, `bias` `[out]`.
+    #[track_caller]
     pub fn conv_transpose1d(&self, weight: &Var, bias: Option<&Var>, args: &ConvTransposeArgs<1>) -> Result<Var> {
         self.conv_transpose(weight, bias, args)
     }
@@ -219,6 +228,7 @@ impl Var {
     /// [`Tensor::conv_transpose2d`](ember_tensor::Tensor::conv_transpose2d)): `self` is
     /// `[N, in, h, w]` (or `[in, h, w]`), `weight` `[in, out / groups, kh, kw]`, `bias`
     /// `[out]`.
+    #[track_caller]
     pub fn conv_transpose2d(&self, weight: &Var, bias: Option<&Var>, args: &ConvTransposeArgs<2>) -> Result<Var> {
         self.conv_transpose(weight, bias, args)
     }

@@ -179,6 +179,7 @@ impl Op for WhereCond {
 
 impl Var {
     /// The entries of dimension `dim` listed by the 1-d `i64` `index`.
+    #[track_caller]
     pub fn index_select(&self, dim: impl Dim, index: impl IntoVar) -> Result<Var> {
         let d = dim.resolve(self.rank(), "index_select")?;
         let idx = index.into_var();
@@ -186,6 +187,7 @@ impl Var {
     }
 
     /// `out[i][j] = self[i][index[i][j]]` for `dim = 1` (and likewise for other dims).
+    #[track_caller]
     pub fn gather(&self, dim: impl Dim, index: impl IntoVar) -> Result<Var> {
         let d = dim.resolve(self.rank(), "gather")?;
         let idx = index.into_var();
@@ -193,6 +195,7 @@ impl Var {
     }
 
     /// A copy of `self` with `src` added at the positions `index` names along `dim`.
+    #[track_caller]
     pub fn scatter_add(&self, dim: impl Dim, index: impl IntoVar, src: &Var) -> Result<Var> {
         let d = dim.resolve(self.rank(), "scatter_add")?;
         let idx = index.into_var();
@@ -200,6 +203,7 @@ impl Var {
     }
 
     /// `value` where the `u8` `mask` is set.
+    #[track_caller]
     pub fn masked_fill(&self, mask: impl IntoVar, value: impl Into<Scalar>) -> Result<Var> {
         let m = mask.into_var();
         apply(MaskedFill { value: value.into() }, &[self, &m])
@@ -207,6 +211,7 @@ impl Var {
 
     /// `self ? on_true : on_false` for a `u8` mask `self`; the gradient flows into the
     /// branch that was taken.
+    #[track_caller]
     pub fn where_cond(&self, on_true: &Var, on_false: &Var) -> Result<Var> {
         let ((st, dt), (sf, df)) = (on_true.shape_and_dtype(), on_false.shape_and_dtype());
         let out = ember_tensor::dtype::result_type(&[(dt, st.rank()), (df, sf.rank())]);

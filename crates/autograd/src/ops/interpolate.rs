@@ -37,6 +37,7 @@ impl Var {
     /// assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![4.0; 4]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn interpolate(&self, args: &InterpolateArgs) -> Result<Var> {
         let plan = interpolate_plan(&self.shape(), args, self.dtype())?;
         let nearest = args.mode == ember_tensor::InterpolateMode::Nearest;

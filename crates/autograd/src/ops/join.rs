@@ -124,6 +124,7 @@ impl Op for Triangle {
 
 impl Var {
     /// The `Var`s joined along `dim`.
+    #[track_caller]
     pub fn cat(vars: &[&Var], dim: impl Dim) -> Result<Var> {
         let first = vars.first().ok_or_else(|| Error::invalid("cat", "expected at least one Var"))?;
         let d = dim.resolve(first.rank(), "cat")?;
@@ -139,6 +140,7 @@ impl Var {
     }
 
     /// The `Var`s (of one shape) stacked along a new dimension `dim`.
+    #[track_caller]
     pub fn stack(vars: &[&Var], dim: impl Dim) -> Result<Var> {
         let first = vars.first().ok_or_else(|| Error::invalid("stack", "expected at least one Var"))?;
         let d = dim.resolve_insert(first.rank(), "stack")?;
@@ -153,21 +155,25 @@ impl Var {
     }
 
     /// Constant padding with `(before, after)` pairs from the last dimension backwards.
+    #[track_caller]
     pub fn pad(&self, pads: &[(usize, usize)], value: impl Into<Scalar>) -> Result<Var> {
         apply(Pad { pads: pads.to_vec(), value: value.into(), from: self.shape() }, &[self])
     }
 
     /// The value tiled `repeats[i]` times along dimension `i`.
+    #[track_caller]
     pub fn repeat(&self, repeats: &[usize]) -> Result<Var> {
         apply(Repeat { repeats: repeats.to_vec(), from: self.shape() }, &[self])
     }
 
     /// The lower triangle of the last two dimensions.
+    #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Result<Var> {
         apply(Triangle { diagonal, upper: false }, &[self])
     }
 
     /// The upper triangle of the last two dimensions.
+    #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Result<Var> {
         apply(Triangle { diagonal, upper: true }, &[self])
     }

@@ -85,6 +85,7 @@ impl Op for Linear {
 impl Var {
     /// `self @ weight^T + bias` (PyTorch's `F.linear`): `self` is `[.., in]`, `weight`
     /// `[out, in]`, `bias` `[out]`.
+    #[track_caller]
     pub fn linear(&self, weight: &Var, bias: Option<&Var>) -> Result<Var> {
         let (xs, ws) = (self.shape(), weight.shape());
         let fits = xs.rank() >= 1
@@ -110,6 +111,7 @@ impl Var {
 
     /// The matrix product with PyTorch's rules (1-d operands are vectors, leading
     /// dimensions broadcast as batches).
+    #[track_caller]
     pub fn matmul(&self, other: &Var) -> Result<Var> {
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {

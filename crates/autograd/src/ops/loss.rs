@@ -106,6 +106,7 @@ impl Var {
     /// assert_eq!(logits.grad().unwrap().to_vec::<f64>()?, vec![0.5, -0.5, -0.5, 0.5]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn class_loss(&self, target: &Var, loss: ClassLoss) -> Result<Var> {
         apply(ClassLossOp(loss), &[self, target])
     }

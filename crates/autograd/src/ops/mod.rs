@@ -29,6 +29,7 @@ use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Runs `op` on the values of `inputs` and, in grad mode, records it in the graph.
@@ -37,20 +38,23 @@ use std::sync::Arc;
 /// applying `a * b` and `b * a` cannot deadlock) while the forward runs on borrowed values:
 /// no input tensor is cloned.
 #[inline]
+#[track_caller]
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     // Extensions active on this thread (the profiler, saved-tensor hooks, checkpoint,
     // anomaly mode) watch operations through this one thread-local check.
     if extension::active() != 0 {
-        return apply_instrumented(op, inputs);
+        return apply_instrumented(op, inputs, Location::caller());
     }
     apply_plain(op, inputs)
 }
 
 /// `apply` while an extension is active on this thread: its recording hooks run around the
-/// operation (see `extension::Applying`).
+/// operation (see `extension::Applying`). `caller` is the line that called the public `Var`
+/// method (every one is `#[track_caller]`, down to `apply`), for the profiler's call sites.
 #[cold]
 #[inline(never)]
-fn apply_instrumented<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+fn apply_instrumented<O: Op>(op: O, inputs: &[&Var], caller: &'static Location<'static>) -> Result<Var> {
+    crate::profiler::note_caller(caller);
     let applying = Applying::begin(op.name(), inputs);
     let result = apply_plain(op, inputs);
     if let Ok(var) = &result {
@@ -179,6 +183,7 @@ impl Var {
     /// assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![3.0, 3.0]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn apply_op<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
         apply(op, inputs)
     }
@@ -187,6 +192,7 @@ impl Var {
 /// `apply` for operations whose forward cannot fail on a valid value (elementwise functions
 /// of one tensor, tensor-scalar operations).
 #[inline]
+#[track_caller]
 pub(crate) fn apply_infallible<O: Op>(op: O, inputs: &[&Var]) -> Var {
     infallible(apply(op, inputs), "an infallible operation")
 }

@@ -116,6 +116,7 @@ impl Var {
     /// assert!(x.grad().unwrap().to_vec::<f64>()?.iter().all(|g| g.abs() < 1e-9));
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn channel_norm(&self, weight: Option<&Var>, bias: Option<&Var>, eps: f64) -> Result<(Var, Tensor, Tensor)> {
         let stats = Stats::default();
         let op = ChannelNormOp { eps, weight: weight.is_some(), bias: bias.is_some(), stats: stats.clone() };

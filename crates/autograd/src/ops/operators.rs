@@ -9,36 +9,42 @@ macro_rules! var_ops {
     ($tr:ident, $m:ident, $scalar:ident, $rscalar:ident) => {
         impl $tr<&Var> for &Var {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: &Var) -> Result<Var> {
                 Var::$m(self, rhs)
             }
         }
         impl $tr<Var> for Var {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: Var) -> Result<Var> {
                 Var::$m(&self, &rhs)
             }
         }
         impl $tr<&Var> for Var {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: &Var) -> Result<Var> {
                 Var::$m(&self, rhs)
             }
         }
         impl $tr<Var> for &Var {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: Var) -> Result<Var> {
                 Var::$m(self, &rhs)
             }
         }
         impl $tr<&Tensor> for &Var {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: &Tensor) -> Result<Var> {
                 Var::$m(self, &Var::new(rhs.clone()))
             }
         }
         impl $tr<&Var> for &Tensor {
             type Output = Result<Var>;
+            #[track_caller]
             fn $m(self, rhs: &Var) -> Result<Var> {
                 Var::$m(&Var::new(self.clone()), rhs)
             }
@@ -49,24 +55,28 @@ macro_rules! var_ops {
     (@scalar $tr:ident, $m:ident, $scalar:ident, $rscalar:ident, $($t:ty),*) => {$(
         impl $tr<$t> for &Var {
             type Output = Var;
+            #[track_caller]
             fn $m(self, rhs: $t) -> Var {
                 self.$scalar(rhs)
             }
         }
         impl $tr<$t> for Var {
             type Output = Var;
+            #[track_caller]
             fn $m(self, rhs: $t) -> Var {
                 self.$scalar(rhs)
             }
         }
         impl $tr<&Var> for $t {
             type Output = Var;
+            #[track_caller]
             fn $m(self, rhs: &Var) -> Var {
                 rhs.$rscalar(self)
             }
         }
         impl $tr<Var> for $t {
             type Output = Var;
+            #[track_caller]
             fn $m(self, rhs: Var) -> Var {
                 rhs.$rscalar(self)
             }
@@ -81,6 +91,7 @@ var_ops!(Div, div, div_scalar, rdiv_scalar);
 
 impl Neg for &Var {
     type Output = Var;
+    #[track_caller]
     fn neg(self) -> Var {
         Var::neg(self)
     }
@@ -88,6 +99,7 @@ impl Neg for &Var {
 
 impl Neg for Var {
     type Output = Var;
+    #[track_caller]
     fn neg(self) -> Var {
         Var::neg(&self)
     }

@@ -283,6 +283,7 @@ impl Var {
     /// `D`-dimensional max pooling (`D` = 1 or 2; PyTorch's `max_pool1d` / `max_pool2d`
     /// with `return_indices=True`): the pooled values and the `i64` flat positions of the
     /// maxima in their planes. `self` is `[N, C, ..]` or unbatched `[C, ..]`.
+    #[track_caller]
     pub fn max_pool_with_indices<const D: usize>(&self, args: &MaxPoolArgs<D>) -> Result<(Var, Tensor)> {
         let name = named::<D>("max_pool1d", "max_pool2d");
         let plan = max_pool_plan(name, &self.shape(), args)?;
@@ -292,6 +293,7 @@ impl Var {
     }
 
     /// 1-d max pooling (PyTorch's `max_pool1d`): `[N, C, L]` or `[C, L]`.
+    #[track_caller]
     pub fn max_pool1d(&self, args: &MaxPoolArgs<1>) -> Result<Var> {
         Ok(self.max_pool_with_indices(args)?.0)
     }
@@ -309,16 +311,19 @@ impl Var {
     /// assert_eq!((g[5], g[7], g[13], g[15], g[0]), (1.0, 1.0, 1.0, 1.0, 0.0));
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn max_pool2d(&self, args: &MaxPoolArgs<2>) -> Result<Var> {
         Ok(self.max_pool_with_indices(args)?.0)
     }
 
     /// [`Var::max_pool2d`] with the positions of the maxima.
+    #[track_caller]
     pub fn max_pool2d_with_indices(&self, args: &MaxPoolArgs<2>) -> Result<(Var, Tensor)> {
         self.max_pool_with_indices(args)
     }
 
     /// `D`-dimensional average pooling (PyTorch's `avg_pool1d` / `avg_pool2d`).
+    #[track_caller]
     pub fn avg_pool<const D: usize>(&self, args: &AvgPoolArgs<D>) -> Result<Var> {
         let name = named::<D>("avg_pool1d", "avg_pool2d");
         let back = named::<D>("avg_pool1d_backward", "avg_pool2d_backward");
@@ -335,17 +340,20 @@ impl Var {
     }
 
     /// 1-d average pooling (PyTorch's `avg_pool1d`).
+    #[track_caller]
     pub fn avg_pool1d(&self, args: &AvgPoolArgs<1>) -> Result<Var> {
         self.avg_pool(args)
     }
 
     /// 2-d average pooling (PyTorch's `avg_pool2d`).
+    #[track_caller]
     pub fn avg_pool2d(&self, args: &AvgPoolArgs<2>) -> Result<Var> {
         self.avg_pool(args)
     }
 
     /// `D`-dimensional adaptive average pooling to `size` (PyTorch's
     /// `adaptive_avg_pool1d` / `adaptive_avg_pool2d`).
+    #[track_caller]
     pub fn adaptive_avg_pool<const D: usize>(&self, size: [usize; D]) -> Result<Var> {
         let name = named::<D>("adaptive_avg_pool1d", "adaptive_avg_pool2d");
         let back = named::<D>("adaptive_avg_pool1d_backward", "adaptive_avg_pool2d_backward");
@@ -364,11 +372,13 @@ impl Var {
     }
 
     /// 1-d adaptive average pooling.
+    #[track_caller]
     pub fn adaptive_avg_pool1d(&self, size: usize) -> Result<Var> {
         self.adaptive_avg_pool([size])
     }
 
     /// 2-d adaptive average pooling.
+    #[track_caller]
     pub fn adaptive_avg_pool2d(&self, size: [usize; 2]) -> Result<Var> {
         self.adaptive_avg_pool(size)
     }
@@ -376,12 +386,14 @@ impl Var {
     /// `D`-dimensional adaptive max pooling to `size`, with the positions of the maxima
     /// (PyTorch's `adaptive_max_pool1d` / `adaptive_max_pool2d` with
     /// `return_indices=True`).
+    #[track_caller]
     pub fn adaptive_max_pool_with_indices<const D: usize>(&self, size: [usize; D]) -> Result<(Var, Tensor)> {
         let name = named::<D>("adaptive_max_pool1d", "adaptive_max_pool2d");
         run_max(self, name, adaptive_max_pool_plan(name, &self.shape(), size)?, None)
     }
 
     /// 2-d adaptive max pooling.
+    #[track_caller]
     pub fn adaptive_max_pool2d(&self, size: [usize; 2]) -> Result<Var> {
         Ok(self.adaptive_max_pool_with_indices(size)?.0)
     }

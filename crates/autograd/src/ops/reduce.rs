@@ -172,23 +172,27 @@ impl Op for StdOfVar {
 }
 
 impl Var {
+    #[track_caller]
     fn resolve_dims(&self, dims: impl Dims, op: &'static str) -> Result<DimList> {
         dims.resolve_reduction(self.rank(), op)
     }
 
     /// The sum over `dims`.
+    #[track_caller]
     pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "sum")?;
         apply(Sum(Reduction::new(self, d, keepdim)), &[self])
     }
 
     /// The sum of all elements (0-d).
+    #[track_caller]
     pub fn sum_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
         apply_infallible(Sum(Reduction::new(self, d, false)), &[self])
     }
 
     /// The mean over `dims`.
+    #[track_caller]
     pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "mean")?;
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
@@ -196,47 +200,55 @@ impl Var {
     }
 
     /// The mean of all elements.
+    #[track_caller]
     pub fn mean_all(&self) -> Var {
         self.sum_all().div_scalar(self.numel() as f64)
     }
 
     /// The maximum over `dims` (ties share the gradient).
+    #[track_caller]
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "max")?;
         apply(Extreme { r: Reduction::new(self, d, keepdim), max: true }, &[self])
     }
 
     /// The maximum of all elements; an error for an empty value.
+    #[track_caller]
     pub fn max_all(&self) -> Result<Var> {
         let d: DimList = (0..self.rank()).collect();
         apply(Extreme { r: Reduction::new(self, d, false), max: true }, &[self])
     }
 
     /// The minimum over `dims` (ties share the gradient).
+    #[track_caller]
     pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "min")?;
         apply(Extreme { r: Reduction::new(self, d, keepdim), max: false }, &[self])
     }
 
     /// The minimum of all elements; an error for an empty value.
+    #[track_caller]
     pub fn min_all(&self) -> Result<Var> {
         let d: DimList = (0..self.rank()).collect();
         apply(Extreme { r: Reduction::new(self, d, false), max: false }, &[self])
     }
 
     /// The product over `dims`.
+    #[track_caller]
     pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "prod")?;
         apply(Prod(Reduction::new(self, d, keepdim)), &[self])
     }
 
     /// The product of all elements.
+    #[track_caller]
     pub fn prod_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
         apply_infallible(Prod(Reduction::new(self, d, false)), &[self])
     }
 
     /// The variance over `dims` (Bessel-corrected when `unbiased`).
+    #[track_caller]
     pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "var")?;
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
@@ -248,6 +260,7 @@ impl Var {
     }
 
     /// The variance of all elements.
+    #[track_caller]
     pub fn var_all(&self, unbiased: bool) -> Var {
         let d: DimList = (0..self.rank()).collect();
         infallible(self.var(&d[..], unbiased, false), "variance over all dimensions")
@@ -255,6 +268,7 @@ impl Var {
 
     /// The standard deviation over `dims`. Where it is 0 (constant data) its gradient is 0,
     /// as in PyTorch, not the NaN of differentiating `sqrt` at 0.
+    #[track_caller]
     pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
         // Resolved here so that a bad dimension is an error naming `std`, not `var`.
         let d = self.resolve_dims(dims, "std")?;
@@ -263,12 +277,14 @@ impl Var {
 
     /// The standard deviation of all elements (gradient 0 where it is 0, as for
     /// [`Var::std`]).
+    #[track_caller]
     pub fn std_all(&self, unbiased: bool) -> Var {
         apply_infallible(StdOfVar, &[&self.var_all(unbiased)])
     }
 
     /// `log(sum(exp(x)))` over `dims`, stable for large values. The shift by the maximum is
     /// a constant, so the gradient is exactly the softmax.
+    #[track_caller]
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "logsumexp")?;
         let kept: Vec<usize> =
@@ -294,6 +310,7 @@ impl Var {
 
     /// This gradient summed down to `shape`: the reverse of broadcasting `shape` to this
     /// shape.
+    #[track_caller]
     pub fn sum_to(&self, shape: &Shape) -> Result<Var> {
         let own = self.shape();
         if own == *shape {

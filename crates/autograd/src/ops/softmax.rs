@@ -40,12 +40,14 @@ impl Op for Softmax {
 
 impl Var {
     /// Softmax along `dim`.
+    #[track_caller]
     pub fn softmax(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve(self.rank().max(1), "softmax")?;
         apply(Softmax { dim: d, log: false }, &[self])
     }
 
     /// Log-softmax along `dim`, numerically stable.
+    #[track_caller]
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve(self.rank().max(1), "log_softmax")?;
         apply(Softmax { dim: d, log: true }, &[self])

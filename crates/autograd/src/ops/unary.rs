@@ -76,6 +76,7 @@ macro_rules! unary_var_ops {
 
         impl Var {
             $(#[$doc])*
+            #[track_caller]
             pub fn $method(&self $(, $p: unary_var_ops!(@arg $pt))*) -> unary_var_ops!(@ret $($ret)?) {
                 unary_var_ops!(@apply $($ret)?, $V { $($p: unary_var_ops!(@into $pt, $p)),* }, self)
             }
@@ -142,6 +143,7 @@ impl Op for Clamp {
 
 impl Var {
     /// Values limited to `[min, max]`; the gradient passes strictly inside the bounds.
+    #[track_caller]
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Var {
         apply_infallible(Clamp { min, max }, &[self])
     }

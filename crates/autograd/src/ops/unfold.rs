@@ -50,6 +50,7 @@ impl Op for Fold {
 }
 
 /// Applies `op` to `x` viewed as the plan's batched input, and shapes the result as planned.
+#[track_caller]
 fn run<O: Op>(x: &Var, plan: &WindowPlan, op: O) -> Result<Var> {
     apply(op, &[&x.reshape(&plan.input)?])?.reshape(&plan.output)
 }
@@ -69,6 +70,7 @@ impl Var {
     /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?[..4], [1.0, 2.0, 2.0, 1.0]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn im2col(&self, args: &UnfoldArgs) -> Result<Var> {
         let plan = unfold_plan(&self.shape(), args)?;
         run(self, &plan, Unfold { window: plan.window })
@@ -76,6 +78,7 @@ impl Var {
 
     /// Columns of blocks summed into an image of `output_size`, PyTorch's
     /// `torch.nn.functional.fold` (see [`Tensor::col2im`](ember_tensor::Tensor::col2im)).
+    #[track_caller]
     pub fn col2im(&self, output_size: [usize; 2], args: &UnfoldArgs) -> Result<Var> {
         let plan = fold_plan(&self.shape(), output_size, args)?;
         run(self, &plan, Fold { window: plan.window })

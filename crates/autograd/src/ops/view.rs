@@ -197,11 +197,13 @@ impl Var {
     /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![3.0, 3.0]);
     /// # Ok::<(), ember_tensor::Error>(())
     /// ```
+    #[track_caller]
     pub fn copy(&self) -> Var {
         apply_infallible(CopyValue, &[self])
     }
 
     /// The same elements with another shape (one extent may be `-1`).
+    #[track_caller]
     pub fn reshape(&self, shape: impl ShapeSpec) -> Result<Var> {
         let from = self.shape();
         let to = shape.resolve_shape(from.numel(), "reshape")?;
@@ -212,11 +214,13 @@ impl Var {
     }
 
     /// Alias of [`Var::reshape`].
+    #[track_caller]
     pub fn view(&self, shape: impl ShapeSpec) -> Result<Var> {
         self.reshape(shape)
     }
 
     /// Dimensions `a` and `b` swapped.
+    #[track_caller]
     pub fn transpose(&self, a: impl Dim, b: impl Dim) -> Result<Var> {
         let rank = self.rank();
         let (a, b) = (a.resolve(rank, "transpose")?, b.resolve(rank, "transpose")?);
@@ -226,6 +230,7 @@ impl Var {
     }
 
     /// The matrix transpose (0-d and 1-d values are returned as they are).
+    #[track_caller]
     pub fn t(&self) -> Result<Var> {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
@@ -235,6 +240,7 @@ impl Var {
     }
 
     /// The dimensions reordered: new dimension `i` is old dimension `dims[i]`.
+    #[track_caller]
     pub fn permute<D: Dim>(&self, dims: &[D]) -> Result<Var> {
         let rank = self.rank();
         let perm: Vec<usize> = dims.iter().map(|d| d.resolve(rank, "permute")).collect::<Result<_>>()?;
@@ -244,6 +250,7 @@ impl Var {
     }
 
     /// The value broadcast to `shape`; the gradient is summed back.
+    #[track_caller]
     pub fn expand(&self, shape: impl Into<Shape>) -> Result<Var> {
         let to = shape.into();
         let from = self.shape();
@@ -254,15 +261,18 @@ impl Var {
     }
 
     /// Alias of [`Var::expand`].
+    #[track_caller]
     pub fn broadcast_to(&self, shape: impl Into<Shape>) -> Result<Var> {
         self.expand(shape)
     }
 
+    #[track_caller]
     fn slice_op(&self, dim: usize, start: usize, len: usize, step: usize) -> Result<Var> {
         apply(Slice { spec: SliceSpec { dim, start, len, step }, from: self.shape() }, &[self])
     }
 
     /// `len` elements of dimension `dim` from `start`.
+    #[track_caller]
     pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Var> {
         let d = dim.resolve(self.rank(), "narrow")?;
         self.value().narrow(d, start, len)?;
@@ -270,6 +280,7 @@ impl Var {
     }
 
     /// Elements `start, start + step, ...` below `end` of dimension `dim`.
+    #[track_caller]
     pub fn slice(&self, dim: impl Dim, start: usize, end: usize, step: usize) -> Result<Var> {
         let d = dim.resolve(self.rank(), "slice")?;
         let len = self.value().slice(d, start, end, step)?.shape()[d];
@@ -278,6 +289,7 @@ impl Var {
     }
 
     /// Entry `index` of dimension `dim` (the dimension is removed).
+    #[track_caller]
     pub fn select(&self, dim: impl Dim, index: usize) -> Result<Var> {
         let d = dim.resolve(self.rank(), "select")?;
         self.value().select(d, index)?;
@@ -285,6 +297,7 @@ impl Var {
     }
 
     /// Dimension `dim` removed if its extent is 1.
+    #[track_caller]
     pub fn squeeze(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve(self.rank(), "squeeze")?;
         let shape = self.shape();
@@ -297,12 +310,14 @@ impl Var {
     }
 
     /// Every dimension of extent 1 removed.
+    #[track_caller]
     pub fn squeeze_all(&self) -> Var {
         let s: Vec<usize> = self.shape().iter().copied().filter(|&d| d != 1).collect();
         infallible(self.reshape(s), "squeezing (which keeps the element count)")
     }
 
     /// A dimension of extent 1 inserted at `dim`.
+    #[track_caller]
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve_insert(self.rank(), "unsqueeze")?;
         let mut s = self.shape().to_vec();
@@ -311,12 +326,14 @@ impl Var {
     }
 
     /// Dimensions `start..=end` merged into one.
+    #[track_caller]
     pub fn flatten(&self, start: impl Dim, end: impl Dim) -> Result<Var> {
         let shape = self.value().flatten(start, end)?.shape().to_vec();
         self.reshape(shape)
     }
 
     /// All dimensions merged into one.
+    #[track_caller]
     pub fn flatten_all(&self) -> Var {
         let n = self.numel();
         // A non-viewable layout (an expanded view, say) is copied, which can only fail for
@@ -325,6 +342,7 @@ impl Var {
     }
 
     /// The value made contiguous (identity for the gradient).
+    #[track_caller]
     pub fn contiguous(&self) -> Var {
         if self.value().is_contiguous() {
             return self.clone();
@@ -333,6 +351,7 @@ impl Var {
     }
 
     /// Consecutive pieces of `size` along `dim`.
+    #[track_caller]
     pub fn split(&self, size: usize, dim: impl Dim) -> Result<Vec<Var>> {
         let d = dim.resolve(self.rank(), "split")?;
         let pieces = self.value().split(size, d)?;
@@ -349,6 +368,7 @@ impl Var {
     }
 
     /// Pieces of the given sizes along `dim`.
+    #[track_caller]
     pub fn split_sizes(&self, sizes: &[usize], dim: impl Dim) -> Result<Vec<Var>> {
         let d = dim.resolve(self.rank(), "split_sizes")?;
         self.value().split_sizes(sizes, d)?;
@@ -364,6 +384,7 @@ impl Var {
     }
 
     /// `chunks` pieces of (nearly) equal size along `dim`.
+    #[track_caller]
     pub fn chunk(&self, chunks: usize, dim: impl Dim) -> Result<Vec<Var>> {
         let d = dim.resolve(self.rank(), "chunk")?;
         if chunks == 0 {

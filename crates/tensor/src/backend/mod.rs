@@ -35,6 +35,7 @@ mod registry;
 mod seam;
 #[doc(hidden)]
 pub mod signature;
+mod timer;
 pub(crate) mod validate;
 
 // The CUDA backend's kernel source is generated from the op tables. It is plain text, so
@@ -50,3 +51,4 @@ pub use delegate::Delegate;
 pub use operands::{AdamState, RmsPropState, Target, View};
 pub use registry::backend_for;
 pub use seam::Backend;
+pub use timer::DeviceTimer;

@@ -3,6 +3,7 @@
 //! one: the tensor layer asks here.
 
 use super::Backend;
+use super::DeviceTimer;
 use super::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use super::cuda;
@@ -49,6 +50,17 @@ impl Device {
     /// `torch.cuda.synchronize`): timings of asynchronous devices need it. A no-op on the CPU.
     pub fn synchronize(self) -> Result<()> {
         backend_for(self)?.synchronize()
+    }
+
+    /// A timer of the device work queued from now until [`DeviceTimer::stop`] (CUDA events,
+    /// what PyTorch's profiler reads for device time); `None` where kernels run on the host
+    /// (the CPU and the emulated device), whose time is the host's.
+    pub fn start_timer(self) -> Result<Option<DeviceTimer>> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(n) = self {
+            return Ok(Some(DeviceTimer::new(cuda::timer::start(n)?)));
+        }
+        Ok(None)
     }
 
     /// The device memory figures of a GPU; `None` for the CPU (see

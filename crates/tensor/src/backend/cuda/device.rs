@@ -164,6 +164,16 @@ impl Gpu {
         self.ctx.synchronize().map_err(|e| driver_error(self.ordinal, "a kernel failed", e))
     }
 
+    /// A timing event recorded on the default stream, after the work queued so far.
+    pub(crate) fn timing_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        let event = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| self.err("cannot create an event", e))?;
+        event.record(&self.ctx.default_stream()).map_err(|e| self.err("cannot record an event", e))?;
+        Ok(event)
+    }
+
     pub(crate) fn err(&self, what: &str, e: impl std::fmt::Debug) -> Error {
         driver_error(self.ordinal, what, e)
     }

@@ -31,6 +31,7 @@ mod memory;
 mod optim;
 mod pool;
 mod reduce;
+pub(crate) mod timer;
 mod window;
 
 pub use memory::CudaStorage;

@@ -143,14 +143,19 @@ pub fn inference_mode<R>(f: impl FnOnce() -> R) -> R {
 /// storage stops counting writes) and a normal one outside; a result sharing an inference
 /// input's storage (a view) is an inference tensor anywhere; a view of a normal tensor is
 /// normal.
+#[inline]
 pub(crate) fn unrecorded(inputs: &[&Var], out: Tensor, in_mode: bool) -> Var {
-    if Arc::strong_count(out.storage()) == 1 {
-        if in_mode {
-            out.storage().untrack();
-            return Var::leaf_with(out, INFERENCE_FLAG);
-        }
-        return Var::leaf_with(out, 0);
+    // The common case, inside inference mode: a fresh result.
+    if in_mode && Arc::strong_count(out.storage()) == 1 {
+        out.storage().untrack();
+        return Var::leaf_with(out, INFERENCE_FLAG);
     }
+    unrecorded_otherwise(inputs, out)
+}
+
+/// [`unrecorded`] outside inference mode, or for a result that shares its storage.
+#[cold]
+fn unrecorded_otherwise(inputs: &[&Var], out: Tensor) -> Var {
     let of_inference = inputs.iter().any(|v| v.is_inference() && Arc::ptr_eq(v.value().storage(), out.storage()));
     Var::leaf_with(out, if of_inference { INFERENCE_FLAG } else { 0 })
 }

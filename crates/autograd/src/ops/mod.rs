@@ -168,6 +168,7 @@ fn compute_many<O: Op>(op: &O, inputs: &[&Var]) -> Result<(Tensor, Versions)> {
 /// An inference tensor among the inputs is an error when the node would require grad (its
 /// value would be saved for backward, and its storage counts no writes); otherwise nothing
 /// is recorded. The inputs' flags are read once for both questions.
+#[inline]
 pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Versions) -> Result<Var> {
     if !is_grad_enabled() {
         return Ok(Var::leaf_with(out, 0));

@@ -2,7 +2,7 @@
 //!
 //! The core (nodes, `Var`, operations, value versions, the backward engine) names none of
 //! the optional features: grad hooks, saved-tensor hooks, checkpointing, the profiler,
-//! anomaly mode, gradient routers and cached backward plans. Each feature is a [`Feature`]:
+//! anomaly mode, gradient routers, cached backward plans and inference mode. Each feature is a [`Feature`]:
 //! a number from [`ids`], and a static value implementing [`Extension`], whose methods are
 //! the core's hook points (all default to doing nothing). A feature switches itself on in
 //! one of two ways, and the core calls its hooks only then:
@@ -48,6 +48,8 @@ pub(crate) mod ids {
     pub(crate) const BACKWARD_PLAN: u8 = 5;
     /// Gradient routers, whose gradient goes where they are told (`router`).
     pub(crate) const ROUTER: u8 = 6;
+    /// Inference mode, and the inference tensors it makes (`inference_mode`).
+    pub(crate) const INFERENCE: u8 = 7;
 }
 
 /// The hook points of the core. A feature implements those it needs; the core calls them

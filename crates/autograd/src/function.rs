@@ -56,6 +56,7 @@ use crate::backward_ctx::BackwardCtx;
 use crate::engine::{current_run, current_run_retains};
 use crate::extension::Applying;
 use crate::grad_mode::{is_grad_enabled, no_grad};
+use crate::inference_mode;
 use crate::node::{Node, NodeRef, REQUIRES_GRAD, new_node};
 use crate::op::{Grads, Op, Saves};
 use crate::saved_hooks::{self, PackedValue};
@@ -551,8 +552,16 @@ fn apply_function<F: Function>(f: F, inputs: &[&Var]) -> Result<Vec<Var>> {
         versions.push(st.versions());
         values.push(t);
     }
-    let record = is_grad_enabled();
+    let mut record = is_grad_enabled() && !inference_mode::is_inference_mode_enabled();
     let requires = record && inputs.iter().any(|v| v.requires_grad());
+    if record && inputs.iter().any(|v| v.is_inference()) {
+        // Inference tensors never enter a graph: saved for backward they are an error, and
+        // with nothing to differentiate nothing is recorded.
+        if requires {
+            return Err(inference_mode::saved_for_backward(&format!("custom function {name}")));
+        }
+        record = false;
+    }
     let shared = Arc::new(Shared {
         f,
         name: name.clone(),

@@ -27,7 +27,8 @@ pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
 
-fn set_grad_enabled(on: bool) -> bool {
+/// Sets grad mode on this thread, returning the previous mode.
+pub(crate) fn set_grad_enabled(on: bool) -> bool {
     GRAD_ENABLED.with(|g| g.replace(on))
 }
 

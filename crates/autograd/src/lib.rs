@@ -102,6 +102,7 @@
 //! | tool | effect |
 //! |---|---|
 //! | [`no_grad`], [`NoGradGuard`] | nothing records history (thread-local, nestable, restored on panic); [`enable_grad`] re-enables |
+//! | [`inference_mode()`], [`InferenceModeGuard`] | as `no_grad`, and what is made inside is an inference tensor: no version counting, never allowed into a later graph ([module docs](mod@inference_mode)) |
 //! | [`Var::detach`] | a new leaf sharing the storage: gradients stop here |
 //! | [`Var::detach_node`] | an identity node that stops gradients but stays visible in the graph |
 //! | [`Var::freeze`] / `requires_grad_(false)` | the leaf keeps no gradient, but gradients still flow *through* its operations to earlier parameters |
@@ -214,7 +215,8 @@
 //! backward reads `unpack(&packed)`. Values only the graph holds are then kept in packed
 //! form alone, so packing to a smaller dtype (or offloading) reduces what a forward keeps
 //! for backward; the [module docs](saved_hooks) say which values must stay. The in-place
-//! check still applies to the original.
+//! check still applies to the original. [`save_on_cpu()`] is such a pair of hooks: it keeps
+//! a GPU forward's saved values in host memory until backward.
 //!
 //! ```
 //! use ember_autograd::{saved_tensors_hooks, Var};
@@ -338,12 +340,14 @@ mod grad_mode;
 mod gradcheck;
 mod graph_view;
 mod hooks;
+pub mod inference_mode;
 mod node;
 mod op;
 mod ops;
 pub mod profiler;
 mod reactive;
 mod router;
+pub mod save_on_cpu;
 pub mod saved_hooks;
 pub mod static_mode;
 mod svg;
@@ -358,9 +362,11 @@ pub use function::{Function, FunctionCtx};
 pub use grad_mode::{EnableGradGuard, NoGradGuard, enable_grad, is_grad_enabled, no_grad};
 pub use gradcheck::{gradcheck, gradgradcheck};
 pub use hooks::{GradHook, HookHandle, PostAccumulateHook};
+pub use inference_mode::{InferenceModeGuard, inference_mode, is_inference_mode_enabled};
 pub use op::{Grads, Op, Saves};
 pub use profiler::{Profile, Profiler, profile, profile_with, record_function};
 pub use reactive::reactive_nodes_visited;
+pub use save_on_cpu::{SaveOnCpuGuard, save_on_cpu};
 pub use saved_hooks::{SavedTensorsHooksGuard, saved_tensors_hooks};
 pub use static_mode::{CachedLoss, ForwardInput, Traced};
 pub use var::{IntoVar, Var};

@@ -1,5 +1,7 @@
 //! `Var`: the user's handle to a graph node.
 
+use crate::extension;
+use crate::inference_mode::{self, INFERENCE_BIT, INFERENCE_FLAG};
 use crate::node::{DETACHED, FROZEN, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, bump_structure_epoch, new_node};
 use crate::op::Leaf;
 use crate::reactive::{self, Mode};
@@ -56,20 +58,37 @@ impl Var {
         Ok(Var::from_node(node))
     }
 
-    fn leaf_with(value: Tensor, flags: u32) -> Var {
+    /// A leaf node holding `value` with `flags` (a normal tensor even in inference mode).
+    pub(crate) fn leaf_with(value: Tensor, flags: u32) -> Var {
         new_node(crate::node::next_seq(), Leaf, SmallVec::new(), IS_LEAF | flags, value, SmallVec::new())
     }
 
-    /// A leaf that does not require grad: an input or a constant.
+    /// A leaf that does not require grad: an input or a constant. Made in
+    /// [`inference_mode`](crate::inference_mode()), it is an inference tensor.
     pub fn new(value: Tensor) -> Var {
+        if extension::active() & INFERENCE_BIT != 0 {
+            return inference_mode::leaf(value, 0);
+        }
         Var::leaf_with(value, 0)
     }
 
     /// A leaf that requires grad: a trainable parameter. Only float values can require
-    /// grad (as in PyTorch); an integer value gives a leaf without grad.
+    /// grad (as in PyTorch); an integer value gives a leaf without grad. Made in
+    /// [`inference_mode`](crate::inference_mode()), it is an inference tensor, which never
+    /// requires grad in ember (see the [inference mode docs](mod@crate::inference_mode)).
     pub fn param(value: Tensor) -> Var {
+        if extension::active() & INFERENCE_BIT != 0 {
+            return inference_mode::leaf(value, 0);
+        }
         let flags = if value.dtype().is_float() { REQUIRES_GRAD } else { 0 };
         Var::leaf_with(value, flags)
+    }
+
+    /// Whether this is an inference tensor: made inside
+    /// [`inference_mode`](crate::inference_mode()) (or a view of one). See the
+    /// [inference mode docs](mod@crate::inference_mode) for what it may not do.
+    pub fn is_inference(&self) -> bool {
+        self.node.has(INFERENCE_FLAG)
     }
 
     /// The value as last computed. Reading it never recomputes anything; after leaves were
@@ -222,6 +241,12 @@ impl Var {
                 self.dtype()
             )));
         }
+        if on && self.is_inference() {
+            return Err(Error::autograd(
+                "requires_grad_: Setting requires_grad=True on an inference tensor is not allowed; make a copy \
+                 (Var::copy) outside inference mode to get a normal tensor",
+            ));
+        }
         if self.node.has(REQUIRES_GRAD) != on {
             bump_structure_epoch();
         }
@@ -284,7 +309,9 @@ impl Var {
 
     /// A new leaf sharing this value's storage, cut from the graph (PyTorch's `detach()`).
     pub fn detach(&self) -> Var {
-        let v = Var::leaf_with(self.value(), DETACHED);
+        // It shares the storage: a detached inference tensor is one too.
+        let inference = if self.is_inference() { INFERENCE_FLAG } else { 0 };
+        let v = Var::leaf_with(self.value(), DETACHED | inference);
         if let Some(name) = self.name() {
             v.set_name(format!("{name}.detach"));
         }
@@ -309,7 +336,14 @@ impl Var {
 
     /// Replaces a leaf's (or a gradient router's) value, bumping its value version so that
     /// [`Var::forward`] on dependent nodes recomputes them.
+    ///
+    /// An inference tensor's value may only be replaced inside
+    /// [`inference_mode`](crate::inference_mode()), and then no version moves (no graph
+    /// depends on it).
     pub fn set_value(&self, value: Tensor) -> Result<()> {
+        if self.is_inference() {
+            return self.set_inference_value(value);
+        }
         self.set_value_quietly(value)?;
         reactive::mark_dependents_dirty(&self.node);
         Ok(())
@@ -329,6 +363,27 @@ impl Var {
             st.value = Some(value);
         }
         reactive::bump_value_epoch();
+        Ok(())
+    }
+
+    /// `set_value` on an inference tensor.
+    #[cold]
+    fn set_inference_value(&self, value: Tensor) -> Result<()> {
+        if !inference_mode::is_inference_mode_enabled() {
+            return Err(Error::autograd(
+                "set_value: Inplace update to inference tensor outside inference_mode is not allowed; make a copy \
+                 (Var::copy) outside inference mode to get a normal tensor before updating it",
+            ));
+        }
+        if !self.node.inputs.is_empty() {
+            return Err(Error::autograd("set_value: only a leaf's value can be replaced"));
+        }
+        if Arc::strong_count(value.storage()) == 1 {
+            value.storage().untrack();
+        }
+        let mut st = self.node.state();
+        st.storage_version = value.version();
+        st.value = Some(value);
         Ok(())
     }
 

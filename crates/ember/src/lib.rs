@@ -79,13 +79,15 @@ pub use ember_tensor as tensor;
 pub use ember_autograd::{Var, no_grad};
 pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 
-/// The everyday names: tensors, `Var`, grad mode, dtypes, errors, and the traits whose
+/// The everyday names: tensors, `Var`, grad and inference mode, dtypes, errors, and the traits whose
 /// methods a training loop calls (`Module`, `ModuleExt`, `Loss`, `Optimizer`,
 /// `LrScheduler`), so that `model.parameters()` or `opt.step()` work without more imports;
 /// `Module` is also `#[derive(Module)]`.
 pub mod prelude {
     pub use crate::nn::{Loss, Module, ModuleExt};
-    pub use ember_autograd::{NoGradGuard, Var, enable_grad, grad, is_grad_enabled, no_grad};
+    pub use ember_autograd::{
+        InferenceModeGuard, NoGradGuard, Var, enable_grad, grad, inference_mode, is_grad_enabled, no_grad,
+    };
     pub use ember_optim::{LrScheduler, Optimizer};
     pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
 }

@@ -23,6 +23,7 @@ mod view;
 
 use crate::extension::{self, Applying};
 use crate::grad_mode::is_grad_enabled;
+use crate::inference_mode::{self, INFERENCE_BIT, INFERENCE_FLAG};
 use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node, next_seq};
 use crate::op::Op;
 use crate::var::Var;
@@ -31,6 +32,7 @@ use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 use std::panic::Location;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Runs `op` on the values of `inputs` and, in grad mode, records it in the graph.
 ///
@@ -41,22 +43,33 @@ use std::sync::Arc;
 #[track_caller]
 pub(crate) fn apply<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
     // Extensions active on this thread (the profiler, saved-tensor hooks, checkpoint,
-    // anomaly mode) watch operations through this one thread-local check.
-    if extension::active() != 0 {
-        return apply_instrumented(op, inputs, Location::caller());
+    // anomaly mode, inference mode) watch operations through this one thread-local check.
+    let active = extension::active();
+    if active != 0 {
+        return apply_instrumented(op, inputs, active, Location::caller());
     }
     apply_plain(op, inputs)
 }
 
 /// `apply` while an extension is active on this thread: its recording hooks run around the
-/// operation (see `extension::Applying`). `caller` is the line that called the public `Var`
-/// method (every one is `#[track_caller]`, down to `apply`), for the profiler's call sites.
+/// operation (see `extension::Applying`), and in inference mode nothing is recorded.
+/// `caller` is the line that called the public `Var` method (every one is `#[track_caller]`,
+/// down to `apply`), for the profiler's call sites.
 #[cold]
 #[inline(never)]
-fn apply_instrumented<O: Op>(op: O, inputs: &[&Var], caller: &'static Location<'static>) -> Result<Var> {
+fn apply_instrumented<O: Op>(op: O, inputs: &[&Var], active: u8, caller: &'static Location<'static>) -> Result<Var> {
+    let inference = active & INFERENCE_BIT != 0;
+    if active == INFERENCE_BIT {
+        // Inference mode alone: no hooks to call.
+        return compute(op, inputs, |_, inputs, out, _| Ok(inference_mode::unrecorded(inputs, out, true)));
+    }
     crate::profiler::note_caller(caller);
     let applying = Applying::begin(op.name(), inputs);
-    let result = apply_plain(op, inputs);
+    let result = if inference {
+        compute(op, inputs, |_, inputs, out, _| Ok(inference_mode::unrecorded(inputs, out, true)))
+    } else {
+        apply_plain(op, inputs)
+    };
     if let Ok(var) = &result {
         applying.recorded(var);
     }
@@ -66,6 +79,17 @@ fn apply_instrumented<O: Op>(op: O, inputs: &[&Var], caller: &'static Location<'
 /// `apply` without the optional instrumentation.
 #[inline]
 pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+    compute(op, inputs, record)
+}
+
+/// Runs `op`'s forward on the values of `inputs` and hands the result, with the inputs'
+/// versions, to `finish` (which records it, or not).
+#[inline]
+fn compute<O: Op>(
+    op: O,
+    inputs: &[&Var],
+    finish: impl FnOnce(O, &[&Var], Tensor, Versions) -> Result<Var>,
+) -> Result<Var> {
     match inputs {
         [x] => {
             // The common case (elementwise, scalar, reductions, views): one lock, no
@@ -75,7 +99,7 @@ pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
                 let v = value_of(&st, &op)?;
                 (op.forward(&[v])?, smallvec::smallvec![st.versions()])
             };
-            Ok(record(op, inputs, out, versions))
+            finish(op, inputs, out, versions)
         }
         [a, b] if Arc::ptr_eq(&a.node, &b.node) => {
             let (out, versions) = {
@@ -83,7 +107,7 @@ pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
                 let v = value_of(&st, &op)?;
                 (op.forward(&[v, v])?, smallvec::smallvec![st.versions(), st.versions()])
             };
-            Ok(record(op, inputs, out, versions))
+            finish(op, inputs, out, versions)
         }
         [a, b] => {
             // Two locks, taken in address order so that `a * b` and `b * a` on two threads
@@ -97,11 +121,17 @@ pub(crate) fn apply_plain<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
                 let (va, vb) = (value_of(sa, &op)?, value_of(sb, &op)?);
                 (op.forward(&[va, vb])?, smallvec::smallvec![sa.versions(), sb.versions()])
             };
-            Ok(record(op, inputs, out, versions))
+            finish(op, inputs, out, versions)
         }
-        _ => apply_many(op, inputs),
+        _ => {
+            let (out, versions) = compute_many(&op, inputs)?;
+            finish(op, inputs, out, versions)
+        }
     }
 }
+
+/// The inputs' `(value version, storage version)` as a node records them.
+type Versions = SmallVec<[(u64, u64); 2]>;
 
 fn key(v: &Var) -> usize {
     Arc::as_ptr(&v.node) as *const u8 as usize
@@ -111,8 +141,8 @@ fn value_of<'a, O: Op>(st: &'a NodeState, op: &O) -> Result<&'a Tensor> {
     st.value.as_ref().ok_or_else(|| Error::autograd(format!("{}: an input has no value", op.name())))
 }
 
-/// `apply` for three or more inputs: each distinct node locked once, in address order.
-fn apply_many<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+/// The forward for three or more inputs: each distinct node locked once, in address order.
+fn compute_many<O: Op>(op: &O, inputs: &[&Var]) -> Result<(Tensor, Versions)> {
     let mut order: SmallVec<[usize; 4]> = (0..inputs.len()).collect();
     order.sort_unstable_by_key(|&i| key(inputs[i]));
     let mut guards: SmallVec<[(usize, MutexGuard<'_, NodeState>); 4]> = SmallVec::new();
@@ -128,32 +158,44 @@ fn apply_many<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
         &guards[guards.iter().position(|(g, _)| *g == k).unwrap_or(0)].1
     };
     let mut values: SmallVec<[&Tensor; 4]> = SmallVec::with_capacity(inputs.len());
-    let mut versions: SmallVec<[(u64, u64); 2]> = SmallVec::with_capacity(inputs.len());
+    let mut versions: Versions = SmallVec::with_capacity(inputs.len());
     for v in inputs {
         let st = state_of(v);
-        values.push(value_of(st, &op)?);
+        values.push(value_of(st, op)?);
         versions.push(st.versions());
     }
     let out = op.forward(&values)?;
-    drop(values);
-    drop(guards);
-    Ok(record(op, inputs, out, versions))
+    Ok((out, versions))
 }
 
 /// Wraps a computed `out` in a node for `op` (a plain leaf outside grad mode).
-pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: SmallVec<[(u64, u64); 2]>) -> Var {
+///
+/// An inference tensor among the inputs is an error when the node would require grad (its
+/// value would be saved for backward, and its storage counts no writes); otherwise nothing
+/// is recorded. The inputs' flags are read once for both questions.
+#[inline]
+pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Versions) -> Result<Var> {
     if !is_grad_enabled() {
-        return Var::new(out);
+        return Ok(Var::leaf_with(out, 0));
+    }
+    let mut any = 0;
+    for v in inputs {
+        any |= v.node.flags.load(Ordering::Relaxed);
+    }
+    if any & INFERENCE_FLAG != 0 {
+        if any & REQUIRES_GRAD != 0 {
+            return Err(inference_mode::saved_for_backward(op.name()));
+        }
+        return Ok(inference_mode::unrecorded(inputs, out, false));
     }
     // Numbered first: see `new_node`.
     let seq = next_seq();
-    let flags = if inputs.iter().any(|v| v.requires_grad()) { REQUIRES_GRAD } else { 0 };
     let mut edges: SmallVec<[NodeRef; 2]> = SmallVec::new();
     for v in inputs {
         edges.push(v.node.clone());
     }
     // Extensions see the node in `apply_instrumented`.
-    new_node(seq, op, edges, flags, out, versions)
+    Ok(new_node(seq, op, edges, any & REQUIRES_GRAD, out, versions))
 }
 
 impl Var {
@@ -210,5 +252,5 @@ pub(crate) fn infallible<T>(r: Result<T>, what: &str) -> T {
 /// A constant (no gradient) `Var` holding `t`, for masks and coefficients in backward
 /// formulas.
 pub(crate) fn constant(t: Tensor) -> Var {
-    Var::new(t)
+    Var::leaf_with(t, 0)
 }

@@ -252,13 +252,19 @@ pub struct StorageCell {
     data: RwLock<Storage>,
     version: AtomicU64,
     watched: AtomicBool,
+    untracked: AtomicBool,
 }
 
 impl StorageCell {
     /// A new cell at version 0.
     #[inline(always)]
     pub fn new(storage: Storage) -> Self {
-        StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0), watched: AtomicBool::new(false) }
+        StorageCell {
+            data: RwLock::new(storage),
+            version: AtomicU64::new(0),
+            watched: AtomicBool::new(false),
+            untracked: AtomicBool::new(false),
+        }
     }
 
     /// A new cell at version 0, in its own `Arc`.
@@ -292,9 +298,12 @@ impl StorageCell {
         self.data.write()
     }
 
-    /// Bumps the version as an in-place write does.
+    /// Bumps the version as an in-place write does (nothing, once [`StorageCell::untrack`]ed).
     #[inline]
     pub fn bump(&self) {
+        if self.untracked.load(Ordering::Relaxed) {
+            return;
+        }
         self.version.fetch_add(1, Ordering::AcqRel);
         if self.watched.load(Ordering::Relaxed) {
             INPLACE_EPOCH.fetch_add(1, Ordering::AcqRel);
@@ -312,6 +321,21 @@ impl StorageCell {
     #[inline]
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
+    }
+
+    /// Stops counting in-place writes, for good: the version stays where it is and writes
+    /// no longer advance the global epochs. For data no autograd graph will ever read, such
+    /// as autograd's inference tensors (PyTorch's inference tensors have no version
+    /// counter either); the caller makes sure nothing else shares the cell.
+    #[inline]
+    pub fn untrack(&self) {
+        self.untracked.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether in-place writes are counted (see [`StorageCell::untrack`]).
+    #[inline]
+    pub fn is_tracked(&self) -> bool {
+        !self.untracked.load(Ordering::Relaxed)
     }
 
     /// Marks the cell as holding an autograd value, so that writes advance the global

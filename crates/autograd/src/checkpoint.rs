@@ -203,9 +203,10 @@ impl Drop for CaptureGuard {
 /// Runs `f` on `inputs` without keeping its intermediate values; backward recomputes them.
 /// Gives the same value and gradients as `f(inputs)`. See the [module docs](self).
 pub fn checkpoint(f: impl Fn(&[Var]) -> Result<Var> + Send + Sync + 'static, inputs: &[&Var]) -> Result<Var> {
-    if !is_grad_enabled() {
-        // Nothing records: there is nothing to save (and an enclosing checkpoint's capture
-        // sees the segment's operations directly).
+    if !is_grad_enabled() || crate::inference_mode::is_inference_mode_enabled() {
+        // Nothing records (inference mode wins over `enable_grad`): there is nothing to
+        // save (and an enclosing checkpoint's capture sees the segment's operations
+        // directly).
         let vars: Vec<Var> = inputs.iter().map(|v| (*v).clone()).collect();
         return f(&vars);
     }

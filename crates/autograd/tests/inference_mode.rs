@@ -162,6 +162,8 @@ fn nests_and_wins_over_enable_grad() {
             assert!(is_grad_enabled());
             let y = w.mul_scalar(2.0);
             assert!(y.is_inference() && !y.requires_grad(), "inference mode wins while active");
+            let c = w.checkpoint(|x| Ok(x.mul_scalar(2.0))).unwrap();
+            assert!(c.is_inference() && !c.requires_grad(), "a checkpoint records nothing either");
         });
         inference_mode(|| assert!(is_inference_mode_enabled()));
         assert!(is_inference_mode_enabled(), "an inner scope restores the outer one");

@@ -28,29 +28,9 @@ use crate::op::Grads;
 use crate::var::Var;
 use ember_tensor::Result;
 use std::any::Any;
-use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
-/// The features' numbers: bit `1 << id` in a thread's mask, bit `1 << (16 + id)` in a
-/// node's flags. At most 8.
-pub(crate) mod ids {
-    /// Times operations and backward nodes (`profiler`).
-    pub(crate) const PROFILER: u8 = 0;
-    /// Packs the values new nodes save, substitutes them in backward (`saved_hooks`).
-    pub(crate) const SAVED_HOOKS: u8 = 1;
-    /// Collects the parameters a checkpointed segment reads (`checkpoint`).
-    pub(crate) const CHECKPOINT: u8 = 2;
-    /// Records creation sites and checks backward results (`anomaly`).
-    pub(crate) const ANOMALY: u8 = 3;
-    /// Grad and post-accumulate hooks on nodes (`hooks`).
-    pub(crate) const GRAD_HOOKS: u8 = 4;
-    /// Backward plans kept on a static graph's root (`static_mode`).
-    pub(crate) const BACKWARD_PLAN: u8 = 5;
-    /// Gradient routers, whose gradient goes where they are told (`router`).
-    pub(crate) const ROUTER: u8 = 6;
-    /// Inference mode, and the inference tensors it makes (`inference_mode`).
-    pub(crate) const INFERENCE: u8 = 7;
-}
+pub(crate) use crate::thread_mask::{active, ids};
 
 /// The hook points of the core. A feature implements those it needs; the core calls them
 /// only while the feature is active on the thread (recording and backward hooks) or
@@ -128,16 +108,6 @@ pub(crate) struct Feature {
 
 static REGISTRY: [OnceLock<&'static dyn Extension>; 8] = [const { OnceLock::new() }; 8];
 
-thread_local! {
-    static ACTIVE: Cell<u8> = const { Cell::new(0) };
-}
-
-/// The bits of the features active on this thread.
-#[inline(always)]
-pub(crate) fn active() -> u8 {
-    ACTIVE.with(|a| a.get())
-}
-
 impl Feature {
     /// The feature numbered `id` (one of [`ids`]) with these hooks.
     pub(crate) const fn new(id: u8, hooks: &'static dyn Extension) -> Feature {
@@ -163,8 +133,7 @@ impl Feature {
         if on {
             self.register();
         }
-        let bit = self.bit();
-        ACTIVE.with(|a| a.set(if on { a.get() | bit } else { a.get() & !bit }));
+        crate::thread_mask::set(self.bit(), on);
     }
 
     /// Whether the feature is active on this thread.

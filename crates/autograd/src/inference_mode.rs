@@ -55,9 +55,8 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 
-use crate::extension::{Extension, Feature, active, ids};
+use crate::extension::{Extension, Feature, ids};
 use crate::grad_mode::set_grad_enabled;
-use crate::node::EXTENSION_SHIFT;
 use crate::var::Var;
 use ember_tensor::{Error, Tensor};
 use std::marker::PhantomData;
@@ -71,16 +70,12 @@ impl Extension for Inference {}
 
 static FEATURE: Feature = Feature::new(ids::INFERENCE, &Inference);
 
-/// The thread-mask bit of inference mode.
-pub(crate) const INFERENCE_BIT: u8 = 1 << ids::INFERENCE;
-
-/// The node flag of an inference tensor.
-pub(crate) const INFERENCE_FLAG: u32 = 1 << (EXTENSION_SHIFT + ids::INFERENCE as u32);
+pub(crate) use crate::var::{INFERENCE_BIT, INFERENCE_FLAG};
 
 /// Whether inference mode is active on this thread (PyTorch's
 /// `torch.is_inference_mode_enabled()`).
 pub fn is_inference_mode_enabled() -> bool {
-    active() & INFERENCE_BIT != 0
+    crate::var::in_inference_mode()
 }
 
 /// Turns inference mode on (or, with [`InferenceModeGuard::with_mode`], off) until dropped,
@@ -158,15 +153,6 @@ pub(crate) fn unrecorded(inputs: &[&Var], out: Tensor, in_mode: bool) -> Var {
 fn unrecorded_otherwise(inputs: &[&Var], out: Tensor) -> Var {
     let of_inference = inputs.iter().any(|v| v.is_inference() && Arc::ptr_eq(v.value().storage(), out.storage()));
     Var::leaf_with(out, if of_inference { INFERENCE_FLAG } else { 0 })
-}
-
-/// A leaf made by `Var::new` or `Var::param` in inference mode: an inference tensor, whose
-/// storage stops counting writes unless someone else also holds it.
-pub(crate) fn leaf(value: Tensor, flags: u32) -> Var {
-    if Arc::strong_count(value.storage()) == 1 {
-        value.storage().untrack();
-    }
-    Var::leaf_with(value, flags | INFERENCE_FLAG)
 }
 
 /// The error for an inference tensor given to an operation `op` that records history.

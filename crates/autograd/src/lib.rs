@@ -351,6 +351,7 @@ pub mod save_on_cpu;
 pub mod saved_hooks;
 pub mod static_mode;
 mod svg;
+mod thread_mask;
 mod var;
 
 pub use anomaly::{AnomalyGuard, detect_anomaly, is_anomaly_enabled};

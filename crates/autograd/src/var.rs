@@ -1,13 +1,36 @@
 //! `Var`: the user's handle to a graph node.
 
-use crate::extension;
-use crate::inference_mode::{self, INFERENCE_BIT, INFERENCE_FLAG};
-use crate::node::{DETACHED, FROZEN, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, bump_structure_epoch, new_node};
+use crate::node::{
+    DETACHED, EXTENSION_SHIFT, FROZEN, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, bump_structure_epoch, new_node,
+};
 use crate::op::Leaf;
 use crate::reactive::{self, Mode};
+use crate::thread_mask::{self, ids};
 use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
 use smallvec::SmallVec;
 use std::sync::Arc;
+
+/// The thread-mask bit of inference mode (`inference_mode.rs` holds the mode and its
+/// guards; `Var` reads the bit because a leaf made in the mode is an inference tensor).
+pub(crate) const INFERENCE_BIT: u8 = 1 << ids::INFERENCE;
+
+/// The node flag of an inference tensor.
+pub(crate) const INFERENCE_FLAG: u32 = 1 << (EXTENSION_SHIFT + ids::INFERENCE as u32);
+
+/// Whether inference mode is active on this thread.
+#[inline]
+pub(crate) fn in_inference_mode() -> bool {
+    thread_mask::active() & INFERENCE_BIT != 0
+}
+
+/// A leaf made by `Var::new` or `Var::param` in inference mode: an inference tensor, whose
+/// storage stops counting writes unless someone else also holds it.
+fn inference_leaf(value: Tensor) -> Var {
+    if Arc::strong_count(value.storage()) == 1 {
+        value.storage().untrack();
+    }
+    Var::leaf_with(value, INFERENCE_FLAG)
+}
 
 /// A tensor in the autograd graph: a shared handle to a node that holds the value, the
 /// operation that produced it and the gradient slot.
@@ -66,8 +89,8 @@ impl Var {
     /// A leaf that does not require grad: an input or a constant. Made in
     /// [`inference_mode`](crate::inference_mode()), it is an inference tensor.
     pub fn new(value: Tensor) -> Var {
-        if extension::active() & INFERENCE_BIT != 0 {
-            return inference_mode::leaf(value, 0);
+        if in_inference_mode() {
+            return inference_leaf(value);
         }
         Var::leaf_with(value, 0)
     }
@@ -77,8 +100,8 @@ impl Var {
     /// [`inference_mode`](crate::inference_mode()), it is an inference tensor, which never
     /// requires grad in ember (see the [inference mode docs](mod@crate::inference_mode)).
     pub fn param(value: Tensor) -> Var {
-        if extension::active() & INFERENCE_BIT != 0 {
-            return inference_mode::leaf(value, 0);
+        if in_inference_mode() {
+            return inference_leaf(value);
         }
         let flags = if value.dtype().is_float() { REQUIRES_GRAD } else { 0 };
         Var::leaf_with(value, flags)
@@ -369,7 +392,7 @@ impl Var {
     /// `set_value` on an inference tensor.
     #[cold]
     fn set_inference_value(&self, value: Tensor) -> Result<()> {
-        if !inference_mode::is_inference_mode_enabled() {
+        if !in_inference_mode() {
             return Err(Error::autograd(
                 "set_value: Inplace update to inference tensor outside inference_mode is not allowed; make a copy \
                  (Var::copy) outside inference mode to get a normal tensor before updating it",

@@ -58,7 +58,7 @@ impl Device {
     pub fn start_timer(self) -> Result<Option<DeviceTimer>> {
         #[cfg(feature = "cuda")]
         if let Device::Cuda(n) = self {
-            return Ok(Some(DeviceTimer::new(cuda::timer::start(n)?)));
+            return Ok(Some(DeviceTimer::new(Box::new(cuda::timer::start(n)?))));
         }
         Ok(None)
     }

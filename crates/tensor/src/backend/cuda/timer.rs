@@ -1,6 +1,7 @@
 //! CUDA events around the work of an operation, for [`DeviceTimer`](crate::DeviceTimer).
 
 use super::device::gpu;
+use crate::backend::timer::QueueMarks;
 use crate::{Error, Result};
 use cudarc::driver::CudaEvent;
 use std::time::Duration;
@@ -19,15 +20,15 @@ pub(crate) fn start(ordinal: usize) -> Result<EventPair> {
     Ok(EventPair { ordinal, start, end: None })
 }
 
-impl EventPair {
+impl QueueMarks for EventPair {
     /// Records the end event.
-    pub(crate) fn stop(&mut self) -> Result<()> {
+    fn stop(&mut self) -> Result<()> {
         self.end = Some(gpu(self.ordinal)?.timing_event()?);
         Ok(())
     }
 
     /// The milliseconds between the events, once the device has reached the end one.
-    pub(crate) fn elapsed(&self) -> Result<Duration> {
+    fn elapsed(&self) -> Result<Duration> {
         let device = || format!("cuda:{}", self.ordinal);
         let end = self
             .end

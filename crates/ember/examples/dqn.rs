@@ -21,9 +21,8 @@ mod common;
 
 use clap::Parser;
 use common::cli::Common;
-use common::plot::{Panel, Series, save_svg};
+use common::plot::save_returns;
 use ember::dqn::{self, Config, TargetUpdate};
-use plotters::style::{BLUE, RED, RGBColor};
 use std::time::Instant;
 
 /// Solve CartPole-v1 with DQN and a target network.
@@ -137,21 +136,7 @@ fn main() -> ember::Result<()> {
     let episodes: Vec<(f64, f64)> = report.episode_returns.iter().map(|&(s, r)| (s as f64, r)).collect();
     let evals: Vec<(f64, f64)> = report.evaluations.iter().map(|&(s, r)| (s as f64, r)).collect();
     let path = out.join("dqn_returns.svg");
-    let light_blue = RGBColor(160, 190, 230);
-    save_svg(
-        &path,
-        &[Panel::new(
-            "CartPole-v1 returns (DQN)",
-            "environment steps",
-            "return",
-            vec![
-                Series::line("training episodes", episodes, light_blue),
-                Series::dotted("greedy evaluation (mean of 100)", evals, RED),
-                Series::line("target 475", vec![(0.0, config.target), (report.steps as f64, config.target)], BLUE),
-            ],
-        )
-        .y_range(0.0, 520.0)],
-    )?;
+    save_returns(&path, "CartPole-v1 returns (DQN)", episodes, evals, config.target, report.steps as f64)?;
     println!("wrote {}", path.display());
     if !report.solved {
         return Err(ember::Error::invalid("dqn", format!("not solved: greedy mean return {last:.1}")));

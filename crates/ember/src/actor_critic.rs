@@ -27,7 +27,7 @@
 //! Gradients are clipped to a global norm before each Adam step.
 
 use crate::autograd::{Var, no_grad};
-use crate::cartpole::{ACTIONS, CartPole, STATE};
+use crate::cartpole::{ACTIONS, CartPole, STATE, evaluate_policy, states_tensor};
 use crate::nn::{Linear, Module, ReLU, Sequential};
 use crate::optim::{Adam, AdamConfig, Optimizer, clip_grad_norm_};
 use crate::tensor::{Error, Result, Tensor};
@@ -114,11 +114,6 @@ impl ActorCritic {
     }
 }
 
-fn states_tensor(states: &[[f64; STATE]]) -> Result<Tensor> {
-    let flat: Vec<f32> = states.iter().flat_map(|s| s.iter().map(|&v| v as f32)).collect();
-    Tensor::from_vec(flat, [states.len(), STATE])
-}
-
 /// The action probabilities of each state, computed without recording.
 fn probabilities(model: &ActorCritic, states: &[[f64; STATE]]) -> Result<Vec<f32>> {
     let x = Var::new(states_tensor(states)?);
@@ -128,25 +123,10 @@ fn probabilities(model: &ActorCritic, states: &[[f64; STATE]]) -> Result<Vec<f32
 /// The mean return of the greedy policy (the likelier action at every step) over
 /// `episodes` episodes, run side by side; environment `i` is seeded `seed + i`.
 pub fn evaluate(model: &ActorCritic, episodes: usize, seed: u64) -> Result<f64> {
-    let mut envs: Vec<CartPole> = (0..episodes as u64).map(|i| CartPole::new(seed.wrapping_add(i))).collect();
-    let mut states: Vec<[f64; STATE]> = envs.iter_mut().map(CartPole::reset).collect();
-    let mut alive: Vec<usize> = (0..episodes).collect();
-    let mut returns = vec![0.0; episodes];
-    while !alive.is_empty() {
-        let live: Vec<[f64; STATE]> = alive.iter().map(|&i| states[i]).collect();
-        let p = probabilities(model, &live)?;
-        let mut still = Vec::with_capacity(alive.len());
-        for (k, &i) in alive.iter().enumerate() {
-            let step = envs[i].step(usize::from(p[2 * k + 1] > p[2 * k]));
-            returns[i] += step.reward;
-            states[i] = step.state;
-            if !(step.terminated || step.truncated) {
-                still.push(i);
-            }
-        }
-        alive = still;
-    }
-    Ok(returns.iter().sum::<f64>() / episodes.max(1) as f64)
+    evaluate_policy(episodes, seed, |states| {
+        let p = probabilities(model, states)?;
+        Ok(p.chunks_exact(ACTIONS).map(|q| usize::from(q[1] > q[0])).collect())
+    })
 }
 
 /// The seed of the first evaluation environment for a run seeded `seed` (the training

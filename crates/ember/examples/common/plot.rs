@@ -110,3 +110,30 @@ fn draw(path: &Path, panels: &[Panel]) -> Result<(), Box<dyn std::error::Error>>
     root.present()?;
     Ok(())
 }
+
+/// Draws a CartPole agent's returns into an SVG file at `path`: each training episode's
+/// return, the greedy evaluations and the target, over environment steps `0..=x_max`.
+pub fn save_returns(
+    path: &Path,
+    title: &str,
+    episodes: Vec<(f64, f64)>,
+    evaluations: Vec<(f64, f64)>,
+    target: f64,
+    x_max: f64,
+) -> ember::Result<()> {
+    let light_blue = RGBColor(160, 190, 230);
+    save_svg(
+        path,
+        &[Panel::new(
+            title,
+            "environment steps",
+            "return",
+            vec![
+                Series::line("training episodes", episodes, light_blue),
+                Series::dotted("greedy evaluation (mean of 100)", evaluations, RED),
+                Series::line(format!("target {target}"), vec![(0.0, target), (x_max, target)], BLUE),
+            ],
+        )
+        .y_range(0.0, 520.0)],
+    )
+}

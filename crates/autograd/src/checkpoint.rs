@@ -29,16 +29,16 @@
 //!
 //! ```
 //! use ember_autograd::{checkpoint, Var};
-//! use ember_tensor::Tensor;
+//! use ember_tensor::{Error, Tensor};
 //! let w = Var::param(Tensor::from_vec(vec![0.5f64, -1.0, 2.0, 0.25], [2, 2])?);
 //! let x = Var::new(Tensor::from_vec(vec![1.0f64, 2.0], [1, 2])?);
 //! let w2 = w.clone();
 //! let block = move |h: &Var| -> ember_tensor::Result<Var> { Ok(h.matmul(&w2)?.tanh().matmul(&w2)?.tanh()) };
 //! let plain = block(&x)?.sum_all();
 //! let saved = x.checkpoint(block)?.sum_all(); // nothing inside the block is kept
-//! let g_plain = ember_autograd::grad(&[&plain], &[&w], &[], false, false)?[0].clone().unwrap();
+//! let g_plain = ember_autograd::grad(&[&plain], &[&w], &[], false, false)?.remove(0).ok_or_else(|| Error::autograd("no gradient"))?;
 //! saved.backward()?;
-//! assert_eq!(w.grad().unwrap().to_vec::<f64>()?, g_plain.value().to_vec::<f64>()?);
+//! assert_eq!(w.grad().map(|g| g.to_vec::<f64>()).transpose()?, Some(g_plain.value().to_vec::<f64>()?));
 //!
 //! // A gradient penalty through the checkpoint: the input's gradient is differentiated again.
 //! let penalty_grad = |checkpointed: bool| -> ember_tensor::Result<Vec<f64>> {
@@ -46,8 +46,8 @@
 //!     let w3 = w.clone();
 //!     let block = move |h: &Var| -> ember_tensor::Result<Var> { Ok(h.matmul(&w3)?.tanh()) };
 //!     let y = if checkpointed { x.checkpoint(block)? } else { block(&x)? };
-//!     let gx = ember_autograd::grad(&[&y.sum_all()], &[&x], &[], false, true)?[0].clone().unwrap();
-//!     let dw = ember_autograd::grad(&[&gx.square().sum_all()], &[&w], &[], false, false)?[0].clone().unwrap();
+//!     let gx = ember_autograd::grad(&[&y.sum_all()], &[&x], &[], false, true)?.remove(0).ok_or_else(|| Error::autograd("no gradient"))?;
+//!     let dw = ember_autograd::grad(&[&gx.square().sum_all()], &[&w], &[], false, false)?.remove(0).ok_or_else(|| Error::autograd("no gradient"))?;
 //!     dw.value().to_vec::<f64>()
 //! };
 //! assert_eq!(penalty_grad(true)?, penalty_grad(false)?);

@@ -51,7 +51,7 @@
 //! let z = y.copy();
 //! assert!(!z.is_inference());
 //! z.mul(&w)?.sum_all().backward()?;
-//! assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![2.0, 2.0]);
+//! assert_eq!(w.grad().map(|g| g.to_vec::<f32>()).transpose()?, Some(vec![2.0, 2.0]));
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 

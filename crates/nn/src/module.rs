@@ -260,7 +260,9 @@ pub trait Module: Send + Sync {
     ///     assert!(model.backbone.parameters().iter().all(|p| p.grad().is_none()));
     ///     no_grad(|| -> ember_tensor::Result<()> {
     ///         for p in model.parameters().iter().filter(|p| p.requires_grad()) {
-    ///             p.value().add_scaled_(&p.grad().unwrap(), -0.1)?;
+    ///             if let Some(g) = p.grad() {
+    ///                 p.value().add_scaled_(&g, -0.1)?;
+    ///             }
     ///         }
     ///         Ok(())
     ///     })?;

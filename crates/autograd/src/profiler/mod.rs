@@ -31,7 +31,7 @@
 //! ```
 //! use ember_autograd::profiler::{ProfileOptions, SortBy, TableOptions, profile_with};
 //! use ember_autograd::{record_function, Var};
-//! use ember_tensor::{DType, Tensor};
+//! use ember_tensor::{DType, Error, Tensor};
 //! let w = Var::param(Tensor::ones([64, 64], DType::F32)?);
 //! let x = Var::new(Tensor::ones([32, 64], DType::F32)?);
 //! let options = ProfileOptions::new().record_shapes(true).with_stack(true).profile_memory(true);
@@ -39,7 +39,7 @@
 //!     record_function("step", || x.matmul(&w)?.relu().sum_all().backward())
 //! });
 //! result?;
-//! let matmul = prof.events().iter().find(|e| e.name == "matmul").expect("recorded");
+//! let matmul = prof.events().iter().find(|e| e.name == "matmul").ok_or_else(|| Error::autograd("no matmul event"))?;
 //! assert_eq!(matmul.shapes, vec![vec![32, 64], vec![64, 64]]);
 //! assert_eq!(matmul.stack.map(|s| s.file), Some(file!()));
 //! assert_eq!(matmul.memory, 32 * 64 * 4); // its f32 output

@@ -61,19 +61,21 @@ fn apply_instrumented<O: Op>(op: O, inputs: &[&Var], active: u8, caller: &'stati
     let inference = active & INFERENCE_BIT != 0;
     if active == INFERENCE_BIT {
         // Inference mode alone: no hooks to call.
-        return compute(op, inputs, |_, inputs, out, _| Ok(inference_mode::unrecorded(inputs, out, true)));
+        return apply_unrecorded(op, inputs);
     }
     crate::profiler::note_caller(caller);
     let applying = Applying::begin(op.name(), inputs);
-    let result = if inference {
-        compute(op, inputs, |_, inputs, out, _| Ok(inference_mode::unrecorded(inputs, out, true)))
-    } else {
-        apply_plain(op, inputs)
-    };
+    let result = if inference { apply_unrecorded(op, inputs) } else { apply_plain(op, inputs) };
     if let Ok(var) = &result {
         applying.recorded(var);
     }
     result
+}
+
+/// `apply` in inference mode: the forward, and an inference tensor that records nothing.
+#[inline]
+fn apply_unrecorded<O: Op>(op: O, inputs: &[&Var]) -> Result<Var> {
+    compute(op, inputs, |_, inputs, out, _| Ok(inference_mode::unrecorded(inputs, out, true)))
 }
 
 /// `apply` without the optional instrumentation.

@@ -303,24 +303,8 @@ impl Op for Checkpoint {
         let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
         let out = replaying(&self.rng, || enable_grad(|| (self.f)(&fresh)))?;
         self.check_shape(&out, g)?;
-        let mut slots = Vec::new();
-        let mut targets: Vec<&Var> = Vec::new();
-        for (i, v) in fresh.iter().chain(params.iter()).enumerate() {
-            if ctx.needs_input_grad(i) && v.requires_grad() {
-                slots.push(i);
-                targets.push(v);
-            }
-        }
-        let mut grads: Grads = (0..n_all).map(|_| None).collect();
-        if targets.is_empty() || !out.requires_grad() {
-            return Ok(grads);
-        }
-        // The parameters' hooks run once, when the outer backward delivers these gradients.
-        let found = enable_grad(|| grad_with(&[&out], &targets, &[g], false, false, false))?;
-        for (slot, gr) in slots.into_iter().zip(found) {
-            grads[slot] = gr;
-        }
-        Ok(grads)
+        let vars: Vec<&Var> = fresh.iter().chain(&params).collect();
+        partials(ctx, &vars, &out, g, false)
     }
 
     fn saves(&self) -> Saves {
@@ -332,6 +316,30 @@ impl Op for Checkpoint {
     fn backward_differentiable(&self) -> bool {
         true
     }
+}
+
+/// The gradients of the recomputed `out`, seeded with `g`, with respect to `vars` (the
+/// segment's inputs or their stand-ins, then its parameters) where the outer backward needs
+/// them; recorded, with the recomputation kept, under `create_graph`. The parameters' hooks
+/// do not run here: they run once, when the outer backward delivers these gradients.
+fn partials(ctx: &BackwardCtx<'_>, vars: &[&Var], out: &Var, g: &Var, create_graph: bool) -> Result<Grads> {
+    let mut slots = Vec::new();
+    let mut targets: Vec<&Var> = Vec::new();
+    for (i, v) in vars.iter().enumerate() {
+        if ctx.needs_input_grad(i) && v.requires_grad() {
+            slots.push(i);
+            targets.push(v);
+        }
+    }
+    let mut grads: Grads = (0..vars.len()).map(|_| None).collect();
+    if targets.is_empty() || !out.requires_grad() {
+        return Ok(grads);
+    }
+    let found = enable_grad(|| grad_with(&[out], &targets, &[g], create_graph, create_graph, false))?;
+    for (slot, gr) in slots.into_iter().zip(found) {
+        grads[slot] = gr;
+    }
+    Ok(grads)
 }
 
 impl Checkpoint {
@@ -375,23 +383,8 @@ impl Checkpoint {
         let params = (self.n_inputs..n_all).map(|j| ctx.input(j)).collect::<Result<Vec<_>>>()?;
         let out = replaying(&self.rng, || (self.f)(&stand_ins))?;
         self.check_shape(&out, g)?;
-        let mut slots = Vec::new();
-        let mut targets: Vec<&Var> = Vec::new();
-        for (i, v) in stand_ins.iter().chain(params.iter()).enumerate() {
-            if ctx.needs_input_grad(i) && v.requires_grad() {
-                slots.push(i);
-                targets.push(v);
-            }
-        }
-        let mut grads: Grads = (0..n_all).map(|_| None).collect();
-        if !targets.is_empty() && out.requires_grad() {
-            // As without create_graph, the parameters' hooks run when the outer backward
-            // delivers these gradients.
-            let found = grad_with(&[&out], &targets, &[g], true, true, false)?;
-            for (slot, gr) in slots.into_iter().zip(found) {
-                grads[slot] = gr;
-            }
-        }
+        let vars: Vec<&Var> = stand_ins.iter().chain(&params).collect();
+        let grads = partials(ctx, &vars, &out, g, true)?;
         for (x, s) in inputs.iter().zip(&stand_ins) {
             if s.is_router() {
                 s.set_route(Some(x.clone()));

@@ -258,6 +258,11 @@ pub trait Element:
     fn to_f64(self) -> f64;
     /// Conversion from `i64` with `as` semantics.
     fn from_i64(v: i64) -> Self;
+    /// Conversion from `f32` with `as` semantics (round to nearest even into the 16-bit
+    /// floats): the fast path of conversions between the 16-bit floats and the others.
+    fn from_f32(v: f32) -> Self;
+    /// Conversion to `f32` with `as` semantics.
+    fn to_f32(self) -> f32;
     /// Conversion to `i64` with `as` semantics.
     fn to_i64(self) -> i64;
     /// Whether the value is NaN (always false for integers).
@@ -317,6 +322,14 @@ macro_rules! element_casts {
         #[inline(always)]
         fn from_i64(v: i64) -> Self {
             v as $t
+        }
+        #[inline(always)]
+        fn from_f32(v: f32) -> Self {
+            v as $t
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self as f32
         }
         #[inline(always)]
         fn to_i64(self) -> i64 {
@@ -469,19 +482,27 @@ macro_rules! half_element {
             const HIGHEST: Self = <$t>::INFINITY;
             #[inline(always)]
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f32(v as f32)
+                HalfElement::narrow(v as f32)
             }
             #[inline(always)]
             fn to_f64(self) -> f64 {
-                <$t>::to_f64(self)
+                self.widen() as f64
             }
             #[inline(always)]
             fn from_i64(v: i64) -> Self {
-                <$t>::from_f32(v as f32)
+                HalfElement::narrow(v as f32)
             }
             #[inline(always)]
             fn to_i64(self) -> i64 {
-                self.to_f32() as i64
+                self.widen() as i64
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                HalfElement::narrow(v)
+            }
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self.widen()
             }
             #[inline(always)]
             fn is_nan(self) -> bool {
@@ -489,23 +510,23 @@ macro_rules! half_element {
             }
             #[inline(always)]
             fn wadd(self, rhs: Self) -> Self {
-                <$t>::from_f32(self.to_f32() + rhs.to_f32())
+                <$t as HalfElement>::narrow(self.widen() + rhs.widen())
             }
             #[inline(always)]
             fn wsub(self, rhs: Self) -> Self {
-                <$t>::from_f32(self.to_f32() - rhs.to_f32())
+                <$t as HalfElement>::narrow(self.widen() - rhs.widen())
             }
             #[inline(always)]
             fn wmul(self, rhs: Self) -> Self {
-                <$t>::from_f32(self.to_f32() * rhs.to_f32())
+                <$t as HalfElement>::narrow(self.widen() * rhs.widen())
             }
             #[inline(always)]
             fn pow_elem(self, e: Self) -> Self {
-                <$t>::from_f32(self.to_f32().powf(e.to_f32()))
+                <$t as HalfElement>::narrow(self.widen().powf(e.widen()))
             }
             #[inline(always)]
             fn div(self, rhs: Self) -> Self {
-                <$t>::from_f32(self.to_f32() / rhs.to_f32())
+                <$t as HalfElement>::narrow(self.widen() / rhs.widen())
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -517,13 +538,94 @@ macro_rules! half_element {
             }
             #[inline(always)]
             fn signum(self) -> Self {
-                <$t>::from_f32(Element::signum(self.to_f32()))
+                <$t as HalfElement>::narrow(Element::signum(self.widen()))
             }
         }
     };
 }
 half_element!(half::f16);
 half_element!(half::bf16);
+
+/// A 16-bit float element (`half::f16`, `half::bf16`): the kernels that run on such
+/// elements directly load each one into `f32`, compute there, and round the result once.
+pub trait HalfElement: Element {
+    /// The value as `f32` (exact).
+    fn widen(self) -> f32;
+    /// `v` rounded to this type, to nearest with ties to even.
+    fn narrow(v: f32) -> Self;
+}
+
+// Branch-free conversions, which the kernels' loops vectorise: `f16::from_f32` asks the
+// CPU for F16C at every call and the `half` crate's portable fallback branches on the
+// exponent, either of which keeps a loop scalar (17 ns an element for an `f16` add).
+impl HalfElement for half::f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_bits_to_f32(self.to_bits())
+    }
+    #[inline(always)]
+    fn narrow(v: f32) -> Self {
+        half::f16::from_bits(f32_to_f16_bits(v))
+    }
+}
+
+/// The `f32` of an `f16`'s bits: exact, subnormals included; NaN stays NaN.
+#[inline(always)]
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let rest = h & 0x7fff;
+    // Rebias the exponent (15 -> 127) and move the 10 mantissa bits to f32's 23.
+    let normal = (rest << 13) + ((127 - 15) << 23);
+    let special = (rest << 13) | 0x7f80_0000;
+    // A subnormal is its mantissa times 2^-24, exact in f32.
+    let subnormal = (rest as f32 * (1.0 / 16_777_216.0)).to_bits();
+    let bits = if rest >= 0x7c00 {
+        special
+    } else if rest < 0x0400 {
+        subnormal
+    } else {
+        normal
+    };
+    f32::from_bits(bits | sign)
+}
+
+/// `v` rounded to the nearest `f16` (ties to even), as bits: overflow gives infinity and NaN
+/// a quiet NaN.
+#[inline(always)]
+fn f32_to_f16_bits(v: f32) -> u16 {
+    let bits = v.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let x = bits & 0x7fff_ffff;
+    // At or above 65520 (the midpoint past f16's largest finite value) it overflows.
+    let overflow = if x > 0x7f80_0000 { 0x7e00 } else { 0x7c00 };
+    // Below f16's smallest normal (2^-14): adding 0.5 puts the f16 subnormal's mantissa in
+    // the low bits of the sum's, rounded to nearest even by the addition itself.
+    let magic = 126u32 << 23;
+    let subnormal = (f32::from_bits(x) + f32::from_bits(magic)).to_bits().wrapping_sub(magic);
+    // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
+    let odd = (x >> 13) & 1;
+    let normal = x.wrapping_sub((127 - 15) << 23).wrapping_add(0xfff + odd) >> 13;
+    let h = if x >= 0x4780_0000 {
+        overflow
+    } else if x < 0x3880_0000 {
+        subnormal
+    } else {
+        normal
+    };
+    (h | sign) as u16
+}
+
+impl HalfElement for half::bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32_const()
+    }
+    #[inline(always)]
+    fn narrow(v: f32) -> Self {
+        half::bf16::from_f32_const(v)
+    }
+}
 
 /// A floating element type (`f32` or `f64`) with the math the kernels need.
 pub trait FloatElement:
@@ -770,5 +872,31 @@ mod tests {
     fn integer_division_by_zero_is_zero() {
         assert_eq!(Element::div(7i64, 0), 0);
         assert_eq!(Element::div(7u8, 2), 3);
+    }
+}
+
+#[cfg(test)]
+mod f16_bits_tests {
+    use super::{f16_bits_to_f32, f32_to_f16_bits};
+
+    #[test]
+    fn f16_widening_is_exact_for_every_value() {
+        for h in 0..=u16::MAX {
+            let (got, want) = (f16_bits_to_f32(h), half::f16::from_bits(h).to_f32());
+            assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{h:#06x}");
+        }
+    }
+
+    #[test]
+    fn f16_narrowing_rounds_like_the_reference() {
+        // Every 257th f32 bit pattern plus the neighbourhoods of f16's boundaries.
+        let edges = [0x3880_0000u32, 0x3380_0000, 0x4780_0000, 0x477f_f000, 0x7f80_0000, 0x3f80_1000];
+        let near = edges.iter().flat_map(|&e| (e.saturating_sub(4096)..e.saturating_add(4096)).step_by(1));
+        for bits in (0..=u32::MAX).step_by(257).chain(near) {
+            let v = f32::from_bits(bits);
+            let (got, want) = (f32_to_f16_bits(v), half::f16::from_f32(v).to_bits());
+            let nan = half::f16::from_bits(got).is_nan() && half::f16::from_bits(want).is_nan();
+            assert!(got == want || nan, "{bits:#010x}: {got:#06x} vs {want:#06x}");
+        }
     }
 }

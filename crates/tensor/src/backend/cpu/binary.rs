@@ -8,7 +8,7 @@
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
-use crate::dtype::Element;
+use crate::dtype::{Element, HalfElement};
 use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::layout::Layout;
 use crate::ops::compare::{IntCmp, int_cmp};
@@ -215,6 +215,36 @@ impl<T: Element> ZipFn<T> for ZipInto<'_, T> {
     }
 }
 
+/// The out-of-place loop of a binary op on 16-bit elements: the `f32` function of the two
+/// elements loaded into `f32`, the result rounded once.
+struct ZipHalf<'a, H> {
+    name: &'static str,
+    a: (&'a [H], &'a Layout),
+    b: (&'a [H], &'a Layout),
+}
+
+impl<H: HalfElement> ZipFn<f32> for ZipHalf<'_, H> {
+    type Output = Result<Buffer<H>>;
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Sync + Copy>(self, grain: usize, f: F) -> Self::Output {
+        zip(self.name, self.a, self.b, grain, move |x: H, y: H| H::narrow(f(x.widen(), y.widen())))
+    }
+}
+
+/// [`ZipHalf`] in place.
+struct ZipHalfInto<'a, H> {
+    dst: (&'a mut [H], &'a Layout),
+    src: (&'a [H], &'a Layout),
+}
+
+impl<H: HalfElement> ZipFn<f32> for ZipHalfInto<'_, H> {
+    type Output = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Sync + Copy>(self, _grain: usize, f: F) {
+        zip_into(self.dst.0, self.dst.1, self.src.0, self.src.1, move |d: H, s: H| H::narrow(f(d.widen(), s.widen())))
+    }
+}
+
 fn same_dtype(op: &'static str, a: &CpuStorage, b: &CpuStorage) -> Error {
     Error::dtype(op, format!("expected operands of one dtype, got {} and {}", a.dtype(), b.dtype()))
 }
@@ -225,6 +255,12 @@ pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, 
     match (a, b) {
         (CpuStorage::F32(x), CpuStorage::F32(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
         (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => {
+            Ok(binary_kernel(op, ZipHalf { name, a: (x, la), b: (y, lb) })?.into())
+        }
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => {
+            Ok(binary_kernel(op, ZipHalf { name, a: (x, la), b: (y, lb) })?.into())
+        }
         (CpuStorage::I64(x), CpuStorage::I64(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
         (CpuStorage::U8(x), CpuStorage::U8(y)) => Ok(binary_kernel(op, Zip { name, a: (x, la), b: (y, lb) })?.into()),
         _ => Err(same_dtype(name, a, b)),
@@ -391,6 +427,8 @@ pub(crate) fn binary_inplace(
     match (dst, src) {
         (CpuStorage::F32(d), CpuStorage::F32(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
         (CpuStorage::F64(d), CpuStorage::F64(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
+        (CpuStorage::F16(d), CpuStorage::F16(s)) => binary_kernel(op, ZipHalfInto { dst: (d, ld), src: (s, ls) }),
+        (CpuStorage::BF16(d), CpuStorage::BF16(s)) => binary_kernel(op, ZipHalfInto { dst: (d, ld), src: (s, ls) }),
         (CpuStorage::I64(d), CpuStorage::I64(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
         (CpuStorage::U8(d), CpuStorage::U8(s)) => binary_kernel(op, ZipInto { dst: (d, ld), src: (s, ls) }),
         _ => return Err(err),
@@ -419,7 +457,15 @@ pub(crate) fn fill_inplace(dst: &mut CpuStorage, ld: &Layout, value: Scalar) -> 
 /// `as`-style conversion between element types, exact for integers whatever their size.
 #[inline(always)]
 pub(crate) fn convert<S: Element, T: Element>(v: S) -> T {
-    if S::DTYPE.is_int() && T::DTYPE.is_int() { T::from_i64(v.to_i64()) } else { T::from_f64(v.to_f64()) }
+    if S::DTYPE.is_int() && T::DTYPE.is_int() {
+        T::from_i64(v.to_i64())
+    } else if S::DTYPE.is_half() || T::DTYPE.is_half() {
+        // Through f32, as PyTorch converts into and out of the 16-bit floats (an f64
+        // rounds to f32 first): exact for the values f32 holds, and one cheap step.
+        T::from_f32(v.to_f32())
+    } else {
+        T::from_f64(v.to_f64())
+    }
 }
 
 /// A contiguous copy of a view in `dtype`.

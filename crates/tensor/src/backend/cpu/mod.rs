@@ -119,20 +119,12 @@ impl Backend for CpuBackend {
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
-        if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.unary(op, a.view())?.narrow(low);
-        }
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
         wrap(unary::unary(op, cpu(s)?, &l))
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        if let Some(low) = low_of([a, b]) {
-            let [x, y] = operands([(a, la), (b, lb)])?;
-            return self.binary(op, x.view(), y.view())?.narrow(low);
-        }
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
@@ -161,25 +153,12 @@ impl Backend for CpuBackend {
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
-        if dst.dtype().is_half() {
-            let mut wide = InPlace::new((dst, layout))?;
-            let (d, l) = wide.target();
-            self.unary_inplace(op, d, l)?;
-            return wide.finish();
-        }
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), dst, layout)?;
         unary::unary_inplace(op, cpu_mut(dst)?, &l)
     }
 
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
-        if low_of([&*dst, s]).is_some() {
-            let src = Operand::new((s, ls))?;
-            let mut wide = InPlace::new((dst, layout))?;
-            let (d, l) = wide.target();
-            self.binary_inplace(op, d, l, src.view())?;
-            return wide.finish();
-        }
         let _mode = float_mode::enter();
         let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
         validate::same_shape(op.name(), &ld, &ls)?;

@@ -6,7 +6,7 @@
 
 use crate::Result;
 use crate::backend::UnaryOp;
-use crate::dtype::{Element, FloatElement};
+use crate::dtype::{Element, FloatElement, HalfElement};
 use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
@@ -167,6 +167,36 @@ impl<T: Element> MapFn<T> for Map<'_, T> {
     }
 }
 
+/// The out-of-place loop of an op on 16-bit elements: the `f32` function applied to each
+/// element loaded into `f32`, the result rounded once (no widened copy of the operand).
+struct MapHalf<'a, H> {
+    name: &'static str,
+    src: &'a [H],
+    layout: &'a Layout,
+}
+
+impl<H: HalfElement> MapFn<f32> for MapHalf<'_, H> {
+    type Output = Result<Buffer<H>>;
+    #[inline(always)]
+    fn run<F: Fn(f32) -> f32 + Sync + Copy>(self, grain: usize, f: F) -> Self::Output {
+        map(self.name, self.src, self.layout, grain, move |x: H| H::narrow(f(x.widen())))
+    }
+}
+
+/// [`MapHalf`] in place.
+struct MapHalfInPlace<'a, H> {
+    dst: &'a mut [H],
+    layout: &'a Layout,
+}
+
+impl<H: HalfElement> MapFn<f32> for MapHalfInPlace<'_, H> {
+    type Output = ();
+    #[inline(always)]
+    fn run<F: Fn(f32) -> f32 + Sync + Copy>(self, grain: usize, f: F) {
+        map_inplace(self.dst, self.layout, grain, move |x: H| H::narrow(f(x.widen())))
+    }
+}
+
 /// The in-place loop of an op: its function applied to the elements `layout` addresses.
 struct MapInPlace<'a, T> {
     dst: &'a mut [T],
@@ -195,7 +225,8 @@ pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<Cp
             Some(out) => Ok(out?.into()),
             None => Err(op.not_for_ints(src.dtype())),
         },
-        CpuStorage::F16(_) | CpuStorage::BF16(_) => Err(super::widen::not_widened(name)),
+        CpuStorage::F16(b) => Ok(float_kernel(op, MapHalf { name, src: b, layout })?.into()),
+        CpuStorage::BF16(b) => Ok(float_kernel(op, MapHalf { name, src: b, layout })?.into()),
     }
 }
 
@@ -207,7 +238,8 @@ pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) 
         CpuStorage::F64(b) => float_kernel(op, MapInPlace { dst: b, layout }),
         CpuStorage::I64(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
         CpuStorage::U8(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
-        CpuStorage::F16(_) | CpuStorage::BF16(_) => return Err(super::widen::not_widened(op.name())),
+        CpuStorage::F16(b) => float_kernel(op, MapHalfInPlace { dst: b, layout }),
+        CpuStorage::BF16(b) => float_kernel(op, MapHalfInPlace { dst: b, layout }),
     }
     Ok(())
 }

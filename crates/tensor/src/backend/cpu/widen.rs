@@ -4,20 +4,15 @@
 //! That is the semantics PyTorch gives `f16`/`bf16` on the CPU (each value computed in
 //! `f32`, rounded when stored; reductions accumulate in `f32`), so every kernel has it
 //! without a low-precision twin. Kernels that only move or select elements (indexing,
-//! joins, fills, casts, comparisons) run on the 16-bit elements directly, and the matrix
-//! product has its own low-precision kernels.
+//! joins, fills, casts, comparisons) run on the 16-bit elements directly, and so do the
+//! elementwise functions of the op tables (`unary.rs`, `binary.rs`), which load each element
+//! into `f32` and round each result inside their loops, without a widened copy.
 
 use super::binary;
 use crate::backend::{Target, View};
 use crate::layout::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Error, Result};
-
-/// The error of an `f32`-only kernel handed 16-bit elements, which the backend widens
-/// before calling it: a bug in the backend, not in the caller's program.
-pub(super) fn not_widened(op: &'static str) -> Error {
-    Error::invalid(op, "a 16-bit float reached an f32 kernel without being widened")
-}
 
 /// The 16-bit float dtype among `dtypes`, which the results of a widened kernel are
 /// rounded to; `None` when there is none (the kernel runs as it is).

@@ -437,3 +437,31 @@ fn integer_gradients_are_refused_before_any_gradient_changes() -> Result<()> {
     assert_eq!(grad_values(&w), vec![8.0]);
     Ok(())
 }
+
+#[test]
+fn half_gradients_unscale_in_f32_and_skip_on_overflow() -> Result<()> {
+    for dtype in [DType::F16, DType::BF16] {
+        let w = Var::param(Tensor::from_vec(vec![1.0f32, 2.0], [2])?.to_dtype(dtype));
+        let mut opt = Sgd::with_params(vec![w.clone()]).lr(0.5).build()?;
+        let mut scaler = GradScaler::builder().init_scale(3.0).build()?;
+        // PyTorch's multiplication of a 0-d f16 loss by its 0-d f32 scale promotes to f32;
+        // a dimensioned one keeps its dtype.
+        let zero_d = Var::new(Tensor::from_vec(vec![1.0f32], Vec::<usize>::new())?.to_dtype(dtype));
+        assert_eq!(scaler.scale(&zero_d)?.dtype(), DType::F32, "{dtype}");
+        assert_eq!(scaler.scale(&w)?.dtype(), dtype);
+
+        let g = |v: [f32; 2]| Tensor::from_vec(v.to_vec(), [2]).map(|t| t.to_dtype(dtype));
+        w.set_grad(Some(g([3.0, f32::INFINITY])?))?;
+        assert!(!scaler.step(&mut opt)?, "{dtype}: an infinite gradient skips");
+        assert_eq!(w.value().to_vec_f64()?, vec![1.0, 2.0]);
+        scaler.update()?;
+        assert_eq!(scaler.get_scale(), 1.5);
+
+        w.set_grad(Some(g([3.0, 1.5])?))?;
+        assert!(scaler.step(&mut opt)?);
+        // 3 * (1 / 1.5 as f32) in f32, rounded to the 16-bit dtype: 2 and 1 exactly.
+        assert_eq!(w.grad().unwrap().to_vec_f64()?, vec![2.0, 1.0], "{dtype}");
+        assert_eq!(w.value().to_vec_f64()?, vec![0.0, 1.5], "{dtype}");
+    }
+    Ok(())
+}

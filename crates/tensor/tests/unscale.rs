@@ -1,13 +1,15 @@
 //! The fused gradient-unscaling kernel (`Backend::non_finite_check_and_unscale`, the CPU
 //! backend's) against the trait's default composition, bit for bit, on contiguous and
-//! strided views of `f32` and `f64` storages with infinities and NaNs in chosen places, and
-//! against the rule itself: every element multiplied once by the `f32` inverse scale (in
-//! `f64` for `f64`), the flag set exactly when the view held a non-finite element, the
-//! storage outside the view untouched. Also the tensor-level entry point's checks.
+//! strided views of `f32`, `f64`, `f16` and `bf16` storages with infinities and NaNs in
+//! chosen places, and against the rule itself: every element multiplied once by the `f32`
+//! inverse scale (in `f64` for `f64`; `f16` and `bf16` products rounded once more to their
+//! dtype), the flag set exactly when the view held a non-finite element, the storage outside
+//! the view untouched; the 16-bit results against PyTorch's, subnormal ones included. Also
+//! the tensor-level entry point's checks.
 
 use ember_tensor::backend::cpu::CpuBackend;
 use ember_tensor::backend::{Backend, Delegate};
-use ember_tensor::{DType, Tensor, threading};
+use ember_tensor::{DType, Tensor, bf16, f16, threading};
 
 /// The CPU backend without its own kernels for the methods that have a default body.
 struct Composed;
@@ -89,7 +91,7 @@ fn expected(base: &Tensor, case: &Case, inv_scale: f32) -> (bool, Vec<f64>) {
     let marks = Tensor::from_vec((0..base.numel()).map(|i| i as f64).collect(), [base.numel()]).unwrap();
     let reached: Vec<usize> = (case.view)(&marks).to_vec_f64().unwrap().into_iter().map(|i| i as usize).collect();
     let mut out = base.to_vec_f64().unwrap();
-    let f32s = base.dtype() == DType::F32;
+    let dtype = base.dtype();
     // The kernels flush subnormal results to zero unless told not to.
     let flush = threading::flush_denormal();
     let mut found = false;
@@ -97,13 +99,17 @@ fn expected(base: &Tensor, case: &Case, inv_scale: f32) -> (bool, Vec<f64>) {
         found |= !out[i].is_finite();
         // On the test's own thread, in IEEE arithmetic: the f64 product is exact for f32.
         let product = out[i] * f64::from(inv_scale);
-        out[i] = if f32s {
-            let v = product as f32;
-            f64::from(if flush && v.is_subnormal() { 0.0f32.copysign(v) } else { v })
-        } else if flush && product.is_subnormal() {
-            0.0f64.copysign(product)
-        } else {
-            product
+        if dtype == DType::F64 {
+            out[i] = if flush && product.is_subnormal() { 0.0f64.copysign(product) } else { product };
+            continue;
+        }
+        let v = product as f32;
+        let v = if flush && v.is_subnormal() { 0.0f32.copysign(v) } else { v };
+        // A 16-bit element stores the f32 product rounded once more.
+        out[i] = match dtype {
+            DType::F16 => f16::from_f32(v).to_f64(),
+            DType::BF16 => bf16::from_f32(v).to_f64(),
+            _ => f64::from(v),
         };
     }
     (found, out)
@@ -127,7 +133,7 @@ fn fused_kernel_matches_the_composition_and_the_rule() {
     let inv_scales =
         [0.125f32, (1.0f64 / 3.0) as f32, 1.0, (1.0f64 / 65536.0) as f32, (1.0 / (3.0 * 2f64.powi(126))) as f32];
     let mut checked = 0;
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for case in cases() {
             for (p, placement) in placements.iter().enumerate() {
                 let mut vals = data(case.storage_len, p as u64 + 1);
@@ -150,7 +156,7 @@ fn fused_kernel_matches_the_composition_and_the_rule() {
             }
         }
     }
-    assert_eq!(checked, 2 * 9 * 5 * 5);
+    assert_eq!(checked, 4 * 9 * 5 * 5);
 }
 
 #[test]
@@ -175,4 +181,28 @@ fn the_tensor_method_refuses_what_it_cannot_unscale() {
     let err = broadcast.non_finite_check_and_unscale_(0.5).unwrap_err().to_string();
     assert!(err.contains("broadcast"), "{err}");
     assert_eq!(broadcast.to_vec::<f32>().unwrap(), vec![1.0; 4]);
+}
+
+/// PyTorch's `_amp_foreach_non_finite_check_and_unscale_` on the CPU with the inverse scale
+/// of a scale of 3, as float32 (`0x3eaaaaab`), measured with torch 2.15: the 16-bit results
+/// as bit patterns. The f16 results of the second case are subnormal.
+#[test]
+fn half_results_are_pytorchs() {
+    let inv = (1.0f64 / 3.0) as f32;
+    let cases: [(DType, &[f64], &[u16]); 3] = [
+        (DType::F16, &[1.0, 3.0, 1e-3, 7.0, 65504.0, -2.5], &[0x3555, 0x3c00, 0x0d77, 0x40ab, 0x7555, 0xbaab]),
+        (DType::F16, &[1e-4, 3e-5, -2e-7, 6.0e-5], &[0x022f, 0x00a8, 0x8001, 0x0150]),
+        (DType::BF16, &[1.0, 3.0, 1e-3, 7.0, 3e38, -2.5], &[0x3eab, 0x3f80, 0x39af, 0x4015, 0x7e97, 0xbf55]),
+    ];
+    for (dtype, input, want) in cases {
+        let t = Tensor::from_vec(input.to_vec(), [input.len()]).unwrap().to_dtype(dtype);
+        assert!(!t.non_finite_check_and_unscale_(inv).unwrap());
+        let got: Vec<u16> = match dtype {
+            DType::F16 => t.to_vec::<f16>().unwrap().into_iter().map(f16::to_bits).collect(),
+            _ => t.to_vec::<bf16>().unwrap().into_iter().map(bf16::to_bits).collect(),
+        };
+        assert_eq!(got, want, "{dtype}: {input:?}");
+        let with_inf = Tensor::from_vec(vec![1.0f64, f64::INFINITY], [2]).unwrap().to_dtype(dtype);
+        assert!(with_inf.non_finite_check_and_unscale_(inv).unwrap(), "{dtype}: the infinity is found");
+    }
 }

@@ -1,8 +1,9 @@
 //! Gradient unscaling for loss scaling: one pass that multiplies a float view by the
 //! inverse scale in place and notes whether any element was infinite or NaN, as PyTorch's
-//! `_amp_foreach_non_finite_check_and_unscale_` does for each gradient. Contiguous views are
-//! split into chunks that the worker threads take in parallel; strided views are walked run
-//! by run.
+//! `_amp_foreach_non_finite_check_and_unscale_` does for each gradient, computing in `f32`
+//! (`f64` for `f64` views) and reading and writing `f16` and `bf16` elements directly, without
+//! the backend's widened copies. Contiguous views are split into chunks that the worker
+//! threads take in parallel; strided views are walked run by run.
 
 use super::cpu_mut;
 use crate::backend::validate::unscale::{OP, check};
@@ -63,6 +64,23 @@ impl Unscale for f64 {
     }
 }
 
+/// The 16-bit floats: widened to `f32` (exactly), multiplied as an `f32` is, and the `f32`
+/// product rounded once more, to the element's dtype, as PyTorch's kernel stores it.
+macro_rules! half_unscale {
+    ($($t:ty),*) => {$(
+        impl Unscale for $t {
+            #[inline(always)]
+            fn unscale<const WIDE: bool>(self, inv: Inverse) -> ($t, bool) {
+                let x = self.to_f32();
+                let (v, bad) = x.unscale::<WIDE>(inv);
+                (<$t>::from_f32(v), bad)
+            }
+        }
+    )*};
+}
+
+half_unscale!(half::f16, half::bf16);
+
 /// One stretch of elements: unscaled in place, and whether one was not finite. The flag is
 /// or-ed over the stretch (no early exit), so the loop stays a straight vector loop.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
@@ -121,6 +139,8 @@ pub(crate) fn non_finite_check_and_unscale(dst: &mut Storage, layout: &Layout, i
     match cpu_mut(dst)? {
         CpuStorage::F32(b) => Ok(unscale_any::<f32>(b, &l, inv)),
         CpuStorage::F64(b) => Ok(unscale_any::<f64>(b, &l, inv)),
+        CpuStorage::F16(b) => Ok(unscale_any::<half::f16>(b, &l, inv)),
+        CpuStorage::BF16(b) => Ok(unscale_any::<half::bf16>(b, &l, inv)),
         other => Err(Error::dtype(OP, format!("gradients to unscale must be float, got {}", other.dtype()))),
     }
 }

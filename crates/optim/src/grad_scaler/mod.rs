@@ -50,8 +50,9 @@ struct Record {
 ///
 /// The arithmetic is PyTorch's, bit for bit: the scale is an `f32`, the inverse scale is
 /// `(1 / scale as f64) as f32`, gradients are multiplied by it in `f32` (`f64` for `f64`
-/// gradients; `f16` and `bf16` ones widened to `f32` and rounded back once), and a new scale
-/// is computed in `f64` and rounded to `f32`, a growth that would overflow it being dropped.
+/// gradients; `f16` and `bf16` ones widened to `f32`, the product rounded to their dtype),
+/// and a new scale is computed in `f64` and rounded to `f32`, a growth that would overflow
+/// it being dropped.
 /// A disabled scaler passes everything through: `scale` returns the loss, `step` steps.
 ///
 /// Parameters that do not require grad are left alone, as ember's optimizers leave them

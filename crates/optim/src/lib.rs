@@ -20,6 +20,9 @@
 //!   hyperparameters and per-parameter state ([`OptimizerState`]), so training resumes exactly.
 //! - Schedulers implement [`LrScheduler`]: [`StepLR`], [`CosineAnnealingLR`], [`LambdaLR`].
 //! - [`clip_grad_norm_`] rescales gradients to a maximum total norm.
+//! - [`GradScaler`] scales the loss for mixed-precision training and skips the steps whose
+//!   gradients overflowed (PyTorch's `torch.amp.GradScaler`), with its state in PyTorch's
+//!   layout ([`GradScalerState`]).
 //!
 //! The update rules, schedules and clipping are checked against PyTorch trajectories
 //! (`tools/parity/optim.py`, `tests/parity_optim.rs`).

@@ -20,6 +20,9 @@
 //!   hyperparameters and per-parameter state ([`OptimizerState`]), so training resumes exactly.
 //! - Schedulers implement [`LrScheduler`]: [`StepLR`], [`CosineAnnealingLR`], [`LambdaLR`].
 //! - [`clip_grad_norm_`] rescales gradients to a maximum total norm.
+//! - [`GradScaler`] scales the loss for mixed-precision training and skips the steps whose
+//!   gradients overflowed (PyTorch's `torch.amp.GradScaler`), with its state in PyTorch's
+//!   layout ([`GradScalerState`]).
 //!
 //! The update rules, schedules and clipping are checked against PyTorch trajectories
 //! (`tools/parity/optim.py`, `tests/parity_optim.rs`).
@@ -60,6 +63,7 @@
 mod adam;
 mod builder;
 mod clip;
+mod grad_scaler;
 mod optimizer;
 mod optimizer_state;
 mod params;
@@ -70,6 +74,7 @@ mod sgd;
 
 pub use adam::{Adam, AdamBuilder, AdamConfig, AdamW, AdamWBuilder, AdamWConfig};
 pub use clip::clip_grad_norm_;
+pub use grad_scaler::{GradScaler, GradScalerBuilder, GradScalerConfig, GradScalerState};
 pub use optimizer::Optimizer;
 pub use optimizer_state::OptimizerState;
 pub use rmsprop::{RmsProp, RmsPropBuilder, RmsPropConfig};

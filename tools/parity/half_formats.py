@@ -243,10 +243,10 @@ def check_onnx():
     got = torch.from_numpy(got)
     assert got.dtype == torch.float16 and got.shape == want.shape, (got.dtype, got.shape)
     # Distance in units in the last place of f16 (adjacent f16 values differ by 1). ember's
-    # f16 Linear is a matrix product rounded to f16 and then a bias add rounded again; ONNX
-    # Runtime's f16 Gemm adds the bias before it rounds. When last run (ONNX Runtime 1.32)
-    # the two differed by 2 ulps, ember's output by 0 from the product-then-bias rounding in
-    # NumPy and by 2 from the exact sums rounded once, ONNX Runtime's by 1 from those.
+    # f16 Linear is a matrix product rounded to f16 and then a bias add rounded again. When
+    # last run (ONNX Runtime 1.32) the two differed by 2 ulps: ember's output by 0 from that
+    # rounding done in NumPy and by 2 from the exact sums rounded once, ONNX Runtime's by 1
+    # from those.
     ulps = (got.view(torch.int16).int() - want.view(torch.int16).int()).abs().max().item()
     diff = (got.float() - want.float()).abs().max().item()
     print(f"ONNX Runtime {onnxruntime.__version__} runs ember's f16 export: max |diff| {diff:g}, {ulps} f16 ulps")

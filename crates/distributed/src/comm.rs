@@ -182,11 +182,11 @@ impl<T: Transport> ProcessGroup for Comm<T> {
         const OP: &str = "all_gather";
         let buf = HostBuf::read(OP, self.rank, tensor)?;
         let dims = tensor.shape().dims().to_vec();
-        let device = tensor.device();
-        let header = Header::new(OP, Some(tensor.dtype()), 0, &dims);
+        let (dtype, device) = (tensor.dtype(), tensor.device());
+        let header = Header::new(OP, Some(dtype), 0, &dims);
         self.submit(OP, move |t| {
             agree(t, OP, &header)?;
-            t.all_gather(OP, &buf)?.into_iter().map(|b| b.into_tensor(&dims, device)).collect()
+            t.all_gather(OP, &buf)?.into_iter().map(|b| b.into_tensor(&dims, dtype, device)).collect()
         })
     }
 
@@ -222,7 +222,7 @@ impl<T: Transport> ProcessGroup for Comm<T> {
         }
         let header = Header::new(OP, Some(first.dtype()), op.code(), &dims);
         let world = self.world_size;
-        let device = first.device();
+        let (dtype, device) = (first.dtype(), first.device());
         self.submit(OP, move |t| {
             agree(t, OP, &header)?;
             let prim = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
@@ -230,7 +230,7 @@ impl<T: Transport> ProcessGroup for Comm<T> {
             if op == ReduceOp::Avg {
                 out.scale(1.0 / world as f64);
             }
-            out.into_tensor(&dims, device)
+            out.into_tensor(&dims, dtype, device)
         })
     }
 

@@ -412,13 +412,13 @@ impl Reducer {
                 None => flat = Some(buf),
             }
         }
-        let flat = match flat {
-            Some(f) => {
-                let n = f.len();
-                f.into_tensor(&[n], Device::Cpu)?
-            }
-            None => return Err(self.err(format!("bucket {b} is empty"))),
+        // The bucket's own dtype (one per bucket): a 16-bit bucket all-reduces as a 16-bit
+        // tensor, which the collective sums in f32 and rounds once.
+        let (Some(f), Some(&first)) = (flat, self.buckets[b].first()) else {
+            return Err(self.err(format!("bucket {b} is empty")));
         };
+        let n = f.len();
+        let flat = f.into_tensor(&[n], self.params[first].1.dtype(), Device::Cpu)?;
         let work = self.group.all_reduce_async(&flat, ReduceOp::Avg)?;
         Ok(InFlight { bucket: b, flat, work })
     }
@@ -460,7 +460,7 @@ impl Reducer {
                 let n = p.numel();
                 if used[i] {
                     let dims = p.value().shape().dims().to_vec();
-                    p.set_grad(Some(flat.slice(offset, n).into_tensor(&dims, p.device())?))?;
+                    p.set_grad(Some(flat.slice(offset, n).into_tensor(&dims, p.dtype(), p.device())?))?;
                 }
                 offset += n;
             }

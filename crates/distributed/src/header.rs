@@ -13,7 +13,7 @@ pub(crate) const WORDS: usize = 6 + SHOWN_DIMS;
 pub(crate) struct Header {
     /// The collective (an index into [`COLLECTIVES`]).
     pub kind: u64,
-    /// 0 none, 1 f32, 2 f64, 3 other, 4 i64.
+    /// 0 none, 1 f32, 2 f64, 3 u8, 4 i64, 5 f16, 6 bf16.
     pub dtype: u64,
     /// The root of a broadcast, the reduce op, the number of ranks of a new group...
     pub extra: u64,
@@ -34,8 +34,10 @@ fn dtype_code(d: Option<DType>) -> u64 {
     match d {
         Some(DType::F32) => 1,
         Some(DType::F64) => 2,
+        Some(DType::U8) => 3,
         Some(DType::I64) => 4,
-        Some(_) => 3,
+        Some(DType::F16) => 5,
+        Some(DType::BF16) => 6,
         None => 0,
     }
 }
@@ -46,6 +48,8 @@ fn dtype_name(code: u64) -> &'static str {
         2 => "f64",
         3 => "u8",
         4 => "i64",
+        5 => "f16",
+        6 => "bf16",
         _ => "no",
     }
 }
@@ -126,6 +130,12 @@ mod tests {
         let e = Header::check_all("all_reduce", 1, &[a, b]).unwrap_err().to_string();
         assert!(e.contains("rank 1 of 2") && e.contains("f32 tensor of shape [2, 3]"), "{e}");
         assert!(e.contains("f64 tensor of shape [3, 2]"), "{e}");
+        // The 16-bit floats are told apart from each other and from f32.
+        let h = Header::new("all_reduce", Some(DType::F16), 0, &[2, 3]).encode();
+        let bf = Header::new("all_reduce", Some(DType::BF16), 0, &[2, 3]).encode();
+        let e = Header::check_all("all_reduce", 0, &[h, bf]).unwrap_err().to_string();
+        assert!(e.contains("f16 tensor of shape [2, 3]") && e.contains("bf16 tensor of shape [2, 3]"), "{e}");
+        assert!(Header::check_all("all_reduce", 0, &[a, h]).is_err());
         let long: Vec<usize> = (1..=10).collect();
         let mut other = long.clone();
         other[9] = 11;

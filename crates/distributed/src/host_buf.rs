@@ -1,10 +1,16 @@
 //! Tensor contents on the host, as the transports move and combine them.
+//!
+//! The 16-bit floats travel and reduce as `f32`: [`HostBuf::read`] widens an `f16` or
+//! `bf16` tensor (exactly), the transport sums, averages or compares in `f32`, and the
+//! result is rounded once, to nearest even, when it is written back into a tensor of the
+//! caller's dtype. A sum over many ranks then loses no more than one rounding, where
+//! summing in 16 bits would round at every rank.
 
 use crate::reduce_op::ReduceOp;
 use ember_tensor::{DType, Device, Error, Result, Tensor};
 
 /// The elements of an `f32`, `f64` or `i64` tensor in logical order (`i64` for buffers
-/// such as BatchNorm's `num_batches_tracked`).
+/// such as BatchNorm's `num_batches_tracked`); `f16` and `bf16` tensors are held as `f32`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum HostBuf {
     F32(Vec<f32>),
@@ -13,16 +19,17 @@ pub(crate) enum HostBuf {
 }
 
 impl HostBuf {
-    /// The contents of `t`.
+    /// The contents of `t`, the 16-bit floats widened to `f32`.
     pub(crate) fn read(op: &'static str, rank: usize, t: &Tensor) -> Result<HostBuf> {
         match t.dtype() {
             DType::F32 => Ok(HostBuf::F32(t.to_vec()?)),
+            DType::F16 | DType::BF16 => Ok(HostBuf::F32(t.to_dtype(DType::F32).to_vec()?)),
             DType::F64 => Ok(HostBuf::F64(t.to_vec()?)),
             DType::I64 => Ok(HostBuf::I64(t.to_vec()?)),
             d => Err(Error::dtype(
                 op,
                 format!(
-                    "rank {rank}: collectives take f32, f64 or i64 tensors, got {d} of shape {:?}",
+                    "rank {rank}: collectives take f32, f64, f16, bf16 or i64 tensors, got {d} of shape {:?}",
                     t.shape().dims()
                 ),
             )),
@@ -47,20 +54,23 @@ impl HostBuf {
         }
     }
 
-    /// A tensor of `shape` on `device` holding the elements.
-    pub(crate) fn into_tensor(self, shape: &[usize], device: Device) -> Result<Tensor> {
+    /// A tensor of `shape` and `dtype` on `device` holding the elements: `dtype` is the
+    /// buffer's own or, for what was read from a 16-bit tensor, that tensor's, into which
+    /// the `f32` elements round once.
+    pub(crate) fn into_tensor(self, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let t = match self {
             HostBuf::F32(v) => Tensor::from_vec(v, shape),
             HostBuf::F64(v) => Tensor::from_vec(v, shape),
             HostBuf::I64(v) => Tensor::from_vec(v, shape),
         }?;
-        t.to_device(device)
+        t.to_dtype(dtype).to_device(device)
     }
 
-    /// Writes the elements into `t` (same shape and dtype), in place.
+    /// Writes the elements into `t` (same shape, and `t`'s dtype or its `f32` widening),
+    /// in place.
     pub(crate) fn write_into(self, t: &Tensor) -> Result<()> {
         let shape = t.shape().dims().to_vec();
-        t.copy_(&self.into_tensor(&shape, t.device())?)
+        t.copy_(&self.into_tensor(&shape, t.dtype(), t.device())?)
     }
 
     /// Elements `start..start + len` as a new buffer.
@@ -145,5 +155,22 @@ mod tests {
         b.combine(&HostBuf::F32(vec![3.0, -4.0]), ReduceOp::Sum);
         b.scale(0.5);
         assert_eq!(b, HostBuf::F32(vec![2.0, -1.0]));
+    }
+
+    #[test]
+    fn half_tensors_widen_on_read_and_round_once_on_write() -> Result<()> {
+        use ember_tensor::{bf16, f16};
+        // 1 + 2^-8 is not a bf16: it is held exactly in f32 and rounds (to even) only when
+        // written back.
+        let t = Tensor::from_vec(vec![bf16::from_f32(1.0), bf16::from_f32(-3.5)], [2])?;
+        let mut buf = HostBuf::read("test", 0, &t)?;
+        assert_eq!(buf, HostBuf::F32(vec![1.0, -3.5]));
+        buf.combine(&HostBuf::F32(vec![2f32.powi(-8), 0.0]), ReduceOp::Sum);
+        assert_eq!(buf, HostBuf::F32(vec![1.0 + 2f32.powi(-8), -3.5]));
+        buf.clone().write_into(&t)?;
+        assert_eq!(t.to_vec::<bf16>()?, vec![bf16::from_f32(1.0), bf16::from_f32(-3.5)]);
+        let h = buf.into_tensor(&[2], DType::F16, Device::Cpu)?;
+        assert_eq!(h.to_vec::<f16>()?, vec![f16::from_f32(1.0 + 2f32.powi(-8)), f16::from_f32(-3.5)]);
+        Ok(())
     }
 }

@@ -179,7 +179,7 @@ fn bad_arguments_are_refused_before_anything_is_sent() {
     });
     let (root, bytes, avg, count, ranks) = &out[0];
     assert!(root.contains("root 5 is not a rank of a group of 2"), "{root}");
-    assert!(bytes.contains("f32, f64 or i64") && bytes.contains("u8"), "{bytes}");
+    assert!(bytes.contains("f32, f64, f16, bf16 or i64") && bytes.contains("u8"), "{bytes}");
     assert!(avg.contains("avg needs a float tensor, got i64"), "{avg}");
     assert!(count.contains("one input per rank (2), got 1"), "{count}");
     assert!(ranks.contains("distinct"), "{ranks}");

@@ -4,7 +4,7 @@
 use crate::target::{Target, gzip};
 use ember_io::StateDict;
 use ember_optim::OptimizerState;
-use ember_tensor::{Result, Tensor};
+use ember_tensor::{DType, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -20,6 +20,7 @@ pub fn write_all(root: &Path) -> Result<()> {
     ember_io::save_safetensors(st.join("empty.safetensors"), &StateDict::new())?;
     let meta = BTreeMap::from([("note".to_string(), "seed".to_string())]);
     ember_io::save_safetensors_with_metadata(st.join("metadata.safetensors"), &small_state()?, &meta)?;
+    ember_io::save_safetensors(st.join("half.safetensors"), &half_state()?)?;
 
     let opt = root.join(Target::Optimizer.name());
     adam_state()?.save(opt.join("adam.safetensors"))?;
@@ -62,8 +63,12 @@ pub fn write_all(root: &Path) -> Result<()> {
     let copy = |from: &Path, to: &Path| std::fs::copy(from, to).map(drop).map_err(|e| io(from, e));
     copy(&fixtures.join("checkpoint/values.pt"), &pt.join("torch-values.pt"))?;
     copy(&fixtures.join("checkpoint/sgd.pt"), &pt.join("torch-sgd.pt"))?;
+    // float16 and bfloat16 storages, one of them viewed with strides and an offset.
+    copy(&fixtures.join("half/state.pt"), &pt.join("torch-half.pt"))?;
     let onnx = root.join(Target::Onnx.name());
     copy(&fixtures.join("onnx_cnn.onnx"), &onnx.join("torch-cnn.onnx"))?;
+    // FLOAT16 initializers and graph inputs and outputs.
+    copy(&fixtures.join("half/ember_mlp_f16.onnx"), &onnx.join("ember-mlp-f16.onnx"))?;
     let pnnx = root.join(Target::Pnnx.name());
     copy(&fixtures.join("pnnx/cnn.pnnx.param"), &pnnx.join("torch-cnn.param"))?;
     copy(&fixtures.join("pnnx/cnn.pnnx.bin"), &pnnx.join("torch-cnn.bin"))?;
@@ -77,6 +82,17 @@ fn mixed_state() -> Result<StateDict> {
     sd.insert("steps", Tensor::from_vec(vec![7i64], [])?);
     sd.insert("mask", Tensor::from_vec(vec![1u8, 0, 1, 1], [2, 2])?);
     sd.insert("none", Tensor::from_vec(Vec::<f32>::new(), [0, 4])?);
+    Ok(sd)
+}
+
+/// f16 and bf16 tensors, with the values that are easy to mishandle (subnormals,
+/// infinities, NaN, -0.0).
+fn half_state() -> Result<StateDict> {
+    let special = [1.5f32, -0.0, f32::INFINITY, f32::NAN, 6e-8, 65504.0];
+    let mut sd = StateDict::new();
+    sd.insert("h", Tensor::from_vec(special.to_vec(), [2, 3])?.to_dtype(DType::F16));
+    sd.insert("b", Tensor::from_vec(special.to_vec(), [6])?.to_dtype(DType::BF16));
+    sd.insert("b.empty", Tensor::from_vec(Vec::<f32>::new(), [0, 2])?.to_dtype(DType::BF16));
     Ok(sd)
 }
 

@@ -10,6 +10,10 @@
 //! - `torch.save` checkpoints ([`pt`]): [`load_pt`] / [`save_pt`] for a module's state
 //!   dict, [`pt::load_pt_value`] / [`pt::save_pt_value`] for any checkpoint of plain data
 //!   ([`pt::PtValue`]), such as an optimizer's `state_dict()`.
+//! - Loading at another precision ([`LoadOptions`], `load_options.rs`):
+//!   [`load_safetensors_with`] and [`load_pt_with`] convert every floating tensor to a
+//!   chosen dtype (a bf16 checkpoint as f32), as [`StateDict::to_dtype`] does to any state
+//!   dict. Both formats read and write `f16` and `bf16` tensors bit for bit.
 //! - Atomic writes (`atomic_file.rs`): every save writes beside the target and renames over
 //!   it, so a failed save never leaves a truncated file where a good one was.
 //! - Little-endian element bytes (`le.rs`): the tensor data layout both formats share.
@@ -61,12 +65,15 @@
 
 mod atomic_file;
 mod le;
+mod load_options;
 pub mod pt;
 mod safetensors_file;
 mod state_dict;
 
-pub use pt::{load_pt, save_pt};
+pub use load_options::LoadOptions;
+pub use pt::{load_pt, load_pt_with, save_pt};
 pub use safetensors_file::{
-    load_safetensors, load_safetensors_with_metadata, save_safetensors, save_safetensors_with_metadata,
+    load_safetensors, load_safetensors_with, load_safetensors_with_metadata, save_safetensors,
+    save_safetensors_with_metadata,
 };
 pub use state_dict::StateDict;

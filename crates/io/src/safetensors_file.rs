@@ -3,13 +3,15 @@
 //!
 //! A safetensors file is an 8-byte little-endian header length, a JSON header mapping each
 //! name to `{dtype, shape, data_offsets}`, then the raw little-endian data. ember reads and
-//! writes `F32`, `F64`, `I64` and `U8`, and reads `BOOL` as `u8` (ember's mask dtype).
+//! writes `F32`, `F64`, `F16`, `BF16`, `I64` and `U8` (the 16-bit floats bit for bit, as
+//! `f16` and `bf16` tensors), and reads `BOOL` as `u8` (ember's mask dtype).
 //! Anything wrong with a file (missing, not safetensors, a bad header, an unsupported dtype,
 //! truncated data) is an error naming the file and the problem.
 
 use crate::le::{le_bytes, le_values};
+use crate::load_options::LoadOptions;
 use crate::state_dict::StateDict;
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Tensor, bf16, f16};
 use safetensors::tensor::{SafeTensorError, TensorInfo};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -60,6 +62,13 @@ pub fn save_safetensors_with_metadata(
 /// written by ember or PyTorch: by dtype, then by name).
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
     load_safetensors_with_metadata(path).map(|(state, _)| state)
+}
+
+/// Reads the safetensors file at `path` as `options` ask: with
+/// `LoadOptions::default().dtype(DType::F32)`, a bf16 or f16 checkpoint arrives in `f32`
+/// (see [`LoadOptions`]).
+pub fn load_safetensors_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<StateDict> {
+    options.load("load_safetensors_with", || load_safetensors(path))
 }
 
 /// Reads the safetensors file at `path` with its header's string metadata (empty if it
@@ -134,6 +143,7 @@ fn check_entry_size(name: &str, entry: &serde_json::Value) -> std::result::Resul
     let element = match entry.get("dtype").and_then(|d| d.as_str()) {
         Some("F64" | "I64") => 8,
         Some("F32") => 4,
+        Some("F16" | "BF16") => 2,
         Some("U8" | "BOOL") => 1,
         _ => return Ok(()),
     };
@@ -187,11 +197,13 @@ fn to_tensor(name: &str, info: &TensorInfo, data: &[u8]) -> std::result::Result<
     let made = match info.dtype {
         Dtype::F32 => Tensor::from_vec(le_values(bytes, f32::from_le_bytes), shape),
         Dtype::F64 => Tensor::from_vec(le_values(bytes, f64::from_le_bytes), shape),
+        Dtype::F16 => Tensor::from_vec(le_values(bytes, f16::from_le_bytes), shape),
+        Dtype::BF16 => Tensor::from_vec(le_values(bytes, bf16::from_le_bytes), shape),
         Dtype::I64 => Tensor::from_vec(le_values(bytes, i64::from_le_bytes), shape),
         Dtype::U8 | Dtype::BOOL => Tensor::from_vec(bytes.to_vec(), shape),
         other => {
             return Err(format!(
-                "tensor `{name}` has dtype {other:?}, which ember cannot hold (it reads F32, F64, I64, U8 and BOOL)"
+                "tensor `{name}` has dtype {other:?}, which ember cannot hold (it reads F32, F64, F16, BF16, I64, U8 and BOOL)"
             ));
         }
     };

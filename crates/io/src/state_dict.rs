@@ -1,6 +1,6 @@
 //! [`StateDict`]: named tensors in insertion order, like PyTorch's `OrderedDict`.
 
-use ember_tensor::Tensor;
+use ember_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -95,6 +95,46 @@ impl StateDict {
     /// The total number of scalar values.
     pub fn numel(&self) -> usize {
         self.entries.iter().map(|(_, t)| t.numel()).sum()
+    }
+
+    /// The same entries with every floating tensor (`f16`, `bf16`, `f32`, `f64`) converted
+    /// to the floating `dtype`, rounding to nearest even; integer and mask tensors (a batch
+    /// norm's `num_batches_tracked`) stay as they are. PyTorch's
+    /// `{k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}`, and what
+    /// `model.to(dtype)` does to a state dict. A tensor already of `dtype` is kept, not
+    /// copied. The conversion is [`Tensor::to_dtype`], so it follows ember's subnormal
+    /// policy: with flushing on (the default), a value below `f32`'s smallest normal one
+    /// (only `bf16` has such values) becomes zero, as any kernel would read it. A `dtype`
+    /// that is not floating is an error, as it is for PyTorch's `Module.to`.
+    ///
+    /// ```
+    /// use ember_io::StateDict;
+    /// use ember_tensor::{DType, Tensor, bf16};
+    /// let mut sd = StateDict::new();
+    /// sd.insert("weight", Tensor::from_vec(vec![bf16::from_f32(0.5), bf16::from_f32(-2.0)], [2])?);
+    /// sd.insert("steps", Tensor::from_vec(vec![3i64], [1])?);
+    /// let wide = sd.to_dtype(DType::F32)?;
+    /// assert_eq!(wide.get("weight").map(|t| t.to_vec::<f32>()).transpose()?, Some(vec![0.5, -2.0]));
+    /// assert_eq!(wide.get("steps").map(|t| t.dtype()), Some(DType::I64));
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn to_dtype(self, dtype: DType) -> Result<StateDict> {
+        if !dtype.is_float() {
+            return Err(Error::dtype(
+                "StateDict::to_dtype",
+                format!("converts floating tensors to a floating dtype (f16, bf16, f32 or f64), not to {dtype}"),
+            ));
+        }
+        let index = self.index;
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(n, t)| {
+                let t = if t.dtype().is_float() { t.to_dtype(dtype) } else { t };
+                (n, t)
+            })
+            .collect();
+        Ok(StateDict { entries, index })
     }
 }
 

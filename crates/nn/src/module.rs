@@ -2,7 +2,7 @@
 
 use ember_autograd::{Var, no_grad};
 use ember_io::{StateDict, load_safetensors, save_safetensors};
-use ember_tensor::{Device, Error, Result, Tensor};
+use ember_tensor::{DType, Device, Error, Result, Tensor};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use crate::parts::{Part, Parts};
 /// PyTorch's dotted names (`encoder.layers.0.linear1.weight`),
 /// [`named_buffers`](Module::named_buffers), [`parameters`](Module::parameters),
 /// [`train`](Module::train) / [`eval`](Module::eval), [`to_device`](Module::to_device),
+/// [`to_dtype`](Module::to_dtype),
 /// [`state_dict`](Module::state_dict) / [`load_state_dict`](Module::load_state_dict) and
 /// [`named_modules`](Module::named_modules).
 ///
@@ -158,6 +159,52 @@ pub trait Module: Send + Sync {
                     b.device()
                 ),
             }),
+            None => Ok(()),
+        }
+    }
+
+    /// Converts every floating parameter (with its gradient) and every floating buffer to
+    /// the floating `dtype`, in place: PyTorch's `model.to(torch.bfloat16)`, `.half()`,
+    /// `.float()`. Integer and mask buffers (batch norm's `num_batches_tracked`) keep their
+    /// dtype, as in PyTorch. The parameter `Var`s stay the same handles; an optimizer's
+    /// state, if it has any yet, is not converted (build optimizers after converting, as in
+    /// PyTorch). A `dtype` that is not floating is an error and changes nothing.
+    ///
+    /// ```
+    /// use ember_nn::{BatchNorm1d, Linear, Module, Sequential};
+    /// use ember_tensor::DType;
+    /// let model = Sequential::new().add(Linear::new(3, 2)?).add(BatchNorm1d::new(2)?);
+    /// model.to_dtype(DType::BF16)?;
+    /// assert!(model.parameters().iter().all(|p| p.dtype() == DType::BF16));
+    /// let dtypes: Vec<DType> = model.named_buffers().iter().map(|(_, b)| b.dtype()).collect();
+    /// assert_eq!(dtypes, [DType::BF16, DType::BF16, DType::I64]); // running stats, counter
+    /// assert!(model.to_dtype(DType::I64).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    fn to_dtype(&self, dtype: DType) -> Result<()> {
+        if !dtype.is_float() {
+            return Err(Error::dtype(
+                "to_dtype",
+                format!("modules convert to a floating dtype (f16, bf16, f32 or f64), not to {dtype}"),
+            ));
+        }
+        for p in self.parameters() {
+            if !p.dtype().is_float() || p.dtype() == dtype {
+                continue;
+            }
+            let grad = p.grad().map(|g| g.to_dtype(dtype));
+            p.set_value(p.value().to_dtype(dtype))?;
+            p.set_grad(grad)?;
+        }
+        buffers_to_dtype(self, dtype);
+        match self.named_buffers().into_iter().find(|(_, b)| b.dtype().is_float() && b.dtype() != dtype) {
+            Some((name, b)) => Err(Error::dtype(
+                "to_dtype",
+                format!(
+                    "buffer {name} stayed {} (the module lists it in named_buffers but not among its parts)",
+                    b.dtype()
+                ),
+            )),
             None => Ok(()),
         }
     }
@@ -407,6 +454,18 @@ fn param_name<M: Module + ?Sized>(module: &M, p: &Var) -> String {
     module.named_parameters().into_iter().find(|(_, q)| q.id() == p.id()).map(|(n, _)| n).unwrap_or_default()
 }
 
+/// Converts the floating buffers among `module`'s parts, and its submodules', to `dtype`.
+fn buffers_to_dtype<M: Module + ?Sized>(module: &M, dtype: DType) {
+    let parts = module.children();
+    for (_, b) in parts.buffers() {
+        let t = b.get();
+        if t.dtype().is_float() && t.dtype() != dtype {
+            b.set(t.to_dtype(dtype));
+        }
+    }
+    parts.modules().for_each(|(_, m)| buffers_to_dtype(m, dtype));
+}
+
 /// Appends the modules below `module` to `out`, depth first, named under `prefix`.
 fn collect_modules<'a>(prefix: &str, module: &'a dyn Module, out: &mut Vec<(String, &'a dyn Module)>) {
     for (name, child) in module.children().modules() {
@@ -543,6 +602,9 @@ macro_rules! forward_module {
             }
             fn to_device(&self, device: Device) -> Result<()> {
                 (**self).to_device(device)
+            }
+            fn to_dtype(&self, dtype: DType) -> Result<()> {
+                (**self).to_dtype(dtype)
             }
             fn set_training(&self, on: bool) {
                 (**self).set_training(on)

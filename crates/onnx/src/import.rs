@@ -7,7 +7,7 @@
 
 use crate::ir::{Attr, Graph, Node, Value, ValueInfo};
 use crate::proto::{self, ModelProto, TensorProto, attribute_type, data_type};
-use ember_tensor::{DType, Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Tensor, bf16, f16};
 use prost::Message;
 use std::path::{Path, PathBuf};
 
@@ -128,6 +128,8 @@ fn dtype_of(t: i32) -> Option<DType> {
     match t {
         data_type::FLOAT => Some(DType::F32),
         data_type::DOUBLE => Some(DType::F64),
+        data_type::FLOAT16 => Some(DType::F16),
+        data_type::BFLOAT16 => Some(DType::BF16),
         data_type::INT64 | data_type::INT32 => Some(DType::I64),
         data_type::UINT8 | data_type::BOOL => Some(DType::U8),
         _ => None,
@@ -200,6 +202,7 @@ fn tensor(t: &TensorProto, src: &Source) -> Result<Tensor> {
     let width = match t.data_type {
         data_type::FLOAT | data_type::INT32 => 4,
         data_type::DOUBLE | data_type::INT64 => 8,
+        data_type::FLOAT16 | data_type::BFLOAT16 => 2,
         _ => 1,
     };
     let bytes_needed =
@@ -260,6 +263,14 @@ fn tensor(t: &TensorProto, src: &Source) -> Result<Tensor> {
             };
             Tensor::from_vec(v, dims)
         }
+        data_type::FLOAT16 => {
+            let bits = sixteen_bit(raw, &t.int32_data, count)?;
+            Tensor::from_vec(bits.into_iter().map(f16::from_bits).collect::<Vec<_>>(), dims)
+        }
+        data_type::BFLOAT16 => {
+            let bits = sixteen_bit(raw, &t.int32_data, count)?;
+            Tensor::from_vec(bits.into_iter().map(bf16::from_bits).collect::<Vec<_>>(), dims)
+        }
         data_type::INT32 => {
             let v: Vec<i64> = match raw {
                 Some(r) => r.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect(),
@@ -281,4 +292,18 @@ fn tensor(t: &TensorProto, src: &Source) -> Result<Tensor> {
             Tensor::from_vec(v, dims)
         }
     }
+}
+
+/// The bit patterns of a FLOAT16 or BFLOAT16 tensor: little-endian pairs of bytes in
+/// `raw`, or else one pattern in the low 16 bits of each `int32_data` entry (ONNX's layout
+/// for both; higher bits are ignored, as ONNX Runtime ignores them). `count` checks the
+/// number of typed values.
+fn sixteen_bit(raw: Option<&[u8]>, typed: &[i32], count: impl Fn(usize) -> Result<()>) -> Result<Vec<u16>> {
+    Ok(match raw {
+        Some(r) => r.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+        None => {
+            count(typed.len())?;
+            typed.iter().map(|&x| x as u16).collect()
+        }
+    })
 }

@@ -35,6 +35,7 @@ mod value;
 
 pub use value::PtValue;
 
+use crate::load_options::LoadOptions;
 use crate::state_dict::StateDict;
 use ember_tensor::{Error, Result};
 use std::path::Path;
@@ -61,6 +62,14 @@ pub fn save_pt_value(path: impl AsRef<Path>, value: &PtValue) -> Result<()> {
 pub fn load_pt(path: impl AsRef<Path>) -> Result<StateDict> {
     let path = path.as_ref();
     state_dict_from_pt(&load_pt_value(path)?).map_err(|msg| Error::format(path, msg))
+}
+
+/// Reads a module's state dict as [`load_pt`] does, as `options` ask: with
+/// `LoadOptions::default().dtype(DType::F32)`, a checkpoint saved by
+/// `torch.save(model.bfloat16().state_dict(), path)` arrives in `f32` (see
+/// [`LoadOptions`]).
+pub fn load_pt_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<StateDict> {
+    options.load("load_pt_with", || load_pt(path))
 }
 
 /// Writes `state` to `path` as `torch.save(model.state_dict(), path)` would (an

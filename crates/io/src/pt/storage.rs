@@ -1,7 +1,7 @@
 //! The element types of PyTorch's storages and their conversion to ember's dtypes.
 
 use crate::le::le_values;
-use ember_tensor::{DType, Result, Tensor};
+use ember_tensor::{DType, Result, Tensor, bf16, f16};
 
 /// A storage class a checkpoint names (`torch.FloatStorage`, ...), i.e. a tensor's
 /// element type in the file.
@@ -9,6 +9,8 @@ use ember_tensor::{DType, Result, Tensor};
 pub(crate) enum StorageKind {
     F64,
     F32,
+    F16,
+    BF16,
     I64,
     I32,
     I16,
@@ -23,6 +25,8 @@ impl StorageKind {
         Some(match name {
             "DoubleStorage" => StorageKind::F64,
             "FloatStorage" => StorageKind::F32,
+            "HalfStorage" => StorageKind::F16,
+            "BFloat16Storage" => StorageKind::BF16,
             "LongStorage" => StorageKind::I64,
             "IntStorage" => StorageKind::I32,
             "ShortStorage" => StorageKind::I16,
@@ -50,14 +54,14 @@ impl StorageKind {
         match self {
             StorageKind::F64 | StorageKind::I64 => 8,
             StorageKind::F32 | StorageKind::I32 => 4,
-            StorageKind::I16 => 2,
+            StorageKind::F16 | StorageKind::BF16 | StorageKind::I16 => 2,
             StorageKind::I8 | StorageKind::U8 | StorageKind::Bool => 1,
         }
     }
 
     /// The tensor of `shape` whose elements are those of the storage `bytes` at `indices`,
-    /// in ember's dtype for this kind: integers widen to `i64`, booleans become `u8`
-    /// (ember's mask dtype). The indices must lie inside the storage.
+    /// in ember's dtype for this kind: floats keep their width (`f16` and `bf16` included,
+    /// bit for bit), integers widen to `i64`, booleans become `u8` (ember's mask dtype). The indices must lie inside the storage.
     pub(crate) fn gather(self, bytes: &[u8], indices: &Elements, shape: Vec<usize>) -> Result<Tensor> {
         fn pick<T: Copy>(mut all: Vec<T>, indices: &Elements) -> Vec<T> {
             match indices {
@@ -72,6 +76,8 @@ impl StorageKind {
         match self {
             StorageKind::F64 => Tensor::from_vec(pick(le_values(bytes, f64::from_le_bytes), indices), shape),
             StorageKind::F32 => Tensor::from_vec(pick(le_values(bytes, f32::from_le_bytes), indices), shape),
+            StorageKind::F16 => Tensor::from_vec(pick(le_values(bytes, f16::from_le_bytes), indices), shape),
+            StorageKind::BF16 => Tensor::from_vec(pick(le_values(bytes, bf16::from_le_bytes), indices), shape),
             StorageKind::I64 => Tensor::from_vec(pick(le_values(bytes, i64::from_le_bytes), indices), shape),
             StorageKind::I32 => {
                 let v: Vec<i64> = le_values(bytes, i32::from_le_bytes).into_iter().map(i64::from).collect();

@@ -535,7 +535,7 @@ fn global(module: &str, name: &str) -> Result<Global, String> {
         ("torch._utils", "_rebuild_tensor_v2") => Ok(Global::RebuildTensor),
         ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
         ("torch", class) if class.ends_with("Storage") => StorageKind::from_class(class).map(Global::Storage).ok_or_else(
-            || format!("tensors stored as torch.{class}, which ember cannot hold (it reads float, double, integer and bool tensors)"),
+            || format!("tensors stored as torch.{class}, which ember cannot hold (it reads float, double, half, bfloat16, integer and bool tensors)"),
         ),
         _ => Err(format!(
             "the pickle calls `{module}.{name}`, which ember does not run (it reads state dicts: tensors, numbers, strings, \

@@ -8,7 +8,7 @@ use ember_tensor::{DType, Error, Result, Tensor};
 /// A value in a running graph.
 #[derive(Clone, Debug)]
 pub enum Value {
-    /// A float tensor (f32 or f64), with its graph.
+    /// A float tensor (f32, f64, f16 or bf16), with its graph.
     Float(Var),
     /// An integer or boolean tensor.
     Int(IntTensor),

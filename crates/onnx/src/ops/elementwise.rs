@@ -156,16 +156,30 @@ pub(crate) fn dropout(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     Ok(vec![input(args, 0)?.clone()])
 }
 
+/// The float dtype of an ONNX data type `Cast` may target.
+fn float_dtype(to: i32) -> Option<DType> {
+    match to {
+        data_type::FLOAT => Some(DType::F32),
+        data_type::DOUBLE => Some(DType::F64),
+        data_type::FLOAT16 => Some(DType::F16),
+        data_type::BFLOAT16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+/// `Cast` between the float dtypes (rounding to nearest even into `f16` and `bf16`, and
+/// differentiable), from integers to floats, and from floats and integers to integers and
+/// booleans.
 pub(crate) fn cast(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     let to = int_attr(node, "to", 0)? as i32;
     let x = input(args, 0)?;
+    if let Some(dtype) = float_dtype(to) {
+        return match x {
+            Value::Float(v) => float(v.to_dtype(dtype)),
+            Value::Int(t) => float(Var::new(t.to_tensor()?.to_dtype(dtype))),
+        };
+    }
     match (x, to) {
-        (Value::Float(v), data_type::FLOAT) => float(v.to_dtype(DType::F32)),
-        (Value::Float(v), data_type::DOUBLE) => float(v.to_dtype(DType::F64)),
-        (Value::Int(t), data_type::FLOAT | data_type::DOUBLE) => {
-            let dtype = if to == data_type::FLOAT { DType::F32 } else { DType::F64 };
-            float(Var::new(t.to_tensor()?.to_dtype(dtype)))
-        }
         (Value::Int(t), data_type::INT64 | data_type::INT32) => {
             Ok(vec![Value::Int(IntTensor { is_bool: false, ..t.clone() })])
         }

@@ -672,8 +672,8 @@ for _src in ALL:
 
 @case("print/fixed")
 def print_fixed(c):
-    """Values with four decimals: the printed digits are those of the stored value (0.1 is
-    0.1001 in bf16, 0.0999 in f16)."""
+    """The printed digits are those of the stored value: 0.1 is 0.1001 in bf16 (four
+    decimals) and 0.0999 in f16, which next to 100 switches to scientific notation."""
     x = c.inp(c.low([0.1, 1.0 / 3.0, 2.5, -1.75, 100.0, 0.0]))
     c.text(repr(x))
 

@@ -121,7 +121,7 @@ impl Backend for CpuBackend {
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
             let [a] = operands([(s, l)])?;
-            return self.unary(op, a.view())?.narrow(low);
+            return self.unary(widen::scalar_as_pytorch(op, low), a.view())?.narrow(low);
         }
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
@@ -162,6 +162,7 @@ impl Backend for CpuBackend {
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
         if dst.dtype().is_half() {
+            let op = widen::scalar_as_pytorch(op, dst.dtype());
             let mut wide = InPlace::new((dst, layout))?;
             let (d, l) = wide.target();
             self.unary_inplace(op, d, l)?;

@@ -137,6 +137,7 @@ def unary_inputs(c, domain="any", n=64):
     specials = {
         "any": [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0, -1.0, 3.0, 20.5, -30.0, big, -big, 1e-3, INF, -INF, NAN],
         "no_nan": [0.0, -0.0, 0.5, -0.5, 2.5, 1.0, -1.0, 1e-3, INF, -INF],
+        "finite": [0.0, -0.0, 0.5, -0.5, 2.5, 1.0, -1.0, 1e-3, -3.5, -5.0, -6.0, 20.0, NAN],
         "positive": [0.5, 1.0, 2.0, 4.0, 1e-3, 100.0, INF, 0.0, NAN],
         "above_minus_one": [-0.5, -0.9, 0.0, 1e-3, 1.0, 10.0, INF, NAN],
     }[domain]
@@ -165,8 +166,11 @@ UNARY = [
     ("cos", "any", torch.cos),
     ("tanh", "any", torch.tanh),
     ("sigmoid", "any", torch.sigmoid),
-    ("gelu", "any", F.gelu),
-    ("gelu_tanh", "any", lambda x: F.gelu(x, approximate="tanh")),
+    # Infinities left out: PyTorch's vectorised bf16 GELU gives NaN for both (its float32
+    # kernel, and ember, give inf and 0). The negative inputs reach the region where
+    # `1 + erf(x / sqrt 2)` cancels in float32 (see `unary_scale`).
+    ("gelu", "finite", F.gelu),
+    ("gelu_tanh", "finite", lambda x: F.gelu(x, approximate="tanh")),
     ("silu", "any", F.silu),
     ("erf", "any", torch.erf),
     ("log1p", "above_minus_one", torch.log1p),
@@ -205,11 +209,21 @@ UNARY = [
 ]
 
 
+def unary_scale(name, x):
+    """For GELU, `|x| / 2`: both forms compute `x / 2 * (1 + erf(..))` (or `tanh`) in float32,
+    where `1 + erf` cancels for negative `x` and keeps only the float32 rounding error of
+    `erf` near -1, a few `2^-24` absolute; times `|x| / 2` that is the error of the result,
+    which can be many ulps of a tiny GELU value. None for the other functions."""
+    if name.startswith("gelu"):
+        return wide(x).abs() / 2
+    return None
+
+
 def unary_case(name, domain, f):
     @case(f"unary/{name}")
     def run(c):
         x = c.inp(unary_inputs(c, domain))
-        c.out(f(x))
+        c.out(f(x), unary_scale(name, x))
 
 
 for _name, _domain, _f in UNARY:
@@ -450,9 +464,12 @@ def adaptive_max_pool2d(c):
 
 
 def norm_scale(x, dims, w=None, b=None):
-    """|x - mean| / sqrt(var + eps) * |w| + |b| in float64: the normalised values' size."""
+    """`(|x| + |mean|) / sqrt(var + eps) * |w| + |b|` in float64: the size of the terms of
+    `x * alpha + beta` (`alpha = w / sigma`, `beta = b - mean * alpha`), the form PyTorch's
+    low-precision batch norm evaluates with `alpha` and `beta` rounded to the low dtype."""
     x = wide(x)
-    y = (x - x.mean(dims, keepdim=True)).abs() / (x.var(dims, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    mean = x.mean(dims, keepdim=True)
+    y = (x.abs() + mean.abs()) / (x.var(dims, unbiased=False, keepdim=True) + 1e-5).sqrt()
     if w is not None:
         y = y * wide(w).abs() + wide(b).abs()
     return y
@@ -577,8 +594,8 @@ def gather(c):
 
 @case("scatter_add")
 def scatter_add(c):
-    """Repeated indices: PyTorch adds into a low-precision tensor one term at a time, so the
-    tolerance scales with the sum of the magnitudes added."""
+    """Repeated indices, so that several terms add into one element (in float32 on both
+    sides: the tolerance scales with the sum of their magnitudes)."""
     x = c.inp(c.randn(3, 5))
     i = c.inp(torch.randint(0, 5, (3, 12)))
     src = c.inp(c.randn(3, 12))
@@ -642,7 +659,7 @@ def cast_inputs(src, dst, dname_low):
     if ALL[dst] in (torch.int64, torch.uint8):
         vals = [0.0, 0.5, 1.0, 1.5, 2.75, 100.25, 255.0, 3.0, 0.9375]
         if ALL[dst] == torch.int64:
-            vals += [-0.5, -1.5, -2.75, -100.25, 4096.0, -65504.0, 65504.0, 1e9]
+            vals += [-0.5, -1.5, -2.75, -100.25, 4096.0, -65504.0, 65504.0, 30000.0]
         return torch.tensor(vals, dtype=torch.float64).to(st)
     other = "f16" if src == "bf16" else "bf16"
     return torch.tensor(ties_and_edges(other) + ties_and_edges(src), dtype=torch.float64).to(st)
@@ -656,7 +673,8 @@ def cast_case(src, dst):
         x = cast_inputs(src, dst, low)
         if ALL[dst] in (torch.int64, torch.uint8) and x.dtype.is_floating_point:
             lo, hi = (0.0, 255.0) if ALL[dst] == torch.uint8 else (-(2.0**62), 2.0**62)
-            assert bool(((x >= lo) & (x <= hi)).all()), f"cast/{src}->{dst}: an input out of range"
+            w = wide(x)
+            assert bool(((w >= lo) & (w <= hi)).all()), f"cast/{src}->{dst}: an input out of range"
         c.inp(x)
         c.out(x.to(ALL[dst]))
 

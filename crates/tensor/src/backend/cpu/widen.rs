@@ -10,6 +10,7 @@
 use super::binary;
 use crate::backend::{Target, View};
 use crate::dtype::Element;
+use crate::host::float_mode;
 use crate::layout::Layout;
 use crate::ops::UnaryOp;
 use crate::storage::{CpuStorage, Storage};
@@ -73,6 +74,9 @@ impl<'a> Operand<'a> {
             return Ok(Operand::Kept((s, l)));
         }
         let host = s.as_cpu().ok_or_else(|| Error::invalid("cpu", "expected a CPU storage"))?;
+        // In the kernels' float mode, as `to_dtype` converts: with flushing on, a subnormal
+        // reads as zero here as it does in `x.to_dtype(F32)`.
+        let _mode = float_mode::enter();
         let wide = binary::cast(host, l, DType::F32)?;
         Ok(Operand::Widened(Storage::Cpu(wide), Layout::contiguous(l.shape().clone())))
     }
@@ -155,6 +159,7 @@ impl Narrow for Storage {
             Storage::Cpu(CpuStorage::F32(b)) => {
                 let n = b.len();
                 let host = CpuStorage::F32(b);
+                let _mode = float_mode::enter();
                 Ok(Storage::Cpu(binary::cast(&host, &Layout::contiguous([n].into()), low)?))
             }
             other => Ok(other),

@@ -45,7 +45,7 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
             let r = mix(seed, i as u64);
-            if r % 8 == 0 {
+            if r.is_multiple_of(8) {
                 SPECIAL[(r >> 8) as usize % SPECIAL.len()]
             } else {
                 let u = |k: u32| ((r >> (16 * k)) & 0xffff) as f32 / 65536.0 - 0.5;

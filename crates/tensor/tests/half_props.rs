@@ -195,7 +195,8 @@ proptest! {
             let whole = b.broadcast_to(a.shape().clone()).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let (xa, xb) = (exact(&a), exact(&whole));
             type Cmp = fn(&Tensor, &Tensor) -> Result<Tensor>;
-            let cmps: [(&str, Cmp, fn(f64, f64) -> bool); 3] = [
+            type Exact = fn(f64, f64) -> bool;
+            let cmps: [(&str, Cmp, Exact); 3] = [
                 ("lt", |a, b| a.lt(b), |x, y| x < y),
                 ("eq", |a, b| a.eq(b), |x, y| x == y),
                 ("ge", |a, b| a.ge(b), |x, y| x >= y),

@@ -78,6 +78,9 @@ impl Tensor {
     }
 
     fn mean_resolved(&self, d: &[usize], keepdim: bool) -> Result<Tensor> {
+        if self.dtype.is_half() {
+            return self.rounded_from_f32(|x| x.mean_resolved(d, keepdim));
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         Ok(x.reduce_dims(ReduceOp::Sum, "mean", d, keepdim)?.div_scalar(n as f64))
@@ -162,6 +165,9 @@ impl Tensor {
     }
 
     fn var_resolved(&self, d: &[usize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
+        if self.dtype.is_half() {
+            return self.rounded_from_f32(|x| x.var_resolved(d, unbiased, keepdim));
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         let mean = x.mean_resolved(d, true)?;
@@ -180,17 +186,34 @@ impl Tensor {
     pub fn std(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Tensor> {
         // Resolved here, not by `var`, so that a bad dimension is an error naming `std`.
         let d = dims.resolve_reduction(self.rank(), "std")?;
+        if self.dtype.is_half() {
+            return self.rounded_from_f32(|x| Ok(x.var_resolved(&d, unbiased, keepdim)?.sqrt()));
+        }
         Ok(self.var_resolved(&d, unbiased, keepdim)?.sqrt())
     }
 
     /// The standard deviation of all elements.
     pub fn std_all(&self, unbiased: bool) -> Tensor {
+        if self.dtype.is_half() {
+            return infallible(self.rounded_from_f32(|x| Ok(x.var_all(unbiased).sqrt())));
+        }
         self.var_all(unbiased).sqrt()
+    }
+
+    /// `f` (a reduction composed of several ops) computed on `self` widened to `f32`, its
+    /// result rounded once to `self`'s 16-bit dtype: as PyTorch computes these reductions,
+    /// and not off by the rounding of every intermediate (the mean inside a variance, the
+    /// exponentials inside a log-sum-exp) to 8 or 11 bits.
+    fn rounded_from_f32(&self, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        Ok(f(&self.to_dtype(DType::F32))?.to_dtype(self.dtype))
     }
 
     /// `log(sum(exp(x)))` over `dims`, computed stably by shifting by the maximum.
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let d = dims.resolve_reduction(self.rank(), "logsumexp")?;
+        if self.dtype.is_half() {
+            return self.rounded_from_f32(|x| x.logsumexp(&d[..], keepdim));
+        }
         let x = self.try_to_dtype(self.dtype.float_or_default())?;
         if d.iter().any(|&i| self.shape()[i] == 0) {
             // The log of an empty sum is -inf (PyTorch agrees); there is no maximum to shift by.

@@ -352,6 +352,9 @@ pub(crate) fn where_cond(
         (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
         (CpuStorage::I64(x), CpuStorage::I64(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
         (CpuStorage::U8(x), CpuStorage::U8(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        // A selection moves elements without computing: the 16-bit ones move as they are.
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => Ok(go(c, lc, x, la, y, lb)?.into()),
         _ => Err(same_dtype("where", a, b)),
     }
 }

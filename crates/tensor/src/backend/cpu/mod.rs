@@ -120,6 +120,7 @@ impl Backend for CpuBackend {
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
+        let op = if s.dtype().is_half() { widen::scalar_as_pytorch(op, s.dtype()) } else { op };
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
         wrap(unary::unary(op, cpu(s)?, &l))
@@ -154,6 +155,7 @@ impl Backend for CpuBackend {
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        let op = if dst.dtype().is_half() { widen::scalar_as_pytorch(op, dst.dtype()) } else { op };
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), dst, layout)?;
         unary::unary_inplace(op, cpu_mut(dst)?, &l)

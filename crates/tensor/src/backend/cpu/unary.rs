@@ -97,6 +97,25 @@ fn map_in_place<T: Copy, F: Fn(T) -> T>(dst: &mut [T], f: F) {
     }
 }
 
+// The stepped loops are multiversioned like the contiguous ones, so that an op compiles to
+// the same instructions on every layout: `ceil` is `vroundps` there, which reads a
+// subnormal as zero under the kernels' flush mode, but a call to `ceilf` in a baseline
+// x86-64 loop, which does not.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn map_stepped<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], step: usize, dst: &mut [U], f: F) {
+    for (i, d) in dst.iter_mut().enumerate() {
+        *d = f(src[i * step]);
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn map_stepped_in_place<T: Copy, F: Fn(T) -> T>(dst: &mut [T], step: usize, len: usize, f: F) {
+    for i in 0..len {
+        let v = &mut dst[i * step];
+        *v = f(*v);
+    }
+}
+
 /// `f` applied to every element of the view `(src, layout)`, into a new contiguous buffer.
 pub(crate) fn map<T: Element, U: Element>(
     op: &'static str,
@@ -120,11 +139,7 @@ pub(crate) fn map<T: Element, U: Element>(
             match s {
                 1 => map_contig(&src[o..o + len], dst, f),
                 0 => dst.fill(f(src[o])),
-                _ => {
-                    for (i, d) in dst.iter_mut().enumerate() {
-                        *d = f(src[o + i * s]);
-                    }
-                }
+                _ => map_stepped(&src[o..], s, dst, f),
             }
         });
     });
@@ -144,10 +159,7 @@ pub(crate) fn map_inplace<T: Element>(dst: &mut [T], layout: &Layout, grain: usi
         if s == 1 {
             map_in_place(&mut dst[o..o + len], f);
         } else {
-            for i in 0..len {
-                let v = &mut dst[o + i * s];
-                *v = f(*v);
-            }
+            map_stepped_in_place(&mut dst[o..], s, len, f);
         }
     });
 }

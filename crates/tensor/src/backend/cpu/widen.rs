@@ -10,9 +10,12 @@
 
 use super::binary;
 use crate::backend::{Target, View};
+use crate::dtype::Element;
+use crate::host::float_mode;
 use crate::layout::Layout;
+use crate::ops::UnaryOp;
 use crate::storage::{CpuStorage, Storage};
-use crate::{DType, Error, Result};
+use crate::{DType, Error, Result, Scalar};
 
 /// The 16-bit float dtype among `dtypes`, which the results of a widened kernel are
 /// rounded to; `None` when there is none (the kernel runs as it is).
@@ -23,6 +26,31 @@ pub(super) fn low(dtypes: impl IntoIterator<Item = DType>) -> Option<DType> {
 /// [`low`] of the storages of some views.
 pub(super) fn low_of<'a>(views: impl IntoIterator<Item = &'a Storage>) -> Option<DType> {
     low(views.into_iter().map(Storage::dtype))
+}
+
+/// `op` with its scalar as PyTorch's CPU kernels read it beside `low` operands: `add`, `sub`,
+/// `rsub`, `pow` and `rpow` convert the scalar to the tensor's dtype before computing in
+/// `f32` (so `x - 0.7` subtracts `0.69921875` from a bf16 `x`), while `mul` and `div` keep it
+/// in `f32`. Rounding the scalar where PyTorch does gives its results bit for bit; the
+/// other scalar ops (`maximum`, `minimum`, `clamp`) give the same results either way.
+pub(super) fn scalar_as_pytorch(op: UnaryOp, low: DType) -> UnaryOp {
+    // Through `f32`, as PyTorch converts a double scalar (and as `to_dtype` does).
+    let round = |s: Scalar| {
+        let v = s.to_f64();
+        Scalar::Float(if low == DType::BF16 {
+            <half::bf16 as Element>::from_f64(v).to_f64()
+        } else {
+            <half::f16 as Element>::from_f64(v).to_f64()
+        })
+    };
+    match op {
+        UnaryOp::AddScalar(s) => UnaryOp::AddScalar(round(s)),
+        UnaryOp::SubScalar(s) => UnaryOp::SubScalar(round(s)),
+        UnaryOp::RSubScalar(s) => UnaryOp::RSubScalar(round(s)),
+        UnaryOp::PowScalar(e) => UnaryOp::PowScalar(round(e)),
+        UnaryOp::RPowScalar(b) => UnaryOp::RPowScalar(round(b)),
+        other => other,
+    }
 }
 
 /// An operand as the `f32` kernel reads it: a widened copy of a 16-bit view, or the view
@@ -41,6 +69,9 @@ impl<'a> Operand<'a> {
             return Ok(Operand::Kept((s, l)));
         }
         let host = s.as_cpu().ok_or_else(|| Error::invalid("cpu", "expected a CPU storage"))?;
+        // In the kernels' float mode, as `to_dtype` converts: with flushing on, a subnormal
+        // reads as zero here as it does in `x.to_dtype(F32)`.
+        let _mode = float_mode::enter();
         let wide = binary::cast(host, l, DType::F32)?;
         Ok(Operand::Widened(Storage::Cpu(wide), Layout::contiguous(l.shape().clone())))
     }
@@ -123,6 +154,7 @@ impl Narrow for Storage {
             Storage::Cpu(CpuStorage::F32(b)) => {
                 let n = b.len();
                 let host = CpuStorage::F32(b);
+                let _mode = float_mode::enter();
                 Ok(Storage::Cpu(binary::cast(&host, &Layout::contiguous([n].into()), low)?))
             }
             other => Ok(other),

@@ -18,6 +18,9 @@ mod join;
 mod lstm;
 mod lstm_sequence;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_bf16;
+mod matmul_lowp;
 mod norm;
 pub(crate) mod optim;
 mod pool;

@@ -36,6 +36,10 @@ const MC: usize = 128;
 /// stay in L2 beside `a`'s.
 const NC: usize = 21 * NR;
 
+// A panel of `b` is a whole number of 16-lane vectors, and only the last slice of a depth
+// can be odd.
+const _: () = assert!(NR % 16 == 0 && KC % 2 == 0);
+
 /// Whether this processor runs the kernel.
 pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512f")
@@ -63,8 +67,8 @@ struct Line([u32; 16]);
 /// and `c` a writable `m x n` one that overlaps neither.
 #[target_feature(enable = "avx512bf16,avx512f,avx512bw")]
 pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Bits, b: Bits, c: *mut f32, c_rs: usize) {
-    let mut packed_b = vec![Line([0; 16]); KC / 2 * NC.min(n.next_multiple_of(NR)) / 16];
-    let mut packed_a = vec![0u16; MC.min(m.next_multiple_of(MR)) * KC.min(k.next_multiple_of(2))];
+    let mut packed_b = vec![Line([0; 16]); KC / 2 * NC.min(n).next_multiple_of(NR) / 16];
+    let mut packed_a = vec![0u16; MC.min(m).next_multiple_of(MR) * KC.min(k).next_multiple_of(2)];
     for jc in (0..n).step_by(NC) {
         let nc = (n - jc).min(NC);
         for pc in (0..k).step_by(KC) {
@@ -190,6 +194,15 @@ struct Tile {
 /// `a` and `panel` must hold `kp` pairs of every row; `tile` must lie inside a writable `c`.
 #[target_feature(enable = "avx512bf16,avx512f")]
 unsafe fn kernel(kp: usize, a: *const u16, a_rs: usize, panel: *const u32, tile: Tile) {
+    if tile.accumulate {
+        // The tile's sums so far are far away (the kernel last touched them a whole block
+        // of `a` ago): asking for them now hides the wait behind the products.
+        for i in 0..tile.rows {
+            for v in 0..NV {
+                _mm_prefetch::<_MM_HINT_T0>(tile.c.wrapping_add(i * tile.c_rs + 16 * v).cast());
+            }
+        }
+    }
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
     for p in 0..kp {
         // SAFETY: pair `p` of each row and row `p` of the panel are inside the packed buffers.

@@ -1,15 +1,18 @@
-//! Matrix products through the `gemm` crate.
+//! Matrix products: `f32` and `f64` through the `gemm` crate, bf16 and f16 through the
+//! low-precision kernels of `matmul_lowp`, all split into blocks over the threads alike.
 //!
 //! `gemm` reads arbitrary row and column strides, so transposed operands never need a
 //! copy. With the workspace's `x86-v4` feature it dispatches to AVX-512 kernels at run time
 //! on machines that have them and to AVX2/FMA elsewhere.
 
+use super::matmul_lowp::Lowp;
 use crate::dtype::Element;
 use crate::host::iter::{par_for, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use gemm::Parallelism;
+use half::{bf16, f16};
 
 /// Products with fewer multiply-adds than this run batches in parallel instead of
 /// parallelising inside each product.
@@ -266,14 +269,17 @@ fn typed<T: Element, P: BlockProduct<T>>(a: &[T], la: &Layout, b: &[T], lb: &Lay
     Ok(out)
 }
 
-/// `[batch.., m, k] @ [batch.., k, n]` for float storages of one dtype.
+/// `[batch.., m, k] @ [batch.., k, n]` for float storages of one dtype; bf16 and f16 sum in
+/// `f32` and round each output once (`matmul_lowp`).
 pub(crate) fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
     match (a, b) {
         (CpuStorage::F32(x), CpuStorage::F32(y)) => Ok(typed(x, la, y, lb, &Gemm)?.into()),
         (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(typed(x, la, y, lb, &Gemm)?.into()),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => Ok(typed(x, la, y, lb, &Lowp::best::<bf16>())?.into()),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => Ok(typed(x, la, y, lb, &Lowp::best::<f16>())?.into()),
         _ => Err(Error::dtype(
             "matmul",
-            format!("matmul needs two f32 or two f64 operands, got {} and {}", a.dtype(), b.dtype()),
+            format!("matmul needs two operands of one float dtype, got {} and {}", a.dtype(), b.dtype()),
         )),
     }
 }

@@ -132,11 +132,19 @@ unsafe fn pack_b(dst: *mut u32, b: Bits, kc: usize, nc: usize) {
                     }
                     continue;
                 }
-                for j in 0..width {
-                    let at = r0.offset(j as isize * b.cs);
-                    let lo = *at as u32;
-                    let hi = if pair { *at.offset(b.rs) as u32 } else { 0 };
-                    *out.add(j) = lo | hi << 16;
+                if pair && b.rs == 1 {
+                    // A transposed `b`: each column's pair is already one `u32` (the low
+                    // half first, on this little-endian target).
+                    for j in 0..width {
+                        *out.add(j) = ptr::read_unaligned(r0.offset(j as isize * b.cs).cast::<u32>());
+                    }
+                } else {
+                    for j in 0..width {
+                        let at = r0.offset(j as isize * b.cs);
+                        let lo = *at as u32;
+                        let hi = if pair { *at.offset(b.rs) as u32 } else { 0 };
+                        *out.add(j) = lo | hi << 16;
+                    }
                 }
                 for j in width..NR {
                     *out.add(j) = 0;

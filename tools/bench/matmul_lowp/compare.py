@@ -11,14 +11,17 @@ rotate. A process times each size (SIZES, default 256,512,1024,2048) REPS times 
 after one untimed product and reports the median GFLOP/s. ember runs with
 EMBER_THREAD_TUNING=0, so that 2 threads always compute with both. The 2-thread processes
 run under /usr/bin/time -v, and their user and wall times are reported (user/wall near 2:
-both threads busy). Environment: PYTHON (default /work/venv-torch/bin/python or
+both threads busy), as is the share of all CPUs other processes took during each run.
+Environment: PYTHON (default /work/venv-torch/bin/python or
 .venv-torch/bin/python), SIZES, REPS, CARGO_TARGET_DIR as usual. Not part of CI.
 """
 
 import os
 import re
+import resource
 import subprocess
 import sys
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
@@ -36,11 +39,26 @@ def python():
     sys.exit("no PyTorch interpreter: set PYTHON")
 
 
+def busy_ticks():
+    """CPU time all processes have used since boot, in clock ticks (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]
+
+
 def run(cmd, threads, env):
-    """Runs one process; returns ({n: GFLOP/s}, (user s, wall s) or None)."""
+    """Runs one process; returns ({n: GFLOP/s}, (user s, wall s) or None, the percentage of
+    all CPUs that other processes used meanwhile)."""
     timed = threads > 1
     full = (["/usr/bin/time", "-v"] if timed else []) + cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks, start = busy_ticks(), time.monotonic()
     proc = subprocess.run(full, capture_output=True, text=True, env=env, check=True)
+    elapsed = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    busy = (busy_ticks() - ticks) / os.sysconf("SC_CLK_TCK")
+    foreign = max(0.0, 100 * (busy - own) / (elapsed * os.cpu_count()))
     figures = {}
     for line in proc.stdout.splitlines():
         _, _, n, median, _ = line.split("\t")
@@ -53,7 +71,7 @@ def run(cmd, threads, env):
         for part in wall.split(":"):
             secs = secs * 60 + float(part)
         times = (user, secs)
-    return figures, times
+    return figures, times, foreign
 
 
 def main():
@@ -75,6 +93,7 @@ def main():
     f16_vs_f32 = sets.Table("GFLOP/s", True, command, "ember f16", "ember f32")
     f16_vs_gemm = sets.Table("GFLOP/s", True, command, "ember f16", "gemm f16")
     times = []
+    loads = []
 
     for s in range(1, n_sets + 1):
         for threads in (1, 2):
@@ -87,10 +106,11 @@ def main():
             got = {}
             for kind, cmd in jobs:
                 cmd = cmd + ["--threads", str(threads), "--sizes", sizes, "--reps", reps]
-                got[kind], t = run(cmd, threads, env)
+                got[kind], t, foreign = run(cmd, threads, env)
+                loads.append((s, threads, kind, foreign))
                 if t:
                     times.append((s, kind, t))
-                print(f"set {s}, {threads} thread(s), {kind}: {got[kind]}", file=sys.stderr, flush=True)
+                print(f"set {s}, {threads} thread(s), {kind}: {got[kind]}, other load {foreign:.0f}%", file=sys.stderr, flush=True)
             for n in sorted(got["bf16"]):
                 workload = f"[{n}, {n}] @ [{n}, {n}], {threads} thread{'s' if threads > 1 else ''}"
                 vs_torch.add(workload, got["bf16"][n], got["torch-bf16"][n])
@@ -106,7 +126,13 @@ def main():
     print("| set | kind | user s | wall s | user/wall |")
     print("|---|---|---|---|---|")
     for s, kind, (user, wall) in times:
-        print(f"| {s} | {kind} | {user:.2f} | {wall:.2f} | {user / wall:.2f} |")
+        print(f"| {s} | {kind} | {user:.2f} | {wall:.2f} | {user / max(wall, 0.01):.2f} |")
+    print("\nShare of all CPUs that other processes used during each run (percent), per set:\n")
+    for threads in (1, 2):
+        for kind in ("bf16", "f32", "f16", "gemm-f16", "torch-bf16"):
+            row = [f"{f:.0f}" for s, t, k, f in loads if t == threads and k == kind]
+            if row:
+                print(f"- {threads} thread(s), {kind}: {' / '.join(row)}")
 
 
 if __name__ == "__main__":

@@ -67,8 +67,11 @@ struct Line([u32; 16]);
 /// and `c` a writable `m x n` one that overlaps neither.
 #[target_feature(enable = "avx512bf16,avx512f,avx512bw")]
 pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Bits, b: Bits, c: *mut f32, c_rs: usize) {
-    let mut packed_b = vec![Line([0; 16]); KC / 2 * NC.min(n).next_multiple_of(NR) / 16];
-    let mut packed_a = vec![0u16; MC.min(m).next_multiple_of(MR) * KC.min(k).next_multiple_of(2)];
+    // Packing writes every element the kernel reads (padding included) before it reads it,
+    // so the buffers start uninitialised: zeroing them cost more than a small product's
+    // packing.
+    let mut packed_b: Vec<Line> = Vec::with_capacity(KC / 2 * NC.min(n).next_multiple_of(NR) / 16);
+    let mut packed_a: Vec<u16> = Vec::with_capacity(MC.min(m).next_multiple_of(MR) * KC.min(k).next_multiple_of(2));
     for jc in (0..n).step_by(NC) {
         let nc = (n - jc).min(NC);
         for pc in (0..k).step_by(KC) {
@@ -93,9 +96,18 @@ pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Bits, b: Bits, c: 
                             cols: (nc - jr).min(NR),
                             accumulate: pc > 0,
                         };
+                        let a_rows = packed_a.as_ptr().wrapping_add(ir * kcp);
                         // SAFETY: the packed rows and panel hold `kp` pairs, and the tile
-                        // lies inside `c`.
-                        unsafe { kernel(kp, packed_a.as_ptr().add(ir * kcp), kcp, panel, tile) };
+                        // lies inside `c`. The last panel of a block narrower than `NR`
+                        // runs a kernel as narrow as its columns, which wastes no products
+                        // on its zero padding.
+                        unsafe {
+                            match tile.cols.div_ceil(16) {
+                                1 => kernel::<1>(kp, a_rows, kcp, panel, tile),
+                                2 => kernel::<2>(kp, a_rows, kcp, panel, tile),
+                                _ => kernel::<NV>(kp, a_rows, kcp, panel, tile),
+                            }
+                        }
                     }
                 }
             }
@@ -195,28 +207,30 @@ struct Tile {
     accumulate: bool,
 }
 
-/// The `MR x NR` tile of `kp` k-pairs: `a` holds `MR` rows `a_rs` apart (k-pair `p` of row
-/// `i` is the `u32` at `a + i * a_rs + 2 * p`), `panel` `kp` rows of `NR` pairs.
+/// The `MR x 16W` tile of `kp` k-pairs (`W <= NV` vectors of the panel): `a` holds `MR` rows
+/// `a_rs` apart (k-pair `p` of row `i` is the `u32` at `a + i * a_rs + 2 * p`), `panel` `kp`
+/// rows of `NR` pairs.
 ///
 /// # Safety
-/// `a` and `panel` must hold `kp` pairs of every row; `tile` must lie inside a writable `c`.
+/// `a` and `panel` must hold `kp` pairs of every row; `tile` (at most `16W` columns wide)
+/// must lie inside a writable `c`.
 #[target_feature(enable = "avx512bf16,avx512f")]
-unsafe fn kernel(kp: usize, a: *const u16, a_rs: usize, panel: *const u32, tile: Tile) {
+unsafe fn kernel<const W: usize>(kp: usize, a: *const u16, a_rs: usize, panel: *const u32, tile: Tile) {
     if tile.accumulate {
         // The tile's sums so far are far away (the kernel last touched them a whole block
         // of `a` ago): asking for them now hides the wait behind the products.
         for i in 0..tile.rows {
-            for v in 0..NV {
+            for v in 0..W {
                 _mm_prefetch::<_MM_HINT_T0>(tile.c.wrapping_add(i * tile.c_rs + 16 * v).cast());
             }
         }
     }
-    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    let mut acc = [[_mm512_setzero_ps(); W]; MR];
     for p in 0..kp {
         // SAFETY: pair `p` of each row and row `p` of the panel are inside the packed buffers.
         unsafe {
-            let bv: [__m512bh; NV] =
-                std::array::from_fn(|v| m512bh(_mm512_loadu_si512(panel.add((p * NV + v) * 16).cast())));
+            let bv: [__m512bh; W] =
+                std::array::from_fn(|v| m512bh(_mm512_loadu_si512(panel.add(p * NR + v * 16).cast())));
             for (i, row) in acc.iter_mut().enumerate() {
                 let pair = ptr::read_unaligned(a.add(i * a_rs + 2 * p).cast::<i32>());
                 let av = m512bh(_mm512_set1_epi32(pair));

@@ -115,7 +115,7 @@ fn products_large_enough_to_split_over_threads_keep_the_bound() -> Result<()> {
 fn batched_and_broadcast_products_keep_the_bound() -> Result<()> {
     for dtype in [DType::BF16, DType::F16] {
         let batched = |b: usize, r: usize, c: usize, seed: u64| -> Result<Tensor> {
-            Ok(values(b * r, c, seed)?.to_dtype(dtype).reshape([b, r, c])?)
+            values(b * r, c, seed)?.to_dtype(dtype).reshape([b, r, c])
         };
         // One product per batch element.
         check(&batched(3, 17, 33, 1)?, &batched(3, 33, 5, 2)?)?;

@@ -3,7 +3,8 @@
 //! products after one untimed one.
 //!
 //! Kinds: `bf16`, `f16`, `f32` (ember's `Tensor::matmul` on tensors of that dtype, on
-//! `--threads` threads) and `gemm-f16` (`gemm::gemm` on `half::f16` slices on the calling
+//! `--threads` threads), `f16-via-f32` (f16 operands cast whole to `f32`, multiplied and
+//! the product cast back) and `gemm-f16` (`gemm::gemm` on `half::f16` slices on the calling
 //! thread, the alternative to ember's own f16 kernel; only with `--threads 1`).
 
 use ember_tensor::{DType, Result, Tensor, threading};
@@ -51,6 +52,14 @@ fn ember(n: usize, dtype: DType, reps: usize) -> Result<Vec<f64>> {
     time(reps, || a.matmul(&b).map(drop))
 }
 
+/// f16 operands widened whole to `f32`, multiplied in `f32` and rounded back: what the CPU
+/// backend does for the other 16-bit ops, the alternative to the sliced widening.
+fn f16_through_f32(n: usize, reps: usize) -> Result<Vec<f64>> {
+    let a = Tensor::randn([n, n])?.to_dtype(DType::F16);
+    let b = Tensor::randn([n, n])?.to_dtype(DType::F16);
+    time(reps, || a.to_dtype(DType::F32).matmul(&b.to_dtype(DType::F32)).map(|c| drop(c.to_dtype(DType::F16))))
+}
+
 fn gemm_f16(n: usize, reps: usize) -> Result<Vec<f64>> {
     let a = Tensor::randn([n, n])?.to_vec::<f32>()?;
     let b = Tensor::randn([n, n])?.to_vec::<f32>()?;
@@ -95,6 +104,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             "bf16" => ember(n, DType::BF16, args.reps)?,
             "f16" => ember(n, DType::F16, args.reps)?,
             "f32" => ember(n, DType::F32, args.reps)?,
+            "f16-via-f32" => f16_through_f32(n, args.reps)?,
             "gemm-f16" if args.threads == 1 => gemm_f16(n, args.reps)?,
             other => return Err(format!("unknown kind {other} at {} threads", args.threads).into()),
         };

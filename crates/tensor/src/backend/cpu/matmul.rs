@@ -57,6 +57,7 @@ pub(super) trait BlockProduct<T>: Sync {
     /// The pointers and strides must address valid `m x k`, `k x n` and row-major `m x n`
     /// (row stride `dst_rs`, unit column stride) matrices, `m`, `n` and `k` must be
     /// positive, and `dst` must not overlap the inputs.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn product(&self, m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>);
 }
 
@@ -134,6 +135,7 @@ fn block_start(dim: usize, count: usize, p: usize) -> usize {
 ///
 /// # Safety
 /// As for [`BlockProduct::product`] with `dst_rs = n`.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn gemm_parallel<T, P: BlockProduct<T>>(
     m: usize,
     n: usize,

@@ -38,7 +38,7 @@ const NC: usize = 21 * NR;
 
 // A panel of `b` is a whole number of 16-lane vectors, and only the last slice of a depth
 // can be odd.
-const _: () = assert!(NR % 16 == 0 && KC % 2 == 0);
+const _: () = assert!(NR.is_multiple_of(16) && KC.is_multiple_of(2));
 
 /// Whether this processor runs the kernel.
 pub(super) fn available() -> bool {

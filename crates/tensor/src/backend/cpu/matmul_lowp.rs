@@ -7,8 +7,12 @@
 //!
 //! - [`Kernel::NativeBf16`]: bf16 on processors with AVX-512 BF16 (`matmul_bf16`), which
 //!   multiplies bf16 pairs directly.
-//! - [`Kernel::Widened`]: everywhere else, and for f16, `KC`-deep slices of both operands are
-//!   widened to `f32` and multiplied by `gemm`'s `f32` kernel, adding slice after slice.
+//! - [`Kernel::Widened`]: everywhere else, `KC`-deep slices of both operands are widened to
+//!   `f32` and multiplied by `gemm`'s `f32` kernel, adding slice after slice.
+//!
+//! The CPU backend sends f16 products here only when called with f16 storages directly:
+//! its `matmul` widens f16 operands whole instead, which measured faster than the sliced
+//! widening on the AVX-512 machine (no AVX512-FP16) this was tuned on.
 
 use super::matmul::{BlockProduct, Mat, block_product};
 use half::{bf16, f16, slice::HalfFloatSliceExt};

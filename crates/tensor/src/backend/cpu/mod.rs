@@ -18,6 +18,9 @@ mod join;
 mod lstm;
 mod lstm_sequence;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_bf16;
+mod matmul_lowp;
 mod norm;
 pub(crate) mod optim;
 mod pool;
@@ -400,7 +403,10 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
-        if let Some(low) = low_of([a, b]) {
+        // f16 has no kernel of its own on x86 without AVX512-FP16: widening the whole
+        // operands once beat widening slice by slice inside each block (`matmul_lowp`) when
+        // measured. bf16 runs its own kernel.
+        if let Some(low @ DType::F16) = low_of([a, b]) {
             let [x, y] = operands([(a, la), (b, lb)])?;
             return self.matmul(x.view(), y.view())?.narrow(low);
         }

@@ -154,7 +154,7 @@ fn run(op: &str, i: &Inputs) -> Result<Var> {
         "rsqrt" => r(0, &[2, 3])?.rsqrt(),
         "recip" => r(0, &[2, 3])?.recip(),
         "softplus" => r(0, &[2, 3])?.softplus(1.0, 20.0),
-        "pow_scalar" => r(0, &[2, 3])?.pow_scalar(2.0),
+        "pow_scalar" => r(0, &[2, 3])?.pow_scalar(2.0)?,
         "rpow_scalar" => r(0, &[2, 3])?.rpow_scalar(2.0),
         "pow" => r(0, &[2, 3])?.pow(&r(1, &[2, 3])?)?,
         "sqrt" => r(0, &[2, 3])?.sqrt(),

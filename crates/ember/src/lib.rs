@@ -77,7 +77,7 @@ pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;
 
 pub use ember_autograd::{Var, no_grad};
-pub use ember_tensor::{DType, Device, Error, Result, Tensor, manual_seed};
+pub use ember_tensor::{DType, Device, Error, Result, Tensor, bf16, f16, manual_seed};
 
 /// The everyday names: tensors, `Var`, grad and inference mode, dtypes, errors, and the traits whose
 /// methods a training loop calls (`Module`, `ModuleExt`, `Loss`, `Optimizer`,

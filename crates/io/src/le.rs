@@ -11,6 +11,8 @@ pub(crate) fn le_bytes(t: &Tensor) -> Result<Vec<u8>> {
         DType::F64 => t.to_vec::<f64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I64 => t.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::U8 => t.to_vec::<u8>()?,
+        DType::F16 => t.to_vec::<ember_tensor::f16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => t.to_vec::<ember_tensor::bf16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
     })
 }
 

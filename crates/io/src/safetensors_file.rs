@@ -210,6 +210,8 @@ impl RawTensor {
         let dtype = match t.dtype() {
             DType::F32 => Dtype::F32,
             DType::F64 => Dtype::F64,
+            DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
             DType::I64 => Dtype::I64,
             DType::U8 => Dtype::U8,
         };

@@ -23,8 +23,12 @@ pub mod data_type {
     pub const INT64: i32 = 7;
     /// Boolean (one byte per value in `raw_data`, `int32_data` otherwise).
     pub const BOOL: i32 = 9;
+    /// IEEE half-precision float.
+    pub const FLOAT16: i32 = 10;
     /// 64-bit float.
     pub const DOUBLE: i32 = 11;
+    /// bfloat16.
+    pub const BFLOAT16: i32 = 16;
 }
 
 /// `AttributeProto.AttributeType` values.

@@ -177,6 +177,8 @@ impl Printer {
                 CpuStorage::I64(b) => gather(b, layout, &axes, Value::Int)?,
                 CpuStorage::F32(b) => gather(b, layout, &axes, |v| Value::Float(v as f64))?,
                 CpuStorage::F64(b) => gather(b, layout, &axes, Value::Float)?,
+                CpuStorage::F16(b) => gather(b, layout, &axes, |v| Value::Float(v.to_f64()))?,
+                CpuStorage::BF16(b) => gather(b, layout, &axes, |v| Value::Float(v.to_f64()))?,
             }
         };
         let style = if dtype.is_int() {

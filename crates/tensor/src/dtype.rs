@@ -3,12 +3,23 @@
 //! # Type promotion
 //!
 //! Binary operations between tensors of different dtypes compute in the *promoted* dtype,
-//! following PyTorch: the dtypes are ordered `u8 < i64 < f32 < f64` and the result takes the
-//! larger one (`u8 + i64 -> i64`, `i64 * f32 -> f32`, `f32 - f64 -> f64`).
+//! following PyTorch: the dtypes are ordered `u8 < i64 < f16, bf16 < f32 < f64` and the
+//! result takes the larger one (`u8 + i64 -> i64`, `i64 * f32 -> f32`, `f32 - f64 -> f64`,
+//! `i64 + bf16 -> bf16`, `f16 * f32 -> f32`); `f16` and `bf16` together give `f32`, which
+//! holds both (bf16's range, f16's precision).
+//!
+//! # 16-bit floats
+//!
+//! `f16` and `bf16` tensors store `half::f16` / `half::bf16` elements (re-exported as
+//! [`f16`](crate::f16) and [`bf16`](crate::bf16)). Arithmetic on them is computed in `f32`
+//! and each result rounded once to the tensor's dtype (round to nearest even), and
+//! reductions accumulate in `f32`, as PyTorch computes them on the CPU. Conversions from
+//! `f64` go through `f32` (PyTorch's `Half(float)` and `BFloat16(float)` take a float), so
+//! a value can round twice.
 //!
 //! A 0-d tensor counts for less than a tensor with dimensions, as in PyTorch's
 //! `result_type` ([`result_type`]): the dtypes are split into the categories integral
-//! (`u8`, `i64`) and floating (`f32`, `f64`), and a 0-d operand only changes the result when
+//! (`u8`, `i64`) and floating (`f16`, `bf16`, `f32`, `f64`), and a 0-d operand only changes the result when
 //! its category is higher than that of the dimensioned operands. So `f32_tensor +
 //! Tensor::scalar(1.0f64)` stays `f32` (a 0-d `f64` is just a float), `i64_tensor +
 //! Tensor::scalar(1.5f64)` is `f64` (a float beside integers promotes, to its own dtype),
@@ -138,12 +149,16 @@ impl Scalar {
     pub fn to_element_checked<T: Element>(self, op: &'static str) -> crate::Result<T> {
         let fits = match (self, T::DTYPE) {
             (Scalar::Int(v), DType::U8) => (-255..=255).contains(&v),
+            // f16's largest finite value is 65504; an integer beyond it would become inf.
+            (Scalar::Int(v), DType::F16) => v.unsigned_abs() <= 65504,
             (Scalar::Int(_), _) => true,
             // A negative float is refused whatever its integer part (PyTorch's rule).
             (Scalar::Float(v), DType::U8) => (0.0..256.0).contains(&v),
             // 2^63 is exact in f64; the truncated value must stay below it.
             (Scalar::Float(v), DType::I64) => v > -9_223_372_036_854_777_856.0 && v < 9_223_372_036_854_775_808.0,
             (Scalar::Float(v), DType::F32) => !v.is_finite() || v.abs() <= f32::MAX as f64,
+            (Scalar::Float(v), DType::F16) => !v.is_finite() || v.abs() <= half::f16::MAX.to_f64(),
+            (Scalar::Float(v), DType::BF16) => !v.is_finite() || v.abs() <= half::bf16::MAX.to_f64(),
             (Scalar::Float(_), DType::F64) => true,
         };
         if !fits {
@@ -160,6 +175,8 @@ impl Scalar {
         match dtype {
             DType::U8 => self.to_element_checked::<u8>(op).map(drop),
             DType::I64 => self.to_element_checked::<i64>(op).map(drop),
+            DType::F16 => self.to_element_checked::<half::f16>(op).map(drop),
+            DType::BF16 => self.to_element_checked::<half::bf16>(op).map(drop),
             DType::F32 => self.to_element_checked::<f32>(op).map(drop),
             DType::F64 => self.to_element_checked::<f64>(op).map(drop),
         }
@@ -206,9 +223,12 @@ mod sealed {
     impl Sealed for i64 {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
-/// A Rust type that can be the element of a tensor: `u8`, `i64`, `f32` or `f64`.
+/// A Rust type that can be the element of a tensor: `u8`, `i64`, `half::f16`,
+/// `half::bf16`, `f32` or `f64`.
 ///
 /// Its dtype (`T::DTYPE`) and its place in host storage come from [`HostElement`].
 pub trait Element:
@@ -435,6 +455,75 @@ macro_rules! float_element {
 }
 float_element!(f32);
 float_element!(f64);
+
+/// The 16-bit floats as elements: every operation computes in `f32` and rounds its result
+/// once, which is what PyTorch's CPU kernels do with them. Conversions from `f64` and `i64`
+/// go through `f32`, as PyTorch's `Half(float)` and `BFloat16(float)` constructors make them
+/// (so `f64` values can round twice, exactly as there).
+macro_rules! half_element {
+    ($t:ty) => {
+        impl Element for $t {
+            const ZERO: Self = <$t>::ZERO;
+            const ONE: Self = <$t>::ONE;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f32(v as f32)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                <$t>::from_f32(v as f32)
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                self.to_f32() as i64
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn wadd(self, rhs: Self) -> Self {
+                <$t>::from_f32(self.to_f32() + rhs.to_f32())
+            }
+            #[inline(always)]
+            fn wsub(self, rhs: Self) -> Self {
+                <$t>::from_f32(self.to_f32() - rhs.to_f32())
+            }
+            #[inline(always)]
+            fn wmul(self, rhs: Self) -> Self {
+                <$t>::from_f32(self.to_f32() * rhs.to_f32())
+            }
+            #[inline(always)]
+            fn pow_elem(self, e: Self) -> Self {
+                <$t>::from_f32(self.to_f32().powf(e.to_f32()))
+            }
+            #[inline(always)]
+            fn div(self, rhs: Self) -> Self {
+                <$t>::from_f32(self.to_f32() / rhs.to_f32())
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::from_bits(self.to_bits() & 0x7fff)
+            }
+            #[inline(always)]
+            fn neg(self) -> Self {
+                -self
+            }
+            #[inline(always)]
+            fn signum(self) -> Self {
+                <$t>::from_f32(Element::signum(self.to_f32()))
+            }
+        }
+    };
+}
+half_element!(half::f16);
+half_element!(half::bf16);
 
 /// A floating element type (`f32` or `f64`) with the math the kernels need.
 pub trait FloatElement:

@@ -49,6 +49,7 @@ pub use backend::{CmpOp, DeviceTimer, ReduceOp};
 pub use device::{Device, DeviceMemory};
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};
+pub use half::{bf16, f16};
 pub use layout::Layout;
 pub use ops::attention::{Attention, AttentionShapes, check_attention};
 pub use ops::conv::{ConvArgs, ConvTransposeArgs, Padding, Spatial, UnfoldArgs};

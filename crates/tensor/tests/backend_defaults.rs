@@ -30,6 +30,8 @@ fn values(s: &Storage) -> (DType, Vec<f64>) {
         DType::F32 => cpu.as_slice::<f32>().unwrap().iter().map(|&v| v as f64).collect(),
         DType::I64 => cpu.as_slice::<i64>().unwrap().iter().map(|&v| v as f64).collect(),
         DType::U8 => cpu.as_slice::<u8>().unwrap().iter().map(|&v| v as f64).collect(),
+        DType::F16 => cpu.as_slice::<ember_tensor::f16>().unwrap().iter().map(|v| v.to_f64()).collect(),
+        DType::BF16 => cpu.as_slice::<ember_tensor::bf16>().unwrap().iter().map(|v| v.to_f64()).collect(),
     };
     (cpu.dtype(), v)
 }

@@ -105,6 +105,7 @@ fn host(seed: u64, shape: &[usize], dtype: DType) -> Tensor {
     let t = match dtype {
         DType::F32 => Tensor::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape),
         DType::F64 => Tensor::from_vec(v, shape),
+        DType::F16 | DType::BF16 => Tensor::from_vec(v, shape).map(|t| t.to_dtype(dtype)),
         DType::I64 => Tensor::from_vec(v.iter().map(|&x| (x * 5.0).round() as i64).collect::<Vec<_>>(), shape),
         DType::U8 => Tensor::from_vec(v.iter().map(|&x| ((x + 2.5) * 5.0) as u8).collect::<Vec<_>>(), shape),
     };

@@ -73,6 +73,10 @@ fn holds(t: &Tensor, i: usize, want: &str) -> Result<bool> {
             let got = t.to_vec::<i64>()?[i];
             want.parse::<i64>().is_ok_and(|w| got == w)
         }
+        DType::F16 | DType::BF16 => {
+            let (got, w) = (t.to_vec_f64()?[i], want.parse::<f64>());
+            w.is_ok_and(|w| got == w || got.is_nan() && w.is_nan())
+        }
         DType::F32 => {
             let (got, w) = (t.to_vec::<f32>()?[i], want.parse::<f64>().map(|w| w as f32));
             w.is_ok_and(|w| got.to_bits() == w.to_bits() || got.is_nan() && w.is_nan())

@@ -208,6 +208,10 @@ pub fn cast(v: Elem, dt: DType) -> Elem {
         (Elem::I(i), DType::I64) => Elem::I(i),
         (Elem::I(i), DType::F32) => Elem::F(i as f32 as f64),
         (Elem::I(i), DType::F64) => Elem::F(i as f64),
+        (Elem::I(i), DType::F16) => Elem::F(ember_tensor::f16::from_f32(i as f32).to_f64()),
+        (Elem::I(i), DType::BF16) => Elem::F(ember_tensor::bf16::from_f32(i as f32).to_f64()),
+        (Elem::F(f), DType::F16) => Elem::F(ember_tensor::f16::from_f32(f as f32).to_f64()),
+        (Elem::F(f), DType::BF16) => Elem::F(ember_tensor::bf16::from_f32(f as f32).to_f64()),
         (Elem::F(f), DType::U8) => Elem::I(f as u8 as i64),
         (Elem::F(f), DType::I64) => Elem::I(f as i64),
         (Elem::F(f), DType::F32) => Elem::F(f as f32 as f64),
@@ -231,10 +235,13 @@ pub fn scalar_in(s: Scalar, dt: DType) -> Elem {
 pub fn scalar_fits(s: Scalar, dt: DType) -> bool {
     match (s, dt) {
         (Scalar::Int(v), DType::U8) => v.unsigned_abs() <= 255,
+        (Scalar::Int(v), DType::F16) => v.unsigned_abs() <= 65504,
         (Scalar::Int(_), _) => true,
         (Scalar::Float(v), DType::U8) => v.is_finite() && !v.is_sign_negative() && v.trunc() <= 255.0 || v == 0.0,
         (Scalar::Float(v), DType::I64) => v.is_finite() && v.trunc() >= -(2f64.powi(63)) && v.trunc() < 2f64.powi(63),
         (Scalar::Float(v), DType::F32) => v.is_nan() || v.is_infinite() || v.abs() <= f32::MAX as f64,
+        (Scalar::Float(v), DType::F16) => v.is_nan() || v.is_infinite() || v.abs() <= 65504.0,
+        (Scalar::Float(v), DType::BF16) => v.is_nan() || v.is_infinite() || v.abs() <= ember_tensor::bf16::MAX.to_f64(),
         (Scalar::Float(_), DType::F64) => true,
     }
 }
@@ -288,6 +295,10 @@ pub fn make(shape: &[usize], vals: &[Elem], dt: DType, strided: bool) -> Tensor 
         DType::I64 => Tensor::from_vec(vals.iter().map(|v| v.i()).collect::<Vec<_>>(), s),
         DType::F32 => Tensor::from_vec(vals.iter().map(|v| v.f() as f32).collect::<Vec<_>>(), s),
         DType::F64 => Tensor::from_vec(vals.iter().map(|v| v.f()).collect::<Vec<_>>(), s),
+        DType::F16 => Tensor::from_vec(vals.iter().map(|v| ember_tensor::f16::from_f64(v.f())).collect::<Vec<_>>(), s),
+        DType::BF16 => {
+            Tensor::from_vec(vals.iter().map(|v| ember_tensor::bf16::from_f64(v.f())).collect::<Vec<_>>(), s)
+        }
     }
     .unwrap();
     if strided && shape.len() > 1 {

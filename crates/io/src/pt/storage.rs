@@ -38,6 +38,8 @@ impl StorageKind {
         match dtype {
             DType::F64 => "DoubleStorage",
             DType::F32 => "FloatStorage",
+            DType::F16 => "HalfStorage",
+            DType::BF16 => "BFloat16Storage",
             DType::I64 => "LongStorage",
             DType::U8 => "ByteStorage",
         }

@@ -180,6 +180,8 @@ pub(crate) fn onnx_type(dtype: DType) -> i32 {
     match dtype {
         DType::F32 => data_type::FLOAT,
         DType::F64 => data_type::DOUBLE,
+        DType::F16 => data_type::FLOAT16,
+        DType::BF16 => data_type::BFLOAT16,
         DType::I64 => data_type::INT64,
         DType::U8 => data_type::UINT8,
     }
@@ -210,6 +212,8 @@ pub(crate) fn tensor_proto(name: &str, t: &Tensor) -> Result<TensorProto> {
         DType::F64 => t.to_vec::<f64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I64 => t.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::U8 => t.to_vec::<u8>()?,
+        DType::F16 => t.to_vec::<ember_tensor::f16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => t.to_vec::<ember_tensor::bf16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
     };
     Ok(TensorProto {
         name: name.into(),

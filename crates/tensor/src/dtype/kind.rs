@@ -11,6 +11,12 @@ pub enum DType {
     U8,
     /// 64-bit signed integers; the dtype of indices.
     I64,
+    /// IEEE half-precision floats (`half::f16`: 5 exponent bits, 10 mantissa bits), stored
+    /// as such and computed in `f32`.
+    F16,
+    /// bfloat16 (`half::bf16`: `f32`'s 8 exponent bits, 7 mantissa bits), stored as such and
+    /// computed in `f32`.
+    BF16,
     /// 32-bit floats; the default dtype.
     F32,
     /// 64-bit floats; used by `gradcheck` and wherever precision matters.
@@ -18,11 +24,13 @@ pub enum DType {
 }
 
 impl DType {
-    /// The name used in messages and printing: `u8`, `i64`, `f32`, `f64`.
+    /// The name used in messages and printing: `u8`, `i64`, `f16`, `bf16`, `f32`, `f64`.
     pub fn name(self) -> &'static str {
         match self {
             DType::U8 => "u8",
             DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
         }
@@ -34,13 +42,28 @@ impl DType {
             DType::U8 => 1,
             DType::I64 | DType::F64 => 8,
             DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
         }
     }
 
     /// Whether this is a floating-point dtype.
     #[inline]
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// Whether this is one of the 16-bit floats (`f16`, `bf16`), which are stored as such
+    /// and computed in `f32`.
+    #[inline]
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// The dtype values of this dtype are computed in: `f32` for the 16-bit floats, the
+    /// dtype itself otherwise.
+    #[inline]
+    pub fn compute_dtype(self) -> DType {
+        if self.is_half() { DType::F32 } else { self }
     }
 
     /// Whether this is an integer dtype (`u8` or `i64`).
@@ -56,10 +79,15 @@ impl DType {
     /// assert_eq!(DType::U8.promote(DType::I64), DType::I64);
     /// assert_eq!(DType::I64.promote(DType::F32), DType::F32);
     /// assert_eq!(DType::F32.promote(DType::F64), DType::F64);
+    /// assert_eq!(DType::I64.promote(DType::BF16), DType::BF16);
+    /// assert_eq!(DType::F16.promote(DType::F32), DType::F32);
+    /// assert_eq!(DType::BF16.promote(DType::F16), DType::F32);
     /// ```
     #[inline]
     pub fn promote(self, other: DType) -> DType {
-        self.max(other)
+        // The two 16-bit floats hold values neither can represent (f16's precision, bf16's
+        // range): PyTorch meets them in f32.
+        if self.is_half() && other.is_half() && self != other { DType::F32 } else { self.max(other) }
     }
 
     /// The dtype a floating function (`exp`, `sigmoid`...) computes in: floats keep theirs,

@@ -34,9 +34,12 @@ mod sealed {
     impl Sealed for i64 {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
-/// An element type a [`Buffer`] can hold: `u8`, `i64`, `f32` or `f64`, for each of which
+/// An element type a [`Buffer`] can hold: `u8`, `i64`, `half::f16`, `half::bf16`, `f32` or
+/// `f64`, for each of which
 /// every bit pattern is a valid value (so reused memory holds valid elements) and the
 /// alignment is at most 8 (so tiny buffers fit inline). Its dtype is `T::DTYPE`.
 pub trait BufferElement: sealed::Sealed + Copy + Send + Sync + std::fmt::Debug + 'static {
@@ -55,6 +58,12 @@ impl BufferElement for f32 {
 }
 impl BufferElement for f64 {
     const DTYPE: DType = DType::F64;
+}
+impl BufferElement for half::f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl BufferElement for half::bf16 {
+    const DTYPE: DType = DType::BF16;
 }
 
 /// Buffers of at most this many bytes live inside the `Buffer` value itself: a tensor of a

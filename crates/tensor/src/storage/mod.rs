@@ -30,6 +30,10 @@ pub enum CpuStorage {
     U8(Buffer<u8>),
     /// `i64` elements.
     I64(Buffer<i64>),
+    /// `f16` elements.
+    F16(Buffer<half::f16>),
+    /// `bf16` elements.
+    BF16(Buffer<half::bf16>),
     /// `f32` elements.
     F32(Buffer<f32>),
     /// `f64` elements.
@@ -45,6 +49,8 @@ macro_rules! cpu_dispatch {
         match $storage {
             $crate::storage::CpuStorage::U8($b) => $body,
             $crate::storage::CpuStorage::I64($b) => $body,
+            $crate::storage::CpuStorage::F16($b) => $body,
+            $crate::storage::CpuStorage::BF16($b) => $body,
             $crate::storage::CpuStorage::F32($b) => $body,
             $crate::storage::CpuStorage::F64($b) => $body,
         }
@@ -57,6 +63,8 @@ impl CpuStorage {
         match self {
             CpuStorage::U8(_) => DType::U8,
             CpuStorage::I64(_) => DType::I64,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
             CpuStorage::F32(_) => DType::F32,
             CpuStorage::F64(_) => DType::F64,
         }
@@ -87,6 +95,8 @@ impl CpuStorage {
         Ok(match dtype {
             DType::U8 => CpuStorage::U8(Buffer::zeros(op, len)?),
             DType::I64 => CpuStorage::I64(Buffer::zeros(op, len)?),
+            DType::F16 => CpuStorage::F16(Buffer::zeros(op, len)?),
+            DType::BF16 => CpuStorage::BF16(Buffer::zeros(op, len)?),
             DType::F32 => CpuStorage::F32(Buffer::zeros(op, len)?),
             DType::F64 => CpuStorage::F64(Buffer::zeros(op, len)?),
         })
@@ -138,6 +148,8 @@ storage_element!(u8, U8);
 storage_element!(i64, I64);
 storage_element!(f32, F32);
 storage_element!(f64, F64);
+storage_element!(half::f16, F16);
+storage_element!(half::bf16, BF16);
 
 /// The data of a tensor on its device. New backends add a variant here.
 #[derive(Debug)]

@@ -242,6 +242,8 @@ pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb
     match (a, b) {
         (CpuStorage::F32(x), CpuStorage::F32(y)) => arm!(x, y, f32),
         (CpuStorage::F64(x), CpuStorage::F64(y)) => arm!(x, y, f64),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => arm!(x, y, half::f16),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => arm!(x, y, half::bf16),
         (CpuStorage::I64(x), CpuStorage::I64(y)) => arm!(x, y, i64),
         (CpuStorage::U8(x), CpuStorage::U8(y)) => arm!(x, y, u8),
         _ => Err(same_dtype(name, a, b)),
@@ -268,6 +270,14 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) 
         CpuStorage::F64(x) => {
             let s: f64 = s.to_element();
             Ok(with_cmp_fn!(op, f64, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
+        }
+        CpuStorage::F16(x) => {
+            let s: half::f16 = s.to_element();
+            Ok(with_cmp_fn!(op, half::f16, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
+        }
+        CpuStorage::BF16(x) => {
+            let s: half::bf16 = s.to_element();
+            Ok(with_cmp_fn!(op, half::bf16, |f| map(name, x, la, GRAIN_CHEAP, move |v| f(v, s))?.into()))
         }
         CpuStorage::I64(x) => ints(name, x, la, int_cmp(op, s)),
         CpuStorage::U8(x) => ints(name, x, la, int_cmp(op, s)),
@@ -418,6 +428,8 @@ pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<
         Ok(match dtype {
             crate::DType::U8 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, u8>)?.into(),
             crate::DType::I64 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, i64>)?.into(),
+            crate::DType::F16 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, half::f16>)?.into(),
+            crate::DType::BF16 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, half::bf16>)?.into(),
             crate::DType::F32 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, f32>)?.into(),
             crate::DType::F64 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, f64>)?.into(),
         })

@@ -51,6 +51,8 @@ pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> R
     match srcs.first().map(|(s, _)| s.dtype()) {
         Some(DType::U8) => go::<u8>(srcs, d, shape),
         Some(DType::I64) => go::<i64>(srcs, d, shape),
+        Some(DType::F16) => go::<half::f16>(srcs, d, shape),
+        Some(DType::BF16) => go::<half::bf16>(srcs, d, shape),
         Some(DType::F32) => go::<f32>(srcs, d, shape),
         // Nothing to join gives an empty f64 storage (the backend refuses that case first).
         _ => go::<f64>(srcs, d, shape),

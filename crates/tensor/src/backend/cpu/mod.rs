@@ -24,6 +24,7 @@ mod pool;
 mod reduce;
 mod softmax;
 pub(crate) mod unary;
+mod widen;
 
 use crate::backend::validate::conv::{Role, check_views, check_window_view};
 use crate::backend::validate::norm as norm_check;
@@ -42,6 +43,7 @@ use crate::ops::pool::{PoolWindows, Resample};
 use crate::random::Distribution;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
+use widen::{InPlace, Narrow, Operand, low_of, operands};
 
 /// The CPU backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -92,6 +94,8 @@ impl Backend for CpuBackend {
         wrap(match dtype {
             DType::U8 => go::<u8>(numel, value),
             DType::I64 => go::<i64>(numel, value),
+            DType::F16 => go::<half::f16>(numel, value),
+            DType::BF16 => go::<half::bf16>(numel, value),
             DType::F32 => go::<f32>(numel, value),
             DType::F64 => go::<f64>(numel, value),
         })
@@ -115,12 +119,20 @@ impl Backend for CpuBackend {
     }
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.unary(op, a.view())?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), s, l)?;
         wrap(unary::unary(op, cpu(s)?, &l))
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        if let Some(low) = low_of([a, b]) {
+            let [x, y] = operands([(a, la), (b, lb)])?;
+            return self.binary(op, x.view(), y.view())?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view(op.name(), a, la)?, validate::view(op.name(), b, lb)?);
         validate::same_shape(op.name(), &la, &lb)?;
@@ -149,12 +161,25 @@ impl Backend for CpuBackend {
     }
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
+        if dst.dtype().is_half() {
+            let mut wide = InPlace::new((dst, layout))?;
+            let (d, l) = wide.target();
+            self.unary_inplace(op, d, l)?;
+            return wide.finish();
+        }
         let _mode = float_mode::enter();
         let l = validate::view(op.name(), dst, layout)?;
         unary::unary_inplace(op, cpu_mut(dst)?, &l)
     }
 
     fn binary_inplace(&self, op: BinaryOp, dst: &mut Storage, layout: &Layout, (s, ls): View<'_>) -> Result<()> {
+        if low_of([&*dst, s]).is_some() {
+            let src = Operand::new((s, ls))?;
+            let mut wide = InPlace::new((dst, layout))?;
+            let (d, l) = wide.target();
+            self.binary_inplace(op, d, l, src.view())?;
+            return wide.finish();
+        }
         let _mode = float_mode::enter();
         let (ld, ls) = (validate::view(op.name(), dst, layout)?, validate::view(op.name(), s, ls)?);
         validate::same_shape(op.name(), &ld, &ls)?;
@@ -174,6 +199,10 @@ impl Backend for CpuBackend {
     }
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.reduce(op, a.view(), dims)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let name = op.name();
         let l = validate::view(name, s, l)?;
@@ -185,6 +214,10 @@ impl Backend for CpuBackend {
     }
 
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.softmax(a.view(), dim, log)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
@@ -192,6 +225,10 @@ impl Backend for CpuBackend {
     }
 
     fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
+        if let Some(low) = low_of([s, t]) {
+            let [x, y] = operands([(s, l), (t, lt)])?;
+            return self.class_loss(x.view(), y.view(), loss)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = loss.name();
         let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
@@ -206,6 +243,10 @@ impl Backend for CpuBackend {
         (c, lc): View<'_>,
         bh: (usize, usize),
     ) -> Result<Storage> {
+        if let Some(low) = low_of([a, g, c]) {
+            let [x, y, z] = operands([(a, la), (g, lg), (c, lc)])?;
+            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = "lstm_cell";
         let (la, lg, lc) = (validate::view(op, a, la)?, validate::view(op, g, lg)?, validate::view(op, c, lc)?);
@@ -224,6 +265,12 @@ impl Backend for CpuBackend {
         (c, lc): View<'_>,
         bh: (usize, usize),
     ) -> Result<[Storage; 2]> {
+        if let Some(low) = low_of([y, dh, dc, c].into_iter().chain(gy.map(|(s, _)| s))) {
+            let [y, dh, dc, c] = operands([(y, ly), (dh, ldh), (dc, ldc), (c, lc)])?;
+            let gy = Operand::optional(gy)?;
+            let gy = gy.as_ref().map(Operand::view);
+            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = "lstm_cell_backward";
         let ly = validate::view(op, y, ly)?;
@@ -252,6 +299,10 @@ impl Backend for CpuBackend {
         (c0, lc): View<'_>,
         run: &LstmRun,
     ) -> Result<Storage> {
+        if let Some(low) = low_of([gi, w, h0, c0]) {
+            let [a, b, c, d] = operands([(gi, lgi), (w, lw), (h0, lh), (c0, lc)])?;
+            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = "lstm_sequence";
         let (lgi, lw) = (validate::view(op, gi, lgi)?, validate::view(op, w, lw)?);
@@ -272,6 +323,10 @@ impl Backend for CpuBackend {
         (c0, lc): View<'_>,
         run: &LstmRun,
     ) -> Result<[Storage; 3]> {
+        if let Some(low) = low_of([y, gy, w, c0]) {
+            let [a, b, c, d] = operands([(y, ly), (gy, lgy), (w, lw), (c0, lc)])?;
+            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = "lstm_sequence_backward";
         let (ly, lgy) = (validate::view(op, y, ly)?, validate::view(op, gy, lgy)?);
@@ -297,6 +352,10 @@ impl Backend for CpuBackend {
         (g, lg): View<'_>,
         loss: &ClassLoss,
     ) -> Result<Storage> {
+        if let Some(low) = low_of([s, t, g]) {
+            let [x, y, z] = operands([(s, l), (t, lt), (g, lg)])?;
+            return self.class_loss_backward(x.view(), y.view(), z.view(), loss)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = loss.name();
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
@@ -305,6 +364,14 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
+        if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))) {
+            let [q, k, v] = operands([q, k, v])?;
+            let mask = Operand::optional(mask)?;
+            let [out, lse] = self.attention([q.view(), k.view(), v.view()], mask.as_ref().map(Operand::view), spec)?;
+            // The log-sum-exp stays f32 (as PyTorch keeps it): the backward recomputes the
+            // probabilities from it, which bf16's 8 bits would put off by percents.
+            return Ok([out.narrow(low)?, lse]);
+        }
         let _mode = float_mode::enter();
         let op = crate::ops::attention::OP;
         let (lq, lk, lv) =
@@ -324,6 +391,15 @@ impl Backend for CpuBackend {
         [o, lse, g]: [View<'_>; 3],
         spec: &Attention,
     ) -> Result<[Storage; 3]> {
+        let all = [q, k, v, o, lse, g];
+        if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))) {
+            let [q, k, v, o, lse, g] = operands(all)?;
+            let mask = Operand::optional(mask)?;
+            let m = mask.as_ref().map(Operand::view);
+            return self
+                .attention_backward([q.view(), k.view(), v.view()], m, [o.view(), lse.view(), g.view()], spec)?
+                .narrow(low);
+        }
         let _mode = float_mode::enter();
         let op = crate::ops::attention::OP;
         let ls: Vec<_> = [q, k, v, o, lse, g].iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<_>>()?;
@@ -342,6 +418,10 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {
+        if let Some(low) = low_of([a, b]) {
+            let [x, y] = operands([(a, la), (b, lb)])?;
+            return self.matmul(x.view(), y.view())?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
         validate::matmul(&la, &lb)?;
@@ -362,6 +442,10 @@ impl Backend for CpuBackend {
     }
 
     fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
+        if let Some(low) = low_of([d, s]) {
+            let [x, y] = operands([(d, ld), (s, ls)])?;
+            return self.scatter_add(x.view(), dim, (i, li), y.view())?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let ld = validate::view("scatter_add", d, ld)?;
         let (li, ls) = (validate::view("scatter_add", i, li)?, validate::view("scatter_add", s, ls)?);
@@ -393,6 +477,11 @@ impl Backend for CpuBackend {
         bias: Option<View<'_>>,
         geom: &ConvGeometry,
     ) -> Result<Storage> {
+        if let Some(low) = low_of([sx, sw].into_iter().chain(bias.map(|(s, _)| s))) {
+            let [x, w] = operands([(sx, lx), (sw, lw)])?;
+            let b = Operand::optional(bias)?;
+            return self.conv2d(x.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let mut views = vec![(sx, lx, Role::Input), (sw, lw, Role::Weight)];
         if let Some((sb, lb)) = bias {
@@ -410,6 +499,11 @@ impl Backend for CpuBackend {
         bias: Option<View<'_>>,
         geom: &ConvGeometry,
     ) -> Result<Storage> {
+        if let Some(low) = low_of([sy, sw].into_iter().chain(bias.map(|(s, _)| s))) {
+            let [y, w] = operands([(sy, ly), (sw, lw)])?;
+            let b = Operand::optional(bias)?;
+            return self.conv_transpose2d(y.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let mut views = vec![(sy, ly, Role::Output), (sw, lw, Role::Weight)];
         if let Some((sb, lb)) = bias {
@@ -421,6 +515,10 @@ impl Backend for CpuBackend {
     }
 
     fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
+        if let Some(low) = low_of([sx, sy]) {
+            let [x, y] = operands([(sx, lx), (sy, ly)])?;
+            return self.conv2d_weight_grad(x.view(), y.view(), geom)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
         let (n, l) = check_views("conv2d_weight_grad", geom, &views, Role::Weight)?;
@@ -433,6 +531,10 @@ impl Backend for CpuBackend {
     }
 
     fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.fold(a.view(), window)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
         wrap(im2col::fold(cpu(s)?, &l, window, (n, c)))
@@ -445,6 +547,15 @@ impl Backend for CpuBackend {
         bias: Option<View<'_>>,
         eps: f64,
     ) -> Result<[Storage; 3]> {
+        if let Some(low) = low_of([x.0].into_iter().chain(weight.map(|v| v.0)).chain(bias.map(|v| v.0))) {
+            let [a] = operands([x])?;
+            let (w, b) = (Operand::optional(weight)?, Operand::optional(bias)?);
+            let [out, mean, var] =
+                self.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
+            // The statistics stay f32, as PyTorch keeps a 16-bit batch norm's: the backward
+            // and the running statistics need more than 8 bits of them.
+            return Ok([out.narrow(low)?, mean, var]);
+        }
         let _mode = float_mode::enter();
         let named = [("weight", weight), ("bias", bias)];
         let per_channel: Vec<_> = named.iter().filter_map(|&(n, v)| v.map(|(s, l)| (n, s, l))).collect();
@@ -466,6 +577,12 @@ impl Backend for CpuBackend {
         weight: Option<View<'_>>,
         eps: f64,
     ) -> Result<[Storage; 3]> {
+        if let Some(low) = low_of([x.0, grad.0, mean.0, var.0].into_iter().chain(weight.map(|v| v.0))) {
+            let [a, g, m, v] = operands([x, grad, mean, var])?;
+            let w = Operand::optional(weight)?;
+            let w = w.as_ref().map(Operand::view);
+            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(low);
+        }
         let _mode = float_mode::enter();
         let mut per_channel = vec![("mean", mean.0, mean.1), ("variance", var.0, var.1)];
         per_channel.extend(weight.map(|(s, l)| ("weight", s, l)));
@@ -480,6 +597,10 @@ impl Backend for CpuBackend {
     }
 
     fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.max_pool2d(a.view(), windows)?.narrow(low);
+        }
         windows.check("max_pool2d")?;
         let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
         let _mode = float_mode::enter();
@@ -493,12 +614,20 @@ impl Backend for CpuBackend {
     }
 
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(low);
+        }
         let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
         let _mode = float_mode::enter();
         wrap(pool::scatter_planes((cpu(s)?, &l), (cpu(si)?, &li), plane))
     }
 
     fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands([(s, l)])?;
+            return self.resample2d(a.view(), map)?.narrow(low);
+        }
         map.check("resample2d")?;
         let l = check_planes("resample2d", s, l, map.input(), map.output(), None)?;
         let _mode = float_mode::enter();
@@ -506,6 +635,9 @@ impl Backend for CpuBackend {
     }
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
+        if dtype.is_half() {
+            return self.random(numel, dist, DType::F32)?.narrow(dtype);
+        }
         let _mode = float_mode::enter();
         wrap(random::random(numel, dist, dtype))
     }
@@ -522,22 +654,61 @@ impl Backend for CpuBackend {
     }
 
     fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
+        if low_of([s]).is_some() {
+            let [a] = operands([(s, l)])?;
+            return self.power_sum(a.view(), p);
+        }
         let _mode = float_mode::enter();
         let l = validate::view("power_sum", s, l)?;
         norm::power_sum(cpu(s)?, &l, p)
     }
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
+        if low_of([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))).is_some() {
+            let (mut p, g, mut b) = (InPlace::new(param)?, Operand::new(grad)?, InPlace::optional(buffer)?);
+            self.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
+            return b.map(InPlace::finish).transpose().and(p.finish());
+        }
         let _mode = float_mode::enter();
         optim::sgd_step(param, grad, buffer, hp)
     }
 
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
+        let max = state.max_exp_avg_sq.as_ref().map(|t| &*t.0);
+        if low_of([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)).is_some() {
+            let (mut p, g) = (InPlace::new(param)?, Operand::new(grad)?);
+            let (mut m, mut v) = (InPlace::new(state.exp_avg)?, InPlace::new(state.exp_avg_sq)?);
+            let mut vmax = InPlace::optional(state.max_exp_avg_sq)?;
+            let wide = AdamState {
+                exp_avg: m.target(),
+                exp_avg_sq: v.target(),
+                max_exp_avg_sq: vmax.as_mut().map(InPlace::target),
+            };
+            self.adam_step(p.target(), g.view(), wide, hp)?;
+            vmax.map(InPlace::finish).transpose()?;
+            return m.finish().and(v.finish()).and(p.finish());
+        }
         let _mode = float_mode::enter();
         optim::adam_step(param, grad, state, hp)
     }
 
     fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
+        let optional = [&state.grad_avg, &state.momentum_buffer];
+        let extra = optional.into_iter().filter_map(|t| t.as_ref().map(|t| &*t.0));
+        if low_of([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)).is_some() {
+            let (mut p, g, mut sq) = (InPlace::new(param)?, Operand::new(grad)?, InPlace::new(state.square_avg)?);
+            let mut avg = InPlace::optional(state.grad_avg)?;
+            let mut mom = InPlace::optional(state.momentum_buffer)?;
+            let wide = RmsPropState {
+                square_avg: sq.target(),
+                grad_avg: avg.as_mut().map(InPlace::target),
+                momentum_buffer: mom.as_mut().map(InPlace::target),
+            };
+            self.rmsprop_step(p.target(), g.view(), wide, hp)?;
+            avg.map(InPlace::finish).transpose()?;
+            mom.map(InPlace::finish).transpose()?;
+            return sq.finish().and(p.finish());
+        }
         let _mode = float_mode::enter();
         optim::rmsprop_step(param, grad, state, hp)
     }

@@ -195,6 +195,7 @@ pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<Cp
             Some(out) => Ok(out?.into()),
             None => Err(op.not_for_ints(src.dtype())),
         },
+        CpuStorage::F16(_) | CpuStorage::BF16(_) => Err(super::widen::not_widened(name)),
     }
 }
 
@@ -206,6 +207,7 @@ pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) 
         CpuStorage::F64(b) => float_kernel(op, MapInPlace { dst: b, layout }),
         CpuStorage::I64(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
         CpuStorage::U8(b) => int_kernel(op, MapInPlace { dst: b, layout })?.ok_or_else(|| op.not_for_ints(dtype))?,
+        CpuStorage::F16(_) | CpuStorage::BF16(_) => return Err(super::widen::not_widened(op.name())),
     }
     Ok(())
 }

@@ -20,6 +20,10 @@ pub(crate) enum Elem {
     I64(i64),
     F32(f32),
     F64(f64),
+    /// An `f16`'s bits, as the kernels' `__half` takes them.
+    F16(u16),
+    /// A `bf16`'s bits, as the kernels' `__nv_bfloat16` takes them.
+    BF16(u16),
 }
 
 impl Elem {
@@ -30,6 +34,8 @@ impl Elem {
             DType::I64 => Elem::I64(s.to_element()),
             DType::F32 => Elem::F32(s.to_element()),
             DType::F64 => Elem::F64(s.to_element()),
+            DType::F16 => Elem::F16(s.to_element::<half::f16>().to_bits()),
+            DType::BF16 => Elem::BF16(s.to_element::<half::bf16>().to_bits()),
         }
     }
 
@@ -40,6 +46,8 @@ impl Elem {
             DType::I64 => Elem::I64(s.to_element_saturating()),
             DType::F32 => Elem::F32(s.to_element_saturating()),
             DType::F64 => Elem::F64(s.to_element_saturating()),
+            DType::F16 => Elem::F16(s.to_element_saturating::<half::f16>().to_bits()),
+            DType::BF16 => Elem::BF16(s.to_element_saturating::<half::bf16>().to_bits()),
         }
     }
 
@@ -49,6 +57,7 @@ impl Elem {
             Elem::I64(v) => arg(v),
             Elem::F32(v) => arg(v),
             Elem::F64(v) => arg(v),
+            Elem::F16(v) | Elem::BF16(v) => arg(v),
         }
     }
 
@@ -58,6 +67,7 @@ impl Elem {
             Elem::I64(v) => v == 0,
             Elem::F32(v) => v.to_bits() == 0,
             Elem::F64(v) => v.to_bits() == 0,
+            Elem::F16(v) | Elem::BF16(v) => v == 0,
         }
     }
 }

@@ -58,6 +58,8 @@ pub(crate) fn sfx(d: DType) -> &'static str {
         DType::I64 => "i64",
         DType::F32 => "f32",
         DType::F64 => "f64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
     }
 }
 

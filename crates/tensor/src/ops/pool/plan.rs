@@ -492,7 +492,8 @@ pub fn interpolate_plan(input: &[usize], args: &InterpolateArgs, dtype: DType) -
         let s = scales.as_ref().map(|f| f[d]);
         match (mode, dtype) {
             (InterpolateMode::Nearest, _) => nearest_axis(op, i, o, s),
-            (_, DType::F32) => linear_axis::<f32>(op, i, o, align, s),
+            // The 16-bit floats are interpolated in f32, with f32's weights.
+            (_, DType::F32 | DType::F16 | DType::BF16) => linear_axis::<f32>(op, i, o, align, s),
             _ => linear_axis::<f64>(op, i, o, align, s),
         }
     };

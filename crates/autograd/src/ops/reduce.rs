@@ -4,6 +4,7 @@
 //! is 0 where the deviation is (PyTorch's rule).
 
 use super::{apply, apply_infallible, constant, infallible};
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -181,6 +182,9 @@ impl Var {
     #[track_caller]
     pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "sum")?;
+        if let Some([x]) = autocast::cast(&policy::reduction("sum"), [self]) {
+            return apply(Sum(Reduction::new(&x, d, keepdim)), &[&x]);
+        }
         apply(Sum(Reduction::new(self, d, keepdim)), &[self])
     }
 
@@ -188,6 +192,9 @@ impl Var {
     #[track_caller]
     pub fn sum_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
+        if let Some([x]) = autocast::cast(&policy::reduction("sum_all"), [self]) {
+            return apply_infallible(Sum(Reduction::new(&x, d, false)), &[&x]);
+        }
         apply_infallible(Sum(Reduction::new(self, d, false)), &[self])
     }
 
@@ -195,6 +202,10 @@ impl Var {
     #[track_caller]
     pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "mean")?;
+        // A composition that keeps its input's dtype: its sum is not cast (CUDA's f32 sum).
+        if let Some(r) = autocast::run_cast(&policy::reduction("mean"), [Some(self)], |_| self.mean(&d[..], keepdim)) {
+            return r;
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         Ok(self.sum(&d[..], keepdim)?.div_scalar(n as f64))
     }
@@ -202,6 +213,9 @@ impl Var {
     /// The mean of all elements.
     #[track_caller]
     pub fn mean_all(&self) -> Var {
+        if let Some(Ok(r)) = autocast::run_cast(&policy::reduction("mean"), [Some(self)], |_| Ok(self.mean_all())) {
+            return r;
+        }
         self.sum_all().div_scalar(self.numel() as f64)
     }
 
@@ -237,6 +251,9 @@ impl Var {
     #[track_caller]
     pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "prod")?;
+        if let Some([x]) = autocast::cast(&policy::reduction("prod"), [self]) {
+            return apply(Prod(Reduction::new(&x, d, keepdim)), &[&x]);
+        }
         apply(Prod(Reduction::new(self, d, keepdim)), &[self])
     }
 
@@ -244,6 +261,9 @@ impl Var {
     #[track_caller]
     pub fn prod_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
+        if let Some([x]) = autocast::cast(&policy::reduction("prod_all"), [self]) {
+            return apply_infallible(Prod(Reduction::new(&x, d, false)), &[&x]);
+        }
         apply_infallible(Prod(Reduction::new(self, d, false)), &[self])
     }
 
@@ -251,6 +271,11 @@ impl Var {
     #[track_caller]
     pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "var")?;
+        if let Some(r) =
+            autocast::run_cast(&policy::reduction("var"), [Some(self)], |_| self.var(&d[..], unbiased, keepdim))
+        {
+            return r;
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         let centered = self.sub(&self.mean(&d[..], true)?)?;
         // Saturating: an empty reduction is 0 / 0 = NaN either way, as in PyTorch (n - 1
@@ -286,6 +311,9 @@ impl Var {
     /// a constant, so the gradient is exactly the softmax.
     #[track_caller]
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        if let Some([x]) = autocast::cast(&policy::reduction("logsumexp"), [self]) {
+            return x.logsumexp(dims, keepdim);
+        }
         let d = self.resolve_dims(dims, "logsumexp")?;
         let kept: Vec<usize> =
             self.shape().iter().enumerate().map(|(i, &s)| if d.contains(&i) { 1 } else { s }).collect();

@@ -1612,9 +1612,9 @@ fn half_elementwise_ops() {
     for (name, f, fs) in cmps {
         for &(da, db) in pairs {
             p.check(format!("{name} {da} with {db}"), tol::EXACT, |d| {
-                // Values a half apart, so that equality happens.
-                let a = input(30, &[4, 5], da, Lay::Transposed, d).mul_scalar(2).round().div_scalar(2);
-                let b = input(31, &[5], db, Lay::Contiguous, d).mul_scalar(2).round().div_scalar(2);
+                // Integer-valued, so that equality happens.
+                let a = input(30, &[4, 5], da, Lay::Transposed, d).to_dtype(DType::I64).to_dtype(da);
+                let b = input(31, &[5], db, Lay::Contiguous, d).to_dtype(DType::I64).to_dtype(db);
                 widened(vec![f(&a, &b)?, fs(&a), fs(&b)])
             });
         }
@@ -1820,8 +1820,12 @@ fn half_matmul_and_layers() {
             let x = input(140, &[2, 3, 9, 8], dt, Lay::Stepped, d);
             let (y, idx) = x.max_pool2d_with_indices(&MaxPoolArgs::new(3).stride(2).padding(1))?;
             let avg = x.avg_pool2d(&AvgPoolArgs::new(3).stride(2).padding(1).count_include_pad(false))?;
-            let up =
-                x.interpolate(&InterpolateArgs { align_corners: Some(false), ..InterpolateArgs::size([12, 5]) })?;
+            let bilinear = InterpolateArgs {
+                mode: InterpolateMode::Bilinear,
+                align_corners: Some(false),
+                ..InterpolateArgs::size([12, 5])
+            };
+            let up = x.interpolate(&bilinear)?;
             widened(vec![y, idx, avg, x.adaptive_avg_pool2d([4, 5])?, up])
         });
         p.check(format!("channel_norm and backward {dt}"), half_tol(dt, tol::MATMUL, 1.0, 0.0), |d| {

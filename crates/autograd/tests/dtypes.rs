@@ -108,3 +108,30 @@ fn custom_function_gradients_are_converted() -> Result<()> {
     assert!(e.to_string().contains("for input 0"), "{e}");
     Ok(())
 }
+
+/// 16-bit graphs: an `f32` parameter cast to `bf16` for a product gets its gradient in
+/// `f32` (the cast is recorded), a `bf16` leaf gets `bf16` gradients, and `bf16 + f16`
+/// promotes to `f32` with each gradient cast back to its input's dtype.
+#[test]
+fn sixteen_bit_graphs_give_gradients_in_each_inputs_dtype() -> Result<()> {
+    let w = Var::param(Tensor::from_vec(vec![0.5f32, -1.25, 2.0, 0.75, 1.5, -0.5], [3, 2])?);
+    let x = Var::new(Tensor::from_vec(vec![1.0f32, 2.0, -1.0, 0.5, 0.25, 3.0], [2, 3])?.to_dtype(DType::BF16));
+    let y = x.matmul(&w.to_dtype(DType::BF16))?;
+    assert_eq!(y.dtype(), DType::BF16);
+    y.sum_all().backward()?;
+    let g = w.grad().expect("w");
+    assert_eq!(g.dtype(), DType::F32);
+    // d sum(x w) / d w[k][j] = sum_i x[i][k]: exact in bf16 for these values.
+    assert_eq!(g.to_vec::<f32>()?, vec![1.5, 1.5, 2.25, 2.25, 2.0, 2.0]);
+
+    let a = Var::param(Tensor::from_vec(vec![1.5f32, -2.0], [2])?.to_dtype(DType::BF16));
+    let b = Var::param(Tensor::from_vec(vec![0.5f32, 4.0], [2])?.to_dtype(DType::F16));
+    let s = a.mul(&b)?;
+    assert_eq!(s.dtype(), DType::F32);
+    s.sum_all().backward()?;
+    let (ga, gb) = (a.grad().expect("a"), b.grad().expect("b"));
+    assert_eq!((ga.dtype(), gb.dtype()), (DType::BF16, DType::F16));
+    assert_eq!(ga.to_vec_f64()?, vec![0.5, 4.0]);
+    assert_eq!(gb.to_vec_f64()?, vec![1.5, -2.0]);
+    Ok(())
+}

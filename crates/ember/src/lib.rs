@@ -77,7 +77,10 @@ pub use ember_pnnx as pnnx;
 pub use ember_tensor as tensor;
 
 pub use ember_autograd::{Var, no_grad};
-pub use ember_tensor::{DType, Device, Error, Result, Tensor, bf16, f16, manual_seed};
+pub use ember_tensor::{
+    DType, Device, Error, Result, Tensor, bf16, f16, float32_matmul_precision, manual_seed,
+    set_float32_matmul_precision,
+};
 
 /// The everyday names: tensors, `Var`, grad and inference mode, dtypes, errors, and the traits whose
 /// methods a training loop calls (`Module`, `ModuleExt`, `Loss`, `Optimizer`,

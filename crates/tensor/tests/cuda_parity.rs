@@ -19,8 +19,8 @@ use ember_tensor::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use ember_tensor::random::Distribution;
 use ember_tensor::{
     Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,
-    InterpolateMode, Layout, LossReduction, MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs,
-    manual_seed,
+    InterpolateMode, Layout, LossReduction, MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs, bf16,
+    f16, manual_seed,
 };
 use ember_testing::cuda::{CPU, CUDA, Parity, Tol, ints, mix, uniform};
 use ember_testing::elementwise::{BINARY, UNARY};
@@ -1398,4 +1398,577 @@ fn integer_pow_takes_exponents_beyond_u32() {
         let (c, g) = (cpu.to_vec_f64().unwrap(), gpu.to_device(CPU).unwrap().to_vec_f64().unwrap());
         assert_eq!(c, g, "{dt}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 16-bit floats
+// ---------------------------------------------------------------------------------------
+
+const HALVES: [DType; 2] = [DType::F16, DType::BF16];
+const ALL_DTYPES: [DType; 6] = [DType::U8, DType::I64, DType::F16, DType::BF16, DType::F32, DType::F64];
+
+/// The results of a check on 16-bit floats as the comparison reads them: each result's
+/// dtype (an `i64` code, compared exactly) and its values, widened to `f32` (exactly) where
+/// they are 16-bit. The harness compares 16-bit results bit for bit; read as `f32` they take
+/// a tolerance in units of the 16-bit dtype ([`half_tol`]).
+fn widened(results: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    let mut out = Vec::with_capacity(2 * results.len());
+    for t in results {
+        out.push(Tensor::from_vec(vec![t.dtype() as i64], [1])?.to_device(t.device())?);
+        out.push(if t.dtype().is_half() { t.to_dtype(DType::F32) } else { t });
+    }
+    Ok(out)
+}
+
+/// The tolerance of 16-bit results read as `f32`: `base`'s `f32` bounds plus `ulps` units
+/// in the last place of `dt` relative to the result (2^-10 for `f16`, which keeps 11
+/// significant bits; 2^-7 for `bf16`, which keeps 8), and absolute to `scale`, the size of
+/// intermediate values that were rounded to `dt` before the result was formed (0 where
+/// nothing was).
+///
+/// Both devices compute a 16-bit op in `f32` and round its result once, so `f32` values
+/// within `base` of each other round to the same 16-bit value or to neighbours: one unit.
+/// Ops that round several times (a reduction's composition, a convolution's product
+/// before its bias, optimizer state carried over steps) may move a unit per rounding, and
+/// a rounding of a larger intermediate counts in units of that intermediate.
+fn half_tol(dt: DType, base: Tol, ulps: f64, scale: f64) -> Tol {
+    let ulp = if dt == DType::BF16 { 2f64.powi(-7) } else { 2f64.powi(-10) };
+    Tol::new((base.f32.0 + ulps * ulp * scale, base.f32.1 + ulps * ulp), base.f64)
+}
+
+#[test]
+fn half_moves_casts_and_fills() {
+    require_cuda!();
+    let mut p = Parity::new("half_moves_casts_and_fills");
+    for (s, lay, dt) in cases(SHAPES, &HALVES) {
+        p.check(format!("to_device and contiguous {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
+            let t = input(1, s, dt, lay, d);
+            widened(vec![t.contiguous(), t])
+        });
+    }
+    for (s, lay, from) in cases(&[&[], &[0], &[7], &[4, 3, 5], &[67, 131]], &ALL_DTYPES) {
+        for to in ALL_DTYPES {
+            if from.is_half() || to.is_half() {
+                p.check(format!("{from} -> {to} {s:?} {lay:?}"), tol::EXACT, |d| {
+                    widened(vec![input(40, s, from, lay, d).to_dtype(to)])
+                });
+            }
+        }
+    }
+    // Rounding to nearest even (ties of both dtypes), overflow to infinity (f16 above
+    // 65519.99), subnormals and underflow to zero, NaN, and values that round twice on
+    // their way from f64 through f32 (as PyTorch's conversions do).
+    let (t8, t11, t30) = (2f64.powi(-8), 2f64.powi(-11), 2f64.powi(-30));
+    let edges = [
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1.0 + t8,
+        1.0 + 3.0 * t8,
+        1.0 + t11,
+        1.0 + 3.0 * t11,
+        1.0 + t8 + t30,
+        1.0 + t11 + t30,
+        65504.0,
+        65519.0,
+        65520.0,
+        -1e6,
+        6e-8,
+        2.9e-8,
+        1e-40,
+        3.0e38,
+        -3.4e38,
+        0.1,
+        -2.5,
+        255.5,
+        300.7,
+        -1.5,
+    ];
+    for from in [DType::F64, DType::F32] {
+        for to in HALVES {
+            p.check(format!("{from} -> {to} rounding edges"), tol::EXACT, |d| {
+                widened(vec![floats(&edges, &[edges.len()], from, d).to_dtype(to)])
+            });
+        }
+    }
+    for from in HALVES {
+        for to in ALL_DTYPES {
+            p.check(format!("{from} -> {to} from rounding edges"), tol::EXACT, |d| {
+                widened(vec![floats(&edges, &[edges.len()], from, d).to_dtype(to)])
+            });
+        }
+    }
+    let big = [i64::MIN, -65520, -257, -1, 0, 255, 256, 2049, 65504, 65520, 1 << 24, (1 << 24) + 1, i64::MAX];
+    for to in HALVES {
+        p.check(format!("i64 -> {to} wide values"), tol::EXACT, |d| {
+            widened(vec![ints(&big, &[big.len()], d)?.to_dtype(to)])
+        });
+    }
+    for dt in HALVES {
+        for shape in [&[][..], &[0], &[3, 5], &[67, 131]] {
+            p.check(format!("full_on, *_like and fill_ {shape:?} {dt}"), tol::EXACT, |d| {
+                let t = Tensor::full_on(shape, -7, dt, d)?;
+                let filled = t.zeros_like();
+                filled.fill_(0.1)?;
+                widened(vec![t.zeros_like(), t.ones_like(), t.full_like(3.75)?, t.full_like(1e-3)?, filled, t])
+            });
+        }
+        p.check(format!("to_vec_f64 and item {dt}"), tol::EXACT, |d| {
+            let t = input(5, &[3, 4], dt, Lay::Transposed, d);
+            let flat = Tensor::from_vec(t.to_vec_f64()?, [12])?;
+            let first = Tensor::from_vec(vec![t.select(0, 1)?.select(0, 2)?.item()?], [1])?;
+            widened(vec![flat.to_device(d)?, first.to_device(d)?])
+        });
+    }
+    p.finish();
+}
+
+#[test]
+fn half_elementwise_ops() {
+    require_cuda!();
+    let mut p = Parity::new("half_elementwise_ops");
+    let shapes: &[&[usize]] = &[&[], &[0], &[7], &[4, 3, 5], &[67, 131]];
+    for case in UNARY {
+        for (s, lay, dt) in cases(shapes, &HALVES) {
+            p.check(format!("{} {s:?} {dt} {lay:?}", case.name), half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0), |d| {
+                widened(vec![(case.tensor)(&input(10, s, dt, lay, d))])
+            });
+        }
+        let special = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.0, -1.0, 0.5, -0.5, 11.5, -17.0, 1e-3];
+        for dt in HALVES {
+            p.check(format!("{} special values {dt}", case.name), half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0), |d| {
+                widened(vec![(case.tensor)(&floats(&special, &[special.len()], dt, d))])
+            });
+            p.check(format!("apply_({}) {dt}", case.name), half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0), |d| {
+                let (base, view) = base_and_view(11, dt, d);
+                view.apply_(case.op)?;
+                widened(vec![base])
+            });
+        }
+    }
+    type Op = (&'static str, fn(&Tensor) -> Result<Tensor>);
+    let scalar_ops: &[Op] = &[
+        ("add_scalar(0.1)", |t| Ok(t.add_scalar(0.1))),
+        ("add_scalar(3i64)", |t| Ok(t.add_scalar(3))),
+        ("rsub_scalar(4)", |t| Ok(t.rsub_scalar(4))),
+        ("mul_scalar(-2.25)", |t| Ok(t.mul_scalar(-2.25))),
+        ("div_scalar(3)", |t| Ok(t.div_scalar(3.0))),
+        ("rdiv_scalar(1.5)", |t| Ok(t.rdiv_scalar(1.5))),
+        ("pow_scalar(2)", |t| t.pow_scalar(2.0)),
+        ("pow_scalar(0.5)", |t| t.pow_scalar(0.5)),
+        ("rpow_scalar(2)", |t| Ok(t.rpow_scalar(2.0))),
+        ("maximum_scalar(0.5)", |t| Ok(t.maximum_scalar(0.5))),
+        ("clamp(-1, 1)", |t| Ok(t.clamp(Some(-1.0), Some(1.0)))),
+        ("logical_not", |t| Ok(t.logical_not())),
+    ];
+    for (name, f) in scalar_ops {
+        for (s, lay, dt) in cases(&[&[], &[7], &[4, 3, 5]], &HALVES) {
+            p.check(format!("{name} {s:?} {dt} {lay:?}"), half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0), |d| {
+                widened(vec![f(&input(12, s, dt, lay, d))?])
+            });
+        }
+    }
+    // 16-bit with 16-bit, with the other 16-bit dtype (f32), with wider floats and with
+    // integers (the 16-bit dtype).
+    let pairs: &[(DType, DType)] = &[
+        (DType::F16, DType::F16),
+        (DType::BF16, DType::BF16),
+        (DType::F16, DType::BF16),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::F64),
+        (DType::I64, DType::F16),
+        (DType::U8, DType::BF16),
+    ];
+    let broadcast: &[(&[usize], &[usize])] =
+        &[(&[3, 4], &[3, 4]), (&[2, 1, 4], &[3, 1]), (&[], &[3]), (&[67, 131], &[131])];
+    for case in BINARY {
+        for &(sa, sb) in broadcast {
+            for &(da, db) in pairs {
+                let dt = if da.is_half() { da } else { db };
+                for lay in [Lay::Contiguous, Lay::Transposed] {
+                    if !lay.fits(sa.len()) {
+                        continue;
+                    }
+                    let tol = half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0);
+                    p.check(format!("{} {sa:?} {da} {lay:?} with {sb:?} {db}", case.name), tol, |d| {
+                        widened(vec![(case.tensor)(
+                            &input(20, sa, da, lay, d),
+                            &input(21, sb, db, Lay::Contiguous, d),
+                        )?])
+                    });
+                }
+            }
+        }
+    }
+    type Cmp = (&'static str, fn(&Tensor, &Tensor) -> Result<Tensor>, fn(&Tensor) -> Tensor);
+    let cmps: &[Cmp] = &[
+        ("eq", |a, b| a.eq(b), |a| a.eq_scalar(1)),
+        ("ne", |a, b| a.ne(b), |a| a.ne_scalar(0.1)),
+        ("lt", |a, b| a.lt(b), |a| a.lt_scalar(0)),
+        ("ge", |a, b| a.ge(b), |a| a.ge_scalar(0.1)),
+    ];
+    for (name, f, fs) in cmps {
+        for &(da, db) in pairs {
+            p.check(format!("{name} {da} with {db}"), tol::EXACT, |d| {
+                // Integer-valued, so that equality happens.
+                let a = input(30, &[4, 5], da, Lay::Transposed, d).to_dtype(DType::I64).to_dtype(da);
+                let b = input(31, &[5], db, Lay::Contiguous, d).to_dtype(DType::I64).to_dtype(db);
+                widened(vec![f(&a, &b)?, fs(&a), fs(&b)])
+            });
+        }
+        for dt in HALVES {
+            p.check(format!("{name} with NaN and infinities {dt}"), tol::EXACT, |d| {
+                let a = floats(&[f64::NAN, 1.0, f64::NAN, f64::INFINITY, 0.1], &[5], dt, d);
+                let b = floats(&[f64::NAN, f64::NAN, 1.0, f64::INFINITY, 0.1], &[5], dt, d);
+                widened(vec![f(&a, &b)?, fs(&a)])
+            });
+        }
+    }
+    for dt in HALVES {
+        p.check(format!("where_cond {dt}"), tol::EXACT, |d| {
+            let cond = input(33, &[3, 4], DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
+            let (a, b) = (input(34, &[4], dt, Lay::Contiguous, d), input(35, &[3, 4], dt, Lay::Transposed, d));
+            widened(vec![
+                cond.where_cond(&a, &b)?,
+                cond.where_tensor_scalar(&a, 7)?,
+                cond.where_scalar_tensor(-2.5, &b)?,
+            ])
+        });
+    }
+    type Ip = (&'static str, fn(&Tensor, &Tensor) -> Result<()>);
+    let in_place: &[Ip] = &[
+        ("fill_(3.3)", |v, _| v.fill_(3.3)),
+        ("copy_", |v, s| v.copy_(s)),
+        ("copy_ f32 source", |v, s| v.copy_(&s.to_dtype(DType::F32).mul_scalar(1.001))),
+        ("add_", |v, s| v.add_(s)),
+        ("mul_", |v, s| v.mul_(s)),
+        ("div_ broadcast", |v, s| v.div_(&s.narrow(0, 0, 1)?)),
+        ("add_scaled_(-0.5)", |v, s| v.add_scaled_(s, -0.5)),
+        ("mul_scalar_(0.1)", |v, _| v.mul_scalar_(0.1)),
+        ("clamp_(-1, 0.5)", |v, _| v.clamp_(Some(-1.0), Some(0.5))),
+        ("masked_fill_", |v, s| v.masked_fill_(&s.gt_scalar(0), 42)),
+    ];
+    for (name, f) in in_place {
+        for dt in HALVES {
+            p.check(format!("{name} on a strided view {dt}"), half_tol(dt, tol::ELEMENTWISE, 1.0, 0.0), |d| {
+                let (base, view) = base_and_view(110, dt, d);
+                f(&view, &input(111, &[4, 3], dt, Lay::Transposed, d))?;
+                widened(vec![base, view])
+            });
+        }
+    }
+    p.finish();
+}
+
+#[test]
+fn half_reductions_softmax_and_losses() {
+    require_cuda!();
+    let mut p = Parity::new("half_reductions_softmax_and_losses");
+    type Red = (&'static str, fn(&Tensor, &[i64], bool) -> Result<Tensor>);
+    let reds: &[Red] = &[
+        ("sum", |t, d, k| t.sum(d, k)),
+        ("mean", |t, d, k| t.mean(d, k)),
+        ("prod", |t, d, k| t.prod(d, k)),
+        ("max", |t, d, k| t.max(d, k)),
+        ("var", |t, d, k| t.var(d, true, k)),
+        ("std(biased)", |t, d, k| t.std(d, false, k)),
+        ("logsumexp", |t, d, k| t.logsumexp(d, k)),
+    ];
+    let shapes: &[(&[usize], &[&[i64]])] =
+        &[(&[7], &[&[0]]), (&[4, 3, 5], &[&[0], &[2], &[0, 2]]), (&[0, 3], &[&[0], &[1]]), (&[33, 70], &[&[0], &[1]])];
+    for (name, f) in reds {
+        for &(s, dimsets) in shapes {
+            for lay in [Lay::Contiguous, Lay::Transposed, Lay::Expanded] {
+                for dt in HALVES {
+                    for &dims in dimsets {
+                        if !lay.fits(s.len()) {
+                            continue;
+                        }
+                        // A reduction composed of several kernels (mean, var, std, logsumexp)
+                        // rounds between them.
+                        p.check(
+                            format!("{name}({dims:?}) {s:?} {dt} {lay:?}"),
+                            half_tol(dt, tol::REDUCTION, 2.0, 0.0),
+                            |d| widened(vec![f(&input(50, s, dt, lay, d), dims, true)?]),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for (s, lay, dt) in cases(&[&[7], &[4, 3, 5], &[33, 300]], &HALVES) {
+        p.check(format!("sum_all, argmax, argmin {s:?} {dt} {lay:?}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+            // Values a quarter apart: ties, where the first extreme must win.
+            let t = input(52, s, dt, lay, d).mul_scalar(4).round().div_scalar(4);
+            widened(vec![t.sum_all(), t.argmax(-1, false)?, t.argmin(0, true)?, t.max_all()?])
+        });
+        for dim in 0..s.len() as i64 {
+            p.check(format!("softmax({dim}) {s:?} {dt} {lay:?}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+                let t = input(60, s, dt, lay, d);
+                widened(vec![t.softmax(dim)?, t.log_softmax(dim)?])
+            });
+        }
+        p.check(
+            format!("power_sum {s:?} {dt} {lay:?}"),
+            Tol { f32: tol::REDUCTION.f32, f64: tol::REDUCTION.f32 },
+            |d| {
+                let t = input(62, s, dt, lay, d);
+                let sums = [1.0, 2.0, f64::INFINITY].map(|pw| t.power_sum(pw));
+                widened(vec![Tensor::from_vec(sums.into_iter().collect::<Result<Vec<_>>>()?, [3])?.to_device(d)?])
+            },
+        );
+    }
+    for dt in HALVES {
+        let ninf = f64::NEG_INFINITY;
+        let rows = [0.0, ninf, 1.0, ninf, ninf, ninf, ninf, ninf, 60000.0, 59000.0, -60000.0, 0.0];
+        p.check(format!("softmax of masked and large rows {dt}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+            let t = floats(&rows, &[3, 4], dt, d);
+            widened(vec![t.softmax(1)?, t.log_softmax(1)?])
+        });
+        for reduction in [LossReduction::None, LossReduction::Mean] {
+            for smoothing in [0.0, 0.1] {
+                let loss = ClassLoss {
+                    scores: ClassScores::Logits,
+                    label_smoothing: smoothing,
+                    ignore_index: Some(-100),
+                    reduction,
+                };
+                p.check(format!("{loss:?} [64, 10] {dt}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+                    let x = inp(121, &[64, 10], dt, d);
+                    let targets: Vec<i64> =
+                        (0..64).map(|i| if i % 4 == 3 { -100 } else { (mix(120, i) % 10) as i64 }).collect();
+                    let t = ints(&targets, &[64], d)?;
+                    let l = x.class_loss(&t, &loss)?;
+                    let g = inp(122, l.shape(), dt, d);
+                    widened(vec![l, x.class_loss_backward(&t, &g, &loss)?])
+                });
+            }
+        }
+    }
+    p.finish();
+}
+
+#[test]
+fn half_matmul_and_layers() {
+    require_cuda!();
+    let mut p = Parity::new("half_matmul_and_layers");
+    let pairs: &[(&[usize], &[usize])] = &[
+        (&[5, 7], &[7, 3]),
+        (&[7], &[7, 4]),
+        (&[3, 7], &[7]),
+        (&[2, 5, 7], &[2, 7, 3]),
+        (&[2, 1, 5, 7], &[3, 7, 4]),
+        (&[0, 7], &[7, 3]),
+        (&[5, 0], &[0, 3]),
+        (&[64, 150], &[150, 80]),
+    ];
+    for &(sa, sb) in pairs {
+        for dt in HALVES {
+            for la in [Lay::Contiguous, Lay::Transposed, Lay::Stepped, Lay::Expanded] {
+                for lb in [Lay::Contiguous, Lay::Transposed] {
+                    if !la.fits(sa.len()) || !lb.fits(sb.len()) {
+                        continue;
+                    }
+                    p.check(
+                        format!("matmul {sa:?} {la:?} @ {sb:?} {lb:?} {dt}"),
+                        half_tol(dt, tol::MATMUL, 1.0, 0.0),
+                        |d| widened(vec![input(70, sa, dt, la, d).matmul(&input(71, sb, dt, lb, d))?]),
+                    );
+                }
+            }
+        }
+    }
+    p.check_error("matmul of f16 and bf16", |d| {
+        one(inp(72, &[2, 3], DType::F16, d).matmul(&inp(73, &[3, 2], DType::BF16, d))?)
+    });
+    p.check_error("matmul of bf16 and f32", |d| {
+        one(inp(72, &[2, 3], DType::BF16, d).matmul(&inp(73, &[3, 2], DType::F32, d))?)
+    });
+    let convs: &[(&str, [usize; 4], [usize; 4], ConvArgs<2>)] = &[
+        (
+            "3x3 pad 1 stride 2",
+            [2, 3, 9, 8],
+            [4, 3, 3, 3],
+            ConvArgs::default().padding(Padding::Explicit([1, 1])).stride(2),
+        ),
+        ("groups 2", [2, 4, 7, 7], [6, 2, 3, 3], ConvArgs::default().groups(2).padding(Padding::Same)),
+        ("mnist cnn layer", [8, 16, 14, 14], [32, 16, 5, 5], ConvArgs::default().padding(Padding::Explicit([2, 2]))),
+    ];
+    for (name, xs, ws, args) in convs {
+        for dt in HALVES {
+            // The device may round the product before adding the bias; the products of
+            // these O(1) inputs are at most about 40.
+            p.check(format!("conv2d {name} {dt}"), half_tol(dt, tol::MATMUL, 2.0, 64.0), |d| {
+                let x = input(130, xs, dt, Lay::Transposed, d);
+                let (w, b) = (inp(131, ws, dt, d), inp(132, &[ws[0]], dt, d));
+                widened(vec![x.conv2d(&w, Some(&b), args)?, x.conv2d(&w, None, args)?])
+            });
+        }
+    }
+    for dt in HALVES {
+        p.check(format!("conv_transpose2d {dt}"), half_tol(dt, tol::MATMUL, 2.0, 64.0), |d| {
+            let x = input(133, &[2, 4, 5, 5], dt, Lay::Transposed, d);
+            let (w, b) = (inp(134, &[4, 2, 3, 3], dt, d), inp(135, &[2], dt, d));
+            let args = ConvTransposeArgs::default().stride(2).padding(1).output_padding(1);
+            widened(vec![x.conv_transpose2d(&w, Some(&b), &args)?])
+        });
+    }
+    for dt in HALVES {
+        p.check(format!("pools {dt}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+            let x = input(140, &[2, 3, 9, 8], dt, Lay::Stepped, d);
+            let (y, idx) = x.max_pool2d_with_indices(&MaxPoolArgs::new(3).stride(2).padding(1))?;
+            let avg = x.avg_pool2d(&AvgPoolArgs::new(3).stride(2).padding(1).count_include_pad(false))?;
+            let bilinear = InterpolateArgs {
+                mode: InterpolateMode::Bilinear,
+                align_corners: Some(false),
+                ..InterpolateArgs::size([12, 5])
+            };
+            let up = x.interpolate(&bilinear)?;
+            widened(vec![y, idx, avg, x.adaptive_avg_pool2d([4, 5])?, up])
+        });
+        p.check(format!("channel_norm and backward {dt}"), half_tol(dt, tol::MATMUL, 1.0, 0.0), |d| {
+            let x = input(150, &[4, 3, 5, 6], dt, Lay::Contiguous, d).add_scalar(3.0);
+            let (w, b) = (inp(151, &[3], dt, d), inp(152, &[3], dt, d));
+            let (y, mean, var) = x.channel_norm(Some(&w), Some(&b), 1e-5)?;
+            let g = inp(153, &[4, 3, 5, 6], dt, d);
+            let (gx, gb, gw) = x.channel_norm_backward(&g, &mean, &var, Some(&w), 1e-5)?;
+            widened(vec![y, mean, var, gx, gb, gw])
+        });
+        for causal in [false, true] {
+            p.check(format!("attention causal {causal} {dt}"), half_tol(dt, tol::MATMUL, 1.0, 0.0), |d| {
+                let q = input(160, &[2, 3, 5, 8], dt, Lay::Contiguous, d);
+                let k = input(161, &[2, 3, 7, 8], dt, Lay::Transposed, d);
+                let v = input(162, &[2, 3, 7, 8], dt, Lay::Contiguous, d);
+                let m = inp(164, &[5, 7], dt, d);
+                let spec = Attention { scale: 1.0 / 8f64.sqrt(), causal };
+                let (out, lse) = q.attention(&k, &v, Some(&m), &spec)?;
+                let g = inp(165, out.shape(), dt, d);
+                let (gq, gk, gv) = q.attention_backward(&k, &v, Some(&m), &out, &lse, &g, &spec)?;
+                widened(vec![out, lse, gq, gk, gv])
+            });
+        }
+        p.check(format!("lstm_cell, lstm_sequence and backward {dt}"), half_tol(dt, tol::CHAINED, 1.0, 0.0), |d| {
+            let (b, h) = (4, 8);
+            let (a, gi, c) =
+                (inp(170, &[b, 4 * h], dt, d), input(171, &[b, 4 * h], dt, Lay::Stepped, d), inp(172, &[b, h], dt, d));
+            let y = Tensor::lstm_cell(&a, &gi, &c)?;
+            let (dh, dc) = (inp(174, &[b, h], dt, d), inp(175, &[b, h], dt, d));
+            let (ga, gc) = Tensor::lstm_cell_backward(&y, Some(&inp(173, y.shape(), dt, d)), &dh, &dc, &c)?;
+            let gis = input(176, &[3, b, 4 * h], dt, Lay::Stepped, d);
+            let w_hh = inp(177, &[4 * h, h], dt, d).mul_scalar(0.2);
+            let ys = Tensor::lstm_sequence(&gis, &w_hh, &dh, &c, false)?;
+            let (d_gi, dh0, dc0) = Tensor::lstm_sequence_backward(&ys, &inp(180, ys.shape(), dt, d), &w_hh, &c, false)?;
+            widened(vec![y, ga, gc, ys, d_gi, dh0, dc0])
+        });
+    }
+    p.finish();
+}
+
+#[test]
+fn half_indexing_joins_and_optimizers() {
+    require_cuda!();
+    let mut p = Parity::new("half_indexing_joins_and_optimizers");
+    for (s, lay, dt) in cases(&[&[5, 4], &[3, 4, 5]], &HALVES) {
+        for dim in 0..s.len() {
+            let n = s[dim] as i64;
+            let mut ishape = s.to_vec();
+            ishape[dim] = 3;
+            let m: usize = ishape.iter().product();
+            let gi: Vec<i64> = (0..m).map(|i| (mix(81, i as u64) % n as u64) as i64).collect();
+            p.check(format!("index_select, gather, masked_fill, tril ({dim}) {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
+                let t = input(80, s, dt, lay, d);
+                let mask = input(85, &s[1..], DType::F32, Lay::Contiguous, d).gt_scalar(0.0);
+                widened(vec![
+                    t.index_select(dim, &ints(&[n - 1, 0, 1, 1], &[4], d)?)?,
+                    t.gather(dim, &ints(&gi, &ishape, d)?)?,
+                    t.masked_fill(&mask, 1.5)?,
+                    t.tril(-1)?,
+                ])
+            });
+            p.check(format!("scatter_add({dim}) {s:?} {dt} {lay:?}"), half_tol(dt, tol::REDUCTION, 1.0, 0.0), |d| {
+                let src = input(83, &ishape, dt, Lay::Contiguous, d);
+                widened(vec![input(84, s, dt, lay, d).scatter_add(dim, &ints(&gi, &ishape, d)?, &src)?])
+            });
+        }
+        p.check(format!("cat, stack and pad {s:?} {dt} {lay:?}"), tol::EXACT, |d| {
+            let (a, b) = (input(100, s, dt, lay, d), input(101, s, dt, Lay::Stepped, d));
+            let c = input(102, s, DType::F32, Lay::Contiguous, d);
+            widened(vec![
+                Tensor::cat(&[&a, &b], 0)?,
+                Tensor::stack(&[&a, &b], -1)?,
+                Tensor::cat(&[&a, &c], 1)?,
+                a.pad(&[(1, 2), (0, 1)], 7)?,
+            ])
+        });
+    }
+    p.check_error("index_select out of range bf16", |d| {
+        one(inp(87, &[4, 3], DType::BF16, d).index_select(0, &ints(&[0, 4], &[2], d)?)?)
+    });
+    let sgd =
+        SgdStep { lr: 0.05, momentum: 0.9, dampening: 0.1, nesterov: false, weight_decay: 1e-2, fresh_buffer: false };
+    let adam = AdamStep {
+        lr: 1e-2,
+        beta1: 0.8,
+        beta2: 0.99,
+        eps: 1e-6,
+        weight_decay: 0.1,
+        decoupled: true,
+        amsgrad: true,
+        step: 1,
+    };
+    let rms = RmsPropStep { lr: 1e-2, alpha: 0.9, eps: 1e-6, weight_decay: 0.1, momentum: 0.9, centered: true };
+    for dt in HALVES {
+        for s in [&[7][..], &[67, 131]] {
+            // Three steps, each rounding the parameter and every state once.
+            let tol = half_tol(dt, tol::CHAINED, 3.0, 0.0);
+            p.check(format!("sgd_step_, adam_step_, rmsprop_step_ {s:?} {dt}"), tol, |d| {
+                let (p1, p2, p3) = (inp(180, s, dt, d), inp(190, s, dt, d), inp(200, s, dt, d));
+                let buf = p1.zeros_like();
+                let (m, v, vmax) = (p2.zeros_like(), p2.zeros_like(), p2.zeros_like());
+                let (sq, avg, mom) = (p3.zeros_like(), p3.zeros_like(), p3.zeros_like());
+                for step in 1..=3u64 {
+                    let g = inp(181 + step, s, dt, d);
+                    p1.sgd_step_(&g, Some(&buf), &SgdStep { fresh_buffer: step == 1, ..sgd })?;
+                    p2.adam_step_(&g, &m, &v, Some(&vmax), &AdamStep { step, ..adam })?;
+                    p3.rmsprop_step_(&g, &sq, Some(&avg), Some(&mom), &rms)?;
+                }
+                widened(vec![p1, buf, p2, m, v, vmax, p3, sq, avg, mom])
+            });
+        }
+    }
+    p.finish();
+}
+
+#[test]
+fn half_random_numbers_follow_manual_seed() {
+    require_cuda!();
+    let _guard = RNG.lock();
+    let mut p = Parity::new("half_random_numbers_follow_manual_seed");
+    for dt in HALVES {
+        for n in [0usize, 7, 1000] {
+            // Drawn in f32 from the global generator and rounded: the CPU's numbers.
+            p.check(format!("uniform and normal n={n} {dt}"), tol::EXACT, |d| {
+                manual_seed(99);
+                let b = backend_for(d)?;
+                let layout = Layout::contiguous(Shape::from([n]));
+                let mut out = Vec::new();
+                for dist in
+                    [Distribution::Uniform { low: -3.0, high: 5.0 }, Distribution::Normal { mean: 0.0, std: 1.0 }]
+                {
+                    let s = b.random(n, dist, dt)?;
+                    let host = b.download((&s, &layout))?;
+                    // A draw of another dtype than asked for reads as empty, and fails the shape.
+                    let t = match dt {
+                        DType::F16 => Tensor::from_vec(host.as_slice::<f16>().unwrap_or_default().to_vec(), [n])?,
+                        _ => Tensor::from_vec(host.as_slice::<bf16>().unwrap_or_default().to_vec(), [n])?,
+                    };
+                    out.push(t.to_device(d)?);
+                }
+                widened(out)
+            });
+        }
+    }
+    p.finish();
 }

@@ -98,3 +98,21 @@ fn compile(source: &str, arch: &str, cubin: bool) -> Result<Vec<u8>, String> {
     let _ = unsafe { result::destroy_program(prog) };
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// The generated source (every kernel, the 16-bit ones included) compiles wherever
+    /// NVRTC can be loaded. NVRTC needs no GPU, so a machine with the CUDA 13 libraries on
+    /// `LD_LIBRARY_PATH` and no device still finds a kernel that does not compile, which
+    /// otherwise shows only on first use of a GPU.
+    #[test]
+    fn the_kernels_compile_with_nvrtc() {
+        // SAFETY: only tries to load the library.
+        if unsafe { !cudarc::nvrtc::sys::is_culib_present() } {
+            println!("the_kernels_compile_with_nvrtc: skipped, NVRTC (libnvrtc.so.13) could not be loaded");
+            return;
+        }
+        let image = super::compile(&super::super::kernel_source::source(), "--gpu-architecture=sm_80", true);
+        assert!(image.as_ref().is_ok_and(|i| !i.is_empty()), "{:?}", image.err());
+    }
+}

@@ -123,6 +123,15 @@ impl Gpu {
         // SAFETY: the handle was just created.
         unsafe { cudarc::cublas::result::set_stream(handle, std::ptr::null_mut()) }
             .map_err(|e| format!("cannot set cuBLAS's stream: {e:?}"))?;
+        // 16-bit products sum in f32 and round once, as on the CPU: by default cuBLAS may add
+        // the partial sums of a split product in the output's 16-bit type.
+        use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode, cublasStatus_t};
+        // SAFETY: the handle was just created.
+        let status =
+            unsafe { cublasSetMathMode(handle, cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) };
+        if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cannot set cuBLAS's math mode: {status:?}"));
+        }
         Ok(Gpu {
             ordinal,
             ctx,

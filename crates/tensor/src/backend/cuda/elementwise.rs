@@ -1,5 +1,6 @@
 //! Elementwise kernels: fills, conversions and copies, functions of one and two tensors,
-//! comparisons and selection, out of place and in place.
+//! comparisons and selection, out of place and in place. Every kernel has `f16` and `bf16`
+//! variants, which compute each element in `f32` and round it once.
 
 use super::device::Gpu;
 use super::kernel_source::{binary_code, compare_code, unary_code};
@@ -197,14 +198,15 @@ crate::unary_table!(unary_params);
 /// `op` of the view `(src, ls)` written to `(out, lo)`, `n` elements.
 fn unary_into(op: UnaryOp, n: usize, out: &CudaStorage, lo: &Strided, src: &CudaStorage, ls: &Strided) -> Result<()> {
     let gpu = src.gpu();
-    let (code, [p0, p1]) = (unary_code(op), unary_params(op, src.dtype())?);
+    // The 16-bit kernels compute in f32 and take the parameters as the CPU's f32 kernel does.
+    let (code, [p0, p1]) = (unary_code(op), unary_params(op, src.dtype().compute_dtype())?);
     let f = gpu.func(("unary", sfx(src.dtype()), ""))?;
     let (n64, po, ps) = (n as i64, out.ptr(), src.ptr());
     launch_elems(gpu, f, n, &mut [arg(&n64), arg(&code), p0.arg(), p1.arg(), arg(&po), arg(lo), arg(&ps), arg(ls)])
 }
 
 pub(crate) fn unary(op: UnaryOp, src: &CudaStorage, l: &Layout) -> Result<CudaStorage> {
-    unary_params(op, src.dtype())?;
+    unary_params(op, src.dtype().compute_dtype())?;
     let n = l.numel();
     let out = CudaStorage::alloc(src.gpu(), op.name(), n, src.dtype())?;
     unary_into(op, n, &out, &Strided::dense(0), src, &Strided::of(op.name(), l)?)?;

@@ -13,6 +13,13 @@ typedef double f64;
 
 #define MAX_DIMS 8
 
+// The 16-bit floats as their bits, so that no CUDA header is needed (NVRTC has no
+// cuda_fp16.h without a toolkit install). Two types, so that templates tell them apart.
+// They are computed in f32: `widen` reads one exactly, `narrow` rounds an f32 to nearest
+// even, as the `half` crate does on the CPU.
+struct f16 { unsigned short bits; };
+struct bf16 { unsigned short bits; };
+
 struct Strided {
     int ndim;
     int contiguous;
@@ -42,6 +49,40 @@ template <> struct is_float_t<f64> { static const bool value = true; };
 template <typename A, typename B> struct same_t { static const bool value = false; };
 template <typename A> struct same_t<A, A> { static const bool value = true; };
 
+template <typename T> struct is_half_t { static const bool value = false; };
+template <> struct is_half_t<f16> { static const bool value = true; };
+template <> struct is_half_t<bf16> { static const bool value = true; };
+
+__device__ __forceinline__ f32 widen(f16 h) {
+    f32 f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+    return f;
+}
+// A bf16 is the upper half of an f32.
+__device__ __forceinline__ f32 widen(bf16 h) { return __uint_as_float((unsigned)h.bits << 16); }
+template <typename T> __device__ __forceinline__ T widen(T x) { return x; }
+
+template <typename T> __device__ __forceinline__ T narrow(f32 x);
+template <> __device__ __forceinline__ f16 narrow<f16>(f32 x) {
+    f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+    return h;
+}
+// Round to nearest even by integer arithmetic: adding 0x7fff plus the lowest kept bit
+// carries into the kept half exactly when the dropped half is above one half, or equal
+// to it with an odd kept half. A NaN stays a (quiet) NaN instead of rounding to infinity.
+template <> __device__ __forceinline__ bf16 narrow<bf16>(f32 x) {
+    unsigned u = __float_as_uint(x);
+    bf16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        h.bits = (unsigned short)((u >> 16) | 0x40u);
+        return h;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    h.bits = (unsigned short)(u >> 16);
+    return h;
+}
+
 // Rust's `as` from a float: truncation, saturating at the ends, NaN to zero.
 __device__ __forceinline__ i64 f_to_i64(f64 x) {
     if (x != x) return 0;
@@ -56,7 +97,15 @@ __device__ __forceinline__ u8 f_to_u8(f64 x) {
 }
 
 template <typename D, typename S> __device__ __forceinline__ D convert(S x) {
-    if constexpr (is_float_t<D>::value) {
+    if constexpr (is_half_t<S>::value) {
+        // Exact in f32, then as from an f32.
+        return convert<D, f32>(widen(x));
+    } else if constexpr (is_half_t<D>::value) {
+        // As the CPU converts: doubles through f32 (PyTorch's `Half(float)`), integers
+        // through f64 and f32, so a value may round twice exactly as there.
+        if constexpr (is_float_t<S>::value) return narrow<D>((f32)x);
+        else return narrow<D>((f32)(f64)x);
+    } else if constexpr (is_float_t<D>::value) {
         return (D)x;
     } else if constexpr (is_float_t<S>::value) {
         if constexpr (same_t<D, i64>::value) return f_to_i64((f64)x);
@@ -147,6 +196,8 @@ DEF_FILL(u8, u8)
 DEF_FILL(i64, i64)
 DEF_FILL(f32, f32)
 DEF_FILL(f64, f64)
+DEF_FILL(f16, f16)
+DEF_FILL(bf16, bf16)
 
 // dst[Ld(i)] = convert(src[Ls(i)]): casts, copies into views, joins.
 #define DEF_CONVERT(DN, D, SN, S)                                                        \
@@ -157,11 +208,15 @@ DEF_FILL(f64, f64)
     DEF_CONVERT(u8, u8, SN, S)   \
     DEF_CONVERT(i64, i64, SN, S) \
     DEF_CONVERT(f32, f32, SN, S) \
-    DEF_CONVERT(f64, f64, SN, S)
+    DEF_CONVERT(f64, f64, SN, S) \
+    DEF_CONVERT(f16, f16, SN, S) \
+    DEF_CONVERT(bf16, bf16, SN, S)
 DEF_CONVERT_FROM(u8, u8)
 DEF_CONVERT_FROM(i64, i64)
 DEF_CONVERT_FROM(f32, f32)
 DEF_CONVERT_FROM(f64, f64)
+DEF_CONVERT_FROM(f16, f16)
+DEF_CONVERT_FROM(bf16, bf16)
 
 // ---- elementwise functions of one tensor ----
 //
@@ -181,6 +236,16 @@ DEF_UNARY(i64, i64, unary_int)
 DEF_UNARY(f32, f32, unary_float)
 DEF_UNARY(f64, f64, unary_float)
 
+// The 16-bit floats: each element computed in f32 by the f32 function and rounded once;
+// the host passes the parameters as f32, as the CPU's f32 kernel takes them.
+#define DEF_UNARY_HALF(N, T)                                                             \
+    extern "C" __global__ void unary_##N(i64 n, int op, f32 p0, f32 p1, T* out,          \
+                                         Strided Lo, const T* src, Strided Ls) {         \
+        GRID_LOOP(i, n) out[at(Lo, i)] = narrow<T>(unary_float<f32>(op, widen(src[at(Ls, i)]), p0, p1)); \
+    }
+DEF_UNARY_HALF(f16, f16)
+DEF_UNARY_HALF(bf16, bf16)
+
 // ---- elementwise functions of two tensors ----
 
 // `binary_float` and `binary_int`, from the binary op table (ops/binary.rs).
@@ -196,6 +261,14 @@ DEF_BINARY(u8, u8, binary_int)
 DEF_BINARY(i64, i64, binary_int)
 DEF_BINARY(f32, f32, binary_float)
 DEF_BINARY(f64, f64, binary_float)
+
+#define DEF_BINARY_HALF(N, T)                                                            \
+    extern "C" __global__ void binary_##N(i64 n, int op, T* out, Strided Lo, const T* a, \
+                                          Strided La, const T* b, Strided Lb) {          \
+        GRID_LOOP(i, n) out[at(Lo, i)] = narrow<T>(binary_float<f32>(op, widen(a[at(La, i)]), widen(b[at(Lb, i)]))); \
+    }
+DEF_BINARY_HALF(f16, f16)
+DEF_BINARY_HALF(bf16, bf16)
 
 // ---- comparisons and selection ----
 
@@ -217,6 +290,20 @@ DEF_COMPARE(i64, i64)
 DEF_COMPARE(f32, f32)
 DEF_COMPARE(f64, f64)
 
+// Widening is exact, so the 16-bit floats compare as their f32 values (the scalar was
+// rounded to the tensor's dtype on the host).
+#define DEF_COMPARE_HALF(N, T)                                                           \
+    extern "C" __global__ void compare_##N(i64 n, int op, u8* out, const T* a, Strided La, \
+                                           const T* b, Strided Lb) {                     \
+        GRID_LOOP(i, n) out[i] = cmp_op<f32>(op, widen(a[at(La, i)]), widen(b[at(Lb, i)])); \
+    }                                                                                    \
+    extern "C" __global__ void compare_scalar_##N(i64 n, int op, u8* out, const T* a,    \
+                                                  Strided La, T s) {                     \
+        GRID_LOOP(i, n) out[i] = cmp_op<f32>(op, widen(a[at(La, i)]), widen(s));          \
+    }
+DEF_COMPARE_HALF(f16, f16)
+DEF_COMPARE_HALF(bf16, bf16)
+
 // Integer elements against an integer bound (the host turned the scalar into one).
 #define DEF_COMPARE_INT(N, T)                                                            \
     extern "C" __global__ void compare_int_##N(i64 n, int op, u8* out, const T* a,       \
@@ -235,6 +322,8 @@ DEF_WHERE(u8, u8)
 DEF_WHERE(i64, i64)
 DEF_WHERE(f32, f32)
 DEF_WHERE(f64, f64)
+DEF_WHERE(f16, f16)
+DEF_WHERE(bf16, bf16)
 
 // ---- reductions ----
 //
@@ -445,7 +534,7 @@ extern "C" __global__ void softmax_f64(i64 outer, i64 inner, int logv, f64* out,
         GRID_LOOP(i, n) {                                                                \
             i64 c = i % inner, rest = i / inner, t = rest % k, o = rest / k;             \
             i64 idx = index[at(Li, t)];                                                  \
-            if (idx < 0 || idx >= size) { *bad = 1; out[i] = (T)0; continue; }          \
+            if (idx < 0 || idx >= size) { *bad = 1; out[i] = T(); continue; }           \
             out[i] = src[at(Ls, (o * size + idx) * inner + c)];                          \
         }                                                                                \
     }
@@ -453,6 +542,8 @@ DEF_INDEX_SELECT(u8, u8)
 DEF_INDEX_SELECT(i64, i64)
 DEF_INDEX_SELECT(f32, f32)
 DEF_INDEX_SELECT(f64, f64)
+DEF_INDEX_SELECT(f16, f16)
+DEF_INDEX_SELECT(bf16, bf16)
 
 // The storage offset of the element at the coordinates of logical element `i` of
 // `shape`, read through `stride`, with coordinate `dim` replaced by `idx`.
@@ -474,7 +565,7 @@ __device__ __forceinline__ i64 at_replaced(const Strided& L, i64 i, int dim, i64
             Strided Ls, const i64* index, Strided Li, int* bad) {                        \
         GRID_LOOP(i, n) {                                                                \
             i64 idx = index[at(Li, i)];                                                  \
-            if (idx < 0 || idx >= size) { *bad = 1; out[i] = (T)0; continue; }          \
+            if (idx < 0 || idx >= size) { *bad = 1; out[i] = T(); continue; }           \
             out[i] = src[at_replaced(Ls, i, dim, idx)];                                  \
         }                                                                                \
     }
@@ -482,6 +573,8 @@ DEF_GATHER(u8, u8)
 DEF_GATHER(i64, i64)
 DEF_GATHER(f32, f32)
 DEF_GATHER(f64, f64)
+DEF_GATHER(f16, f16)
+DEF_GATHER(bf16, bf16)
 
 __device__ __forceinline__ void atomic_add_(f32* p, f32 v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add_(f64* p, f64 v) { atomicAdd(p, v); }

@@ -4,16 +4,40 @@
 //! `Cᵀ = Bᵀ Aᵀ`, which reads the row-major operands in place. Each operand may be
 //! row-major or column-major (a transposed view) with any leading dimension, and its batch
 //! dimensions must step through memory with one stride (0 for a broadcast operand);
-//! anything else is copied to contiguous first. Float32 products run in full FP32, as
-//! PyTorch's default (`allow_tf32 = False`).
+//! anything else is copied to contiguous first.
+//!
+//! Float32 products run in full FP32 (`sgemm`), as PyTorch's default, unless
+//! [`float32_matmul_precision`](crate::float32_matmul_precision) is `"high"` or `"medium"`:
+//! then with TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`), as PyTorch's `"high"`.
+//! `f16` and `bf16` products read and write 16-bit matrices and sum in f32
+//! (`cublasGemmStridedBatchedEx` with `CUBLAS_COMPUTE_32F`, on tensor cores), each result
+//! rounded once, as the CPU computes them. `f64` products use `dgemm`.
 
 use super::elementwise::{cast, same_dtype, zero};
 use super::memory::CudaStorage;
 use crate::dtype::DType;
 use crate::layout::Layout;
+use crate::matmul_precision::matmul_precision;
 use crate::{Error, Result};
 use cudarc::cublas::result as blas;
-use cudarc::cublas::sys::cublasOperation_t as Op;
+use cudarc::cublas::sys::{
+    cublasComputeType_t as Compute, cublasGemmAlgo_t as Algo, cublasOperation_t as Op, cudaDataType as Data,
+};
+use std::ffi::c_void;
+
+/// The element and compute types of a product `cublasGemmStridedBatchedEx` computes:
+/// the 16-bit floats, and `f32` when TF32 is allowed; `None` for the dtypes with their own
+/// routine (`f32` in full FP32, `f64`).
+fn gemm_ex_types(dtype: DType) -> Option<(Data, Compute)> {
+    match dtype {
+        DType::F16 => Some((Data::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F)),
+        DType::BF16 => Some((Data::CUDA_R_16BF, Compute::CUBLAS_COMPUTE_32F)),
+        DType::F32 if matmul_precision().allows_reduced() => {
+            Some((Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F_FAST_TF32))
+        }
+        _ => None,
+    }
+}
 
 /// How cuBLAS reads one operand: its column-major form, leading dimension and batch
 /// stride, and the element it starts at.
@@ -105,8 +129,37 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
     // fresh contiguous copies), with the leading dimensions and batch strides computed from
     // those views; the output holds batch * m * n elements.
     let r = unsafe {
-        match a.dtype() {
-            DType::F32 => {
+        match (a.dtype(), gemm_ex_types(a.dtype())) {
+            (_, Some((data, compute))) => {
+                // The scale factors of a 32-bit compute type are f32.
+                let (one, nil) = (1.0f32, 0.0f32);
+                blas::gemm_strided_batched_ex(
+                    handle.0,
+                    ob.op,
+                    oa.op,
+                    ni,
+                    mi,
+                    ki,
+                    (&one as *const f32).cast(),
+                    pb as *const c_void,
+                    data,
+                    ob.ld as i32,
+                    ob.batch_stride,
+                    pa as *const c_void,
+                    data,
+                    oa.ld as i32,
+                    oa.batch_stride,
+                    (&nil as *const f32).cast(),
+                    out.ptr() as *mut c_void,
+                    data,
+                    ni,
+                    stride_c,
+                    bi,
+                    compute,
+                    Algo::CUBLAS_GEMM_DFALT,
+                )
+            }
+            (DType::F32, None) => {
                 let (one, nil) = (1.0f32, 0.0f32);
                 blas::sgemm_strided_batched(
                     handle.0,
@@ -129,7 +182,7 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
                     bi,
                 )
             }
-            DType::F64 => {
+            (DType::F64, None) => {
                 let (one, nil) = (1.0f64, 0.0f64);
                 blas::dgemm_strided_batched(
                     handle.0,
@@ -152,7 +205,9 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
                     bi,
                 )
             }
-            dt => return Err(Error::dtype(op, format!("cuBLAS multiplies f32 and f64, got {dt}"))),
+            (dt, None) => {
+                return Err(Error::dtype(op, format!("cuBLAS multiplies f16, bf16, f32 and f64, got {dt}")));
+            }
         }
     };
     r.map_err(|e| gpu.err("cuBLAS gemm", e))?;

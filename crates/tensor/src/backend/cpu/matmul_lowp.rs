@@ -137,8 +137,10 @@ pub(super) unsafe fn sum_f32<T: LowpFloat>(
             // processor has it; the matrices are valid as the caller guarantees.
             unsafe { product(m, n, k, bits(a), bits(b), sums.as_mut_ptr(), n) }
         }
+        // Never chosen off x86-64; the portable kernel would stand in if it were.
         #[cfg(not(target_arch = "x86_64"))]
-        Kernel::NativeBf16 => unreachable!("the bf16 kernel is only chosen on x86-64"),
+        // SAFETY: guaranteed by the caller.
+        Kernel::NativeBf16 => unsafe { sum_widened(m, n, k, a, b, sums) },
         // SAFETY: guaranteed by the caller.
         Kernel::Widened => unsafe { sum_widened(m, n, k, a, b, sums) },
     }

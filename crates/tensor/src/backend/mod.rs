@@ -37,6 +37,7 @@ mod seam;
 pub mod signature;
 mod timer;
 pub(crate) mod validate;
+pub(crate) mod widen;
 
 // The CUDA backend's kernel source is generated from the op tables. It is plain text, so
 // it is also compiled in builds without the `cuda` feature (where the device is the

@@ -28,11 +28,11 @@ mod reduce;
 mod softmax;
 pub(crate) mod unary;
 mod unscale;
-mod widen;
 
 use crate::backend::validate::conv::{Role, check_views, check_window_view};
 use crate::backend::validate::norm as norm_check;
 use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
+use crate::backend::widen::{self, InPlace, Narrow, Operand, low_of, operands};
 use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::Element;
 use crate::host::{float_mode, random};
@@ -47,7 +47,6 @@ use crate::ops::pool::{PoolWindows, Resample};
 use crate::random::Distribution;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Scalar};
-use widen::{InPlace, Narrow, Operand, low_of, operands};
 
 /// The CPU backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -185,8 +184,8 @@ impl Backend for CpuBackend {
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.reduce(op, a.view(), dims)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.reduce(op, a.view(), dims)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let name = op.name();
@@ -200,8 +199,8 @@ impl Backend for CpuBackend {
 
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.softmax(a.view(), dim, log)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.softmax(a.view(), dim, log)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let l = validate::view("softmax", s, l)?;
@@ -211,8 +210,8 @@ impl Backend for CpuBackend {
 
     fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
         if let Some(low) = low_of([s, t]) {
-            let [x, y] = operands([(s, l), (t, lt)])?;
-            return self.class_loss(x.view(), y.view(), loss)?.narrow(low);
+            let [x, y] = operands(self, [(s, l), (t, lt)])?;
+            return self.class_loss(x.view(), y.view(), loss)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = loss.name();
@@ -229,8 +228,8 @@ impl Backend for CpuBackend {
         bh: (usize, usize),
     ) -> Result<Storage> {
         if let Some(low) = low_of([a, g, c]) {
-            let [x, y, z] = operands([(a, la), (g, lg), (c, lc)])?;
-            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(low);
+            let [x, y, z] = operands(self, [(a, la), (g, lg), (c, lc)])?;
+            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = "lstm_cell";
@@ -251,10 +250,10 @@ impl Backend for CpuBackend {
         bh: (usize, usize),
     ) -> Result<[Storage; 2]> {
         if let Some(low) = low_of([y, dh, dc, c].into_iter().chain(gy.map(|(s, _)| s))) {
-            let [y, dh, dc, c] = operands([(y, ly), (dh, ldh), (dc, ldc), (c, lc)])?;
-            let gy = Operand::optional(gy)?;
+            let [y, dh, dc, c] = operands(self, [(y, ly), (dh, ldh), (dc, ldc), (c, lc)])?;
+            let gy = Operand::optional(self, gy)?;
             let gy = gy.as_ref().map(Operand::view);
-            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(low);
+            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = "lstm_cell_backward";
@@ -285,8 +284,8 @@ impl Backend for CpuBackend {
         run: &LstmRun,
     ) -> Result<Storage> {
         if let Some(low) = low_of([gi, w, h0, c0]) {
-            let [a, b, c, d] = operands([(gi, lgi), (w, lw), (h0, lh), (c0, lc)])?;
-            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+            let [a, b, c, d] = operands(self, [(gi, lgi), (w, lw), (h0, lh), (c0, lc)])?;
+            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = "lstm_sequence";
@@ -309,8 +308,8 @@ impl Backend for CpuBackend {
         run: &LstmRun,
     ) -> Result<[Storage; 3]> {
         if let Some(low) = low_of([y, gy, w, c0]) {
-            let [a, b, c, d] = operands([(y, ly), (gy, lgy), (w, lw), (c0, lc)])?;
-            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+            let [a, b, c, d] = operands(self, [(y, ly), (gy, lgy), (w, lw), (c0, lc)])?;
+            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = "lstm_sequence_backward";
@@ -338,8 +337,8 @@ impl Backend for CpuBackend {
         loss: &ClassLoss,
     ) -> Result<Storage> {
         if let Some(low) = low_of([s, t, g]) {
-            let [x, y, z] = operands([(s, l), (t, lt), (g, lg)])?;
-            return self.class_loss_backward(x.view(), y.view(), z.view(), loss)?.narrow(low);
+            let [x, y, z] = operands(self, [(s, l), (t, lt), (g, lg)])?;
+            return self.class_loss_backward(x.view(), y.view(), z.view(), loss)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = loss.name();
@@ -350,12 +349,12 @@ impl Backend for CpuBackend {
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
         if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))) {
-            let [q, k, v] = operands([q, k, v])?;
-            let mask = Operand::optional(mask)?;
+            let [q, k, v] = operands(self, [q, k, v])?;
+            let mask = Operand::optional(self, mask)?;
             let [out, lse] = self.attention([q.view(), k.view(), v.view()], mask.as_ref().map(Operand::view), spec)?;
             // The log-sum-exp stays f32 (as PyTorch keeps it): the backward recomputes the
             // probabilities from it, which bf16's 8 bits would put off by percents.
-            return Ok([out.narrow(low)?, lse]);
+            return Ok([out.narrow(self, low)?, lse]);
         }
         let _mode = float_mode::enter();
         let op = crate::ops::attention::OP;
@@ -378,12 +377,12 @@ impl Backend for CpuBackend {
     ) -> Result<[Storage; 3]> {
         let all = [q, k, v, o, lse, g];
         if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))) {
-            let [q, k, v, o, lse, g] = operands(all)?;
-            let mask = Operand::optional(mask)?;
+            let [q, k, v, o, lse, g] = operands(self, all)?;
+            let mask = Operand::optional(self, mask)?;
             let m = mask.as_ref().map(Operand::view);
             return self
                 .attention_backward([q.view(), k.view(), v.view()], m, [o.view(), lse.view(), g.view()], spec)?
-                .narrow(low);
+                .narrow(self, low);
         }
         let _mode = float_mode::enter();
         let op = crate::ops::attention::OP;
@@ -407,8 +406,8 @@ impl Backend for CpuBackend {
         // operands once beat widening slice by slice inside each block (`matmul_lowp`) when
         // measured. bf16 runs its own kernel.
         if let Some(low @ DType::F16) = low_of([a, b]) {
-            let [x, y] = operands([(a, la), (b, lb)])?;
-            return self.matmul(x.view(), y.view())?.narrow(low);
+            let [x, y] = operands(self, [(a, la), (b, lb)])?;
+            return self.matmul(x.view(), y.view())?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
@@ -431,8 +430,8 @@ impl Backend for CpuBackend {
 
     fn scatter_add(&self, (d, ld): View<'_>, dim: usize, (i, li): View<'_>, (s, ls): View<'_>) -> Result<Storage> {
         if let Some(low) = low_of([d, s]) {
-            let [x, y] = operands([(d, ld), (s, ls)])?;
-            return self.scatter_add(x.view(), dim, (i, li), y.view())?.narrow(low);
+            let [x, y] = operands(self, [(d, ld), (s, ls)])?;
+            return self.scatter_add(x.view(), dim, (i, li), y.view())?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let ld = validate::view("scatter_add", d, ld)?;
@@ -466,9 +465,9 @@ impl Backend for CpuBackend {
         geom: &ConvGeometry,
     ) -> Result<Storage> {
         if let Some(low) = low_of([sx, sw].into_iter().chain(bias.map(|(s, _)| s))) {
-            let [x, w] = operands([(sx, lx), (sw, lw)])?;
-            let b = Operand::optional(bias)?;
-            return self.conv2d(x.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(low);
+            let [x, w] = operands(self, [(sx, lx), (sw, lw)])?;
+            let b = Operand::optional(self, bias)?;
+            return self.conv2d(x.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let mut views = vec![(sx, lx, Role::Input), (sw, lw, Role::Weight)];
@@ -488,9 +487,9 @@ impl Backend for CpuBackend {
         geom: &ConvGeometry,
     ) -> Result<Storage> {
         if let Some(low) = low_of([sy, sw].into_iter().chain(bias.map(|(s, _)| s))) {
-            let [y, w] = operands([(sy, ly), (sw, lw)])?;
-            let b = Operand::optional(bias)?;
-            return self.conv_transpose2d(y.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(low);
+            let [y, w] = operands(self, [(sy, ly), (sw, lw)])?;
+            let b = Operand::optional(self, bias)?;
+            return self.conv_transpose2d(y.view(), w.view(), b.as_ref().map(Operand::view), geom)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let mut views = vec![(sy, ly, Role::Output), (sw, lw, Role::Weight)];
@@ -504,8 +503,8 @@ impl Backend for CpuBackend {
 
     fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
         if let Some(low) = low_of([sx, sy]) {
-            let [x, y] = operands([(sx, lx), (sy, ly)])?;
-            return self.conv2d_weight_grad(x.view(), y.view(), geom)?.narrow(low);
+            let [x, y] = operands(self, [(sx, lx), (sy, ly)])?;
+            return self.conv2d_weight_grad(x.view(), y.view(), geom)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
@@ -520,8 +519,8 @@ impl Backend for CpuBackend {
 
     fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.fold(a.view(), window)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.fold(a.view(), window)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
@@ -536,13 +535,13 @@ impl Backend for CpuBackend {
         eps: f64,
     ) -> Result<[Storage; 3]> {
         if let Some(low) = low_of([x.0].into_iter().chain(weight.map(|v| v.0)).chain(bias.map(|v| v.0))) {
-            let [a] = operands([x])?;
-            let (w, b) = (Operand::optional(weight)?, Operand::optional(bias)?);
+            let [a] = operands(self, [x])?;
+            let (w, b) = (Operand::optional(self, weight)?, Operand::optional(self, bias)?);
             let [out, mean, var] =
                 self.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
             // The statistics stay f32, as PyTorch keeps a 16-bit batch norm's: the backward
             // and the running statistics need more than 8 bits of them.
-            return Ok([out.narrow(low)?, mean, var]);
+            return Ok([out.narrow(self, low)?, mean, var]);
         }
         let _mode = float_mode::enter();
         let named = [("weight", weight), ("bias", bias)];
@@ -566,10 +565,10 @@ impl Backend for CpuBackend {
         eps: f64,
     ) -> Result<[Storage; 3]> {
         if let Some(low) = low_of([x.0, grad.0, mean.0, var.0].into_iter().chain(weight.map(|v| v.0))) {
-            let [a, g, m, v] = operands([x, grad, mean, var])?;
-            let w = Operand::optional(weight)?;
+            let [a, g, m, v] = operands(self, [x, grad, mean, var])?;
+            let w = Operand::optional(self, weight)?;
             let w = w.as_ref().map(Operand::view);
-            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(low);
+            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(self, low);
         }
         let _mode = float_mode::enter();
         let mut per_channel = vec![("mean", mean.0, mean.1), ("variance", var.0, var.1)];
@@ -586,8 +585,8 @@ impl Backend for CpuBackend {
 
     fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.max_pool2d(a.view(), windows)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.max_pool2d(a.view(), windows)?.narrow(self, low);
         }
         windows.check("max_pool2d")?;
         let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
@@ -603,8 +602,8 @@ impl Backend for CpuBackend {
 
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(self, low);
         }
         let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
         let _mode = float_mode::enter();
@@ -613,8 +612,8 @@ impl Backend for CpuBackend {
 
     fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands([(s, l)])?;
-            return self.resample2d(a.view(), map)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.resample2d(a.view(), map)?.narrow(self, low);
         }
         map.check("resample2d")?;
         let l = check_planes("resample2d", s, l, map.input(), map.output(), None)?;
@@ -624,7 +623,7 @@ impl Backend for CpuBackend {
 
     fn random(&self, numel: usize, dist: Distribution, dtype: DType) -> Result<Storage> {
         if dtype.is_half() {
-            return self.random(numel, dist, DType::F32)?.narrow(dtype);
+            return self.random(numel, dist, DType::F32)?.narrow(self, dtype);
         }
         let _mode = float_mode::enter();
         wrap(random::random(numel, dist, dtype))
@@ -643,7 +642,7 @@ impl Backend for CpuBackend {
 
     fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
         if low_of([s]).is_some() {
-            let [a] = operands([(s, l)])?;
+            let [a] = operands(self, [(s, l)])?;
             return self.power_sum(a.view(), p);
         }
         let _mode = float_mode::enter();
@@ -653,7 +652,8 @@ impl Backend for CpuBackend {
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
         if low_of([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))).is_some() {
-            let (mut p, g, mut b) = (InPlace::new(param)?, Operand::new(grad)?, InPlace::optional(buffer)?);
+            let (mut p, g, mut b) =
+                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::optional(self, buffer)?);
             self.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
             return b.map(InPlace::finish).transpose().and(p.finish());
         }
@@ -664,9 +664,9 @@ impl Backend for CpuBackend {
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
         let max = state.max_exp_avg_sq.as_ref().map(|t| &*t.0);
         if low_of([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)).is_some() {
-            let (mut p, g) = (InPlace::new(param)?, Operand::new(grad)?);
-            let (mut m, mut v) = (InPlace::new(state.exp_avg)?, InPlace::new(state.exp_avg_sq)?);
-            let mut vmax = InPlace::optional(state.max_exp_avg_sq)?;
+            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
+            let (mut m, mut v) = (InPlace::new(self, state.exp_avg)?, InPlace::new(self, state.exp_avg_sq)?);
+            let mut vmax = InPlace::optional(self, state.max_exp_avg_sq)?;
             let wide = AdamState {
                 exp_avg: m.target(),
                 exp_avg_sq: v.target(),
@@ -684,9 +684,10 @@ impl Backend for CpuBackend {
         let optional = [&state.grad_avg, &state.momentum_buffer];
         let extra = optional.into_iter().filter_map(|t| t.as_ref().map(|t| &*t.0));
         if low_of([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)).is_some() {
-            let (mut p, g, mut sq) = (InPlace::new(param)?, Operand::new(grad)?, InPlace::new(state.square_avg)?);
-            let mut avg = InPlace::optional(state.grad_avg)?;
-            let mut mom = InPlace::optional(state.momentum_buffer)?;
+            let (mut p, g, mut sq) =
+                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::new(self, state.square_avg)?);
+            let mut avg = InPlace::optional(self, state.grad_avg)?;
+            let mut mom = InPlace::optional(self, state.momentum_buffer)?;
             let wide = RmsPropState {
                 square_avg: sq.target(),
                 grad_avg: avg.as_mut().map(InPlace::target),

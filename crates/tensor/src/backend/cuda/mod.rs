@@ -21,7 +21,7 @@
 //! `f16` and `bf16` compute in `f32` and round each result once, as on the CPU: the
 //! elementwise, cast, selection and indexing kernels have 16-bit variants, cuBLAS multiplies
 //! 16-bit matrices summing in `f32`, and every other kernel runs in `f32` on operands
-//! widened on the device (`widen`).
+//! widened on the device (`backend/widen.rs`, shared with the CPU backend).
 
 mod allocator;
 mod compile;
@@ -37,7 +37,6 @@ mod optim;
 mod pool;
 mod reduce;
 pub(crate) mod timer;
-mod widen;
 mod window;
 
 pub use memory::CudaStorage;
@@ -45,6 +44,7 @@ pub use memory::CudaStorage;
 use crate::backend::compose;
 use crate::backend::validate::conv::check_window_view;
 use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
+use crate::backend::widen::{self, InPlace, Narrow, Operand, low_of, operands};
 use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::DType;
 use crate::host::{float_mode, random};
@@ -59,7 +59,6 @@ use crate::random::Distribution;
 use crate::storage::{CpuStorage, DeviceStorage, Storage};
 use crate::{Device, DeviceMemory, Error, Result, Scalar};
 use device::{Gpu, gpu};
-use widen::{InPlace, Narrow, Operand, low_of, operands};
 
 /// The kernel-name suffix of a dtype.
 pub(crate) fn sfx(d: DType) -> &'static str {
@@ -213,6 +212,7 @@ impl Backend for CudaBackend {
 
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
         self.gpu()?;
+        let op = if s.dtype().is_half() { widen::scalar_as_pytorch(op, s.dtype()) } else { op };
         let l = validate::view(op.name(), s, l)?;
         wrap(elementwise::unary(op, self.st(s)?, &l))
     }
@@ -248,6 +248,7 @@ impl Backend for CudaBackend {
 
     fn unary_inplace(&self, op: UnaryOp, dst: &mut Storage, layout: &Layout) -> Result<()> {
         self.gpu()?;
+        let op = if dst.dtype().is_half() { widen::scalar_as_pytorch(op, dst.dtype()) } else { op };
         let l = validate::view(op.name(), dst, layout)?;
         elementwise::unary_inplace(op, self.st_mut(dst)?, &l)
     }
@@ -277,8 +278,8 @@ impl Backend for CudaBackend {
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands(op.name(), [(s, l)])?;
-            return self.reduce(op, a.view(), dims)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.reduce(op, a.view(), dims)?.narrow(self, low);
         }
         let name = op.name();
         let l = validate::view(name, s, l)?;
@@ -292,8 +293,8 @@ impl Backend for CudaBackend {
     fn softmax(&self, (s, l): View<'_>, dim: usize, log: bool) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("softmax", [(s, l)])?;
-            return self.softmax(a.view(), dim, log)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.softmax(a.view(), dim, log)?.narrow(self, low);
         }
         let l = validate::view("softmax", s, l)?;
         validate::dim("softmax", &l, dim)?;
@@ -303,8 +304,8 @@ impl Backend for CudaBackend {
     fn class_loss(&self, (s, l): View<'_>, (t, lt): View<'_>, loss: &ClassLoss) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s, t]) {
-            let [x, y] = operands(loss.name(), [(s, l), (t, lt)])?;
-            return self.class_loss(x.view(), y.view(), loss)?.narrow(low);
+            let [x, y] = operands(self, [(s, l), (t, lt)])?;
+            return self.class_loss(x.view(), y.view(), loss)?.narrow(self, low);
         }
         let op = loss.name();
         let (l, lt) = (validate::view(op, s, l)?, validate::view(op, t, lt)?);
@@ -321,8 +322,8 @@ impl Backend for CudaBackend {
     ) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s, t, g]) {
-            let [x, y, z] = operands(loss.name(), [(s, l), (t, lt), (g, lg)])?;
-            return self.class_loss_backward(x.view(), y.view(), z.view(), loss)?.narrow(low);
+            let [x, y, z] = operands(self, [(s, l), (t, lt), (g, lg)])?;
+            return self.class_loss_backward(x.view(), y.view(), z.view(), loss)?.narrow(self, low);
         }
         let op = loss.name();
         let (l, lt, lg) = (validate::view(op, s, l)?, validate::view(op, t, lt)?, validate::view(op, g, lg)?);
@@ -335,14 +336,13 @@ impl Backend for CudaBackend {
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
         self.gpu()?;
-        let op = crate::ops::attention::OP;
         if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))) {
-            let [q, k, v] = operands(op, [q, k, v])?;
-            let mask = Operand::optional(op, mask)?;
+            let [q, k, v] = operands(self, [q, k, v])?;
+            let mask = Operand::optional(self, mask)?;
             let [out, lse] = self.attention([q.view(), k.view(), v.view()], mask.as_ref().map(Operand::view), spec)?;
             // The log-sum-exp stays f32, as the CPU keeps it (and PyTorch): the backward
             // recomputes the probabilities from it.
-            return Ok([out.narrow(low)?, lse]);
+            return Ok([out.narrow(self, low)?, lse]);
         }
         compose::attention::forward(self, [q, k, v], mask, spec)
     }
@@ -355,15 +355,14 @@ impl Backend for CudaBackend {
         spec: &Attention,
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
-        let op = crate::ops::attention::OP;
         let all = [q, k, v, o, lse, g];
         if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))) {
-            let [q, k, v, o, lse, g] = operands(op, all)?;
-            let mask = Operand::optional(op, mask)?;
+            let [q, k, v, o, lse, g] = operands(self, all)?;
+            let mask = Operand::optional(self, mask)?;
             let m = mask.as_ref().map(Operand::view);
             return self
                 .attention_backward([q.view(), k.view(), v.view()], m, [o.view(), lse.view(), g.view()], spec)?
-                .narrow(low);
+                .narrow(self, low);
         }
         compose::attention::backward(self, [q, k, v], mask, [o, lse, g], spec)
     }
@@ -371,8 +370,8 @@ impl Backend for CudaBackend {
     fn lstm_cell(&self, a: View<'_>, gi: View<'_>, c: View<'_>, bh: (usize, usize)) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([a.0, gi.0, c.0]) {
-            let [x, y, z] = operands("lstm_cell", [a, gi, c])?;
-            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(low);
+            let [x, y, z] = operands(self, [a, gi, c])?;
+            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(self, low);
         }
         compose::lstm::forward(self, a, gi, c, bh)
     }
@@ -388,11 +387,10 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 2]> {
         self.gpu()?;
         if let Some(low) = low_of([y.0, dh.0, dc.0, c.0].into_iter().chain(gy.map(|(s, _)| s))) {
-            let op = "lstm_cell_backward";
-            let [y, dh, dc, c] = operands(op, [y, dh, dc, c])?;
-            let gy = Operand::optional(op, gy)?;
+            let [y, dh, dc, c] = operands(self, [y, dh, dc, c])?;
+            let gy = Operand::optional(self, gy)?;
             let gy = gy.as_ref().map(Operand::view);
-            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(low);
+            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(self, low);
         }
         compose::lstm::backward(self, y, gy, dh, dc, c, bh)
     }
@@ -400,8 +398,8 @@ impl Backend for CudaBackend {
     fn lstm_sequence(&self, gi: View<'_>, w: View<'_>, h0: View<'_>, c0: View<'_>, run: &LstmRun) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([gi.0, w.0, h0.0, c0.0]) {
-            let [a, b, c, d] = operands("lstm_sequence", [gi, w, h0, c0])?;
-            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+            let [a, b, c, d] = operands(self, [gi, w, h0, c0])?;
+            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
         }
         compose::lstm::sequence(self, gi, w, h0, c0, run)
     }
@@ -416,8 +414,8 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
         if let Some(low) = low_of([y.0, gy.0, w.0, c0.0]) {
-            let [a, b, c, d] = operands("lstm_sequence_backward", [y, gy, w, c0])?;
-            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(low);
+            let [a, b, c, d] = operands(self, [y, gy, w, c0])?;
+            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
         }
         compose::lstm::sequence_backward(self, y, gy, w, c0, run)
     }
@@ -431,14 +429,13 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
         if let Some(low) = low_of([x.0].into_iter().chain(weight.map(|v| v.0)).chain(bias.map(|v| v.0))) {
-            let op = "channel_norm";
-            let [a] = operands(op, [x])?;
-            let (w, b) = (Operand::optional(op, weight)?, Operand::optional(op, bias)?);
+            let [a] = operands(self, [x])?;
+            let (w, b) = (Operand::optional(self, weight)?, Operand::optional(self, bias)?);
             let [out, mean, var] =
                 self.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
             // The statistics stay f32, as the CPU keeps them (and PyTorch a 16-bit batch
             // norm's): the backward and the running statistics need more than 8 bits.
-            return Ok([out.narrow(low)?, mean, var]);
+            return Ok([out.narrow(self, low)?, mean, var]);
         }
         compose::norm::channel_norm(self, x, weight, bias, eps)
     }
@@ -454,11 +451,10 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
         if let Some(low) = low_of([x.0, grad.0, mean.0, var.0].into_iter().chain(weight.map(|v| v.0))) {
-            let op = "channel_norm_backward";
-            let [a, g, m, v] = operands(op, [x, grad, mean, var])?;
-            let w = Operand::optional(op, weight)?;
+            let [a, g, m, v] = operands(self, [x, grad, mean, var])?;
+            let w = Operand::optional(self, weight)?;
             let w = w.as_ref().map(Operand::view);
-            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(low);
+            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(self, low);
         }
         compose::norm::channel_norm_backward(self, x, grad, mean, var, weight, eps)
     }
@@ -466,8 +462,8 @@ impl Backend for CudaBackend {
     fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("resample2d", [(s, l)])?;
-            return self.resample2d(a.view(), map)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.resample2d(a.view(), map)?.narrow(self, low);
         }
         compose::pool::resample2d(self, (s, l), map)
     }
@@ -486,8 +482,8 @@ impl Backend for CudaBackend {
     fn unfold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("unfold", [(s, l)])?;
-            return self.unfold(a.view(), window)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.unfold(a.view(), window)?.narrow(self, low);
         }
         let (n, c, l) = check_window_view("unfold", window, s, l, false)?;
         wrap(window::unfold(self.st(s)?, &l, window, (n, c)))
@@ -496,8 +492,8 @@ impl Backend for CudaBackend {
     fn fold(&self, (s, l): View<'_>, window: &SlidingWindow) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("fold", [(s, l)])?;
-            return self.fold(a.view(), window)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.fold(a.view(), window)?.narrow(self, low);
         }
         let (n, c, l) = check_window_view("fold", window, s, l, true)?;
         wrap(window::fold(self.st(s)?, &l, window, (n, c)))
@@ -506,8 +502,8 @@ impl Backend for CudaBackend {
     fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("max_pool2d", [(s, l)])?;
-            return self.max_pool2d(a.view(), windows)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.max_pool2d(a.view(), windows)?.narrow(self, low);
         }
         windows.check("max_pool2d")?;
         let l = check_planes("max_pool2d", s, l, windows.input(), windows.output(), None)?;
@@ -518,8 +514,8 @@ impl Backend for CudaBackend {
     fn gather_planes(&self, (s, l): View<'_>, (si, li): View<'_>) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("gather_planes", [(s, l)])?;
-            return self.gather_planes(a.view(), (si, li))?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.gather_planes(a.view(), (si, li))?.narrow(self, low);
         }
         let (l, li) = check_gather_planes(s, l, si, li)?;
         wrap(pool::gather_planes(self.st(s)?, &l, self.st(si)?, &li))
@@ -528,8 +524,8 @@ impl Backend for CudaBackend {
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
         self.gpu()?;
         if let Some(low) = low_of([s]) {
-            let [a] = operands("scatter_planes", [(s, l)])?;
-            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(low);
+            let [a] = operands(self, [(s, l)])?;
+            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(self, low);
         }
         let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
         wrap(pool::scatter_planes(self.st(s)?, &l, self.st(si)?, &li, plane))
@@ -554,8 +550,8 @@ impl Backend for CudaBackend {
         self.gpu()?;
         if let Some(low) = low_of([d, s]) {
             // No 16-bit atomics: the sums are made in f32 and rounded once.
-            let [x, y] = operands("scatter_add", [(d, ld), (s, ls)])?;
-            return self.scatter_add(x.view(), dim, (i, li), y.view())?.narrow(low);
+            let [x, y] = operands(self, [(d, ld), (s, ls)])?;
+            return self.scatter_add(x.view(), dim, (i, li), y.view())?.narrow(self, low);
         }
         let ld = validate::view("scatter_add", d, ld)?;
         let (li, ls) = (validate::view("scatter_add", i, li)?, validate::view("scatter_add", s, ls)?);
@@ -569,7 +565,7 @@ impl Backend for CudaBackend {
         if dtype.is_half() {
             // Drawn in f32 and rounded, as the CPU backend draws 16-bit floats.
             self.gpu()?;
-            return self.random(numel, dist, DType::F32)?.narrow(dtype);
+            return self.random(numel, dist, DType::F32)?.narrow(self, dtype);
         }
         // Drawn on the host from the global generator, in the kernels' float mode as on the
         // CPU, so that a seeded program gets the same numbers on every device.
@@ -594,7 +590,7 @@ impl Backend for CudaBackend {
     fn power_sum(&self, (s, l): View<'_>, p: f64) -> Result<f64> {
         self.gpu()?;
         if low_of([s]).is_some() {
-            let [a] = operands("power_sum", [(s, l)])?;
+            let [a] = operands(self, [(s, l)])?;
             return self.power_sum(a.view(), p);
         }
         let l = validate::view("power_sum", s, l)?;
@@ -604,8 +600,8 @@ impl Backend for CudaBackend {
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
         self.gpu()?;
         if low_of([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))).is_some() {
-            let op = "sgd_step";
-            let (mut p, g, mut b) = (InPlace::new(op, param)?, Operand::new(op, grad)?, InPlace::optional(op, buffer)?);
+            let (mut p, g, mut b) =
+                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::optional(self, buffer)?);
             self.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
             return b.map(InPlace::finish).transpose().and(p.finish());
         }
@@ -618,10 +614,9 @@ impl Backend for CudaBackend {
         self.gpu()?;
         let max = state.max_exp_avg_sq.as_ref().map(|t| &*t.0);
         if low_of([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)).is_some() {
-            let op = "adam_step";
-            let (mut p, g) = (InPlace::new(op, param)?, Operand::new(op, grad)?);
-            let (mut m, mut v) = (InPlace::new(op, state.exp_avg)?, InPlace::new(op, state.exp_avg_sq)?);
-            let mut vmax = InPlace::optional(op, state.max_exp_avg_sq)?;
+            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
+            let (mut m, mut v) = (InPlace::new(self, state.exp_avg)?, InPlace::new(self, state.exp_avg_sq)?);
+            let mut vmax = InPlace::optional(self, state.max_exp_avg_sq)?;
             let wide = AdamState {
                 exp_avg: m.target(),
                 exp_avg_sq: v.target(),
@@ -641,11 +636,10 @@ impl Backend for CudaBackend {
         let optional = [&state.grad_avg, &state.momentum_buffer];
         let extra = optional.into_iter().filter_map(|t| t.as_ref().map(|t| &*t.0));
         if low_of([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)).is_some() {
-            let op = "rmsprop_step";
-            let (mut p, g) = (InPlace::new(op, param)?, Operand::new(op, grad)?);
-            let mut sq = InPlace::new(op, state.square_avg)?;
-            let mut avg = InPlace::optional(op, state.grad_avg)?;
-            let mut mom = InPlace::optional(op, state.momentum_buffer)?;
+            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
+            let mut sq = InPlace::new(self, state.square_avg)?;
+            let mut avg = InPlace::optional(self, state.grad_avg)?;
+            let mut mom = InPlace::optional(self, state.momentum_buffer)?;
             let wide = RmsPropState {
                 square_avg: sq.target(),
                 grad_avg: avg.as_mut().map(InPlace::target),

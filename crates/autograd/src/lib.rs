@@ -306,6 +306,13 @@
 //! # Ok::<(), ember_tensor::Error>(())
 //! ```
 //!
+//! # Mixed precision
+//!
+//! [`autocast()`] (or an [`AutocastGuard`]) runs matrix products, convolutions, attention
+//! and recurrent layers in `bf16` or `f16` and the operations that need the range in `f32`,
+//! by PyTorch's per-operation lists, per thread and device type; the casts are recorded, so
+//! `f32` parameters get `f32` gradients. The [module docs](mod@autocast) have the rules.
+//!
 //! # Profiling
 //!
 //! [`profile`] (or a [`Profiler`]) times every operation's forward and every node's
@@ -328,6 +335,7 @@
 #![warn(missing_docs)]
 
 mod anomaly;
+pub mod autocast;
 mod backward;
 mod backward_ctx;
 pub mod checkpoint;
@@ -355,6 +363,7 @@ mod thread_mask;
 mod var;
 
 pub use anomaly::{AnomalyGuard, detect_anomaly, is_anomaly_enabled};
+pub use autocast::{AutocastGuard, DeviceType, autocast, autocast_dtype, is_autocast_enabled};
 pub use backward::grad;
 pub use backward_ctx::BackwardCtx;
 pub use checkpoint::checkpoint;

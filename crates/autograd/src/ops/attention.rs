@@ -4,6 +4,7 @@
 //! [`ember_tensor::ops::attention`] for what both compute.
 
 use super::{apply, constant};
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op};
@@ -41,6 +42,12 @@ impl Var {
     /// `ember_nn::functional::scaled_dot_product_attention` uses with dropout.
     #[track_caller]
     pub fn attention_weights(&self, key: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
+        // Part of attention: its softmax runs in the attention's dtype.
+        if let Some(r) = autocast::run_cast(&policy::ATTENTION, [Some(self), Some(key), mask], |c| {
+            c.or(0, self).attention_weights(c.or(1, key), c.get(2), spec)
+        }) {
+            return r;
+        }
         let shapes = check(self, key, key, mask)?;
         let mut scores = self.matmul(&key.transpose(-2, -1)?)?.mul_scalar(spec.scale);
         let mut maybe_dead = false;
@@ -74,6 +81,11 @@ impl Var {
     /// the same with a kernel that keeps none of them.
     #[track_caller]
     pub fn attention_composed(&self, key: &Var, value: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
+        if let Some(r) = autocast::run_cast(&policy::ATTENTION, [Some(self), Some(key), Some(value), mask], |c| {
+            c.or(0, self).attention_composed(c.or(1, key), c.or(2, value), c.get(3), spec)
+        }) {
+            return r;
+        }
         check(self, key, value, mask)?;
         self.attention_weights(key, mask, spec)?.matmul(value)
     }
@@ -192,6 +204,9 @@ impl Var {
     /// ```
     #[track_caller]
     pub fn attention(&self, key: &Var, value: &Var, mask: Option<&Var>, spec: &Attention) -> Result<Var> {
+        if let Some(c) = autocast::cast_inputs(&policy::ATTENTION, [Some(self), Some(key), Some(value), mask])? {
+            return c.or(0, self).attention(c.or(1, key), c.or(2, value), c.get(3), spec);
+        }
         check(self, key, value, mask)?;
         if mask.is_some_and(|m| m.dtype() != DType::U8 && m.requires_grad()) {
             return self.attention_composed(key, value, mask, spec);

@@ -3,6 +3,7 @@
 //! are summed back to each input's shape.
 
 use super::{apply, constant};
+use crate::autocast::{self, OpPolicy, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -81,6 +82,11 @@ macro_rules! binary_var_ops {
                 $(#[$doc])*
                 #[track_caller]
                 pub fn $method(&self, other: &Var) -> Result<Var> {
+                    // A constant: the check is compiled out of the ops autocast leaves alone.
+                    const POLICY: OpPolicy = policy::binary(stringify!($method));
+                    if POLICY.is_active() && let Some([a, b]) = autocast::cast(&POLICY, [self, other]) {
+                        return apply($V(Shapes::of(&a, &b)), &[&a, &b]);
+                    }
                     apply($V(Shapes::of(self, other)), &[self, other])
                 }
             }

@@ -17,6 +17,7 @@
 //! dimensions of extent 1 ([`ConvPlan`]).
 
 use super::apply;
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -169,6 +170,9 @@ impl Var {
     /// for code generic over the number of spatial dimensions.
     #[track_caller]
     pub fn conv<const D: usize>(&self, weight: &Var, bias: Option<&Var>, args: &ConvArgs<D>) -> Result<Var> {
+        if let Some(c) = autocast::cast_inputs(&policy::CONV, [Some(self), Some(weight), bias])? {
+            return c.or(0, self).conv(c.or(1, weight), c.get(2), args);
+        }
         let name = named::<D>("conv1d", "conv2d");
         let plan = conv_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
         run(name, self, weight, bias, &plan, false)
@@ -183,6 +187,9 @@ impl Var {
         bias: Option<&Var>,
         args: &ConvTransposeArgs<D>,
     ) -> Result<Var> {
+        if let Some(c) = autocast::cast_inputs(&policy::CONV_TRANSPOSE, [Some(self), Some(weight), bias])? {
+            return c.or(0, self).conv_transpose(c.or(1, weight), c.get(2), args);
+        }
         let name = named::<D>("conv_transpose1d", "conv_transpose2d");
         let plan = conv_transpose_plan(name, &self.shape(), &weight.shape(), bias.map(|b| b.shape()).as_deref(), args)?;
         run(name, self, weight, bias, &plan, true)

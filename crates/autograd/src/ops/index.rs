@@ -4,6 +4,7 @@
 //! can be re-run with new ones), but gradients never flow into them.
 
 use super::{apply, constant};
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::{IntoVar, Var};
@@ -199,6 +200,9 @@ impl Var {
     pub fn scatter_add(&self, dim: impl Dim, index: impl IntoVar, src: &Var) -> Result<Var> {
         let d = dim.resolve(self.rank(), "scatter_add")?;
         let idx = index.into_var();
+        if let Some([x, src]) = autocast::cast(&policy::SCATTER_ADD, [self, src]) {
+            return apply(ScatterAdd { dim: d, src_shape: src.shape() }, &[&x, &idx, &src]);
+        }
         apply(ScatterAdd { dim: d, src_shape: src.shape() }, &[self, &idx, src])
     }
 

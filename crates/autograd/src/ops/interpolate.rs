@@ -3,6 +3,7 @@
 //! (see `pool.rs`).
 
 use super::pool::run_linear;
+use crate::autocast::{self, policy};
 use crate::export::{ExportAttr, OpExport};
 use crate::var::Var;
 use ember_tensor::Result;
@@ -39,6 +40,9 @@ impl Var {
     /// ```
     #[track_caller]
     pub fn interpolate(&self, args: &InterpolateArgs) -> Result<Var> {
+        if let Some([x]) = autocast::cast(&policy::INTERPOLATE, [self]) {
+            return x.interpolate(args);
+        }
         let plan = interpolate_plan(&self.shape(), args, self.dtype())?;
         let nearest = args.mode == ember_tensor::InterpolateMode::Nearest;
         let name = if nearest {

@@ -1,6 +1,7 @@
 //! Joining and tiling: cat, stack, pad, repeat, tril/triu.
 
 use super::apply;
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -126,6 +127,9 @@ impl Var {
     /// The `Var`s joined along `dim`.
     #[track_caller]
     pub fn cat(vars: &[&Var], dim: impl Dim) -> Result<Var> {
+        if let Some(cast) = autocast::cast_list(&policy::JOIN, vars) {
+            return Var::cat(&cast.iter().collect::<Vec<_>>(), dim);
+        }
         let first = vars.first().ok_or_else(|| Error::invalid("cat", "expected at least one Var"))?;
         let d = dim.resolve(first.rank(), "cat")?;
         let metas: Vec<(Shape, DType)> = vars.iter().map(|v| v.shape_and_dtype()).collect();

@@ -1,6 +1,7 @@
 //! Matrix products.
 
 use super::apply;
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op};
 use crate::var::Var;
@@ -103,6 +104,14 @@ impl Var {
                 ),
             ));
         }
+        if let Some(c) = autocast::cast_inputs(&policy::LINEAR, [Some(self), Some(weight), bias])?
+            && let [Some(x), Some(w), b] = &c.inputs
+        {
+            return match b {
+                Some(b) => apply(Linear { bias: true }, &[x, w, b]),
+                None => apply(Linear { bias: false }, &[x, w]),
+            };
+        }
         match bias {
             Some(b) => apply(Linear { bias: true }, &[self, weight, b]),
             None => apply(Linear { bias: false }, &[self, weight]),
@@ -113,6 +122,9 @@ impl Var {
     /// dimensions broadcast as batches).
     #[track_caller]
     pub fn matmul(&self, other: &Var) -> Result<Var> {
+        if let Some([a, b]) = autocast::cast(&policy::MATMUL, [self, other]) {
+            return a.matmul(&b);
+        }
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
             return Err(Error::shape(

@@ -3,6 +3,7 @@
 //! the targets.
 
 use super::{apply, constant};
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op};
@@ -108,6 +109,9 @@ impl Var {
     /// ```
     #[track_caller]
     pub fn class_loss(&self, target: &Var, loss: ClassLoss) -> Result<Var> {
+        if let Some([x]) = autocast::cast(&policy::CLASS_LOSS, [self]) {
+            return apply(ClassLossOp(loss), &[&x, target]);
+        }
         apply(ClassLossOp(loss), &[self, target])
     }
 }

@@ -4,6 +4,7 @@
 //! is 0 where the deviation is (PyTorch's rule).
 
 use super::{apply, apply_infallible, constant, infallible};
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -181,6 +182,9 @@ impl Var {
     #[track_caller]
     pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "sum")?;
+        if let Some([x]) = autocast::cast(&policy::reduction("sum"), [self]) {
+            return apply(Sum(Reduction::new(&x, d, keepdim)), &[&x]);
+        }
         apply(Sum(Reduction::new(self, d, keepdim)), &[self])
     }
 
@@ -188,6 +192,9 @@ impl Var {
     #[track_caller]
     pub fn sum_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
+        if let Some([x]) = autocast::cast(&policy::reduction("sum_all"), [self]) {
+            return apply_infallible(Sum(Reduction::new(&x, d, false)), &[&x]);
+        }
         apply_infallible(Sum(Reduction::new(self, d, false)), &[self])
     }
 
@@ -237,6 +244,9 @@ impl Var {
     #[track_caller]
     pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "prod")?;
+        if let Some([x]) = autocast::cast(&policy::reduction("prod"), [self]) {
+            return apply(Prod(Reduction::new(&x, d, keepdim)), &[&x]);
+        }
         apply(Prod(Reduction::new(self, d, keepdim)), &[self])
     }
 
@@ -244,6 +254,9 @@ impl Var {
     #[track_caller]
     pub fn prod_all(&self) -> Var {
         let d: DimList = (0..self.rank()).collect();
+        if let Some([x]) = autocast::cast(&policy::reduction("prod_all"), [self]) {
+            return apply_infallible(Prod(Reduction::new(&x, d, false)), &[&x]);
+        }
         apply_infallible(Prod(Reduction::new(self, d, false)), &[self])
     }
 
@@ -286,6 +299,9 @@ impl Var {
     /// a constant, so the gradient is exactly the softmax.
     #[track_caller]
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
+        if let Some([x]) = autocast::cast(&policy::reduction("logsumexp"), [self]) {
+            return x.logsumexp(dims, keepdim);
+        }
         let d = self.resolve_dims(dims, "logsumexp")?;
         let kept: Vec<usize> =
             self.shape().iter().enumerate().map(|(i, &s)| if d.contains(&i) { 1 } else { s }).collect();

@@ -1,6 +1,7 @@
 //! Fused softmax and log-softmax.
 
 use super::apply;
+use crate::autocast::{self, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
@@ -43,6 +44,9 @@ impl Var {
     #[track_caller]
     pub fn softmax(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve(self.rank().max(1), "softmax")?;
+        if let Some([x]) = autocast::cast(&policy::SOFTMAX, [self]) {
+            return apply(Softmax { dim: d, log: false }, &[&x]);
+        }
         apply(Softmax { dim: d, log: false }, &[self])
     }
 
@@ -50,6 +54,9 @@ impl Var {
     #[track_caller]
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Var> {
         let d = dim.resolve(self.rank().max(1), "log_softmax")?;
+        if let Some([x]) = autocast::cast(&policy::LOG_SOFTMAX, [self]) {
+            return apply(Softmax { dim: d, log: true }, &[&x]);
+        }
         apply(Softmax { dim: d, log: true }, &[self])
     }
 }

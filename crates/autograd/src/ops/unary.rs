@@ -6,6 +6,7 @@
 //! is the input, `y` the output and `g` the incoming gradient.
 
 use super::{apply, apply_infallible, constant};
+use crate::autocast::{self, OpPolicy, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::export::{ExportAttr, OpExport};
 use crate::op::{Grads, Op, Saves};
@@ -78,7 +79,14 @@ macro_rules! unary_var_ops {
             $(#[$doc])*
             #[track_caller]
             pub fn $method(&self $(, $p: unary_var_ops!(@arg $pt))*) -> unary_var_ops!(@ret $($ret)?) {
-                unary_var_ops!(@apply $($ret)?, $V { $($p: unary_var_ops!(@into $pt, $p)),* }, self)
+                let op = $V { $($p: unary_var_ops!(@into $pt, $p)),* };
+                // A constant: the check is compiled out of the ops autocast leaves alone.
+                const POLICY: OpPolicy = policy::unary(stringify!($method));
+                if POLICY.is_active() && let Some([x]) = autocast::cast(&POLICY, [self]) {
+                    let x = &x;
+                    return unary_var_ops!(@apply $($ret)?, op, x);
+                }
+                unary_var_ops!(@apply $($ret)?, op, self)
             }
         }
     };

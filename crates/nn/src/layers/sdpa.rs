@@ -3,6 +3,7 @@
 //! dropout, the plain composition.
 
 use super::dropout::dropout;
+use ember_autograd::autocast::{self, policy};
 use ember_autograd::{IntoVar, Var};
 use ember_tensor::ops::attention::OP;
 use ember_tensor::{Attention, Error, Result, check_attention};
@@ -87,6 +88,14 @@ impl SdpaArgs {
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 pub fn scaled_dot_product_attention(query: &Var, key: &Var, value: &Var, args: &SdpaArgs) -> Result<Var> {
+    if let Some(r) =
+        autocast::run_cast(&policy::ATTENTION, [Some(query), Some(key), Some(value), args.attn_mask.as_ref()], |c| {
+            let args = SdpaArgs { attn_mask: c.get(3).cloned(), ..args.clone() };
+            scaled_dot_product_attention(c.or(0, query), c.or(1, key), c.or(2, value), &args)
+        })
+    {
+        return r;
+    }
     let p = args.dropout_p;
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::invalid(OP, format!("dropout_p must be in [0, 1], got {p}")));

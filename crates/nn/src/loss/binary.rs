@@ -2,6 +2,7 @@
 
 use super::Reduction;
 use super::check::pointwise;
+use ember_autograd::autocast::{self, policy};
 use ember_autograd::{IntoVar, Var};
 use ember_tensor::{Error, Result};
 
@@ -29,6 +30,11 @@ fn clamped_log(q: &Var) -> Result<Var> {
 pub fn binary_cross_entropy(input: &Var, target: impl IntoVar, reduction: Reduction) -> Result<Var> {
     const OP: &str = "binary_cross_entropy";
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::BINARY_CROSS_ENTROPY, [Some(input), Some(&target)], |c| {
+        binary_cross_entropy(c.or(0, input), c.or(1, &target), reduction)
+    }) {
+        return r;
+    }
     pointwise(OP, input, &target)?;
     let values = input.value().to_vec_f64()?;
     if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(0.0..=1.0).contains(*v)) {
@@ -54,6 +60,11 @@ pub fn binary_cross_entropy(input: &Var, target: impl IntoVar, reduction: Reduct
 /// would give `-y`.
 pub fn binary_cross_entropy_with_logits(input: &Var, target: impl IntoVar, reduction: Reduction) -> Result<Var> {
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::POINTWISE_LOSS, [Some(input), Some(&target)], |c| {
+        binary_cross_entropy_with_logits(c.or(0, input), c.or(1, &target), reduction)
+    }) {
+        return r;
+    }
     pointwise("binary_cross_entropy_with_logits", input, &target)?;
     // Above 20 softplus is x itself, within 2e-9: PyTorch's own threshold.
     let loss = input.softplus(1.0, 20.0).sub(&input.mul(&target)?)?;

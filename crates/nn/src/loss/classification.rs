@@ -2,6 +2,7 @@
 
 use super::Reduction;
 use super::check::float_input;
+use ember_autograd::autocast::{self, policy};
 use ember_autograd::{IntoVar, Var};
 use ember_tensor::{ClassLoss, ClassScores, Error, LossReduction, Result};
 
@@ -85,6 +86,11 @@ impl Default for NllOptions {
 pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOptions) -> Result<Var> {
     const OP: &str = "cross_entropy";
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::CLASS_LOSS, [Some(input), Some(&target)], |c| {
+        cross_entropy(c.or(0, input), c.or(1, &target), options)
+    }) {
+        return r;
+    }
     float_input(OP, input)?;
     let smoothing = options.label_smoothing;
     if !(0.0..=1.0).contains(&smoothing) {
@@ -120,6 +126,11 @@ pub fn cross_entropy(input: &Var, target: impl IntoVar, options: CrossEntropyOpt
 pub fn nll_loss(input: &Var, target: impl IntoVar, options: NllOptions) -> Result<Var> {
     const OP: &str = "nll_loss";
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::CLASS_LOSS, [Some(input), Some(&target)], |c| {
+        nll_loss(c.or(0, input), c.or(1, &target), options)
+    }) {
+        return r;
+    }
     float_input(OP, input)?;
     class_dim(OP, input)?;
     class_index_loss(input, &target, ClassScores::LogProbs, 0.0, options.ignore_index, options.reduction)

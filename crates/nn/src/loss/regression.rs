@@ -2,6 +2,7 @@
 
 use super::Reduction;
 use super::check::pointwise;
+use ember_autograd::autocast::{self, policy};
 use ember_autograd::{IntoVar, Var};
 use ember_tensor::{Error, Result};
 
@@ -19,6 +20,11 @@ use ember_tensor::{Error, Result};
 /// ```
 pub fn mse_loss(input: &Var, target: impl IntoVar, reduction: Reduction) -> Result<Var> {
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::POINTWISE_LOSS, [Some(input), Some(&target)], |c| {
+        mse_loss(c.or(0, input), c.or(1, &target), reduction)
+    }) {
+        return r;
+    }
     pointwise("mse_loss", input, &target)?;
     Ok(reduction.apply(input.sub(&target)?.square()))
 }
@@ -27,6 +33,11 @@ pub fn mse_loss(input: &Var, target: impl IntoVar, reduction: Reduction) -> Resu
 /// they are equal).
 pub fn l1_loss(input: &Var, target: impl IntoVar, reduction: Reduction) -> Result<Var> {
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::POINTWISE_LOSS, [Some(input), Some(&target)], |c| {
+        l1_loss(c.or(0, input), c.or(1, &target), reduction)
+    }) {
+        return r;
+    }
     pointwise("l1_loss", input, &target)?;
     Ok(reduction.apply(input.sub(&target)?.abs()))
 }
@@ -50,6 +61,11 @@ impl Default for HuberOptions {
 /// `|d| < delta` and `delta (|d| - delta / 2)` elsewhere.
 pub fn huber_loss(input: &Var, target: impl IntoVar, options: HuberOptions) -> Result<Var> {
     let target = target.into_var();
+    if let Some(r) = autocast::run_cast(&policy::POINTWISE_LOSS, [Some(input), Some(&target)], |c| {
+        huber_loss(c.or(0, input), c.or(1, &target), options)
+    }) {
+        return r;
+    }
     pointwise("huber_loss", input, &target)?;
     let delta = options.delta;
     if !(delta > 0.0 && delta.is_finite()) {

@@ -3,6 +3,7 @@
 use super::{ParamNames, RunningStats, StatsOperands, affine_params, check_options, running_pair, update_running};
 use crate::Module;
 use crate::module::TrainingFlag;
+use ember_autograd::autocast::{self, policy};
 use ember_autograd::{Var, no_grad};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
@@ -44,6 +45,12 @@ pub fn batch_norm(
     eps: f64,
 ) -> Result<Var> {
     let op = "batch_norm";
+    if let Some(r) = autocast::run_cast(&policy::BATCH_NORM, [Some(x), weight, bias], |c| {
+        let y = batch_norm(c.or(0, x), running_mean, running_var, c.get(1), c.get(2), training, momentum, eps)?;
+        Ok(c.output(y))
+    }) {
+        return r;
+    }
     let operands = StatsOperands { running_mean, running_var, weight, bias };
     let c = operands.check(op, x, eps)?;
     if !training {

@@ -4,6 +4,7 @@ use super::{affine, affine_params, check_eps, check_input, check_per_channel, sp
 use crate::Module;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{DType, Error, Result};
 use std::fmt;
 
@@ -27,6 +28,11 @@ use std::fmt;
 /// ```
 pub fn group_norm(x: &Var, num_groups: usize, weight: Option<&Var>, bias: Option<&Var>, eps: f64) -> Result<Var> {
     let op = "group_norm";
+    if let Some(r) = autocast::run_cast(&policy::GROUP_NORM, [Some(x), weight, bias], |c| {
+        Ok(c.output(group_norm(c.or(0, x), num_groups, c.get(1), c.get(2), eps)?))
+    }) {
+        return r;
+    }
     let c = check_input(op, x)?;
     check_eps(op, eps)?;
     if num_groups == 0 || !c.is_multiple_of(num_groups) {

@@ -4,6 +4,7 @@ use super::{RunningStats, StatsOperands, affine, affine_params, check_options, r
 use crate::Module;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
@@ -37,6 +38,13 @@ pub fn instance_norm(
     eps: f64,
 ) -> Result<Var> {
     let op = "instance_norm";
+    if let Some(r) = autocast::run_cast(&policy::BATCH_NORM, [Some(x), weight, bias], |c| {
+        let y =
+            instance_norm(c.or(0, x), running_mean, running_var, c.get(1), c.get(2), use_input_stats, momentum, eps)?;
+        Ok(c.output(y))
+    }) {
+        return r;
+    }
     let operands = StatsOperands { running_mean, running_var, weight, bias };
     let c = operands.check(op, x, eps)?;
     if !use_input_stats {

@@ -5,6 +5,7 @@ use crate::Module;
 use crate::layers::param_alloc::named;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
@@ -139,6 +140,11 @@ pub fn layer_norm(
     bias: Option<&Var>,
     eps: f64,
 ) -> Result<Var> {
+    if let Some(r) = autocast::run_cast(&policy::LAYER_NORM, [Some(x), weight, bias], |c| {
+        Ok(c.output(layer_norm(c.or(0, x), normalized_shape, c.get(1), c.get(2), eps)?))
+    }) {
+        return r;
+    }
     check_config(normalized_shape, eps)?;
     let reduce = trailing_dims("LayerNorm", x, normalized_shape)?;
     if !x.dtype().is_float() {

@@ -5,6 +5,7 @@ use crate::Module;
 use crate::layers::param_alloc::named;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
@@ -24,12 +25,20 @@ use std::fmt;
 /// ```
 pub fn rms_norm(x: &Var, normalized_shape: &[usize], weight: Option<&Var>, eps: Option<f64>) -> Result<Var> {
     let op = "rms_norm";
+    if let Some(r) = autocast::run_cast(&policy::LAYER_NORM, [Some(x), weight], |c| {
+        Ok(c.output(rms_norm(c.or(0, x), normalized_shape, c.get(1), eps)?))
+    }) {
+        return r;
+    }
     check_normalized_shape(op, normalized_shape)?;
     let reduce = trailing_dims(op, x, normalized_shape)?;
     let eps = match (eps, x.dtype()) {
         (Some(e), _) => e,
         (None, DType::F32) => f32::EPSILON as f64,
         (None, DType::F64) => f64::EPSILON,
+        // The machine epsilons of the 16-bit formats (PyTorch's `torch.finfo(dtype).eps`).
+        (None, DType::BF16) => 0.0078125,
+        (None, DType::F16) => 0.0009765625,
         (None, d) => return Err(Error::dtype(op, format!("the input must be float, got {d}"))),
     };
     if !x.dtype().is_float() {

@@ -9,6 +9,7 @@ use super::step::{State, StepWeights, input_bias, step, step_bias};
 use crate::module::{Module, TrainingFlag};
 use crate::parts::Parts;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
 
@@ -98,8 +99,31 @@ impl CellCore {
         if batched { Ok(s.clone()) } else { s.unsqueeze(0) }
     }
 
-    /// One step from `h` (and `c`), zeros where not given.
+    /// One step from `h` (and `c`), zeros where not given. Inside an autocast region, on the
+    /// input, states and parameters as the cell's policy casts them.
     fn run(&self, x: &Var, h: Option<&Var>, c: Option<&Var>) -> Result<State> {
+        let policy = if matches!(self.mode, Mode::Lstm | Mode::Gru) { &policy::GATED_CELL } else { &policy::RNN_CELL };
+        let inputs = [Some(x), h, c, Some(&self.w_ih), Some(&self.w_hh), self.b_ih.as_ref(), self.b_hh.as_ref()];
+        if let Some(ran) = autocast::run_cast(policy, inputs, |cast| {
+            let training = TrainingFlag::new();
+            training.set(self.training.get());
+            let core = CellCore {
+                w_ih: cast.or(3, &self.w_ih).clone(),
+                w_hh: cast.or(4, &self.w_hh).clone(),
+                b_ih: cast.get(5).cloned(),
+                b_hh: cast.get(6).cloned(),
+                training,
+                ..*self
+            };
+            core.run_as_given(cast.or(0, x), cast.get(1), cast.get(2))
+        }) {
+            return ran;
+        }
+        self.run_as_given(x, h, c)
+    }
+
+    /// [`run`](CellCore::run) on the inputs and parameters as they are.
+    fn run_as_given(&self, x: &Var, h: Option<&Var>, c: Option<&Var>) -> Result<State> {
         let (batched, batch) = self.check_input(x)?;
         let zeros = || -> Result<Var> {
             Ok(Var::new(Tensor::full_on([batch, self.hidden_size], 0, self.w_ih.dtype(), x.device())?))

@@ -13,6 +13,7 @@ use crate::layers::param_alloc::reserve_total;
 use crate::module::{Module, TrainingFlag};
 use crate::parts::Parts;
 use ember_autograd::Var;
+use ember_autograd::autocast::{self, policy};
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
 
@@ -23,6 +24,23 @@ struct DirParams {
     b_ih: Option<Var>,
     b_hh: Option<Var>,
     w_hr: Option<Var>,
+}
+
+impl DirParams {
+    /// The parameters in state-dict order.
+    fn vars(&self) -> impl Iterator<Item = &Var> {
+        [&self.w_ih, &self.w_hh].into_iter().chain(&self.b_ih).chain(&self.b_hh).chain(&self.w_hr)
+    }
+
+    /// Parameters of the same layout as `self` taken from `it`, in [`DirParams::vars`]'s
+    /// order (`None` if it runs out).
+    fn like(&self, it: &mut impl Iterator<Item = Var>) -> Option<DirParams> {
+        let (w_ih, w_hh) = (it.next()?, it.next()?);
+        let mut next_if = |present: bool| if present { it.next() } else { None };
+        let (b_ih, b_hh, w_hr) =
+            (next_if(self.b_ih.is_some()), next_if(self.b_hh.is_some()), next_if(self.w_hr.is_some()));
+        Some(DirParams { w_ih, w_hh, b_ih, b_hh, w_hr })
+    }
 }
 
 /// The names and shapes of a layer's parameters, in PyTorch's state-dict order: per layer
@@ -156,8 +174,43 @@ impl RnnCore {
     }
 
     /// Runs the layers over `x`, from the initial states `h0` (and `c0`) or zeros, with the
-    /// sequences' `lengths` if they differ.
+    /// sequences' `lengths` if they differ. Inside an autocast region, on the input, the
+    /// states and the parameters as the layer's policy casts them.
     fn run(&self, x: &Var, lengths: Option<&[usize]>, h0: Option<&Var>, c0: Option<&Var>) -> Result<Run> {
+        if autocast::is_autocast_enabled(x.device()) {
+            let policy = if self.mode == Mode::Gru { &policy::GRU } else { &policy::RNN };
+            let inputs: Vec<&Var> =
+                [x].into_iter().chain(h0).chain(c0).chain(self.params.iter().flat_map(DirParams::vars)).collect();
+            let ran = autocast::run_cast_list(policy, &inputs, |cast| {
+                let mut it = cast.iter().cloned();
+                let x = it.next().unwrap_or_else(|| x.clone());
+                let (h0, c0) = (h0.and_then(|_| it.next()), c0.and_then(|_| it.next()));
+                self.with_params(&mut it)?.run_as_given(&x, lengths, h0.as_ref(), c0.as_ref())
+            });
+            if let Some(ran) = ran {
+                return ran;
+            }
+        }
+        self.run_as_given(x, lengths, h0, c0)
+    }
+
+    /// A core like this one over the parameters `it` yields (cast copies, in
+    /// [`DirParams::vars`]'s order), whose dtype it takes.
+    fn with_params(&self, it: &mut impl Iterator<Item = Var>) -> Result<RnnCore> {
+        let params = self
+            .params
+            .iter()
+            .map(|p| p.like(it))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::autograd(format!("{}: autocast lost a parameter", self.mode.layer_name())))?;
+        let dtype = params.first().map_or(self.options.dtype, |p| p.w_ih.dtype());
+        let training = TrainingFlag::new();
+        training.set(self.training.get());
+        Ok(RnnCore { params, options: RnnOptions { dtype, ..self.options }, training, ..*self })
+    }
+
+    /// [`run`](RnnCore::run) on the inputs and parameters as they are.
+    fn run_as_given(&self, x: &Var, lengths: Option<&[usize]>, h0: Option<&Var>, c0: Option<&Var>) -> Result<Run> {
         let name = self.mode.layer_name();
         let o = &self.options;
         let batched = match x.rank() {

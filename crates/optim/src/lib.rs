@@ -60,6 +60,7 @@
 mod adam;
 mod builder;
 mod clip;
+mod grad_scaler;
 mod optimizer;
 mod optimizer_state;
 mod params;
@@ -70,6 +71,7 @@ mod sgd;
 
 pub use adam::{Adam, AdamBuilder, AdamConfig, AdamW, AdamWBuilder, AdamWConfig};
 pub use clip::clip_grad_norm_;
+pub use grad_scaler::{GradScaler, GradScalerBuilder, GradScalerConfig, GradScalerState};
 pub use optimizer::Optimizer;
 pub use optimizer_state::OptimizerState;
 pub use rmsprop::{RmsProp, RmsPropBuilder, RmsPropConfig};

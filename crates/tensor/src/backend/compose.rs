@@ -10,6 +10,7 @@ pub(super) mod conv;
 pub(super) mod lstm;
 pub(super) mod norm;
 pub(super) mod pool;
+pub(super) mod unscale;
 
 use super::kernels::Kernels;
 use super::{BinaryOp, ReduceOp, UnaryOp, View, validate};

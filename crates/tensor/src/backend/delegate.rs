@@ -104,7 +104,7 @@ plain!(
     CmpOp => |op| op.name(),
     ReduceOp => |op| op.name(),
     DType, Scalar, Distribution, CpuStorage,
-    usize, bool, i64, f64, (usize, usize), [usize; 2],
+    usize, bool, i64, f32, f64, (usize, usize), [usize; 2],
 );
 
 /// Borrowed arguments passed through unchanged.
@@ -217,7 +217,7 @@ macro_rules! lend_by_value {
     )*};
 }
 
-lend_by_value!(UnaryOp, BinaryOp, CmpOp, ReduceOp, DType, Scalar, Distribution, CpuStorage, usize, bool, i64, f64);
+lend_by_value!(UnaryOp, BinaryOp, CmpOp, ReduceOp, DType, Scalar, Distribution, CpuStorage, usize, bool, i64, f32, f64);
 
 impl<'a> Lend for AdamState<'a> {
     type Arg = AdamState<'a>;
@@ -279,7 +279,7 @@ macro_rules! unchanged {
     )*};
 }
 
-unchanged!((), f64, CpuStorage, Option<DeviceMemory>);
+unchanged!((), bool, f64, CpuStorage, Option<DeviceMemory>);
 
 impl Wrap for Device {
     fn outer<D: Delegate + ?Sized>(self, d: &D) -> Device {

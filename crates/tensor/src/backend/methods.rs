@@ -377,6 +377,17 @@ macro_rules! backend_methods {
                 state: RmsPropState<'_>,
                 hp: &RmsPropStep,
             ) -> Result<()>;
+            /// Gradient unscaling for loss scaling, in one pass over a float view: multiplies the
+            /// elements `grad` addresses by `inv_scale` in place (computing in `f32`, or in `f64`
+            /// for an `f64` view, and rounding back to the view's dtype; an `inv_scale` of 1 leaves
+            /// them as they are) and returns whether any of them was infinite or NaN before
+            /// (PyTorch's `_amp_foreach_non_finite_check_and_unscale_` for one tensor).
+            ///
+            /// The default composes it from `cast`, `binary`, `reduce`, `full` and `copy_inplace`,
+            /// with a widened copy of the view and the check's sum read back to the host.
+            fn non_finite_check_and_unscale(&self, grad: Target<'_>, inv_scale: f32) -> Result<bool> {
+                compose::unscale::non_finite_check_and_unscale(self, grad, inv_scale)
+            }
         }
     };
 }

@@ -26,7 +26,7 @@ fn update_chunk<T: Element, const N: usize, F: Fn(&mut T, [T; N])>(dst: &mut [T]
 
 impl Tensor {
     /// An error when a write through this layout would hit one element twice.
-    fn check_writable(&self, op: &'static str) -> Result<()> {
+    pub(super) fn check_writable(&self, op: &'static str) -> Result<()> {
         // An empty tensor has no elements to hit twice, whatever its (saturated) strides say.
         let overlapping = self.numel() > 0 && self.shape().iter().zip(self.strides()).any(|(&d, &s)| d > 1 && s == 0);
         if overlapping {

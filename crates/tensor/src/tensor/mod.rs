@@ -18,6 +18,7 @@ mod optim;
 mod pool;
 mod reduce;
 mod unary;
+mod unscale;
 pub(crate) mod view;
 
 use crate::backend::{Backend, View, backend_for};

@@ -24,6 +24,7 @@ mod pool;
 mod reduce;
 mod softmax;
 pub(crate) mod unary;
+mod unscale;
 mod widen;
 
 use crate::backend::validate::conv::{Role, check_views, check_window_view};
@@ -711,6 +712,11 @@ impl Backend for CpuBackend {
         }
         let _mode = float_mode::enter();
         optim::rmsprop_step(param, grad, state, hp)
+    }
+
+    fn non_finite_check_and_unscale(&self, (g, l): Target<'_>, inv_scale: f32) -> Result<bool> {
+        let _mode = float_mode::enter();
+        unscale::non_finite_check_and_unscale(g, l, inv_scale)
     }
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod conv;
 pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod pool;
+pub(crate) mod unscale;
 
 use crate::layout::Layout;
 use crate::ops::loss::{ClassLoss, LossReduction};

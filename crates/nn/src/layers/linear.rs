@@ -147,7 +147,8 @@ impl Linear {
                 format!("{self:?} needs inputs of shape [.., {in_features}], got {:?}", x.shape()),
             ));
         }
-        if x.dtype() != self.weight.dtype() {
+        // Inside an autocast region `linear` casts the input and the parameters itself.
+        if x.dtype() != self.weight.dtype() && !ember_autograd::autocast::is_autocast_enabled(x.device()) {
             return Err(Error::dtype(
                 "Linear",
                 format!("the input is {} but the parameters are {}", x.dtype(), self.weight.dtype()),

@@ -363,7 +363,8 @@ impl MultiheadAttention {
         }
         let dtype = self.out_proj.weight().dtype();
         for (name, x) in [("query", query), ("key", key), ("value", value)] {
-            if x.dtype() != dtype {
+            // Inside an autocast region the projections and attention cast their inputs.
+            if x.dtype() != dtype && !ember_autograd::autocast::is_autocast_enabled(x.device()) {
                 return Err(Error::dtype(OP, format!("the {name} is {} but the parameters are {dtype}", x.dtype())));
             }
         }

@@ -89,6 +89,8 @@ pub struct Args {
 pub struct Outcome {
     /// The training loss of every step, in order.
     pub losses: Vec<f64>,
+    /// The validation loss before training, in nats per character.
+    pub initial_validation: f64,
     /// The validation loss after the last epoch, in nats per character.
     pub validation: f64,
     /// Every line the run printed outside the progress bar, in order.
@@ -205,5 +207,5 @@ pub fn run(args: Args) -> Result<Outcome> {
 
     let text = amp.run(|| model.sample(&corpus, &args.prompt, args.sample_len, args.temperature))?;
     say(format!("\nsample (seed {}, temperature {}):\n{}{}", args.common.seed, args.temperature, args.prompt, text));
-    Ok(Outcome { losses, validation: last, log })
+    Ok(Outcome { losses, initial_validation: first, validation: last, log })
 }

@@ -50,6 +50,7 @@ impl Model {
     }
 }
 
+/// MNIST training throughput in samples per second.
 #[derive(Parser)]
 struct Args {
     /// The model to train.

@@ -47,9 +47,8 @@ fn a_small_model_beats_the_unigram_entropy_and_samples_reproducibly() -> Result<
     Ok(())
 }
 
-/// The example with `--amp` and a small model: the header names the mode, the training loss
-/// falls, the validation loss falls below the unigram entropy; with `f16` the epoch's line
-/// shows the scaler's scale.
+/// The example with `--amp` and a small model (one layer, width 48, context 32, batches of
+/// 16, `steps` Adam steps at 3e-3), its files in a temporary directory.
 fn run_example(amp: &str, steps: &str) -> Result<char_lm_example::Outcome> {
     let out = std::env::temp_dir().join(format!("ember-char-lm-{amp}-smoke-{}", std::process::id()));
     let argv = [
@@ -91,16 +90,19 @@ fn mean(s: &[f64]) -> f64 {
     s.iter().sum::<f64>() / s.len() as f64
 }
 
+/// `--amp bf16`: the header names the mode, and the training and validation losses fall.
 #[test]
 fn the_example_learns_under_bf16_autocast() -> Result<()> {
     let outcome = run_example("bf16", "150")?;
     assert!(line(&outcome.log, "causal Transformer").ends_with("; bf16 autocast"), "{:?}", outcome.log);
     let l = &outcome.losses;
     assert!(l.iter().all(|v| v.is_finite()) && mean(&l[l.len() - 10..]) < mean(&l[..10]) - 0.5, "losses {l:?}");
-    assert!(line(&outcome.log, "validation loss").contains("is below the unigram entropy"), "{:?}", outcome.log);
+    assert!(outcome.validation < outcome.initial_validation - 0.5, "{:?}", outcome.log);
     Ok(())
 }
 
+/// `--amp f16`: the header names the mode and the loss scaling, the epoch's line shows the
+/// scaler's scale, and the losses fall.
 #[test]
 fn the_example_learns_under_f16_autocast_with_loss_scaling() -> Result<()> {
     let outcome = run_example("f16", "100")?;
@@ -112,5 +114,6 @@ fn the_example_learns_under_f16_autocast_with_loss_scaling() -> Result<()> {
     assert!(line(&outcome.log, "epoch 1:").contains(", loss scale "), "{:?}", outcome.log);
     let l = &outcome.losses;
     assert!(l.iter().all(|v| v.is_finite()) && mean(&l[l.len() - 10..]) < mean(&l[..10]) - 0.3, "losses {l:?}");
+    assert!(outcome.validation < outcome.initial_validation - 0.3, "{:?}", outcome.log);
     Ok(())
 }

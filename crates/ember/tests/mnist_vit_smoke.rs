@@ -44,7 +44,7 @@ fn the_quick_start_learns_under_bf16_autocast() -> Result<()> {
     ];
     let outcome = amp::quick_start(example, &flags)?;
     assert!(amp::line(&outcome.log, "model: ").ends_with("; bf16 autocast"), "{:?}", outcome.log);
-    amp::assert_falls(&outcome.losses, 5, 0.8);
-    assert!(outcome.accuracy >= 0.3, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
+    amp::assert_falls(&outcome.losses, 5, 0.9);
+    assert!(outcome.accuracy >= 0.2, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
     Ok(())
 }

@@ -48,7 +48,7 @@ fn the_quick_start_learns_under_bf16_autocast() -> Result<()> {
     let outcome = amp::quick_start(mlp_example(), &flags)?;
     assert!(amp::line(&outcome.log, "model: ").ends_with("; bf16 autocast"), "{:?}", outcome.log);
     amp::assert_falls(&outcome.losses, 10, 0.5);
-    assert!(outcome.accuracy >= 0.8, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
+    assert!(outcome.accuracy >= 0.75, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
     Ok(())
 }
 
@@ -62,7 +62,7 @@ fn the_quick_start_learns_under_f16_autocast_with_loss_scaling() -> Result<()> {
     assert!(amp::line(&outcome.log, "model: ").ends_with("; f16 autocast, loss scale from 65536"), "{:?}", outcome.log);
     assert!(amp::line(&outcome.log, "epoch 1: ").ends_with(", loss scale 65536"), "{:?}", outcome.log);
     amp::assert_falls(&outcome.losses, 10, 0.5);
-    assert!(outcome.accuracy >= 0.8, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
+    assert!(outcome.accuracy >= 0.75, "test accuracy {:.2}%", 100.0 * outcome.accuracy);
     Ok(())
 }
 

@@ -84,8 +84,14 @@ macro_rules! binary_var_ops {
                 pub fn $method(&self, other: &Var) -> Result<Var> {
                     // A constant: the check is compiled out of the ops autocast leaves alone.
                     const POLICY: OpPolicy = policy::binary(stringify!($method));
-                    if POLICY.is_active() && let Some([a, b]) = autocast::cast(&POLICY, [self, other]) {
-                        return apply($V(Shapes::of(&a, &b)), &[&a, &b]);
+                    if POLICY.is_active() {
+                        // One call site of the inlined `apply`, whichever inputs it gets.
+                        let cast = autocast::cast(&POLICY, [self, other]);
+                        let (a, b) = match &cast {
+                            Some([a, b]) => (a, b),
+                            None => (self, other),
+                        };
+                        return apply($V(Shapes::of(a, b)), &[a, b]);
                     }
                     apply($V(Shapes::of(self, other)), &[self, other])
                 }

@@ -202,6 +202,10 @@ impl Var {
     #[track_caller]
     pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "mean")?;
+        // A composition that keeps its input's dtype: its sum is not cast (CUDA's f32 sum).
+        if let Some(r) = autocast::run_cast(&policy::reduction("mean"), [Some(self)], |_| self.mean(&d[..], keepdim)) {
+            return r;
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         Ok(self.sum(&d[..], keepdim)?.div_scalar(n as f64))
     }
@@ -209,6 +213,9 @@ impl Var {
     /// The mean of all elements.
     #[track_caller]
     pub fn mean_all(&self) -> Var {
+        if let Some(Ok(r)) = autocast::run_cast(&policy::reduction("mean"), [Some(self)], |_| Ok(self.mean_all())) {
+            return r;
+        }
         self.sum_all().div_scalar(self.numel() as f64)
     }
 
@@ -264,6 +271,11 @@ impl Var {
     #[track_caller]
     pub fn var(&self, dims: impl Dims, unbiased: bool, keepdim: bool) -> Result<Var> {
         let d = self.resolve_dims(dims, "var")?;
+        if let Some(r) =
+            autocast::run_cast(&policy::reduction("var"), [Some(self)], |_| self.var(&d[..], unbiased, keepdim))
+        {
+            return r;
+        }
         let n: usize = d.iter().map(|&i| self.shape()[i]).product();
         let centered = self.sub(&self.mean(&d[..], true)?)?;
         // Saturating: an empty reduction is 0 / 0 = NaN either way, as in PyTorch (n - 1

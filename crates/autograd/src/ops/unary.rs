@@ -82,8 +82,13 @@ macro_rules! unary_var_ops {
                 let op = $V { $($p: unary_var_ops!(@into $pt, $p)),* };
                 // A constant: the check is compiled out of the ops autocast leaves alone.
                 const POLICY: OpPolicy = policy::unary(stringify!($method));
-                if POLICY.is_active() && let Some([x]) = autocast::cast(&POLICY, [self]) {
-                    let x = &x;
+                if POLICY.is_active() {
+                    // One call site of the inlined `apply`, whichever input it gets.
+                    let cast = autocast::cast(&POLICY, [self]);
+                    let x = match &cast {
+                        Some([x]) => x,
+                        None => self,
+                    };
                     return unary_var_ops!(@apply $($ret)?, op, x);
                 }
                 unary_var_ops!(@apply $($ret)?, op, self)

@@ -4,7 +4,7 @@ use super::param_alloc::named;
 use crate::Module;
 use crate::init;
 use crate::module::TrainingFlag;
-use ember_autograd::Var;
+use ember_autograd::{Var, autocast};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
@@ -147,8 +147,8 @@ impl Linear {
                 format!("{self:?} needs inputs of shape [.., {in_features}], got {:?}", x.shape()),
             ));
         }
-        // Inside an autocast region `linear` casts the input and the parameters itself.
-        if x.dtype() != self.weight.dtype() && !ember_autograd::autocast::is_autocast_enabled(x.device()) {
+        // Inside an autocast region the product casts both to the region's dtype.
+        if x.dtype() != self.weight.dtype() && !autocast::is_autocast_enabled(x.device()) {
             return Err(Error::dtype(
                 "Linear",
                 format!("the input is {} but the parameters are {}", x.dtype(), self.weight.dtype()),

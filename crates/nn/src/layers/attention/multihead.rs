@@ -8,7 +8,7 @@ use crate::layers::Linear;
 use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use crate::parts::Parts;
-use ember_autograd::Var;
+use ember_autograd::{Var, autocast};
 use ember_tensor::{Error, Result, Tensor};
 use std::fmt;
 
@@ -363,8 +363,8 @@ impl MultiheadAttention {
         }
         let dtype = self.out_proj.weight().dtype();
         for (name, x) in [("query", query), ("key", key), ("value", value)] {
-            // Inside an autocast region the projections and attention cast their inputs.
-            if x.dtype() != dtype && !ember_autograd::autocast::is_autocast_enabled(x.device()) {
+            // Inside an autocast region the projections cast both to the region's dtype.
+            if x.dtype() != dtype && !autocast::is_autocast_enabled(x.device()) {
                 return Err(Error::dtype(OP, format!("the {name} is {} but the parameters are {dtype}", x.dtype())));
             }
         }

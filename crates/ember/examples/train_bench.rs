@@ -6,12 +6,21 @@
 //! shuffled batches from the in-memory training set. `--traced` also times the same steps
 //! with the model and loss traced once (static mode) and re-run by setting values.
 //!
+//! With `--amp bf16|f16` the eager step's forward pass and loss run under CPU autocast in that
+//! dtype (parameters and Adam in `f32`; mode `eager-bf16` or `eager-f16` in the output), as
+//! tools/bench/amp_torch.py does with `torch.autocast("cpu", ...)`. `--memory` adds a line
+//! `activation_bytes-<mode>  batch  bytes` per batch size: the peak live tensor bytes of one
+//! more eager step above those held before it (parameters, gradients, Adam's state).
+//!
 //! ```text
 //! cargo run --release --example train_bench -- [--model mlp|lenet|cnn] [--batch 64 --batch 256]
-//!     [--epochs 3] [--traced] [--no-pool]
+//!     [--epochs 3] [--traced] [--no-pool] [--amp bf16|f16] [--memory]
 //! ```
 
+mod common;
+
 use clap::Parser;
+use common::amp::{Amp, AmpArg, activation_bytes};
 use ember::autograd::{CachedLoss, Traced, Var};
 use ember::mnist;
 use ember::nn::{CrossEntropyOptions, Module, Sequential, cross_entropy};
@@ -41,6 +50,7 @@ impl Model {
     }
 }
 
+/// MNIST training throughput in samples per second.
 #[derive(Parser)]
 struct Args {
     /// The model to train.
@@ -67,6 +77,12 @@ struct Args {
     /// The MNIST directory.
     #[arg(long, default_value = "data/mnist")]
     data: String,
+    /// `--amp bf16|f16` (eager mode only).
+    #[command(flatten)]
+    amp: AmpArg,
+    /// Also measure the eager step's activation memory.
+    #[arg(long)]
+    memory: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -99,12 +115,35 @@ fn measure(
     Ok(median(rates))
 }
 
-/// Samples per second of eager training: a new graph every step.
-fn eager_rate(model: Model, train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
+/// Samples per second of eager training (a new graph every step), the forward pass and loss
+/// in `amp`'s precision, and with `memory` the activation bytes of one more step.
+fn eager_rate(
+    model: Model,
+    train: &mnist::Data,
+    batch: usize,
+    epochs: usize,
+    amp: &Amp,
+    memory: bool,
+) -> Result<(f64, Option<usize>)> {
     ember::manual_seed(0);
     let model = model.build()?;
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
-    measure(train, batch, epochs, |x, y| mnist::train_step(&model, &mut opt, x, y).map(|_| ()))
+    let mut step = |x: &Tensor, y: &Tensor| -> Result<()> {
+        let loss =
+            amp.run(|| cross_entropy(&model.forward(&Var::new(x.clone()))?, y, CrossEntropyOptions::default()))?;
+        opt.zero_grad();
+        loss.backward()?;
+        opt.step()?;
+        loss.item().map(|_| ())
+    };
+    let rate = measure(train, batch, epochs, &mut step)?;
+    let bytes = if memory {
+        let (x, y) = (train.images.narrow(0, 0, batch)?, train.labels.narrow(0, 0, batch)?);
+        Some(activation_bytes(|| step(&x, &y))?)
+    } else {
+        None
+    };
+    Ok((rate, bytes))
 }
 
 /// Samples per second of static-mode training: the model and loss traced once, then re-run.
@@ -128,6 +167,15 @@ fn main() -> Result<()> {
     if args.epochs == 0 || args.batches.contains(&0) {
         return Err(ember::Error::invalid("train_bench", "--epochs and every --batch must be positive"));
     }
+    if args.traced && args.amp.amp.is_some() {
+        return Err(ember::Error::invalid("train_bench", "--amp measures the eager step only; drop --traced"));
+    }
+    // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
+    let amp = Amp::new(args.amp.amp, ember::Device::Cpu).without_scaler();
+    let eager = match args.amp.amp {
+        None => "eager".to_string(),
+        Some(_) => format!("eager-{}", amp.dtype_name()),
+    };
     ember::tensor::threading::set_num_threads(args.threads)?;
     ember::tensor::storage::set_pool_enabled(!args.no_pool);
     let train = mnist::load(&args.data, true)?;
@@ -142,12 +190,16 @@ fn main() -> Result<()> {
             }
         }
         for traced in order {
-            let rate = if traced {
-                traced_rate(args.model, &train, batch, args.epochs)?
+            if traced {
+                let rate = traced_rate(args.model, &train, batch, args.epochs)?;
+                println!("traced\t{batch}\t{rate:.0}");
             } else {
-                eager_rate(args.model, &train, batch, args.epochs)?
-            };
-            println!("{}\t{batch}\t{rate:.0}", if traced { "traced" } else { "eager" });
+                let (rate, bytes) = eager_rate(args.model, &train, batch, args.epochs, &amp, args.memory)?;
+                println!("{eager}\t{batch}\t{rate:.0}");
+                if let Some(bytes) = bytes {
+                    println!("activation_bytes-{eager}\t{batch}\t{bytes}");
+                }
+            }
         }
     }
     Ok(())

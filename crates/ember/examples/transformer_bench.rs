@@ -3,13 +3,24 @@
 //! mean over the sequence, a `Linear(128, 10)` head, cross-entropy, backward and an Adam
 //! step, at 2 threads. The counterpart of tools/bench/transformer_torch.py.
 //!
-//! Prints the median step time and the training throughput:
+//! Prints the median step time, the training throughput and the step's activation memory:
 //!
-//!     transformer step_ms=... samples_per_s=...
+//!     transformer step_ms=... samples_per_s=... activation_bytes=...
 //!
-//! Run: `cargo run --release --example transformer_bench` (with `EMBER_PROFILE=1`, also a
-//! per-operation profile of one step).
+//! `activation_bytes` is the peak of the live tensor bytes during one more step minus the
+//! live bytes before it (the parameters, the previous step's gradients, Adam's state and the
+//! batch): what the step itself holds at its fullest (tensors of 4 KiB and more).
+//!
+//! Run: `cargo run --release --example transformer_bench -- [--amp bf16|f16]` (with
+//! `EMBER_PROFILE=1`, also a per-operation profile of one step). With `--amp` the forward
+//! pass and the loss run under CPU autocast in that dtype (parameters and Adam in `f32`; no
+//! loss scaling, which does not change the step's kernels), as
+//! tools/bench/amp_torch.py does with `torch.autocast("cpu", ...)`.
 
+mod common;
+
+use clap::Parser;
+use common::amp::{Amp, AmpArg};
 use ember::autograd::Var;
 use ember::nn::{
     CrossEntropyOptions, Linear, Module, TransformerEncoder, TransformerEncoderLayer, TransformerLayerOptions,
@@ -33,7 +44,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Times the Transformer encoder's training step.
+#[derive(Parser)]
+struct Args {
+    /// `--amp bf16|f16`.
+    #[command(flatten)]
+    amp: AmpArg,
+}
+
 fn main() -> Result<()> {
+    let args = Args::parse();
+    // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
+    let amp = Amp::new(args.amp.amp, ember::Device::Cpu).without_scaler();
     ember::tensor::threading::set_num_threads(2)?;
     manual_seed(0);
     let options =
@@ -46,8 +68,10 @@ fn main() -> Result<()> {
     let params: Vec<Var> = encoder.parameters().into_iter().chain(head.parameters()).collect();
     let mut adam = Adam::new(params, AdamConfig { lr: 1e-4, ..Default::default() })?;
     let step = |adam: &mut Adam| -> Result<()> {
-        let pooled = encoder.forward(&x)?.mean(1, false)?;
-        let loss = cross_entropy(&head.forward(&pooled)?, &y, CrossEntropyOptions::default())?;
+        let loss = amp.run(|| {
+            let pooled = encoder.forward(&x)?.mean(1, false)?;
+            cross_entropy(&head.forward(&pooled)?, &y, CrossEntropyOptions::default())
+        })?;
         adam.zero_grad();
         loss.backward()?;
         adam.step()
@@ -66,6 +90,7 @@ fn main() -> Result<()> {
         println!("{}", prof.table());
     }
     let t = median(times);
-    println!("transformer step_ms={:.3} samples_per_s={:.0}", t * 1e3, BATCH as f64 / t);
+    let activation = common::amp::activation_bytes(|| step(&mut adam))?;
+    println!("transformer step_ms={:.3} samples_per_s={:.0} activation_bytes={activation}", t * 1e3, BATCH as f64 / t);
     Ok(())
 }

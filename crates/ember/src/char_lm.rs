@@ -207,12 +207,13 @@ impl CharModel {
     }
 
     /// The mean cross-entropy (nats per character) of predicting `targets` from `inputs`,
-    /// both `[batch, len]` token tensors.
+    /// both `[batch, len]` token tensors (moved to the model's device).
     pub fn loss(&self, inputs: &Tensor, targets: &Tensor) -> Result<Var> {
-        let logits = self.forward(&Var::new(inputs.clone()))?;
+        let device = self.pos.device();
+        let logits = self.forward(&Var::new(inputs.to_device(device)?))?;
         let vocab = logits.shape()[2];
         let n = targets.numel();
-        F::cross_entropy(&logits.reshape([n, vocab])?, targets.reshape([n])?, Default::default())
+        F::cross_entropy(&logits.reshape([n, vocab])?, targets.to_device(device)?.reshape([n])?, Default::default())
     }
 
     /// The mean loss over the validation text cut into consecutive windows of the model's
@@ -253,8 +254,9 @@ impl CharModel {
         let start = tokens.len();
         for _ in 0..count {
             let window = &tokens[tokens.len().saturating_sub(self.context)..];
-            let x = Tensor::from_vec(window.to_vec(), [1, window.len()])?;
-            let logits = self.forward(&Var::new(x))?.select(1, window.len() - 1)?;
+            let x = Tensor::from_vec(window.to_vec(), [1, window.len()])?.to_device(self.pos.device())?;
+            // Under autocast the logits can be 16-bit; the distribution is taken in f32.
+            let logits = self.forward(&Var::new(x))?.select(1, window.len() - 1)?.to_dtype(DType::F32);
             let probs =
                 logits.mul_scalar(1.0 / temperature).softmax(-1)?.value().to_dtype(DType::F64).to_vec::<f64>()?;
             let u = Tensor::rand([1])?.to_dtype(DType::F64).to_vec::<f64>()?[0];
@@ -284,7 +286,7 @@ impl CharModel {
             return Err(Error::shape("char_lm", format!("sequences of 1 to {} tokens, got {len}", self.context)));
         }
         let x = self.embed.forward(tokens)?.add(&self.pos.narrow(0, 0, len)?)?;
-        let mask = generate_square_subsequent_mask(len, x.dtype())?;
+        let mask = generate_square_subsequent_mask(len, x.dtype())?.to_device(x.device())?;
         let masks = crate::nn::EncoderMasks { src_mask: Some(&mask), src_key_padding_mask: None, is_causal: true };
         self.head.forward(&self.encoder.forward_with(&x, &masks)?)
     }

@@ -5,6 +5,7 @@
 //! example's build, so the lint is off for the module as a whole.
 #![allow(dead_code)]
 
+pub mod amp;
 pub mod cli;
 pub mod image;
 pub mod plot;

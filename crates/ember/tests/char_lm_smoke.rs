@@ -14,8 +14,14 @@ use ember::nn::Module;
 use ember::optim::{Adam, AdamConfig, Optimizer};
 use ember::{Result, manual_seed};
 
+/// The tests of this file draw from the global generator; each holds this lock while it
+/// does, so that one test's draws do not fall between another's `manual_seed` and its
+/// samples (the test harness runs them on parallel threads).
+static GENERATOR: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 #[test]
 fn a_small_model_beats_the_unigram_entropy_and_samples_reproducibly() -> Result<()> {
+    let _generator = GENERATOR.lock();
     manual_seed(0);
     let corpus = Corpus::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare"))?;
     assert_eq!(corpus.vocab_size(), corpus.decode(&(0..corpus.vocab_size() as i64).collect::<Vec<_>>()).len());
@@ -50,6 +56,7 @@ fn a_small_model_beats_the_unigram_entropy_and_samples_reproducibly() -> Result<
 /// The example with `--amp` and a small model (one layer, width 48, context 32, batches of
 /// 16, `steps` Adam steps at 3e-3), its files in a temporary directory.
 fn run_example(amp: &str, steps: &str) -> Result<char_lm_example::Outcome> {
+    let _generator = GENERATOR.lock();
     let out = std::env::temp_dir().join(format!("ember-char-lm-{amp}-smoke-{}", std::process::id()));
     let argv = [
         "char_lm",

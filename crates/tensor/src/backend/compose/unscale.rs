@@ -1,12 +1,12 @@
-//! The default body of gradient unscaling ([`Backend::non_finite_check_and_unscale`]): the
+//! The default body of gradient unscaling (`Backend::non_finite_check_and_unscale`): the
 //! view widened to its computing dtype, the inf/NaN check as a sum read back to the host,
 //! and the product copied back into the view. It allocates three full-size intermediates
 //! where the fused kernel reads and writes each element once.
-//!
-//! [`Backend::non_finite_check_and_unscale`]: crate::backend::Backend::non_finite_check_and_unscale
 
 use crate::backend::kernels::Kernels;
-use crate::backend::{BinaryOp, ReduceOp, Target, validate};
+use crate::backend::operands::Target;
+use crate::backend::validate::unscale::{OP, check};
+use crate::backend::{BinaryOp, ReduceOp};
 use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::CpuStorage;
@@ -18,12 +18,12 @@ use crate::{DType, Error, Result, Scalar};
 /// (`f64`), then to its dtype. An inverse scale that is subnormal in `f32` (a scale above
 /// 2^126), which the kernels' float mode reads as zero, multiplies in `f64`, where the
 /// product is exact and rounds to the same `f32`.
-pub(in crate::backend) fn non_finite_check_and_unscale<B: Kernels + ?Sized>(
+pub(crate) fn non_finite_check_and_unscale<B: Kernels + ?Sized>(
     b: &B,
     (dst, layout): Target<'_>,
     inv_scale: f32,
 ) -> Result<bool> {
-    let checked = validate::unscale::check(dst, layout)?;
+    let checked = check(dst, layout)?;
     let l: &Layout = &checked;
     let dtype = dst.dtype();
     let rounding = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
@@ -40,7 +40,7 @@ pub(in crate::backend) fn non_finite_check_and_unscale<B: Kernels + ?Sized>(
     if inv_scale != 1.0 {
         // Converted here, outside the kernels' float mode, so a subnormal `f32` stays exact.
         let factor = b.full(1, Scalar::Float(f64::from(inv_scale)), product)?;
-        let everywhere = Layout::contiguous(Shape::scalar()).broadcast_to(validate::unscale::OP, l.shape())?;
+        let everywhere = Layout::contiguous(Shape::scalar()).broadcast_to(OP, l.shape())?;
         let mut scaled = b.binary(BinaryOp::Mul, (&wide, &whole), (&factor, &everywhere))?;
         if product != rounding {
             scaled = b.cast((&scaled, &whole), rounding)?;
@@ -56,7 +56,7 @@ fn is_nan(sum: &CpuStorage) -> Result<bool> {
         (Some([v]), _) => Ok(v.is_nan()),
         (_, Some([v])) => Ok(v.is_nan()),
         _ => Err(Error::invalid(
-            validate::unscale::OP,
+            OP,
             format!("ember internal error: the check's sum came back as {} elements of {}", sum.len(), sum.dtype()),
         )),
     }

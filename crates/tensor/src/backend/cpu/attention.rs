@@ -17,8 +17,8 @@
 //! strided view is copied first, which costs no more memory than the operand); the mask
 //! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
 
+use super::block::block_product;
 use super::contiguous::Contiguous;
-use super::matmul::block_product;
 use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
 use crate::layout::Layout;

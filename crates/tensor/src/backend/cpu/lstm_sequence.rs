@@ -14,9 +14,9 @@
 //! The pieces depend on the batch size alone, never on the number of threads, so results
 //! are the same on any number of threads.
 
+use super::block::block_product;
 use super::contiguous::Contiguous;
 use super::lstm::{Out, backward_row, forward_row, slices};
-use super::matmul::block_product;
 use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_COSTLY, par_for};
 use crate::layout::Layout;

@@ -14,7 +14,7 @@
 //! its `matmul` widens f16 operands whole instead, which measured faster than the sliced
 //! widening on the AVX-512 machine (no AVX512-FP16) this was tuned on.
 
-use super::matmul::{BlockProduct, Mat, block_product};
+use super::block::{BlockProduct, Mat, block_product};
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 
 /// Depth of the slices the widened kernel converts at once: the two widened slices of a

@@ -6,6 +6,7 @@
 
 mod attention;
 pub(crate) mod binary;
+mod block;
 mod channel_norm;
 mod class_loss;
 mod contiguous;

@@ -1,0 +1,95 @@
+//! One block of a matrix product on the calling thread: the strided matrix operand
+//! ([`Mat`]), the trait by which the split product hands a block to its kernel
+//! ([`BlockProduct`]), and `gemm`'s product of one block (`block_product`), which the
+//! attention and LSTM kernels call directly. Below both the `f32`/`f64` product
+//! (`matmul.rs`) and the low-precision one (`matmul_lowp.rs`).
+
+use crate::dtype::Element;
+use gemm::Parallelism;
+
+/// A matrix addressed by its first element and its row and column strides in elements.
+pub(super) struct Mat<T> {
+    pub ptr: *const T,
+    pub rs: isize,
+    pub cs: isize,
+}
+// SAFETY: a `Mat` only reads the matrix it addresses, which outlives the product.
+unsafe impl<T> Send for Mat<T> {}
+unsafe impl<T> Sync for Mat<T> {}
+
+/// How one block of a product is computed on the calling thread: [`gemm_parallel`] cuts a
+/// product into blocks and hands each to one of these.
+pub(super) trait BlockProduct<T>: Sync {
+    /// `dst[m, n] = a[m, k] @ b[k, n]` on the calling thread, `dst` with rows `dst_rs` apart.
+    ///
+    /// # Safety
+    /// The pointers and strides must address valid `m x k`, `k x n` and row-major `m x n`
+    /// (row stride `dst_rs`, unit column stride) matrices, `m`, `n` and `k` must be
+    /// positive, and `dst` must not overlap the inputs.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(&self, m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>);
+}
+
+/// One block product on the calling thread for kernels that tile their own work (attention):
+/// `dst[m, n] = scale * a[m, k] @ b[k, n]`, or with `accumulate`
+/// `dst[m, n] += scale * a[m, k] @ b[k, n]`. Each operand is a slice starting at its first
+/// element with its row and column strides; `dst` has unit column stride and rows `dst_rs`
+/// apart.
+///
+/// # Panics
+/// If an operand does not hold every element its strides address: the callers derive the
+/// strides from the slices they pass, so this is an internal invariant.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block_product<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    accumulate: bool,
+    (a, ars, acs): (&[T], usize, usize),
+    (b, brs, bcs): (&[T], usize, usize),
+    scale: T,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs + 1;
+    assert!(dst.len() >= reach(m, n, dst_rs, 1), "block_product: destination too short");
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(T::ZERO);
+            }
+        }
+        return;
+    }
+    assert!(a.len() >= reach(m, k, ars, acs) && b.len() >= reach(k, n, brs, bcs), "block_product: operand too short");
+    let am = Mat { ptr: a.as_ptr(), rs: ars as isize, cs: acs as isize };
+    let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
+    // SAFETY: the assertions above keep every addressed element inside its slice, and `dst`
+    // is a unique borrow, so it overlaps neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            am.ptr,
+            am.cs,
+            am.rs,
+            bm.ptr,
+            bm.cs,
+            bm.rs,
+            if accumulate { T::ONE } else { T::ZERO },
+            scale,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}

@@ -13,10 +13,11 @@
 //! | `pnnx` (feature `pnnx`) | `ember-pnnx` | PNNX models (`.param` + `.bin` from PyTorch's PNNX tool) on ember's layers |
 //! | `distributed` (feature `distributed`) | `ember-distributed` | process groups (threads, MPI with feature `mpi`), `DistributedDataParallel`, `DistributedSampler` |
 //! | `onnx` (feature `onnx`) | `ember-onnx` | ONNX import (a graph IR that runs on `Var`s) and export |
+//! | `models` (feature `models`) | `ember-models` | pretrained architectures, Hugging Face checkpoint directories, tokenizers, generation |
 //!
-//! The last three are opt-in, so that a program that does not use them does not compile
+//! The last four are opt-in, so that a program that does not use them does not compile
 //! them: `ember = { version = "0.1", features = ["onnx"] }` turns on `ember::onnx`, and
-//! `features = ["full"]` all three (`mpi` implies `distributed`).
+//! `features = ["full"]` all four (`mpi` implies `distributed`).
 //!
 //! `use ember::prelude::*;` brings the everyday names into scope; [`mnist`] holds the quick
 //! start (model, data, training epoch, evaluation) behind `cargo run --release --example mnist`;
@@ -69,6 +70,8 @@ pub mod nn {
     #[doc(inline)]
     pub use ember_nn::*;
 }
+#[cfg(feature = "models")]
+pub use ember_models as models;
 #[cfg(feature = "onnx")]
 pub use ember_onnx as onnx;
 pub use ember_optim as optim;

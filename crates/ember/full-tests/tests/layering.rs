@@ -41,8 +41,21 @@ use std::path::{Path, PathBuf};
 use syn::visit::{self, Visit};
 
 /// The crates that sit above `ember-tensor`, which must reach it through its public API.
-const UPPER_CRATES: &[&str] =
-    &["autograd", "io", "nn", "optim", "data", "onnx", "pnnx", "distributed", "fuzz", "ember", "testing", "derive"];
+const UPPER_CRATES: &[&str] = &[
+    "autograd",
+    "io",
+    "nn",
+    "optim",
+    "data",
+    "onnx",
+    "pnnx",
+    "distributed",
+    "models",
+    "fuzz",
+    "ember",
+    "testing",
+    "derive",
+];
 
 // ---------------------------------------------------------------------------------------
 // What a file names

@@ -1,0 +1,42 @@
+//! Generation for decoder language models: the interface a model implements
+//! ([`CausalLm`]), its [`KvCache`], and the masks and position ids of a step.
+
+mod cache;
+mod mask;
+
+pub use cache::KvCache;
+pub use mask::{decoder_mask, position_ids};
+
+use ember_autograd::Var;
+use ember_tensor::{Result, Tensor};
+
+/// The inputs of one forward step of a decoder that keeps a [`KvCache`].
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderInput<'a> {
+    /// Token ids of the new positions, `[batch, new]` of `i64`.
+    pub input_ids: &'a Tensor,
+    /// Absolute positions of the new tokens, `[batch, new]` of `i64` (see
+    /// [`position_ids`]; they differ between rows when prompts are left-padded).
+    pub position_ids: &'a Tensor,
+    /// The Hugging Face `attention_mask` over the cached and new positions,
+    /// `[batch, past + new]` (1 = a real token, 0 = padding); `None` when nothing is padded.
+    pub attention_mask: Option<&'a Tensor>,
+}
+
+/// A decoder language model that generation can drive: one forward step over new positions,
+/// reading and extending a [`KvCache`].
+pub trait CausalLm: Send + Sync {
+    /// The logits of the new positions, `[batch, new, vocab]`, after appending their keys
+    /// and values to `cache`.
+    fn forward_cached(&self, input: &DecoderInput<'_>, cache: &mut KvCache) -> Result<Var>;
+
+    /// An empty cache with one slot per attention layer.
+    fn new_cache(&self) -> KvCache;
+
+    /// The size of the vocabulary (the last dimension of the logits).
+    fn vocab_size(&self) -> usize;
+
+    /// The longest sequence the model's positions allow (`n_positions`,
+    /// `max_position_embeddings`), if it has such a limit.
+    fn max_positions(&self) -> Option<usize>;
+}

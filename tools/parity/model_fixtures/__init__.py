@@ -1,0 +1,1 @@
+"""One module per architecture of ember-models; see tools/parity/models.py."""

@@ -1,6 +1,6 @@
 //! `ember-onnx`: ONNX import and export for ember.
 //!
-//! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 17, see
+//! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 20, see
 //!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
 //!   weights are parameters, so an imported model runs inference *and* fine-tunes.
 //! - [`export()`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
@@ -28,6 +28,7 @@ pub mod import;
 pub mod ir;
 mod ops;
 pub mod proto;
+pub mod tables;
 
 pub use export::{ExportOptions, export, export_bytes, export_fn_bytes};
 pub use import::{load, load_bytes, read_graph};

@@ -15,6 +15,11 @@ exported by both of PyTorch's exporters:
 error instead of a file (the Rust test checks that the manifest and the directory agree).
 The Rust test runs every file and matches every output to 1e-5.
 
+Handmade graphs. `<graph>.helper.onnx` are single operators (or short chains) built with
+`onnx.helper` for what ONNX allows beyond PyTorch's use of them (`sequence_lens`, GRU's
+`linear_before_reset = 0`, `layout = 1`, exclusive reverse `CumSum`, negative `Slice`
+steps, ...; ONNX Runtime has no `layout = 1`); ONNX Runtime computes their expected outputs.
+
 Export. `check-ember` lets ember write its own export of every layer
 (`EMBER_ONNX_LAYERS_OUT=<dir> cargo test -p ember-onnx --test onnx_layers`), runs each file
 through `onnx.checker` (full check) and ONNX Runtime on ember's inputs, compares with
@@ -23,7 +28,8 @@ test reads (the operator list of each file must still be the one checked).
 
 Regenerate (from the repository root; CI never runs this):
 
-    /work/venv-torch/bin/python tools/parity/onnx_layers.py import
+    /work/venv-torch/bin/python tools/parity/onnx_layers.py import      # twins, then handmade
+    /work/venv-torch/bin/python tools/parity/onnx_layers.py handmade    # handmade graphs only
     /work/venv-torch/bin/python tools/parity/onnx_layers.py check-ember
 """
 
@@ -213,6 +219,146 @@ def layers():
     yield "scatter", Call(scatter), [(2, 3, 4)], f32
 
 
+def handmade():
+    """`(name, opset, nodes, inputs, constants)` for graphs no PyTorch exporter writes but
+    ONNX allows: what the importer supports of each operator beyond PyTorch's use (ONNX
+    Runtime computes the expected outputs)."""
+    from onnx import helper
+
+    def lens(*v):
+        return np.array(v, dtype=np.int32)
+
+    rnn_in = {"x": (3, 2, 3)}
+    yield (
+        "lstm_lengths_reverse",
+        17,
+        [helper.make_node("LSTM", ["x", "w", "r", "b", "lens", "h0", "c0"], ["y", "yh", "yc"], direction="bidirectional", hidden_size=2)],
+        dict(rnn_in, w=(2, 8, 3), r=(2, 8, 2), b=(2, 16), h0=(2, 2, 2), c0=(2, 2, 2)),
+        {"lens": lens(3, 1)},
+    )
+    yield (
+        "gru_reset_before_linear",
+        17,
+        [helper.make_node("GRU", ["x", "w", "r", "b"], ["y", "yh"], hidden_size=2, linear_before_reset=0)],
+        {"x": (3, 2, 3), "w": (1, 6, 3), "r": (1, 6, 2), "b": (1, 12)},
+        {},
+    )
+    yield (
+        "rnn_relu_reverse_lengths",
+        17,
+        [helper.make_node("RNN", ["x", "w", "r", "", "lens"], ["y", "yh"], hidden_size=2, activations=["Relu"], direction="reverse")],
+        dict(rnn_in, w=(1, 2, 3), r=(1, 2, 2)),
+        {"lens": lens(2, 3)},
+    )
+    yield (
+        "cumsum_exclusive_reverse",
+        17,
+        [helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=1, reverse=1)],
+        {"x": (2, 4)},
+        {"axis": np.array(1, dtype=np.int64)},
+    )
+    yield (
+        "einsum_implicit_ellipsis",
+        17,
+        [helper.make_node("Einsum", ["a", "b"], ["y"], equation="...ij,...jk")],
+        {"a": (2, 2, 3), "b": (2, 3, 4)},
+        {},
+    )
+    yield (
+        "pad_axes_crop",
+        18,
+        [helper.make_node("Pad", ["x", "pads", "v", "axes"], ["y"])],
+        {"x": (2, 3, 4)},
+        {"pads": np.array([2, -1, 1, 0], dtype=np.int64), "v": np.array(0.5, dtype=np.float32), "axes": np.array([0, 2], dtype=np.int64)},
+    )
+    yield (
+        "split_num_outputs_uneven",
+        18,
+        [helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)],
+        {"x": (2, 7)},
+        {},
+    )
+    yield (
+        "trilu_lower_diagonal",
+        17,
+        [helper.make_node("Trilu", ["x", "k"], ["y"], upper=0)],
+        {"x": (2, 3, 4)},
+        {"k": np.array(1, dtype=np.int64)},
+    )
+    yield (
+        "slice_negative_steps",
+        17,
+        [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+        {"x": (3, 6)},
+        {
+            "st": np.array([-1, 4], dtype=np.int64),
+            "en": np.array([-10, 0], dtype=np.int64),
+            "ax": np.array([0, 1], dtype=np.int64),
+            "sp": np.array([-1, -2], dtype=np.int64),
+        },
+    )
+    yield (
+        "scatter_gather_nd",
+        17,
+        [
+            helper.make_node("ScatterND", ["x", "i", "u"], ["s"]),
+            helper.make_node("GatherND", ["s", "j"], ["y"]),
+        ],
+        {"x": (3, 2, 2), "u": (2, 2, 2)},
+        {"i": np.array([[2], [0]], dtype=np.int64), "j": np.array([[0, 1], [2, 0], [1, 1]], dtype=np.int64)},
+    )
+    yield (
+        "range_float_hardsigmoid",
+        20,
+        [
+            helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+            helper.make_node("Mul", ["x", "r"], ["m"]),
+            helper.make_node("HardSigmoid", ["m"], ["h"], alpha=0.3, beta=0.4),
+            helper.make_node("Gelu", ["h"], ["y"], approximate="tanh"),
+        ],
+        {"x": (2, 5)},
+        {"start": np.array(-1.0, dtype=np.float32), "limit": np.array(1.4, dtype=np.float32), "delta": np.array(0.5, dtype=np.float32)},
+    )
+
+
+def make_handmade(only=None):
+    """Writes `<name>.helper.onnx` and `<name>.safetensors` for every handmade graph."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    path = os.path.join(OUT, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    rng = np.random.default_rng(5)
+    for name, opset, nodes, inputs, constants in handmade():
+        if only and name not in only:
+            continue
+        graph_inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in inputs.items()]
+        produced = {o for n in nodes for o in n.output}
+        consumed = {i for n in nodes for i in n.input}
+        outputs = [o for n in nodes for o in n.output if o and o not in consumed]
+        graph_outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
+        inits = [numpy_helper.from_array(v, k) for k, v in constants.items()]
+        graph = helper.make_graph(nodes, name, graph_inputs, graph_outputs, inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+        # Shapes of the outputs are left to inference (the checker wants them declared, so
+        # ONNX Runtime, which infers them, is the check).
+        file = os.path.join(OUT, f"{name}.helper.onnx")
+        onnx.save(model, file)
+        xs = {k: (rng.standard_normal(v) * 0.5).astype(np.float32) for k, v in inputs.items()}
+        session = ort.InferenceSession(file, providers=["CPUExecutionProvider"])
+        ys = session.run(outputs, xs)
+        tensors = {f"input.{i}": torch.from_numpy(x) for i, x in enumerate(xs.values())}
+        tensors.update({f"output.{i}": torch.from_numpy(np.ascontiguousarray(y)) for i, y in enumerate(ys)})
+        save_file(tensors, os.path.join(OUT, f"{name}.safetensors"))
+        assert produced >= set(outputs)
+        manifest[name] = {"helper": {"ops": sorted({n.op_type for n in nodes}), "opset": opset}}
+        print(name, manifest[name], flush=True)
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 EXPORTERS = {
     "ts17": dict(dynamo=False, opset_version=17, do_constant_folding=True),
     "dynamo17": dict(dynamo=True, opset_version=17),
@@ -349,6 +495,9 @@ if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "import"
     if command == "import":
         import_fixtures(set(sys.argv[2:]) or None)
+        make_handmade(set(sys.argv[2:]) or None)
+    elif command == "handmade":
+        make_handmade(set(sys.argv[2:]) or None)
     elif command == "check-ember":
         sys.exit(check_ember(sys.argv[2] if len(sys.argv) > 2 else None))
     else:

@@ -65,7 +65,7 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("CastLike", &["saturate"], elementwise::cast_like),
     op("Ceil", &[], elementwise::ceil),
     op("Clip", &[], activation::clip)
-    .note("bounds from inputs 1 and 2"),
+    .note("bounds from inputs 1 and 2 (constants: no gradient reaches them)"),
     op("Concat", &["axis"], shape::concat),
     op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
     op("ConstantOfShape", &["value"], generate::constant_of_shape),
@@ -145,7 +145,7 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Not", &[], compare::not),
     op("Or", &[], compare::or),
     op("Pad", &["mode"], pad::pad)
-    .note("`constant` mode; negative pads crop; `axes` (opset 18)"),
+    .note("`constant` mode (the value a constant); negative pads crop; `axes` (opset 18)"),
     op("Pow", &[], elementwise::pow),
     op("Range", &[], generate::range),
     op("Reciprocal", &[], elementwise::reciprocal),

@@ -184,11 +184,14 @@ mod ember_layers {
     };
     use ember_onnx::{ExportOptions, export_fn_bytes};
 
+    /// A layer's forward, from its inputs to its outputs.
+    pub type Forward = Box<dyn Fn(&[Var]) -> Result<Vec<Var>>>;
+
     /// A layer to export: its parameters, the function of its inputs, and the inputs.
     pub struct Case {
         pub name: &'static str,
         pub params: Vec<(String, Var)>,
-        pub f: Box<dyn Fn(&[Var]) -> Result<Vec<Var>>>,
+        pub f: Forward,
         pub inputs: Vec<Var>,
     }
 
@@ -210,7 +213,7 @@ mod ember_layers {
         let rnn2 = rnn.num_layers(2).bidirectional(true);
         let layer =
             TransformerLayerOptions { dim_feedforward: 16, dropout: 0.0, batch_first: true, ..Default::default() };
-        let gelu_layer = TransformerLayerOptions { activation: TransformerActivation::GELU, ..layer.clone() };
+        let gelu_layer = TransformerLayerOptions { activation: TransformerActivation::GELU, ..layer };
         let mut out = vec![
             module("linear", Linear::new(6, 4)?, &[2, 6])?,
             module("conv1d", Conv1d::with_options(3, 4, 3, Conv1dOptions::default().padding(1))?, &[2, 3, 8])?,

@@ -9,6 +9,9 @@ use ember_tensor::{Error, Result, Tensor};
 
 type Args<'a> = &'a [Option<Value>];
 
+/// The longest axis a float `CumSum` runs along (its `n x n` matrix is then 64 MiB in f32).
+const MATRIX_LIMIT: usize = 4096;
+
 /// Whether output position `j` sums input position `i`.
 fn takes(i: usize, j: usize, exclusive: bool, reverse: bool) -> bool {
     match (reverse, exclusive) {
@@ -30,6 +33,10 @@ pub(crate) fn cumsum(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     let (exclusive, reverse) = (int_attr(node, "exclusive", 0)? != 0, int_attr(node, "reverse", 0)? != 0);
     let n = dims[ax];
     match x {
+        Value::Float(_) if n > MATRIX_LIMIT => Err(Error::invalid(
+            "onnx",
+            format!("CumSum of a float tensor along an axis of {n} > {MATRIX_LIMIT} elements is not supported"),
+        )),
         Value::Float(v) => {
             let u: Vec<f64> = (0..n)
                 .flat_map(|i| (0..n).map(move |j| f64::from(u8::from(takes(i, j, exclusive, reverse)))))

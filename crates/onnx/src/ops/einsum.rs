@@ -11,6 +11,9 @@ use crate::ir::{Node, Value};
 use ember_autograd::Var;
 use ember_tensor::{Error, Result};
 
+/// The most elements the broadcast product of the operands may hold.
+const PRODUCT_LIMIT: usize = 1 << 26;
+
 /// The letters that stand for the dimensions `...` covers (not valid in equations).
 const ELLIPSIS: &[char] = &['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'];
 
@@ -90,6 +93,14 @@ pub(crate) fn einsum(node: &Node, args: &[Option<Value>]) -> Result<Vec<Value>> 
     }
     if let Some(c) = out.iter().find(|c| !letters.iter().flatten().any(|x| x == *c)) {
         return Err(bad(&equation, format!("output letter '{c}' is in no input")));
+    }
+    // The broadcast product holds every letter's extent: refuse one too large to allocate.
+    let extent = |c: &char| {
+        letters.iter().zip(&xs).filter_map(|(l, x)| l.iter().position(|y| y == c).map(|p| x.shape()[p])).max()
+    };
+    let size = all.iter().try_fold(1usize, |n, c| n.checked_mul(extent(c).unwrap_or(1)));
+    if size.is_none_or(|n| n > PRODUCT_LIMIT) {
+        return Err(bad(&equation, format!("the broadcast product would exceed {PRODUCT_LIMIT} elements")));
     }
     let mut product: Option<Var> = None;
     for (x, l) in xs.iter().zip(&letters) {

@@ -11,7 +11,7 @@ type Args<'a> = &'a [Option<Value>];
 
 /// The most elements a `Range` or `ConstantOfShape` may make (their sizes come from the
 /// file or from the input's shape).
-const LIMIT: usize = 1 << 28;
+const LIMIT: usize = 1 << 24;
 
 /// A scalar input as `f64`.
 fn scalar(args: Args<'_>, i: usize, what: &str) -> Result<f64> {
@@ -37,7 +37,11 @@ pub(crate) fn range(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     match input(args, 0)? {
         Value::Int(_) => {
             let (s, d) = (start as i64, delta as i64);
-            one(Value::Int(IntTensor::vector((0..n as i64).map(|i| s + i * d).collect())))
+            let values = (0..n as i64)
+                .map(|i| i.checked_mul(d).and_then(|v| v.checked_add(s)))
+                .collect::<Option<Vec<i64>>>()
+                .ok_or_else(|| Error::invalid("onnx", format!("Range({s}, {limit}, {d}) overflows")))?;
+            one(Value::Int(IntTensor::vector(values)))
         }
         Value::Float(x) => {
             let v: Vec<f64> = (0..n).map(|i| start + i as f64 * delta).collect();

@@ -170,6 +170,12 @@ pub(crate) fn scatter_elements(node: &Node, args: Args<'_>) -> Result<Vec<Value>
             ),
         ));
     }
+    if indices.shape.iter().zip(&dims).enumerate().any(|(d, (&i, &n))| d != ax && i > n) {
+        return Err(Error::shape(
+            "onnx",
+            format!("ScatterElements indices {:?} exceed the data's shape {dims:?}", indices.shape),
+        ));
+    }
     let resolved = resolve(indices, dims[ax])?;
     // The flat position in `data` of each update.
     let mut keep = vec![1.0f64; dims.iter().product()];

@@ -45,7 +45,7 @@ pub(crate) fn pad(node: &Node, args: &[Option<Value>]) -> Result<Vec<Value>> {
     for (d, &(b, e)) in per_dim.iter().enumerate() {
         if b < 0 || e < 0 {
             let n = y.shape()[d] as i64;
-            let (s, t) = (b.min(0).abs(), n - e.min(0).abs());
+            let (s, t) = (b.min(0).saturating_neg(), n.saturating_sub(e.min(0).saturating_neg()));
             if s > t {
                 return Err(Error::shape("onnx", format!("Pad crops {pads:?} more than {}", x.shape())));
             }

@@ -211,6 +211,8 @@ pub(crate) fn slice(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
             let clampi = |v: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(0, n);
             let (s, e) = (clampi(starts[k]), clampi(ends[k]));
             plan.push(Cut::Strided(a, s as usize, e.max(s) as usize, step as usize));
+        } else if n == 0 {
+            plan.push(Cut::Picked(a, Vec::new()));
         } else {
             // ONNX clamps a negative step's start to [0, n - 1] and its end to [-1, n - 1].
             let resolve = |v: i64| if v < 0 { v.saturating_add(n) } else { v };

@@ -311,12 +311,8 @@ mod ember_layers {
             .add(Upsample::scale_factor(2.0))
             .add(ConvTranspose2d::with_options(4, 2, 2, ConvTranspose2dOptions::default().stride(2))?);
         out.push(module("conv_groupnorm_upsample", stack, &[1, 3, 4, 4])?);
+        out.push(module("leakyrelu", LeakyReLU::new(0.1), &[2, 5])?);
         Ok(out)
-    }
-
-    /// Layers ember cannot export yet, with the reason (each is checked to still fail).
-    pub fn refused() -> Result<Vec<(Case, &'static str)>> {
-        Ok(vec![(module("leakyrelu", LeakyReLU::new(0.1), &[2, 5])?, "'leaky_relu' has no export description")])
     }
 
     /// The case's ONNX bytes and its outputs.
@@ -381,15 +377,6 @@ fn ember_exports_ran_in_onnx_runtime() -> Result<()> {
         let ops: Vec<String> =
             entry["ops"].as_array().expect("ops").iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect();
         assert_eq!(op_types(&bytes), ops, "{}: the export changed; rerun onnx_layers.py check-ember", case.name);
-    }
-    Ok(())
-}
-
-#[test]
-fn layers_ember_cannot_export_still_say_why() -> Result<()> {
-    for (case, why) in ember_layers::refused()? {
-        let err = ember_layers::export(&case).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains(why), "{}: expected an error containing {why:?}, got {err:?}", case.name);
     }
     Ok(())
 }

@@ -24,6 +24,10 @@ fn int_attr(name: &str, v: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INT, i: v, ..Default::default() }
 }
 
+fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::FLOAT, f: v, ..Default::default() }
+}
+
 fn string_attr(name: &str, v: &str) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
 }
@@ -309,6 +313,10 @@ impl Writer {
             "rsub_scalar" | "rdiv_scalar" => {
                 let c = self.const_scalar(float(desc, "value")?, dtype)?;
                 self.node(if kind == "rsub_scalar" { "Sub" } else { "Div" }, &[&c, a(0)?], vec![])
+            }
+            "leaky_relu" => {
+                let alpha = float(desc, "alpha")?;
+                self.node("LeakyRelu", &[a(0)?], vec![float_attr("alpha", alpha as f32)])
             }
             "square" => self.node("Mul", &[a(0)?, a(0)?], vec![]),
             "rsqrt" => {

@@ -18,6 +18,7 @@ pub(crate) static EXPORTS: &[(&[&str], &str)] = &[
         ],
         "the ONNX operator of the same name (`recip`: `Reciprocal`)",
     ),
+    (&["leaky_relu"], "`LeakyRelu` with `alpha`"),
     (
         &["square", "rsqrt", "silu", "gelu", "gelu_tanh"],
         "`Mul(x, x)`; `Reciprocal(Sqrt)`; `Mul(x, Sigmoid(x))`; the `Erf` form; the `Tanh` form",

@@ -324,7 +324,7 @@ macro_rules! unary_table {
                 cuda [float "x > zero ? x : x * p0"; params |k| [k.float(negative_slope), k.zero()]],
                 tensor ["`x` for positive `x`, `negative_slope * x` otherwise."],
                 grad [/// `x` for positive `x`, `negative_slope * x` otherwise.
-                      saves INPUTS,
+                      saves INPUTS, export(alpha = negative_slope),
                       |ctx, g| {
                           let x = ctx.input(0)?.value();
                           let pos = x.gt_scalar(0);

@@ -135,8 +135,9 @@ impl fmt::Debug for LayerNorm {
 /// operation ([`Var::layer_norm`]), whose backward reads only `x` and `weight`, and which
 /// has gradients of every order.
 ///
-/// The parameters have `x`'s dtype, or `f32` for a 16-bit `x` (computed in `f32`, the
-/// result in `x`'s dtype, as PyTorch's CPU kernel takes them).
+/// The parameters have `x`'s dtype; inside a CPU autocast region a 16-bit `x` may have
+/// `f32` parameters (computed in `f32`, the result in `x`'s dtype, as autocast's
+/// first-input policy asks).
 pub fn layer_norm(
     x: &Var,
     normalized_shape: &[usize],
@@ -150,6 +151,7 @@ pub fn layer_norm(
     // output, both kept for backward) are skipped.
     let mixed = x.dtype().is_half()
         && DeviceType::from(x.device()) == DeviceType::Cpu
+        && autocast::is_autocast_enabled(DeviceType::Cpu)
         && [weight, bias].into_iter().flatten().all(|p| p.dtype() == DType::F32);
     if !mixed
         && let Some(r) = autocast::run_cast(&policy::LAYER_NORM, [Some(x), weight, bias], |c| {
@@ -171,7 +173,7 @@ pub fn layer_norm(
                 format!("the {what} must have the normalized shape {normalized_shape:?}, got {:?}", p.shape()),
             ));
         }
-        if p.dtype() != x.dtype() && !(x.dtype().is_half() && p.dtype() == DType::F32) {
+        if p.dtype() != x.dtype() && !mixed {
             return Err(Error::dtype(
                 "LayerNorm",
                 format!("the input is {} but the {what} is {}", x.dtype(), p.dtype()),

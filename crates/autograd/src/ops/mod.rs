@@ -10,6 +10,7 @@ mod conv;
 mod index;
 mod interpolate;
 mod join;
+mod layer_norm;
 mod linalg;
 mod loss;
 mod norm;

@@ -32,6 +32,10 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
 }
 
+fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::FLOAT, f: v, ..Default::default() }
+}
+
 fn ints_attr(name: &str, v: Vec<i64>) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v, ..Default::default() }
 }
@@ -415,6 +419,26 @@ impl Writer {
             "sum" => {
                 let axes = self.const_ints(&ints(desc, "dims")?)?;
                 self.node("ReduceSum", &[a(0)?, &axes], vec![int_attr("keepdims", int(desc, "keepdim")?)])
+            }
+            "layer_norm" => {
+                // LayerNormalization normalises from `axis` on and requires a scale: ones
+                // where the layer has none.
+                let shape = ints(desc, "normalized_shape")?;
+                let axis = args[0].1.shape().rank() as i64 - shape.len() as i64;
+                let weight = int(desc, "weight")? != 0;
+                let scale = if weight {
+                    a(1)?.to_string()
+                } else {
+                    let one = self.const_scalar(1.0, dtype)?;
+                    let target = self.const_ints(&shape)?;
+                    self.node("Expand", &[&one, &target], vec![])
+                };
+                let mut inputs = vec![a(0)?, scale.as_str()];
+                if int(desc, "bias")? != 0 {
+                    inputs.push(a(1 + usize::from(weight))?);
+                }
+                let attrs = vec![int_attr("axis", axis), float_attr("epsilon", float(desc, "eps")? as f32)];
+                self.node("LayerNormalization", &inputs, attrs)
             }
             "softmax" => self.node("Softmax", &[a(0)?], vec![int_attr("axis", int(desc, "dim")?)]),
             "log_softmax" => self.node("LogSoftmax", &[a(0)?], vec![int_attr("axis", int(desc, "dim")?)]),

@@ -7,6 +7,7 @@
 
 pub(super) mod attention;
 pub(super) mod conv;
+pub(super) mod layer_norm;
 pub(super) mod lstm;
 pub(super) mod norm;
 pub(super) mod pool;

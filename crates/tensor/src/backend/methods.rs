@@ -303,6 +303,41 @@ macro_rules! backend_methods {
             ) -> Result<[Storage; 3]> {
                 compose::norm::channel_norm_backward(self, input, grad, mean, var, weight, eps)
             }
+            /// Layer normalisation of float `input` read as `[rows, n]` in row-major order, with
+            /// the optional per-element `weight` and `bias` (`n` elements; the input's dtype or,
+            /// for a 16-bit input, `f32`): the output (the input's shape and dtype), and each
+            /// row's mean and `rstd = 1 / sqrt(var + eps)` (`rows` elements of the input's
+            /// compute dtype). See [`crate::ops::layer_norm`].
+            ///
+            /// The default composes it from `reduce`, `binary`, `unary` and `cast`.
+            fn layer_norm(
+                &self,
+                input: View<'_>,
+                n: usize,
+                weight: Option<View<'_>>,
+                bias: Option<View<'_>>,
+                eps: f64,
+            ) -> Result<[Storage; 3]> {
+                compose::layer_norm::layer_norm(self, input, n, weight, bias, eps)
+            }
+            /// The gradients of [`Backend::layer_norm`] for the incoming gradient `grad` (the
+            /// input's shape and dtype), given the `mean` and `rstd` it returned: the input's
+            /// gradient, and `sum_rows(g * xhat)` and `sum_rows(g)` (`n` elements each, the
+            /// weight's and the bias's gradients, in the weight's dtype or, without one, the
+            /// input's).
+            ///
+            /// The default composes it from `reduce`, `binary`, `unary` and `cast`.
+            fn layer_norm_backward(
+                &self,
+                input: View<'_>,
+                grad: View<'_>,
+                n: usize,
+                mean: View<'_>,
+                rstd: View<'_>,
+                weight: Option<View<'_>>,
+            ) -> Result<[Storage; 3]> {
+                compose::layer_norm::layer_norm_backward(self, input, grad, n, mean, rstd, weight)
+            }
 
             /// Max pooling of float planes `input` (`[N, C, h, w]`) over `windows`: the largest
             /// value of each window (NaN where the window holds one, `-inf` for an empty window) and

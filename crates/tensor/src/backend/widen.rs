@@ -11,10 +11,11 @@
 //! backward reads to more than 8 bits (attention's log-sum-exp, batch norm's statistics)
 //! stay `f32`: the callers round only the primary result.
 
-use super::{Backend, Target, View};
+use super::{AdamState, Backend, RmsPropState, Target, View};
 use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::ops::UnaryOp;
+use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Scalar};
 
@@ -177,4 +178,101 @@ impl Narrow for f64 {
     fn narrow<B: Backend + ?Sized>(self, _: &B, _: DType) -> Result<Self> {
         Ok(self)
     }
+}
+
+/// [`Backend::channel_norm`] of operands among which a 16-bit one (`low`) is, on `backend`'s
+/// `f32` kernel. The statistics stay `f32`, as PyTorch keeps a 16-bit batch norm's: the
+/// backward and the running statistics need more than 8 bits of them.
+pub(crate) fn channel_norm<B: Backend + ?Sized>(
+    backend: &B,
+    low: DType,
+    x: View<'_>,
+    weight: Option<View<'_>>,
+    bias: Option<View<'_>>,
+    eps: f64,
+) -> Result<[Storage; 3]> {
+    let [a] = operands(backend, [x])?;
+    let (w, b) = (Operand::optional(backend, weight)?, Operand::optional(backend, bias)?);
+    let [out, mean, var] =
+        backend.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
+    Ok([out.narrow(backend, low)?, mean, var])
+}
+
+/// [`Backend::channel_norm_backward`] of operands among which a 16-bit one (`low`) is, on
+/// `backend`'s `f32` kernel.
+pub(crate) fn channel_norm_backward<B: Backend + ?Sized>(
+    backend: &B,
+    low: DType,
+    [x, grad, mean, var]: [View<'_>; 4],
+    weight: Option<View<'_>>,
+    eps: f64,
+) -> Result<[Storage; 3]> {
+    let [a, g, m, v] = operands(backend, [x, grad, mean, var])?;
+    let w = Operand::optional(backend, weight)?;
+    let w = w.as_ref().map(Operand::view);
+    backend.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(backend, low)
+}
+
+/// Whether an optimizer step on these storages has a 16-bit one, and so runs through this
+/// module's `*_step` functions.
+pub(crate) fn any_low<'a>(storages: impl IntoIterator<Item = &'a Storage>) -> bool {
+    low_of(storages).is_some()
+}
+
+/// [`Backend::sgd_step`] on 16-bit storages: computed by `backend`'s `f32` step, the
+/// parameter and its buffer rounded once.
+pub(crate) fn sgd_step<B: Backend + ?Sized>(
+    backend: &B,
+    param: Target<'_>,
+    grad: View<'_>,
+    buffer: Option<Target<'_>>,
+    hp: &SgdStep,
+) -> Result<()> {
+    let (mut p, g, mut b) =
+        (InPlace::new(backend, param)?, Operand::new(backend, grad)?, InPlace::optional(backend, buffer)?);
+    backend.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
+    b.map(InPlace::finish).transpose().and(p.finish())
+}
+
+/// [`Backend::adam_step`] on 16-bit storages: computed by `backend`'s `f32` step, the
+/// parameter and its state rounded once.
+pub(crate) fn adam_step<B: Backend + ?Sized>(
+    backend: &B,
+    param: Target<'_>,
+    grad: View<'_>,
+    state: AdamState<'_>,
+    hp: &AdamStep,
+) -> Result<()> {
+    let (mut p, g) = (InPlace::new(backend, param)?, Operand::new(backend, grad)?);
+    let (mut m, mut v) = (InPlace::new(backend, state.exp_avg)?, InPlace::new(backend, state.exp_avg_sq)?);
+    let mut vmax = InPlace::optional(backend, state.max_exp_avg_sq)?;
+    let wide =
+        AdamState { exp_avg: m.target(), exp_avg_sq: v.target(), max_exp_avg_sq: vmax.as_mut().map(InPlace::target) };
+    backend.adam_step(p.target(), g.view(), wide, hp)?;
+    vmax.map(InPlace::finish).transpose()?;
+    m.finish().and(v.finish()).and(p.finish())
+}
+
+/// [`Backend::rmsprop_step`] on 16-bit storages: computed by `backend`'s `f32` step, the
+/// parameter and its state rounded once.
+pub(crate) fn rmsprop_step<B: Backend + ?Sized>(
+    backend: &B,
+    param: Target<'_>,
+    grad: View<'_>,
+    state: RmsPropState<'_>,
+    hp: &RmsPropStep,
+) -> Result<()> {
+    let (mut p, g) = (InPlace::new(backend, param)?, Operand::new(backend, grad)?);
+    let mut sq = InPlace::new(backend, state.square_avg)?;
+    let mut avg = InPlace::optional(backend, state.grad_avg)?;
+    let mut mom = InPlace::optional(backend, state.momentum_buffer)?;
+    let wide = RmsPropState {
+        square_avg: sq.target(),
+        grad_avg: avg.as_mut().map(InPlace::target),
+        momentum_buffer: mom.as_mut().map(InPlace::target),
+    };
+    backend.rmsprop_step(p.target(), g.view(), wide, hp)?;
+    avg.map(InPlace::finish).transpose()?;
+    mom.map(InPlace::finish).transpose()?;
+    sq.finish().and(p.finish())
 }

@@ -34,7 +34,7 @@
 //! One module per family: the arguments users pass (PyTorch's, with its defaults and
 //! output-size rules and errors), resolved into the plans and geometries the `Backend`
 //! methods take: [`conv`] (`ConvArgs`, `ConvGeometry`, `SlidingWindow`), [`pool`]
-//! (`MaxPoolArgs`, `PoolWindows`, `Resample`), [`norm`], [`attention`], [`lstm`],
+//! (`MaxPoolArgs`, `PoolWindows`, `Resample`), [`norm`], [`layer_norm`], [`attention`], [`lstm`],
 //! [`loss`] (`ClassLoss`) and [`optim`] (`SgdStep`, `AdamStep`, `RmsPropStep`). The
 //! crate root re-exports the argument types (`ember_tensor::ConvArgs`).
 
@@ -47,6 +47,7 @@ pub(crate) mod unary;
 
 pub mod attention;
 pub mod conv;
+pub mod layer_norm;
 pub mod loss;
 pub mod lstm;
 pub mod norm;

@@ -8,6 +8,7 @@ mod elementwise;
 mod index;
 mod inplace;
 mod join;
+mod layer_norm;
 mod linalg;
 mod locks;
 mod loss;

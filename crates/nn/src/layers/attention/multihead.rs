@@ -9,7 +9,7 @@ use crate::layers::param_alloc::named;
 use crate::module::{Module, TrainingFlag};
 use crate::parts::Parts;
 use ember_autograd::{Var, autocast};
-use ember_tensor::{Error, Result, Tensor};
+use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
 const OP: &str = "MultiheadAttention";
@@ -381,6 +381,12 @@ impl MultiheadAttention {
             // embedding each third's gradient into a zero tensor three times as large.
             InProjection::Packed(w) => {
                 let part = |x: &Var, i: usize| x.linear(&w.narrow(0, i * e, e)?, bias(i)?.as_ref());
+                if q.same_node(k) && k.same_node(v) {
+                    // Self-attention: under autocast each product would cast the input
+                    // again, and the backward keeps every copy; one cast serves all three.
+                    let x = lowered_once(q);
+                    return Ok((part(&x, 0)?, part(&x, 1)?, part(&x, 2)?));
+                }
                 Ok((part(q, 0)?, part(k, 1)?, part(v, 2)?))
             }
             InProjection::Separate { q: wq, k: wk, v: wv } => Ok((
@@ -410,6 +416,17 @@ impl MultiheadAttention {
         } else {
             x.permute(&[2, 0, 1, 3])?.reshape([target, n, self.embed_dim])
         }
+    }
+}
+
+/// `x` in the autocast dtype of its device when a region is open for it and `x` is a float
+/// that autocast lowers (as each product would cast it), else `x` itself.
+fn lowered_once(x: &Var) -> Var {
+    let lowered = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    if lowered && autocast::is_autocast_enabled(x.device()) {
+        x.to_dtype(autocast::autocast_dtype(x.device()))
+    } else {
+        x.clone()
     }
 }
 

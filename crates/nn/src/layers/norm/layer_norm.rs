@@ -5,7 +5,7 @@ use crate::Module;
 use crate::layers::param_alloc::named;
 use crate::module::TrainingFlag;
 use ember_autograd::Var;
-use ember_autograd::autocast::{self, policy};
+use ember_autograd::autocast::{self, DeviceType, policy};
 use ember_tensor::{DType, Error, Result, Tensor};
 use std::fmt;
 
@@ -131,8 +131,13 @@ impl fmt::Debug for LayerNorm {
 }
 
 /// Functional layer normalisation over the trailing `normalized_shape` of `x`, with an
-/// optional `weight` and `bias` of that shape; PyTorch's `F.layer_norm`. Built from
-/// differentiable ops, so it has gradients of every order.
+/// optional `weight` and `bias` of that shape; PyTorch's `F.layer_norm`. One recorded
+/// operation ([`Var::layer_norm`]), whose backward reads only `x` and `weight`, and which
+/// has gradients of every order.
+///
+/// The parameters have `x`'s dtype; inside a CPU autocast region a 16-bit `x` may have
+/// `f32` parameters (computed in `f32`, the result in `x`'s dtype, as autocast's
+/// first-input policy asks).
 pub fn layer_norm(
     x: &Var,
     normalized_shape: &[usize],
@@ -140,13 +145,23 @@ pub fn layer_norm(
     bias: Option<&Var>,
     eps: f64,
 ) -> Result<Var> {
-    if let Some(r) = autocast::run_cast(&policy::LAYER_NORM, [Some(x), weight, bias], |c| {
-        Ok(c.output(layer_norm(c.or(0, x), normalized_shape, c.get(1), c.get(2), eps)?))
-    }) {
+    // CPU autocast's first-input policy computes a 16-bit input with f32 parameters in
+    // f32 and rounds the result to the input's dtype. The fused kernel does that with the
+    // operands as they are, so the policy's casts (an f32 copy of the input, another of the
+    // output, both kept for backward) are skipped.
+    let mixed = x.dtype().is_half()
+        && DeviceType::from(x.device()) == DeviceType::Cpu
+        && autocast::is_autocast_enabled(DeviceType::Cpu)
+        && [weight, bias].into_iter().flatten().all(|p| p.dtype() == DType::F32);
+    if !mixed
+        && let Some(r) = autocast::run_cast(&policy::LAYER_NORM, [Some(x), weight, bias], |c| {
+            Ok(c.output(layer_norm(c.or(0, x), normalized_shape, c.get(1), c.get(2), eps)?))
+        })
+    {
         return r;
     }
     check_config(normalized_shape, eps)?;
-    let reduce = trailing_dims("LayerNorm", x, normalized_shape)?;
+    trailing_dims("LayerNorm", x, normalized_shape)?;
     if !x.dtype().is_float() {
         return Err(Error::dtype("LayerNorm", format!("the input must be float, got {}", x.dtype())));
     }
@@ -158,23 +173,12 @@ pub fn layer_norm(
                 format!("the {what} must have the normalized shape {normalized_shape:?}, got {:?}", p.shape()),
             ));
         }
-        if p.dtype() != x.dtype() {
+        if p.dtype() != x.dtype() && !mixed {
             return Err(Error::dtype(
                 "LayerNorm",
                 format!("the input is {} but the {what} is {}", x.dtype(), p.dtype()),
             ));
         }
     }
-    // Two passes (mean, then the mean of squared deviations) keep f32 accurate where
-    // E[x^2] - E[x]^2 would cancel.
-    let centred = x.sub(&x.mean(&reduce, true)?)?;
-    let var = centred.square().mean(&reduce, true)?;
-    let mut y = centred.mul(&var.add_scalar(eps).rsqrt())?;
-    if let Some(w) = weight {
-        y = y.mul(w)?;
-    }
-    if let Some(b) = bias {
-        y = y.add(b)?;
-    }
-    Ok(y)
+    x.layer_norm(normalized_shape, weight, bias, eps)
 }

@@ -16,6 +16,7 @@ mod conv_pieces;
 mod im2col;
 mod index;
 mod join;
+mod layer_norm;
 mod lstm;
 mod lstm_sequence;
 mod matmul;
@@ -31,15 +32,17 @@ pub(crate) mod unary;
 mod unscale;
 
 use crate::backend::validate::conv::{Role, check_views, check_window_view};
+use crate::backend::validate::layer_norm as layer_norm_check;
 use crate::backend::validate::norm as norm_check;
 use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
-use crate::backend::widen::{self, InPlace, Narrow, Operand, low_of, operands};
+use crate::backend::widen::{self, Narrow, Operand, low_of, operands};
 use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::Element;
 use crate::host::{float_mode, random};
 use crate::layout::Layout;
 use crate::ops::attention::{Attention, check_views as check_attention_views};
 use crate::ops::conv::{ConvGeometry, SlidingWindow};
+use crate::ops::layer_norm::OP as LAYER_NORM;
 use crate::ops::loss::ClassLoss;
 use crate::ops::lstm::{LstmRun, check_backward, check_forward, check_sequence, check_sequence_backward};
 use crate::ops::norm::OP as NORM;
@@ -536,13 +539,7 @@ impl Backend for CpuBackend {
         eps: f64,
     ) -> Result<[Storage; 3]> {
         if let Some(low) = low_of([x.0].into_iter().chain(weight.map(|v| v.0)).chain(bias.map(|v| v.0))) {
-            let [a] = operands(self, [x])?;
-            let (w, b) = (Operand::optional(self, weight)?, Operand::optional(self, bias)?);
-            let [out, mean, var] =
-                self.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
-            // The statistics stay f32, as PyTorch keeps a 16-bit batch norm's: the backward
-            // and the running statistics need more than 8 bits of them.
-            return Ok([out.narrow(self, low)?, mean, var]);
+            return widen::channel_norm(self, low, x, weight, bias, eps);
         }
         let _mode = float_mode::enter();
         let named = [("weight", weight), ("bias", bias)];
@@ -566,10 +563,7 @@ impl Backend for CpuBackend {
         eps: f64,
     ) -> Result<[Storage; 3]> {
         if let Some(low) = low_of([x.0, grad.0, mean.0, var.0].into_iter().chain(weight.map(|v| v.0))) {
-            let [a, g, m, v] = operands(self, [x, grad, mean, var])?;
-            let w = Operand::optional(self, weight)?;
-            let w = w.as_ref().map(Operand::view);
-            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(self, low);
+            return widen::channel_norm_backward(self, low, [x, grad, mean, var], weight, eps);
         }
         let _mode = float_mode::enter();
         let mut per_channel = vec![("mean", mean.0, mean.1), ("variance", var.0, var.1)];
@@ -582,6 +576,46 @@ impl Backend for CpuBackend {
         let stats = [(cpu(mean.0)?, &lm), (cpu(var.0)?, &lv)];
         let out = channel_norm::backward((cpu(x.0)?, &lx), (cpu(grad.0)?, &lg), dims, stats, w, eps)?;
         Ok(out.map(Storage::Cpu))
+    }
+
+    fn layer_norm(
+        &self,
+        x: View<'_>,
+        n: usize,
+        weight: Option<View<'_>>,
+        bias: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        // 16-bit elements are widened inside the kernel's loops: no widened copies.
+        let params = [("weight", weight), ("bias", bias)].into_iter().filter_map(|(w, v)| v.map(|v| (w, v))).collect();
+        layer_norm_check::check(x, n, &layer_norm_check::Operands { grad: None, stats: None, params })?;
+        let _mode = float_mode::enter();
+        let lx = validate::view(LAYER_NORM, x.0, x.1)?;
+        let (lw, lb) = (checked_param(weight)?, checked_param(bias)?);
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let b = bias.zip(lb.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        Ok(layer_norm::forward((cpu(x.0)?, &lx), n, w, b, eps)?.map(Storage::Cpu))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        x: View<'_>,
+        grad: View<'_>,
+        n: usize,
+        mean: View<'_>,
+        rstd: View<'_>,
+        weight: Option<View<'_>>,
+    ) -> Result<[Storage; 3]> {
+        let params = weight.map(|w| ("weight", w)).into_iter().collect();
+        let operands = layer_norm_check::Operands { grad: Some(grad), stats: Some([mean, rstd]), params };
+        layer_norm_check::check(x, n, &operands)?;
+        let _mode = float_mode::enter();
+        let view = |(s, l): View<'_>| validate::view(LAYER_NORM, s, l).map(|l| l.into_owned());
+        let (lx, lg, lm, lr) = (view(x)?, view(grad)?, view(mean)?, view(rstd)?);
+        let lw = checked_param(weight)?;
+        let w = weight.zip(lw.as_ref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
+        let stats = [(cpu(mean.0)?, &lm), (cpu(rstd.0)?, &lr)];
+        Ok(layer_norm::backward((cpu(x.0)?, &lx), (cpu(grad.0)?, &lg), n, stats, w)?.map(Storage::Cpu))
     }
 
     fn max_pool2d(&self, (s, l): View<'_>, windows: &PoolWindows) -> Result<(Storage, Storage)> {
@@ -652,11 +686,8 @@ impl Backend for CpuBackend {
     }
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
-        if low_of([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))).is_some() {
-            let (mut p, g, mut b) =
-                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::optional(self, buffer)?);
-            self.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
-            return b.map(InPlace::finish).transpose().and(p.finish());
+        if widen::any_low([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))) {
+            return widen::sgd_step(self, param, grad, buffer, hp);
         }
         let _mode = float_mode::enter();
         optim::sgd_step(param, grad, buffer, hp)
@@ -664,18 +695,8 @@ impl Backend for CpuBackend {
 
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
         let max = state.max_exp_avg_sq.as_ref().map(|t| &*t.0);
-        if low_of([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)).is_some() {
-            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
-            let (mut m, mut v) = (InPlace::new(self, state.exp_avg)?, InPlace::new(self, state.exp_avg_sq)?);
-            let mut vmax = InPlace::optional(self, state.max_exp_avg_sq)?;
-            let wide = AdamState {
-                exp_avg: m.target(),
-                exp_avg_sq: v.target(),
-                max_exp_avg_sq: vmax.as_mut().map(InPlace::target),
-            };
-            self.adam_step(p.target(), g.view(), wide, hp)?;
-            vmax.map(InPlace::finish).transpose()?;
-            return m.finish().and(v.finish()).and(p.finish());
+        if widen::any_low([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)) {
+            return widen::adam_step(self, param, grad, state, hp);
         }
         let _mode = float_mode::enter();
         optim::adam_step(param, grad, state, hp)
@@ -684,20 +705,8 @@ impl Backend for CpuBackend {
     fn rmsprop_step(&self, param: Target<'_>, grad: View<'_>, state: RmsPropState<'_>, hp: &RmsPropStep) -> Result<()> {
         let optional = [&state.grad_avg, &state.momentum_buffer];
         let extra = optional.into_iter().filter_map(|t| t.as_ref().map(|t| &*t.0));
-        if low_of([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)).is_some() {
-            let (mut p, g, mut sq) =
-                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::new(self, state.square_avg)?);
-            let mut avg = InPlace::optional(self, state.grad_avg)?;
-            let mut mom = InPlace::optional(self, state.momentum_buffer)?;
-            let wide = RmsPropState {
-                square_avg: sq.target(),
-                grad_avg: avg.as_mut().map(InPlace::target),
-                momentum_buffer: mom.as_mut().map(InPlace::target),
-            };
-            self.rmsprop_step(p.target(), g.view(), wide, hp)?;
-            avg.map(InPlace::finish).transpose()?;
-            mom.map(InPlace::finish).transpose()?;
-            return sq.finish().and(p.finish());
+        if widen::any_low([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)) {
+            return widen::rmsprop_step(self, param, grad, state, hp);
         }
         let _mode = float_mode::enter();
         optim::rmsprop_step(param, grad, state, hp)
@@ -713,4 +722,10 @@ impl Backend for CpuBackend {
 /// `validate::view`).
 fn checked(v: Option<View<'_>>) -> Result<Option<Layout>> {
     v.map(|(s, l)| validate::view(NORM, s, l).map(|l| l.into_owned())).transpose()
+}
+
+/// The layout to run the layer-norm kernel with for an optional parameter (see
+/// `validate::view`).
+fn checked_param(v: Option<View<'_>>) -> Result<Option<Layout>> {
+    v.map(|(s, l)| validate::view(LAYER_NORM, s, l).map(|l| l.into_owned())).transpose()
 }

@@ -44,7 +44,7 @@ pub use memory::CudaStorage;
 use crate::backend::compose;
 use crate::backend::validate::conv::check_window_view;
 use crate::backend::validate::pool::{check_gather_planes, check_planes, check_scatter_planes};
-use crate::backend::widen::{self, InPlace, Narrow, Operand, low_of, operands};
+use crate::backend::widen::{self, Narrow, Operand, low_of, operands};
 use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::DType;
 use crate::host::{float_mode, random};
@@ -429,13 +429,7 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
         if let Some(low) = low_of([x.0].into_iter().chain(weight.map(|v| v.0)).chain(bias.map(|v| v.0))) {
-            let [a] = operands(self, [x])?;
-            let (w, b) = (Operand::optional(self, weight)?, Operand::optional(self, bias)?);
-            let [out, mean, var] =
-                self.channel_norm(a.view(), w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
-            // The statistics stay f32, as the CPU keeps them (and PyTorch a 16-bit batch
-            // norm's): the backward and the running statistics need more than 8 bits.
-            return Ok([out.narrow(self, low)?, mean, var]);
+            return widen::channel_norm(self, low, x, weight, bias, eps);
         }
         compose::norm::channel_norm(self, x, weight, bias, eps)
     }
@@ -451,10 +445,7 @@ impl Backend for CudaBackend {
     ) -> Result<[Storage; 3]> {
         self.gpu()?;
         if let Some(low) = low_of([x.0, grad.0, mean.0, var.0].into_iter().chain(weight.map(|v| v.0))) {
-            let [a, g, m, v] = operands(self, [x, grad, mean, var])?;
-            let w = Operand::optional(self, weight)?;
-            let w = w.as_ref().map(Operand::view);
-            return self.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(self, low);
+            return widen::channel_norm_backward(self, low, [x, grad, mean, var], weight, eps);
         }
         compose::norm::channel_norm_backward(self, x, grad, mean, var, weight, eps)
     }
@@ -599,11 +590,8 @@ impl Backend for CudaBackend {
 
     fn sgd_step(&self, param: Target<'_>, grad: View<'_>, buffer: Option<Target<'_>>, hp: &SgdStep) -> Result<()> {
         self.gpu()?;
-        if low_of([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))).is_some() {
-            let (mut p, g, mut b) =
-                (InPlace::new(self, param)?, Operand::new(self, grad)?, InPlace::optional(self, buffer)?);
-            self.sgd_step(p.target(), g.view(), b.as_mut().map(InPlace::target), hp)?;
-            return b.map(InPlace::finish).transpose().and(p.finish());
+        if widen::any_low([&*param.0, grad.0].into_iter().chain(buffer.as_ref().map(|b| &*b.0))) {
+            return widen::sgd_step(self, param, grad, buffer, hp);
         }
         self.st(param.0)?;
         self.st(grad.0)?;
@@ -613,18 +601,8 @@ impl Backend for CudaBackend {
     fn adam_step(&self, param: Target<'_>, grad: View<'_>, state: AdamState<'_>, hp: &AdamStep) -> Result<()> {
         self.gpu()?;
         let max = state.max_exp_avg_sq.as_ref().map(|t| &*t.0);
-        if low_of([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)).is_some() {
-            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
-            let (mut m, mut v) = (InPlace::new(self, state.exp_avg)?, InPlace::new(self, state.exp_avg_sq)?);
-            let mut vmax = InPlace::optional(self, state.max_exp_avg_sq)?;
-            let wide = AdamState {
-                exp_avg: m.target(),
-                exp_avg_sq: v.target(),
-                max_exp_avg_sq: vmax.as_mut().map(InPlace::target),
-            };
-            self.adam_step(p.target(), g.view(), wide, hp)?;
-            vmax.map(InPlace::finish).transpose()?;
-            return m.finish().and(v.finish()).and(p.finish());
+        if widen::any_low([&*param.0, grad.0, &*state.exp_avg.0, &*state.exp_avg_sq.0].into_iter().chain(max)) {
+            return widen::adam_step(self, param, grad, state, hp);
         }
         self.st(param.0)?;
         self.st(grad.0)?;
@@ -635,20 +613,8 @@ impl Backend for CudaBackend {
         self.gpu()?;
         let optional = [&state.grad_avg, &state.momentum_buffer];
         let extra = optional.into_iter().filter_map(|t| t.as_ref().map(|t| &*t.0));
-        if low_of([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)).is_some() {
-            let (mut p, g) = (InPlace::new(self, param)?, Operand::new(self, grad)?);
-            let mut sq = InPlace::new(self, state.square_avg)?;
-            let mut avg = InPlace::optional(self, state.grad_avg)?;
-            let mut mom = InPlace::optional(self, state.momentum_buffer)?;
-            let wide = RmsPropState {
-                square_avg: sq.target(),
-                grad_avg: avg.as_mut().map(InPlace::target),
-                momentum_buffer: mom.as_mut().map(InPlace::target),
-            };
-            self.rmsprop_step(p.target(), g.view(), wide, hp)?;
-            avg.map(InPlace::finish).transpose()?;
-            mom.map(InPlace::finish).transpose()?;
-            return sq.finish().and(p.finish());
+        if widen::any_low([&*param.0, grad.0, &*state.square_avg.0].into_iter().chain(extra)) {
+            return widen::rmsprop_step(self, param, grad, state, hp);
         }
         self.st(param.0)?;
         self.st(grad.0)?;

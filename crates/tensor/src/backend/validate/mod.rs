@@ -8,6 +8,7 @@
 //! family of kernels are in a submodule of their own.
 
 pub(crate) mod conv;
+pub(crate) mod layer_norm;
 pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod pool;

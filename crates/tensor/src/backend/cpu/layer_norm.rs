@@ -1,0 +1,383 @@
+//! The fused layer normalisation (see `ops/layer_norm.rs`) and its gradient.
+//!
+//! Forward makes, rows in parallel, two passes per row for the statistics (the sum, then
+//! the sum of squared deviations from the mean, in `f64` lanes, so that data far from
+//! zero does not cancel) and one that writes `(x - mean) * rstd * w + b`. Backward makes,
+//! rows in parallel, one pass per row for its two sums and one that writes the input's
+//! gradient; then, columns in parallel, one pass down the rows for the parameters'
+//! gradients, so that each column sum is taken in row order whatever the thread count.
+//!
+//! The 16-bit floats are read and written directly: each element is widened to `f32` as
+//! it is loaded and each result rounded once, so no widened copy of an operand is made.
+//! A strided operand is copied into row-major order first.
+
+use super::contiguous::Contiguous;
+use crate::dtype::{Element, FloatElement};
+use crate::host::iter::{GRAIN_CHEAP, par_chunks, rows_per_task};
+use crate::layout::Layout;
+use crate::ops::layer_norm::OP;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{DType, Error, Result};
+use multiversion::multiversion;
+
+/// Accumulator lanes of the sum loops.
+const LANES: usize = 8;
+
+/// The type a kernel computes in: `f32` for `f32` and the 16-bit floats, `f64` for `f64`.
+trait Compute: FloatElement {
+    /// `v` widened (or kept).
+    fn load<T: Element>(v: T) -> Self;
+    /// `self` rounded once to `T`.
+    fn store<T: Element>(self) -> T;
+}
+
+impl Compute for f32 {
+    #[inline(always)]
+    fn load<T: Element>(v: T) -> f32 {
+        v.to_f32()
+    }
+    #[inline(always)]
+    fn store<T: Element>(self) -> T {
+        T::from_f32(self)
+    }
+}
+
+impl Compute for f64 {
+    #[inline(always)]
+    fn load<T: Element>(v: T) -> f64 {
+        v.to_f64()
+    }
+    #[inline(always)]
+    fn store<T: Element>(self) -> T {
+        T::from_f64(self)
+    }
+}
+
+/// The sum of `row`'s elements minus `shift`, and of their squares, in `f64` lanes.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn shifted_sums<T: Element, A: Compute>(row: &[T], shift: f64) -> [f64; 2] {
+    let mut acc = [[0.0f64; LANES]; 2];
+    let (blocks, tail) = row.as_chunks::<LANES>();
+    for b in blocks {
+        for i in 0..LANES {
+            let d = A::load(b[i]).to_f64() - shift;
+            acc[0][i] += d;
+            acc[1][i] += d * d;
+        }
+    }
+    for (i, &v) in tail.iter().enumerate() {
+        let d = A::load(v).to_f64() - shift;
+        acc[0][i] += d;
+        acc[1][i] += d * d;
+    }
+    [acc[0].iter().sum(), acc[1].iter().sum()]
+}
+
+/// `out = ((x - mean) * rstd) * w + b`, each result rounded once.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn normalize_row<T: Element, A: Compute>(out: &mut [T], x: &[T], [mean, rstd]: [A; 2], w: &[A], b: &[A]) {
+    for (((o, &v), &wj), &bj) in out.iter_mut().zip(x).zip(w).zip(b) {
+        *o = (((A::load(v) - mean) * rstd) * wj + bj).store();
+    }
+}
+
+/// `sum(g * w)` and `sum(g * w * xhat)` of one row, in `f64` lanes.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn grad_row_sums<T: Element, A: Compute>(x: &[T], g: &[T], [mean, rstd]: [A; 2], w: &[A]) -> [f64; 2] {
+    let mut acc = [[0.0f64; LANES]; 2];
+    for (j, ((&xv, &gv), &wj)) in x.iter().zip(g).zip(w).enumerate() {
+        let gh = (A::load(gv) * wj).to_f64();
+        let xhat = ((A::load(xv) - mean) * rstd).to_f64();
+        acc[0][j % LANES] += gh;
+        acc[1][j % LANES] += gh * xhat;
+    }
+    [acc[0].iter().sum(), acc[1].iter().sum()]
+}
+
+/// `out = rstd * (g * w - c1 - xhat * c2)` for one row, `c1` and `c2` the row's means of
+/// `g * w` and `g * w * xhat`.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn grad_row<T: Element, A: Compute>(out: &mut [T], x: &[T], g: &[T], [mean, rstd]: [A; 2], w: &[A], [c1, c2]: [A; 2]) {
+    for (((o, &xv), &gv), &wj) in out.iter_mut().zip(x).zip(g).zip(w) {
+        let xhat = (A::load(xv) - mean) * rstd;
+        *o = (rstd * (A::load(gv) * wj - c1 - xhat * c2)).store();
+    }
+}
+
+/// A per-element parameter of `n` elements as the compute type, or `n` copies of
+/// `absent`.
+fn per_element<A: Compute>(p: Option<(&CpuStorage, &Layout)>, n: usize, absent: f64) -> Result<Vec<A>> {
+    fn read<T: Element, A: Compute>(s: &CpuStorage, l: &Layout) -> Result<Vec<A>> {
+        Ok(dense::<T>((s, l))?.slice().iter().map(|&v| A::load(v)).collect())
+    }
+    let Some((s, l)) = p else { return Ok(vec![A::from_f64(absent); n]) };
+    match s.dtype() {
+        DType::F32 => read::<f32, A>(s, l),
+        DType::F64 => read::<f64, A>(s, l),
+        DType::BF16 => read::<half::bf16, A>(s, l),
+        DType::F16 => read::<half::f16, A>(s, l),
+        d => Err(Error::dtype(OP, format!("the parameters must be float, got {d}"))),
+    }
+}
+
+/// The elements of a checked view of dtype `T`, in row-major order.
+fn dense<'a, T: Element>((s, l): (&'a CpuStorage, &Layout)) -> Result<Contiguous<'a, T>> {
+    let slice = s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected dtype {}", s.dtype())))?;
+    Contiguous::of(OP, slice, l, GRAIN_CHEAP)
+}
+
+/// `values` as a storage of `dtype` (a float dtype).
+fn storage_of(values: impl ExactSizeIterator<Item = f64>, dtype: DType) -> Result<CpuStorage> {
+    fn fill<T: Element>(values: impl ExactSizeIterator<Item = f64>) -> Result<CpuStorage> {
+        let mut out = Buffer::<T>::uninit(OP, values.len())?;
+        for (o, v) in out.iter_mut().zip(values) {
+            *o = T::from_f64(v);
+        }
+        Ok(T::into_storage(out))
+    }
+    match dtype {
+        DType::F32 => fill::<f32>(values),
+        DType::F64 => fill::<f64>(values),
+        DType::BF16 => fill::<half::bf16>(values),
+        DType::F16 => fill::<half::f16>(values),
+        d => Err(Error::dtype(OP, format!("the parameters must be float, got {d}"))),
+    }
+}
+
+/// The rows of `[rows, n]` data, `per_task` at a time: `f(first_row, chunk)` for the
+/// consecutive chunks of `out`, which holds `per_row` entries a row.
+fn by_rows<O: Send>(out: &mut [O], per_row: usize, rows: usize, f: impl Fn(usize, &mut [O]) + Sync) {
+    let per_task = rows_per_task(rows, per_row.max(1), GRAIN_CHEAP);
+    par_chunks(out, per_task * per_row.max(1), |i, chunk| f(i * per_task, chunk));
+}
+
+fn forward_typed<T: Element, A: Compute>(x: &[T], n: usize, [w, b]: [&[A]; 2], eps: f64) -> Result<[CpuStorage; 3]> {
+    let rows = x.len() / n;
+    let mut stats = vec![[A::ZERO; 2]; rows];
+    // Statistics cost a pass of reading: their tasks are sized by the rows they read.
+    let per_task = rows_per_task(rows, n, GRAIN_CHEAP);
+    par_chunks(&mut stats, per_task, |i, chunk| {
+        for (k, s) in chunk.iter_mut().enumerate() {
+            let r = i * per_task + k;
+            let row = &x[r * n..(r + 1) * n];
+            let mean = shifted_sums::<T, A>(row, 0.0)[0] / n as f64;
+            let var = shifted_sums::<T, A>(row, mean)[1] / n as f64;
+            *s = [A::from_f64(mean), A::from_f64(1.0 / (var + eps).sqrt())];
+        }
+    });
+    let mut out = Buffer::<T>::uninit(OP, x.len())?;
+    by_rows(&mut out, n, rows, |first, chunk| {
+        for (k, o) in chunk.chunks_mut(n).enumerate() {
+            let r = first + k;
+            normalize_row(o, &x[r * n..(r + 1) * n], stats[r], w, b);
+        }
+    });
+    let mut mean = Buffer::<A>::uninit(OP, rows)?;
+    let mut rstd = Buffer::<A>::uninit(OP, rows)?;
+    for ((m, s), st) in mean.iter_mut().zip(rstd.iter_mut()).zip(&stats) {
+        [*m, *s] = *st;
+    }
+    Ok([T::into_storage(out), A::into_storage(mean), A::into_storage(rstd)])
+}
+
+fn backward_typed<T: Element, A: Compute>(
+    x: &[T],
+    g: &[T],
+    n: usize,
+    [mean, rstd]: [&[A]; 2],
+    w: &[A],
+    param_dtype: DType,
+) -> Result<[CpuStorage; 3]> {
+    let rows = x.len() / n;
+    let stats = |r: usize| [mean[r], rstd[r]];
+    let mut gx = Buffer::<T>::uninit(OP, x.len())?;
+    by_rows(&mut gx, n, rows, |first, chunk| {
+        for (k, o) in chunk.chunks_mut(n).enumerate() {
+            let r = first + k;
+            let (xr, gr) = (&x[r * n..(r + 1) * n], &g[r * n..(r + 1) * n]);
+            let [s1, s2] = grad_row_sums(xr, gr, stats(r), w);
+            let c = [A::from_f64(s1 / n as f64), A::from_f64(s2 / n as f64)];
+            grad_row(o, xr, gr, stats(r), w, c);
+        }
+    });
+    // Column sums: each task owns a block of columns and walks every row in order.
+    let mut sums = vec![[0.0f64; 2]; n];
+    let per_task = rows_per_task(n, rows, GRAIN_CHEAP);
+    par_chunks(&mut sums, per_task, |i, block| {
+        let first = i * per_task;
+        for r in 0..rows {
+            let [m, s] = stats(r);
+            let base = r * n + first;
+            for (j, acc) in block.iter_mut().enumerate() {
+                let gv = A::load(g[base + j]);
+                let xhat = (A::load(x[base + j]) - m) * s;
+                acc[0] += (gv * xhat).to_f64();
+                acc[1] += gv.to_f64();
+            }
+        }
+    });
+    let gw = storage_of(sums.iter().map(|s| s[0]), param_dtype)?;
+    let gb = storage_of(sums.iter().map(|s| s[1]), param_dtype)?;
+    Ok([T::into_storage(gx), gw, gb])
+}
+
+/// A checked view of a per-element parameter, if given.
+pub(crate) type Param<'a> = Option<(&'a CpuStorage, &'a Layout)>;
+
+/// [`crate::backend::Backend::layer_norm`] of checked operands, the input read as rows of
+/// `n`.
+pub(crate) fn forward(
+    x: (&CpuStorage, &Layout),
+    n: usize,
+    weight: Param<'_>,
+    bias: Param<'_>,
+    eps: f64,
+) -> Result<[CpuStorage; 3]> {
+    fn go<T: Element, A: Compute>(
+        x: (&CpuStorage, &Layout),
+        n: usize,
+        weight: Param<'_>,
+        bias: Param<'_>,
+        eps: f64,
+    ) -> Result<[CpuStorage; 3]> {
+        let x = dense::<T>(x)?;
+        let (w, b) = (per_element::<A>(weight, n, 1.0)?, per_element::<A>(bias, n, 0.0)?);
+        forward_typed::<T, A>(x.slice(), n, [&w, &b], eps)
+    }
+    match x.0.dtype() {
+        DType::F32 => go::<f32, f32>(x, n, weight, bias, eps),
+        DType::F64 => go::<f64, f64>(x, n, weight, bias, eps),
+        DType::BF16 => go::<half::bf16, f32>(x, n, weight, bias, eps),
+        DType::F16 => go::<half::f16, f32>(x, n, weight, bias, eps),
+        d => Err(Error::dtype(OP, format!("the input must be float, got {d}"))),
+    }
+}
+
+/// [`crate::backend::Backend::layer_norm_backward`] of checked operands, the input read as
+/// rows of `n`.
+pub(crate) fn backward(
+    x: (&CpuStorage, &Layout),
+    g: (&CpuStorage, &Layout),
+    n: usize,
+    [mean, rstd]: [(&CpuStorage, &Layout); 2],
+    weight: Param<'_>,
+) -> Result<[CpuStorage; 3]> {
+    fn go<T: Element, A: Compute>(
+        x: (&CpuStorage, &Layout),
+        g: (&CpuStorage, &Layout),
+        n: usize,
+        [mean, rstd]: [(&CpuStorage, &Layout); 2],
+        weight: Param<'_>,
+    ) -> Result<[CpuStorage; 3]> {
+        let (xs, gs) = (dense::<T>(x)?, dense::<T>(g)?);
+        let (m, s) = (dense::<A>(mean)?, dense::<A>(rstd)?);
+        let w = per_element::<A>(weight, n, 1.0)?;
+        let param_dtype = weight.map_or(T::DTYPE, |(s, _)| s.dtype());
+        backward_typed::<T, A>(xs.slice(), gs.slice(), n, [m.slice(), s.slice()], &w, param_dtype)
+    }
+    match x.0.dtype() {
+        DType::F32 => go::<f32, f32>(x, g, n, [mean, rstd], weight),
+        DType::F64 => go::<f64, f64>(x, g, n, [mean, rstd], weight),
+        DType::BF16 => go::<half::bf16, f32>(x, g, n, [mean, rstd], weight),
+        DType::F16 => go::<half::f16, f32>(x, g, n, [mean, rstd], weight),
+        d => Err(Error::dtype(OP, format!("the input must be float, got {d}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{Backend, compose};
+    use crate::storage::Storage;
+    use crate::{DType, Shape, Tensor};
+
+    fn values(s: [Storage; 3]) -> Vec<Vec<f64>> {
+        s.into_iter()
+            .map(|s| {
+                let n = s.len();
+                Tensor::from_storage(s, Shape::from([n])).to_dtype(DType::F64).to_vec::<f64>().unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// The results agree within `tol` (relative), and have one dtype each.
+    fn close(a: [Storage; 3], b: [Storage; 3], tol: f64) -> Vec<Vec<f64>> {
+        let dtypes = |s: &[Storage; 3]| s.iter().map(Storage::dtype).collect::<Vec<_>>();
+        assert_eq!(dtypes(&a), dtypes(&b));
+        let (a, b) = (values(a), values(b));
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.len(), y.len());
+            for (p, q) in x.iter().zip(y) {
+                assert!((p - q).abs() <= tol * (1.0 + q.abs()), "{p} vs {q}");
+            }
+        }
+        a
+    }
+
+    /// The fused kernel agrees with the composed default on a strided input far from zero,
+    /// with every affine variant, in every float dtype, 16-bit inputs with 16-bit and with
+    /// `f32` parameters: the output in the input's dtype, the statistics and the parameters'
+    /// gradients as the default gives them.
+    #[test]
+    fn fused_kernel_matches_composition() {
+        let cases = [
+            (DType::F64, DType::F64, 1e-12),
+            (DType::F32, DType::F32, 1e-5),
+            (DType::BF16, DType::BF16, 1e-2),
+            (DType::BF16, DType::F32, 1e-2),
+            (DType::F16, DType::F32, 2e-3),
+        ];
+        let (rows, n) = (6usize, 40usize);
+        for (dtype, param, tol) in cases {
+            let randn = |shape: &[usize], d: DType| Tensor::randn(shape.to_vec()).unwrap().to_dtype(d);
+            let x = randn(&[n, rows], dtype).mul_scalar(3.0).add_scalar(50.0).transpose(0, 1).unwrap();
+            let g = randn(&[rows, n], dtype);
+            let (w, b) = (randn(&[n], param), randn(&[n], param));
+            for (affine_w, affine_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                let stats = x.read(|xv| {
+                    w.read(|wv| {
+                        b.read(|bv| {
+                            let (wv, bv) = (affine_w.then_some(wv), affine_b.then_some(bv));
+                            let fused = CpuBackend.layer_norm(xv, n, wv, bv, 1e-5).unwrap();
+                            let composed = compose::layer_norm::layer_norm(&CpuBackend, xv, n, wv, bv, 1e-5).unwrap();
+                            close(fused, composed, tol)
+                        })
+                    })
+                });
+                let compute = dtype.compute_dtype();
+                let mean = Tensor::from_vec(stats[1].clone(), [rows]).unwrap().to_dtype(compute);
+                let rstd = Tensor::from_vec(stats[2].clone(), [rows]).unwrap().to_dtype(compute);
+                x.read(|xv| {
+                    g.read(|gv| {
+                        mean.read(|mv| {
+                            rstd.read(|rv| {
+                                w.read(|wv| {
+                                    let wv = affine_w.then_some(wv);
+                                    let fused = CpuBackend.layer_norm_backward(xv, gv, n, mv, rv, wv).unwrap();
+                                    let composed =
+                                        compose::layer_norm::layer_norm_backward(&CpuBackend, xv, gv, n, mv, rv, wv)
+                                            .unwrap();
+                                    close(fused, composed, tol * 10.0);
+                                })
+                            })
+                        })
+                    })
+                });
+            }
+        }
+    }
+
+    /// Wrong operands are errors naming the operation, never reads out of bounds.
+    #[test]
+    fn bad_operands_are_refused() {
+        let x = Tensor::randn([3, 4]).unwrap();
+        let w64 = Tensor::ones([4], DType::F64).unwrap();
+        let short = Tensor::ones([3], DType::F32).unwrap();
+        x.read(|xv| {
+            assert!(CpuBackend.layer_norm(xv, 5, None, None, 1e-5).unwrap_err().to_string().contains("layer_norm"));
+            assert!(CpuBackend.layer_norm(xv, 0, None, None, 1e-5).is_err());
+            w64.read(|wv| assert!(CpuBackend.layer_norm(xv, 4, Some(wv), None, 1e-5).is_err()));
+            short.read(|sv| assert!(CpuBackend.layer_norm(xv, 4, None, Some(sv), 1e-5).is_err()));
+        });
+    }
+}

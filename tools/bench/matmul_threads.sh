@@ -68,8 +68,8 @@ out, runs, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 
 def load(path):
-    """n -> the line's fields after the size: GFLOP/s median, slowest, user/wall, [helper CPU
-    share, helper blocks share, others' CPU share, steal share]."""
+    """n -> the line's fields after the size: median GFLOP/s, slowest, user/wall, GFLOP per
+    CPU-s, then ember's helper CPU share, helper blocks share, others' CPU share, steal."""
     rows = {}
     for line in open(path):
         fields = line.split("\t")
@@ -93,14 +93,16 @@ for r in range(1, runs + 1):
 
 vs_torch.print()
 scaling.print(with_header=False)
-print("\nPer run, 2 threads: CPU time / wall time of ember and PyTorch during the products, the share of")
-print("ember's blocks its helper ran, and the share of all vCPUs' time other processes and steal took.\n")
-print("| size | run | ember user/wall | PyTorch user/wall | ember helper blocks | others' CPU | steal |")
-print("|---|---|---|---|---|---|---|")
+print("\nPer run, 2 threads: CPU time / wall time during the products and the work per CPU-second (a thread's")
+print("own speed, which waiting for a CPU does not lower), for ember and PyTorch; the share of ember's tiles its")
+print("helper ran; the share of all vCPUs' time other processes and the hypervisor (steal) took meanwhile.\n")
+print("| size | run | ember user/wall | PyTorch user/wall | ember GFLOP/CPU-s | PyTorch GFLOP/CPU-s "
+      "| ember helper tiles | others' CPU | steal |")
+print("|---|---|---|---|---|---|---|---|---|")
 for n, r, e, t in sorted(per_run):
-    print(f"| {n} | {r} | {e[2]:.2f} | {t[2]:.2f} | {e[4]:.2f} | {e[5]:.2f} | {e[6]:.2f} |")
+    print(f"| {n} | {r} | {e[2]:.2f} | {t[2]:.2f} | {e[3]:.1f} | {t[3]:.1f} | {e[5]:.2f} | {e[6]:.2f} | {e[7]:.2f} |")
+print()
 for n in sorted({n for n, *_ in per_run}):
     ratios = [e[2] for m, _, e, _ in per_run if m == n]
-    print(f"\n{n}: ember user/wall median {statistics.median(ratios):.2f}, minimum {min(ratios):.2f}", end="")
-print()
+    print(f"- {n}: ember user/wall median {statistics.median(ratios):.2f}, minimum {min(ratios):.2f}")
 PY

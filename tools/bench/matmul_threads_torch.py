@@ -44,7 +44,8 @@ def main():
         cpu, wall = cpu_seconds() - cpu0, time.perf_counter() - wall0
         per_cpu = 2 * n**3 * len(gflops) / max(cpu, 1e-6) / 1e9
         median = statistics.median(gflops)
-        print(f"torch\t{args.threads}\t{n}\t{median:.2f}\t{min(gflops):.2f}\t{cpu / wall:.3f}\t{per_cpu:.2f}", flush=True)
+        fields = [f"{median:.2f}", f"{min(gflops):.2f}", f"{cpu / wall:.3f}", f"{per_cpu:.2f}"]
+        print("\t".join(["torch", str(args.threads), str(n), *fields]), flush=True)
 
 
 if __name__ == "__main__":

@@ -240,15 +240,17 @@ class Table:
             if self.probes:
                 # The slowest vCPU with every vCPU busy, per set in set order ("?" where a
                 # set has no probe).
-                cells.append(
-                    " / ".join(fmt(self.probes[n].together) if n in self.probes else "?" for n in range(1, len(pairs) + 1))
-                )
+                per_set = (self.probes.get(n) for n in range(1, len(pairs) + 1))
+                cells.append(" / ".join(fmt(p.together) if p else "?" for p in per_set))
             print("| " + " | ".join(cells) + " |", file=out)
         fewest = min(len(pairs) for pairs in self.rows.values())
         if fewest < MIN_SETS:
             print(f"\n({fewest} set(s): fewer than the {MIN_SETS} a published figure needs)", file=out)
         if self.probes:
-            print("\nhost probe per set (million loop iterations/s, one vCPU alone / slowest vCPU with all busy):", file=out)
+            print(
+                "\nhost probe per set (million loop iterations/s, one vCPU alone / slowest vCPU with all busy):",
+                file=out,
+            )
             for n, p in sorted(self.probes.items()):
                 print(f"- set {n}: {p}", file=out)
         out.flush()
@@ -285,7 +287,8 @@ def summarise(args):
             fields = line.rstrip("\n").split("\t")
             if fields[0] == "#probe":
                 if len(fields) != 4:
-                    sys.exit(f"sets.py: {args.file}:{n}: expected '#probe<TAB>set<TAB>alone<TAB>all at once', got {line!r}")
+                    expected = "'#probe<TAB>set<TAB>alone<TAB>all at once'"
+                    sys.exit(f"sets.py: {args.file}:{n}: expected {expected}, got {line!r}")
                 table.set_probe(fields[1], Probe(fields[2], fields[3]))
                 continue
             if not line.strip() or line.startswith("#"):

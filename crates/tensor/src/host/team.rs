@@ -316,10 +316,10 @@ pub(crate) enum Grain {
     Heavy,
 }
 
-/// Whether a loop of `grain` is offered to the helpers, given whether the tuner is on and
-/// whether it runs loops alone now.
-fn offered(grain: Grain, tuner_on: bool, tuner_solo: bool) -> bool {
-    grain == Grain::Heavy || !tuner_on || !tuner_solo
+/// The tuner that decides whether a loop of `grain` is offered to the helpers and measures
+/// it: none for heavy loops, nor where `EMBER_THREAD_TUNING=0` turned it off.
+fn tuner_for(grain: Grain) -> Option<&'static team_tuner::Tuner> {
+    (grain == Grain::Tuned && team_tuner::enabled()).then_some(&team_tuner::TUNER)
 }
 
 /// Calls `f(i)` once for every `i` in `0..n`, on the calling thread and on up to
@@ -338,17 +338,15 @@ pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
         (0..n).for_each(f);
         return;
     }
-    let tuner_on = team_tuner::enabled();
-    if grain == Grain::Heavy || !tuner_on {
+    let Some(tuner) = tuner_for(grain) else {
         return run_team(n, helpers, f);
-    }
-    let tuner = &team_tuner::TUNER;
+    };
     let start = Instant::now();
-    if offered(grain, tuner_on, tuner.solo()) {
-        run_team(n, helpers, f);
-    } else {
+    if tuner.solo() {
         team_counters::loop_alone(n);
         (0..n).for_each(f);
+    } else {
+        run_team(n, helpers, f);
     }
     let end = Instant::now();
     tuner.record(end - start, end);
@@ -408,14 +406,11 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     #[test]
-    fn heavy_loops_are_offered_to_helpers_whatever_the_tuner_says() {
-        for (tuner_on, solo) in [(false, false), (false, true), (true, false), (true, true)] {
-            assert!(offered(Grain::Heavy, tuner_on, solo), "tuner on {tuner_on}, solo {solo}");
-        }
-        // Other loops follow the tuner where it is on.
-        assert!(!offered(Grain::Tuned, true, true));
-        assert!(offered(Grain::Tuned, true, false));
-        assert!(offered(Grain::Tuned, false, true));
+    fn heavy_loops_are_never_left_to_the_tuner() {
+        // Heavy loops go straight to the helpers whatever the tuner would decide, and other
+        // loops follow the tuner wherever it is on.
+        assert!(tuner_for(Grain::Heavy).is_none());
+        assert_eq!(tuner_for(Grain::Tuned).is_some(), team_tuner::enabled());
     }
 
     #[test]

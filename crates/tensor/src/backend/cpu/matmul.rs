@@ -362,6 +362,32 @@ mod tests {
     }
 
     #[test]
+    fn tiled_f32_products_are_bitwise_the_same_on_one_and_many_threads() {
+        // The tiles follow the shape alone, so whichever thread runs a tile and however many
+        // there are, every output element is the same sum in the same order.
+        for (m, n, k) in [(256, 256, 256), (300, 200, 600), (1024, 64, 96), (96, 1024, 80)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 1999) as f32 / 999.0 - 1.0).collect();
+            let product = |threads: usize| {
+                let mut out = vec![0f32; m * n];
+                let am = Mat { ptr: a.as_ptr(), rs: k as isize, cs: 1 };
+                let bm = Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+                // SAFETY: `a` is `m x k` and `b` is `k x n`, both row-major; `out` is `m x n`.
+                unsafe { gemm_parallel(m, n, k, out.as_mut_ptr(), &am, &bm, threads, &Gemm) };
+                out
+            };
+            let one = product(1);
+            assert!(Tiles::new(m, n).count() > 1, "{m}x{n} is split");
+            assert_eq!(product(2), one, "{m}x{k} @ {k}x{n}");
+            assert_eq!(product(8), one, "{m}x{k} @ {k}x{n}");
+            // And the product is right: one element against a plain sum.
+            let (r, c) = (m - 1, n / 2);
+            let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
+            assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n}");
+        }
+    }
+
+    #[test]
     fn consecutive_tiles_share_the_operand_the_first_cut_keeps_whole() {
         // Columns split first: tiles 0 and 1 are the two halves of the first column block.
         let t = Tiles::new(256, 256);

@@ -1,6 +1,5 @@
 //! Times square `f32` matrix products `[n, n] @ [n, n]` on a given number of threads (2 by
-//! default) and
-//! shows whether every thread worked while they ran.
+//! default) and shows whether every thread worked while they ran.
 //!
 //! ```text
 //! cargo run --release -p ember-tensor --example matmul_threads -- --threads 2 --sizes 1024 --reps 11
@@ -15,9 +14,9 @@
 //! count when every thread computed throughout, near 1 when one did. *GFLOP per CPU-s* is
 //! the work done per second of that CPU time: the threads' own speed, which a busy machine
 //! changes far less than the wall time (time waiting for a CPU does not count), and which
-//! falls where threads spin waiting for each other. The *helper CPU share*
-//! is the part of that CPU time spent on ember's helper threads (`/proc/self/task/*/schedstat`,
-//! nanoseconds per thread): about `(threads - 1) / threads` when the work is shared evenly.
+//! falls where threads spin waiting for each other. The *helper CPU share* is the part of
+//! that CPU time spent on ember's helper threads (`/proc/self/task/*/schedstat`, nanoseconds
+//! per thread): about `(threads - 1) / threads` when the work is shared evenly.
 //! The *helper blocks share* is the part of the parallel loops' indices the helpers claimed
 //! ([`threading::team_counters`]), a count that does not depend on timing. *Others' CPU* is
 //! the CPU time other processes took meanwhile, and *steal* the time the hypervisor ran

@@ -24,12 +24,24 @@ per workload: each set's figures and ratio, the medians of both sides, the media
 minimum ratio and the number of sets. With SETS_TSV=FILE in the environment it also appends
 one tab-separated line per workload to FILE, which `tools/bench/all.sh` collects.
 
+The host probe says what the machine itself was doing during a set, apart from ember and
+the baseline: `sets.probe()` times a fixed arithmetic loop on one vCPU alone and then on
+every vCPU at once (a few tenths of a second) and returns a `Probe`. A set measured while
+another guest or process took the cores shows a slow probe; a host that runs two vCPUs on
+one core shows an "all at once" figure near half the "alone" one. Take one per set (just
+before or after it) and pass it to `Table.set_probe(set_number, probe)` (sets count from 1);
+`Table.print` then prints each set's probe under the table, so that no set is discarded and
+none is read without its machine's state.
+
 From the shell:
 
     sets.py machine                   # the header alone: date, machine, commit
+    sets.py probe                     # one host probe: "alone<TAB>all at once", Mloops/s
     sets.py summarise --unit ms --lower-is-better --command CMD FILE
                                       # FILE: lines "workload<TAB>ember<TAB>baseline", one per
-                                      # workload and set, in set order
+                                      # workload and set, in set order, and optionally lines
+                                      # "#probe<TAB>SET<TAB>alone<TAB>all at once" (from
+                                      # `sets.py probe`)
     sets.py table [--started WHEN] [--note LINE ...] TSV [TSV ...]
                                       # all.sh's combined table from SETS_TSV files
 
@@ -39,10 +51,12 @@ Needs only the standard library; tools/bench/test_sets.py tests it.
 import argparse
 import datetime
 import math
+import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
+import time
 
 # The fewest sets a published figure may rest on.
 MIN_SETS = 3
@@ -117,6 +131,40 @@ def header(started=None):
     return [when, f"machine: {machine()}", f"ember: {_commit()}"]
 
 
+# Iterations of the host probe's loop per vCPU: about 0.1 s of one core in CPython.
+PROBE_LOOPS = 1_000_000
+
+
+def _probe_loop(loops):
+    """The probe's fixed arithmetic loop; returns its iterations per second (millions)."""
+    start = time.perf_counter()
+    x = 0
+    for i in range(loops):
+        x = (x * 31 + i) & 0xFFFF
+    return loops / (time.perf_counter() - start) / 1e6
+
+
+class Probe:
+    """The host probe's figures, in millions of loop iterations per second: `alone`, the loop
+    on one vCPU while the others idle; `together`, the slowest vCPU while every vCPU runs it."""
+
+    def __init__(self, alone, together):
+        self.alone = float(alone)
+        self.together = float(together)
+
+    def __str__(self):
+        return f"{self.alone:.1f} alone, {self.together:.1f} all at once"
+
+
+def probe(loops=PROBE_LOOPS):
+    """Times the probe loop on one vCPU, then on every vCPU at once (one process each)."""
+    alone = _probe_loop(loops)
+    vcpus = os.cpu_count() or 1
+    with multiprocessing.get_context("fork").Pool(vcpus) as pool:
+        together = min(pool.map(_probe_loop, [loops] * vcpus))
+    return Probe(alone, together)
+
+
 def set_ratio(ember, base, higher_is_better):
     """How many times faster ember was in one set (above 1: ember faster)."""
     return ember / base if higher_is_better else base / ember
@@ -132,6 +180,11 @@ class Table:
         self.ember_name = ember_name
         self.base_name = base_name
         self.rows = {}
+        self.probes = {}
+
+    def set_probe(self, set_number, host_probe):
+        """Records the host probe (`Probe`) taken with set `set_number` (from 1)."""
+        self.probes[int(set_number)] = host_probe
 
     def add(self, workload, ember, base):
         """Adds one set's figures for `workload`; call in set order."""
@@ -164,12 +217,13 @@ class Table:
             f"{e} ran first in odd sets, {b} in even ones\n",
             file=out,
         )
+        probe_column = "| host probe, per set " if self.probes else ""
         print(
             f"| workload | {e}, per set | {b}, per set | ratio, per set | {e} median | {b} median "
-            "| median ratio | minimum ratio | sets |",
+            f"| median ratio | minimum ratio | sets {probe_column}|",
             file=out,
         )
-        print("|---|---|---|---|---|---|---|---|---|", file=out)
+        print("|---|---|---|---|---|---|---|---|---|" + ("---|" if self.probes else ""), file=out)
         for workload, pairs in self.rows.items():
             em, bm, ratios, med, low = self.summary(workload)
             cells = [
@@ -183,10 +237,22 @@ class Table:
                 fmt_ratio(low),
                 str(len(pairs)),
             ]
+            if self.probes:
+                # The slowest vCPU with every vCPU busy, per set in set order ("?" where a
+                # set has no probe).
+                per_set = (self.probes.get(n) for n in range(1, len(pairs) + 1))
+                cells.append(" / ".join(fmt(p.together) if p else "?" for p in per_set))
             print("| " + " | ".join(cells) + " |", file=out)
         fewest = min(len(pairs) for pairs in self.rows.values())
         if fewest < MIN_SETS:
             print(f"\n({fewest} set(s): fewer than the {MIN_SETS} a published figure needs)", file=out)
+        if self.probes:
+            print(
+                "\nhost probe per set (million loop iterations/s, one vCPU alone / slowest vCPU with all busy):",
+                file=out,
+            )
+            for n, p in sorted(self.probes.items()):
+                print(f"- set {n}: {p}", file=out)
         out.flush()
         self.write_tsv()
 
@@ -218,9 +284,15 @@ def summarise(args):
     table = Table(args.unit, not args.lower_is_better, args.command, args.ember_name, args.base_name)
     with open(args.file) as f:
         for n, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "#probe":
+                if len(fields) != 4:
+                    expected = "'#probe<TAB>set<TAB>alone<TAB>all at once'"
+                    sys.exit(f"sets.py: {args.file}:{n}: expected {expected}, got {line!r}")
+                table.set_probe(fields[1], Probe(fields[2], fields[3]))
+                continue
             if not line.strip() or line.startswith("#"):
                 continue
-            fields = line.rstrip("\n").split("\t")
             if len(fields) != 3:
                 sys.exit(f"sets.py: {args.file}:{n}: expected 'workload<TAB>ember<TAB>baseline', got {line!r}")
             table.add(fields[0], fields[1], fields[2])
@@ -266,6 +338,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("machine", help="print the report header: date, machine, commit")
+    sub.add_parser("probe", help="time the host probe: 'alone<TAB>all at once' in million loops/s")
     s = sub.add_parser("summarise", help="report sets read from 'workload<TAB>ember<TAB>baseline' lines")
     s.add_argument("--unit", required=True)
     s.add_argument("--lower-is-better", action="store_true", help="the figures are times, not throughputs")
@@ -280,6 +353,9 @@ def main():
     args = p.parse_args()
     if args.cmd == "machine":
         print("\n".join(header()))
+    elif args.cmd == "probe":
+        p = probe()
+        print(f"{p.alone:.2f}\t{p.together:.2f}")
     elif args.cmd == "summarise":
         summarise(args)
     else:

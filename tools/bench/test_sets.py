@@ -114,6 +114,36 @@ class TableTest(unittest.TestCase):
         )
 
 
+class ProbeTest(unittest.TestCase):
+    def setUp(self):
+        self.saved = os.environ.pop("SETS_TSV", None)
+
+    def tearDown(self):
+        if self.saved is not None:
+            os.environ["SETS_TSV"] = self.saved
+
+    def test_a_probe_measures_both_ways(self):
+        p = sets.probe(loops=20_000)
+        self.assertGreater(p.alone, 0)
+        self.assertGreater(p.together, 0)
+
+    def test_each_set_prints_its_probe(self):
+        table = sets.Table("GFLOP/s", higher_is_better=True, command="x.sh 3")
+        for s_, (ember, torch) in enumerate([(200, 100), (150, 100), (90, 100)], 1):
+            table.add("w", ember, torch)
+            table.set_probe(s_, sets.Probe(10.0 + s_, 5.0 * s_))
+        text = printed(table)
+        row = [line for line in text.splitlines() if line.startswith("| w |")][0]
+        # The slowest vCPU with all busy, per set, beside the sets' figures.
+        self.assertTrue(row.endswith("| 3 | 5.000 / 10.00 / 15.00 |"), row)
+        self.assertIn("- set 3: 13.0 alone, 15.0 all at once", text)
+
+    def test_a_table_without_probes_keeps_its_columns(self):
+        table = sets.Table("ms", higher_is_better=False, command="x.sh 3")
+        table.add("w", 1, 1)
+        self.assertNotIn("host probe", printed(table))
+
+
 class SummariseTest(unittest.TestCase):
     def run_summarise(self, text, *extra):
         with tempfile.TemporaryDirectory() as d:
@@ -135,6 +165,12 @@ class SummariseTest(unittest.TestCase):
         row = [line for line in done.stdout.splitlines() if line.startswith("| w |")][0]
         self.assertTrue(row.endswith("| **2.00x** | 1.00x | 3 |"), row)
         self.assertIn("command: `cmd`", done.stdout)
+
+    def test_probe_lines_are_read(self):
+        done = self.run_summarise("#probe\t1\t10\t9\nw\t2\t4\n#probe\t2\t10\t4.5\nw\t4\t4\nw\t1\t4\n")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        row = [line for line in done.stdout.splitlines() if line.startswith("| w |")][0]
+        self.assertTrue(row.endswith("| 3 | 9.000 / 4.500 / ? |"), row)
 
     def test_a_malformed_line_names_the_file_and_line(self):
         done = self.run_summarise("w\t2\t4\nw 2 4\n")

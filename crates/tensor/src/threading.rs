@@ -19,13 +19,15 @@
 //! virtual machine the host sometimes runs two vCPUs on one core, and then one thread is
 //! faster than two. The team probes the other mode for 30 ms every one to four seconds and keeps
 //! whichever makes loops faster; results do not depend on it. `EMBER_THREAD_TUNING=0` turns
-//! the probing off (helpers join every kernel).
+//! the probing off (helpers join every kernel). Large matrix products are outside it: their
+//! tiles are always shared with the helpers. [`team_counters`] shows who ran the loops'
+//! work.
 //!
 //! Every thread running a kernel, the caller and the helpers alike, flushes subnormal floats
 //! to zero while it does, unless [`set_flush_denormal`] or `EMBER_FLUSH_DENORMAL=0` turns that
 //! off; the program's own code between kernels keeps its own float mode.
 
-use crate::host::{float_mode, team};
+use crate::host::{float_mode, team, team_counters};
 use crate::{Error, Result};
 use std::time::Duration;
 
@@ -45,6 +47,44 @@ pub fn set_spin_wait(spin: Duration) {
 /// How long helper threads keep watching for the next kernel before they sleep.
 pub fn spin_wait() -> Duration {
     team::spin_wait()
+}
+
+/// How the parallel loops started from the program's own threads (the caller plus ember's
+/// helper threads) shared their work since the process started: see [`team_counters`].
+///
+/// A kernel's loop has a fixed number of indices (blocks of rows, chunks of elements)
+/// whatever the thread count; each is run by the caller or by one helper.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TeamCounters {
+    /// Parallel loops started.
+    pub loops: u64,
+    /// Loops the caller ran alone: one thread configured, a single index, or the thread
+    /// tuner (see the module's docs) judging helpers slower at the time.
+    pub loops_alone: u64,
+    /// Indices run by the calling threads.
+    pub by_caller: u64,
+    /// Indices run by the helper threads.
+    pub by_helpers: u64,
+}
+
+/// The work of the parallel loops so far, by who did it: whether helper threads share the
+/// kernels' work, as a count rather than a timing. Take it before and after the work to
+/// look at and subtract. Loops started inside `rayon`'s pool are not counted; small work
+/// that a kernel runs without a parallel loop is not either.
+///
+/// ```
+/// use ember_tensor::{Tensor, threading};
+/// let before = threading::team_counters();
+/// let a = Tensor::randn([512, 512])?;
+/// let _ = a.matmul(&a)?;
+/// let after = threading::team_counters();
+/// // The product's blocks were run by the caller and, with two or more threads, mostly
+/// // shared with helpers.
+/// assert!(after.by_caller + after.by_helpers > before.by_caller + before.by_helpers);
+/// # Ok::<(), ember_tensor::Error>(())
+/// ```
+pub fn team_counters() -> TeamCounters {
+    team_counters::read()
 }
 
 /// Sizes the worker pool. Fails if the pool has already been started (by an earlier call or

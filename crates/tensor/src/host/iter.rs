@@ -6,6 +6,7 @@
 //! to a tight loop specialised for unit or zero strides, so contiguous and row-broadcast
 //! operations reach memory bandwidth whatever their rank.
 
+use super::team::Grain;
 pub(crate) use super::team::threads;
 use crate::layout::{Layout, Strides, coalesce};
 use rayon::prelude::*;
@@ -169,14 +170,22 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 /// mode: while it waits, `rayon` may hand it the program's work.
 #[inline]
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
-    par_for_dyn(n, &f);
+    par_for_dyn(n, Grain::Tuned, &f);
+}
+
+/// [`par_for`] for loops whose every index is tens of microseconds of work or more (blocks
+/// of a large matrix product): from outside `rayon`'s pool the helpers are always offered
+/// the loop, whatever the thread tuner thinks of short loops ([`Grain::Heavy`]).
+#[inline]
+pub(crate) fn par_for_heavy(n: usize, f: impl Fn(usize) + Sync) {
+    par_for_dyn(n, Grain::Heavy, &f);
 }
 
 /// The body of [`par_for`], compiled once. Were it generic, `rayon`'s splitting and job
 /// machinery would be compiled again for every kernel's closure (most of this crate's
 /// machine code, and most of its build time), while the indirect call per index costs
 /// nothing next to an index's share of a kernel; the team path takes `&dyn Fn` anyway.
-fn par_for_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
+fn par_for_dyn(n: usize, grain: Grain, f: &(dyn Fn(usize) + Sync)) {
     if rayon::current_thread_index().is_some() {
         super::float_mode::outside(|| {
             (0..n).into_par_iter().for_each(|i| {
@@ -186,7 +195,7 @@ fn par_for_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
         });
         return;
     }
-    super::team::run(n, threads() - 1, f);
+    super::team::run(n, threads() - 1, grain, f);
 }
 
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last

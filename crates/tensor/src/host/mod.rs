@@ -15,4 +15,5 @@ pub(crate) mod iter;
 pub(crate) mod random;
 pub(crate) mod read;
 pub(crate) mod team;
+pub(crate) mod team_counters;
 mod team_tuner;

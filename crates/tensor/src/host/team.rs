@@ -20,7 +20,7 @@
 //! ([`super::team_tuner`]): on a shared virtual machine they sometimes cost more than they
 //! save.
 
-use super::team_tuner;
+use super::{team_counters, team_tuner};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -59,7 +59,9 @@ impl Shared {
     /// every kernel read about half of its input from the other core, which costs most when
     /// the host puts the two vCPUs on cores that do not share a cache (docs/design.md,
     /// "Threads and determinism", has the measurements).
-    fn work(&self, n: usize, f: &Body<'_>, from_back: bool) {
+    /// Returns how many indices this thread ran.
+    fn work(&self, n: usize, f: &Body<'_>, from_back: bool) -> u64 {
+        let mut ran = 0;
         // Claims are counted first, so the front's and the back's never meet: after `F`
         // front and `B` back claims, `F + B <= n`, and they cover `0..F` and `n - B..n`.
         while self.taken.fetch_add(1, Ordering::Relaxed) < n {
@@ -69,7 +71,9 @@ impl Shared {
                 self.front.fetch_add(1, Ordering::Relaxed)
             };
             f(i);
+            ran += 1;
         }
+        ran
     }
 
     /// Counts a helper in, unless the caller has already finished.
@@ -180,7 +184,8 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// A loop published to the helpers: they run it if they join before it closes.
-type Job = Arc<dyn Fn() + Send + Sync>;
+/// Called with the index of the helper that runs it.
+type Job = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// The helper threads and the loop they are offered.
 struct Helpers {
@@ -232,7 +237,7 @@ impl Helpers {
             if let Some(job) = job {
                 // Helpers run only kernels, so they keep the flush mode between loops.
                 super::float_mode::follow();
-                job();
+                job(me);
             }
         }
     }
@@ -292,26 +297,53 @@ impl Helpers {
     }
 }
 
+/// How much work each index of a loop is, which decides whether the thread tuner has a say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grain {
+    /// Indices of any size: [`super::team_tuner`] decides whether helpers are offered the
+    /// loop, and measures it.
+    Tuned,
+    /// Every index is tens of microseconds of work or more (a block of a large matrix
+    /// product): the helpers are always offered the loop, and the tuner neither decides
+    /// nor measures it.
+    ///
+    /// The tuner exists for the host that runs both vCPUs on one core, where a helper
+    /// watching for the next of a string of short loops takes that core's time from the
+    /// caller. A helper sharing a core with the caller on long indices costs little (the two
+    /// take turns on the same work), and on two cores it halves the loop; while a solo probe
+    /// of the tuner, which lasts at least its 32 loops, ran 32 such loops on one thread: a
+    /// second or more of large products. So heavy loops always share their work.
+    Heavy,
+}
+
+/// The tuner that decides whether a loop of `grain` is offered to the helpers and measures
+/// it: none for heavy loops, nor where `EMBER_THREAD_TUNING=0` turned it off.
+fn tuner_for(grain: Grain) -> Option<&'static team_tuner::Tuner> {
+    (grain == Grain::Tuned && team_tuner::enabled()).then_some(&team_tuner::TUNER)
+}
+
 /// Calls `f(i)` once for every `i` in `0..n`, on the calling thread and on up to
 /// `helpers` helper threads. A panic in `f` is re-raised here after every thread has left
 /// the loop. Safe to call from several threads at once and from inside a loop body: a
 /// caller never waits for a helper that has not joined its loop, and at worst runs the loop
 /// alone.
 ///
-/// Whether helpers are called at all is up to [`super::team_tuner`], which measures whether
-/// they make loops faster on this machine.
-pub(crate) fn run(n: usize, helpers: usize, f: &Body<'_>) {
+/// Whether helpers are called for a [`Grain::Tuned`] loop is up to [`super::team_tuner`],
+/// which measures whether they make loops faster on this machine; [`Grain::Heavy`] loops
+/// always call them.
+pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
     let helpers = helpers.min(n.saturating_sub(1));
     if helpers == 0 {
+        team_counters::loop_alone(n);
         (0..n).for_each(f);
         return;
     }
-    if !team_tuner::enabled() {
+    let Some(tuner) = tuner_for(grain) else {
         return run_team(n, helpers, f);
-    }
-    let tuner = &team_tuner::TUNER;
+    };
     let start = Instant::now();
     if tuner.solo() {
+        team_counters::loop_alone(n);
         (0..n).for_each(f);
     } else {
         run_team(n, helpers, f);
@@ -338,17 +370,20 @@ fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
     let body = ErasedBody(erased);
     let job: Job = {
         let shared = Arc::clone(&shared);
-        Arc::new(move || {
+        Arc::new(move |me| {
             if !shared.enter() {
                 return;
             }
             let _leave = Leave(&shared);
             // SAFETY: entered and not yet left, so the caller is still inside `run`.
             let f = unsafe { &*body.get() };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| shared.work(n, f, true))) {
-                // Stop the others early and hand the panic to the caller.
-                shared.taken.store(n, Ordering::Relaxed);
-                shared.panic.lock().get_or_insert(p);
+            match catch_unwind(AssertUnwindSafe(|| shared.work(n, f, true))) {
+                Ok(ran) => team_counters::helper_ran(me, ran),
+                Err(p) => {
+                    // Stop the others early and hand the panic to the caller.
+                    shared.taken.store(n, Ordering::Relaxed);
+                    shared.panic.lock().get_or_insert(p);
+                }
             }
         })
     };
@@ -356,7 +391,7 @@ fn run_team(n: usize, helpers: usize, f: &Body<'_>) {
     team.publish(Arc::clone(&job));
     {
         let _finish = Finish(&shared);
-        shared.work(n, f, false);
+        team_counters::loop_shared(shared.work(n, f, false));
     }
     team.withdraw(&job);
     if let Some(p) = shared.panic.lock().take() {
@@ -369,6 +404,14 @@ mod tests {
     // The loops here call the helpers whatever the tuner thinks of them: `run_team`.
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn heavy_loops_are_never_left_to_the_tuner() {
+        // Heavy loops go straight to the helpers whatever the tuner would decide, and other
+        // loops follow the tuner wherever it is on.
+        assert!(tuner_for(Grain::Heavy).is_none());
+        assert_eq!(tuner_for(Grain::Tuned).is_some(), team_tuner::enabled());
+    }
 
     #[test]
     fn every_index_runs_once() {

@@ -8,7 +8,7 @@
 use super::block::{BlockProduct, Mat};
 use super::matmul_lowp::Lowp;
 use crate::dtype::Element;
-use crate::host::iter::{par_for, threads};
+use crate::host::iter::{par_for, par_for_heavy, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
@@ -71,24 +71,81 @@ impl<T: Element> BlockProduct<T> for Gemm {
     }
 }
 
-/// A large product is cut into at most this many row or column blocks.
+/// A large product's larger output dimension is cut into at most this many blocks.
 const SPLIT_PIECES: usize = 16;
 
-/// Blocks of a split product are about this many rows or columns wide at the least:
-/// narrower ones would repack the shared operand more than their work pays for.
+/// Products are cut into at least this many tiles where both dimensions allow
+/// ([`Tiles`]): with 2 threads each claims about four, so a helper that joins late or a
+/// vCPU that runs slow for a moment leaves the other thread a tile or so to finish, not
+/// half the product.
+const MIN_TILES: usize = 8;
+
+/// Tiles are about this many rows or columns wide at the least: narrower ones would repack
+/// the shared operand more than their work pays for, and below 64 columns `gemm`'s widest
+/// `f32` kernel (64 rows of its transposed product on AVX-512) runs part-empty.
 const MIN_SPLIT: usize = 64;
 
-/// The row or column blocks a product's split dimension of extent `dim` is cut into:
-/// block `p` of the returned count starts at `block_start(dim, count, p)`.
+/// Products with at least this many multiply-adds (about 70 µs on one thread) are heavy
+/// loops ([`par_for_heavy`]): their tiles are always shared with the helper threads.
+const HEAVY_PRODUCT: usize = 1 << 22;
+
+/// How a product's `m x n` output is cut into tiles.
+///
+/// The larger output dimension is split first, columns on a tie, into up to
+/// [`SPLIT_PIECES`] blocks: each row block packs all of `b`, each column block only its own
+/// columns (measured on 2048x2048: 0.92 -> 0.96 of PyTorch's speed with columns). Where
+/// that leaves fewer than [`MIN_TILES`] blocks (a 256x256 product has four column blocks),
+/// the other dimension is split too.
 ///
 /// The cut depends on the shape alone, never on the thread count: `gemm` may round a
 /// narrow block differently from a wide one (its kernels and inner-dimension blocking
 /// follow the block's shape), so blocks that followed the thread count made results differ
-/// between thread counts. With the blocks fixed, every thread count computes the same
-/// blocks and training is bitwise reproducible on any number of threads. Up to sixteen
-/// near-equal blocks keep 2, 4 and 8 threads evenly loaded and the others nearly so.
-fn split_count(dim: usize) -> usize {
-    (dim / MIN_SPLIT).clamp(1, SPLIT_PIECES)
+/// between thread counts. With the tiles fixed, every thread count computes the same tiles
+/// and training is bitwise reproducible on any number of threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tiles {
+    m: usize,
+    n: usize,
+    /// Blocks along the rows (`m`) and along the columns (`n`).
+    row_blocks: usize,
+    col_blocks: usize,
+    /// Whether consecutive tile indices walk down a column block (columns split first) or
+    /// along a row block: tiles that share the operand the first split does not cut are
+    /// claimed one after another, mostly by the same thread.
+    columns_first: bool,
+}
+
+impl Tiles {
+    fn new(m: usize, n: usize) -> Tiles {
+        let columns_first = n >= m;
+        let (major, minor) = if columns_first { (n, m) } else { (m, n) };
+        let major_blocks = split_count(major, SPLIT_PIECES);
+        let minor_blocks = split_count(minor, MIN_TILES.div_ceil(major_blocks));
+        let (row_blocks, col_blocks) =
+            if columns_first { (minor_blocks, major_blocks) } else { (major_blocks, minor_blocks) };
+        Tiles { m, n, row_blocks, col_blocks, columns_first }
+    }
+
+    fn count(&self) -> usize {
+        self.row_blocks * self.col_blocks
+    }
+
+    /// Tile `t`'s rows and columns.
+    fn tile(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let (r, c) = if self.columns_first {
+            (t % self.row_blocks, t / self.row_blocks)
+        } else {
+            (t / self.col_blocks, t % self.col_blocks)
+        };
+        let span = |dim, blocks, p| block_start(dim, blocks, p)..block_start(dim, blocks, p + 1);
+        (span(self.m, self.row_blocks, r), span(self.n, self.col_blocks, c))
+    }
+}
+
+/// How many blocks, at most `most`, a dimension of extent `dim` is cut into: blocks of at
+/// least [`MIN_SPLIT`].
+fn split_count(dim: usize, most: usize) -> usize {
+    (dim / MIN_SPLIT).clamp(1, most.max(1))
 }
 
 /// Where block `p` of `count` starts (`p == count` gives `dim`): near-equal blocks whose
@@ -99,16 +156,17 @@ fn block_start(dim: usize, count: usize, p: usize) -> usize {
 
 /// `dst[m, n] = a[m, k] @ b[k, n]` (`dst` contiguous) on up to `threads` threads.
 ///
-/// Large products are split into row or column blocks ([`split_count`]) run by
-/// [`par_for`], never parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller
+/// Large products are cut into [`Tiles`] run by [`par_for`] (or [`par_for_heavy`] from
+/// [`HEAVY_PRODUCT`] multiply-adds), each index one tile claimed by whichever thread comes
+/// next, never parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller
 /// to sleep and pays two thread wake-ups (tens of microseconds on a virtual machine, as long
 /// as a whole 256x256 product), and its tasks would run on `rayon`'s threads without the
 /// kernels' float mode (see `float_mode`), which only tasks that ember starts can set. The
 /// split was faster on two threads at every size measured, and on 16 (a Xeon: 1.8 against
 /// 2.6-2.9 ms for 1024x1024, 14 against 20-26 ms for 2048x2048); on 4 the two were within
-/// noise. One thread computes the same blocks one after another.
+/// noise. One thread computes the same tiles one after another.
 ///
-/// `block` computes each block: `gemm` for `f32` and `f64`, the low-precision kernels
+/// `block` computes each tile: `gemm` for `f32` and `f64`, the low-precision kernels
 /// (`matmul_lowp`) for bf16 and f16, which are split the same way.
 ///
 /// # Safety
@@ -125,37 +183,29 @@ pub(super) unsafe fn gemm_parallel<T, P: BlockProduct<T>>(
     block: &P,
 ) {
     let work = m.saturating_mul(n).saturating_mul(k);
-    // The larger output dimension is split, columns on a tie: each row block packs all of
-    // `b`, each column block only its own columns (measured on 2048x2048: 0.92 -> 0.96 of
-    // PyTorch's speed with columns).
-    let split_rows = m > n;
-    let dim = if split_rows { m } else { n };
-    let count = split_count(dim);
-    if work < SERIAL_PRODUCT || count < 2 {
+    let tiles = Tiles::new(m, n);
+    if work < SERIAL_PRODUCT || tiles.count() < 2 {
         // SAFETY: guaranteed by the caller.
         return unsafe { block.product(m, n, k, dst, n, a, b) };
     }
     let dst = SendPtr(dst);
-    let run_block = |p: usize| {
-        let start = block_start(dim, count, p);
-        let len = block_start(dim, count, p + 1) - start;
+    let run_tile = |t: usize| {
+        let (rows, cols) = tiles.tile(t);
         let d = dst;
-        // SAFETY: block `p` is rows (or columns) `start..start + len` of the product: it reads
-        // the matching rows of `a` (columns of `b`) and writes only its own part of `dst`.
+        // SAFETY: tile `t` is rows `rows` and columns `cols` of the product: it reads the
+        // matching rows of `a` and columns of `b` and writes only its own part of `dst`.
         unsafe {
-            if split_rows {
-                let am = Mat { ptr: a.ptr.offset(start as isize * a.rs), rs: a.rs, cs: a.cs };
-                block.product(len, n, k, d.0.add(start * n), n, &am, b);
-            } else {
-                let bm = Mat { ptr: b.ptr.offset(start as isize * b.cs), rs: b.rs, cs: b.cs };
-                block.product(m, len, k, d.0.add(start), n, a, &bm);
-            }
+            let am = Mat { ptr: a.ptr.offset(rows.start as isize * a.rs), rs: a.rs, cs: a.cs };
+            let bm = Mat { ptr: b.ptr.offset(cols.start as isize * b.cs), rs: b.rs, cs: b.cs };
+            block.product(rows.len(), cols.len(), k, d.0.add(rows.start * n + cols.start), n, &am, &bm);
         }
     };
     if threads <= 1 {
-        (0..count).for_each(run_block);
+        (0..tiles.count()).for_each(run_tile);
+    } else if work >= HEAVY_PRODUCT {
+        par_for_heavy(tiles.count(), run_tile);
     } else {
-        par_for(count, run_block);
+        par_for(tiles.count(), run_tile);
     }
 }
 
@@ -261,5 +311,88 @@ pub(crate) fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -
             "matmul",
             format!("matmul needs two operands of one float dtype, got {} and {}", a.dtype(), b.dtype()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many tiles cover each output element.
+    fn coverage(t: &Tiles) -> Vec<u32> {
+        let mut hits = vec![0u32; t.m * t.n];
+        for i in 0..t.count() {
+            let (rows, cols) = t.tile(i);
+            for r in rows {
+                for c in cols.clone() {
+                    hits[r * t.n + c] += 1;
+                }
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn tiles_cover_every_output_element_once() {
+        for (m, n) in
+            [(256, 256), (512, 512), (1024, 1024), (2048, 2048), (100, 3000), (3000, 100), (129, 65), (64, 64)]
+        {
+            let t = Tiles::new(m, n);
+            assert!(coverage(&t).iter().all(|&h| h == 1), "{m}x{n}: {t:?}");
+        }
+    }
+
+    #[test]
+    fn mid_sized_products_are_cut_finely_and_large_ones_by_columns() {
+        // A 256x256 product gets eight tiles (four column blocks, each cut in two), so two
+        // threads claim about four each; larger ones keep whole-height column blocks.
+        let count = |m, n| {
+            let t = Tiles::new(m, n);
+            (t.row_blocks, t.col_blocks)
+        };
+        assert_eq!(count(256, 256), (2, 4));
+        assert_eq!(count(512, 512), (1, 8));
+        assert_eq!(count(1024, 1024), (1, 16));
+        assert_eq!(count(2048, 2048), (1, 16));
+        // Tall products are cut by rows first.
+        assert_eq!(count(4096, 128), (16, 1));
+        assert_eq!(count(256, 128), (4, 2));
+        // Never narrower than the smallest block.
+        assert_eq!(count(100, 100), (1, 1));
+    }
+
+    #[test]
+    fn tiled_f32_products_are_bitwise_the_same_on_one_and_many_threads() {
+        // The tiles follow the shape alone, so whichever thread runs a tile and however many
+        // there are, every output element is the same sum in the same order.
+        for (m, n, k) in [(256, 256, 256), (300, 200, 600), (1024, 64, 96), (96, 1024, 80)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 1999) as f32 / 999.0 - 1.0).collect();
+            let product = |threads: usize| {
+                let mut out = vec![0f32; m * n];
+                let am = Mat { ptr: a.as_ptr(), rs: k as isize, cs: 1 };
+                let bm = Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+                // SAFETY: `a` is `m x k` and `b` is `k x n`, both row-major; `out` is `m x n`.
+                unsafe { gemm_parallel(m, n, k, out.as_mut_ptr(), &am, &bm, threads, &Gemm) };
+                out
+            };
+            let one = product(1);
+            assert!(Tiles::new(m, n).count() > 1, "{m}x{n} is split");
+            assert_eq!(product(2), one, "{m}x{k} @ {k}x{n}");
+            assert_eq!(product(8), one, "{m}x{k} @ {k}x{n}");
+            // And the product is right: one element against a plain sum.
+            let (r, c) = (m - 1, n / 2);
+            let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
+            assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n}");
+        }
+    }
+
+    #[test]
+    fn consecutive_tiles_share_the_operand_the_first_cut_keeps_whole() {
+        // Columns split first: tiles 0 and 1 are the two halves of the first column block.
+        let t = Tiles::new(256, 256);
+        assert_eq!(t.tile(0), (0..128, 0..64));
+        assert_eq!(t.tile(1), (128..256, 0..64));
+        assert_eq!(t.tile(2), (0..128, 64..128));
     }
 }

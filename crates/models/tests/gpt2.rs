@@ -365,3 +365,31 @@ fn gpt2_block_passes_gradcheck() {
     let x = ember_testing::gradcheck::normal(4, &[2, 3, 6]);
     ember_testing::gradcheck::check("Gpt2Block", |v: &[Var]| block.forward(&v[0]), &[x]);
 }
+
+#[test]
+fn a_directory_ember_wrote_loads_in_transformers_with_the_same_logits() {
+    #[derive(serde::Deserialize)]
+    struct Verdict {
+        missing_keys: Vec<String>,
+        unexpected_keys: Vec<String>,
+        mismatched_keys: Vec<String>,
+        head_is_embedding: bool,
+    }
+    let text = std::fs::read_to_string(fixtures().join("ember-saved_transformers.json")).unwrap();
+    let verdict: Verdict = serde_json::from_str(&text).unwrap();
+    assert!(verdict.missing_keys.is_empty() && verdict.unexpected_keys.is_empty());
+    assert!(verdict.mismatched_keys.is_empty() && verdict.head_is_embedding);
+    let dir = fixtures().join("ember-saved");
+    let model = Gpt2LmHeadModel::from_pretrained(&dir).unwrap();
+    let theirs = load_safetensors(fixtures().join("ember-saved_transformers.safetensors")).unwrap();
+    let logits = model.forward(theirs.get("input_ids").unwrap(), None).unwrap().value();
+    let d = max_diff(&logits, theirs.get("logits").unwrap(), |_, _| true);
+    assert!(d < 1e-4, "transformers' logits differ by {d}");
+    // What ember writes today is what transformers read.
+    let again = std::env::temp_dir().join(format!("ember-gpt2-resaved-{}", std::process::id()));
+    model.save_pretrained(&again).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        assert_eq!(std::fs::read(again.join(file)).unwrap(), std::fs::read(dir.join(file)).unwrap(), "{file}");
+    }
+    let _ = std::fs::remove_dir_all(&again);
+}

@@ -220,7 +220,8 @@ def check_ember_saved(out):
     if not os.path.isdir(d):
         print("no ember-saved/ yet: run the finetune_lm example (see this file's docstring), then rerun")
         return
-    model = GPT2LMHeadModel.from_pretrained(d).eval()
+    model, info = GPT2LMHeadModel.from_pretrained(d, output_loading_info=True)
+    model.eval()
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3]])
     with torch.no_grad():
         logits = model(input_ids=ids).logits
@@ -229,7 +230,9 @@ def check_ember_saved(out):
         os.path.join(out, "ember-saved_transformers.json"),
         {
             "loaded_by": f"transformers {__import__('transformers').__version__} GPT2LMHeadModel.from_pretrained",
-            "missing_or_unexpected_keys": "none (from_pretrained raises on neither; tied head re-tied)",
+            "missing_keys": sorted(info["missing_keys"]),
+            "unexpected_keys": sorted(info["unexpected_keys"]),
+            "mismatched_keys": sorted(str(k) for k in info["mismatched_keys"]),
             "tie_word_embeddings": model.config.tie_word_embeddings,
             "head_is_embedding": model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
         },

@@ -139,11 +139,12 @@ fn check_greedy(name: &str) {
     let model = load(name);
     for row in greedy_rows(name) {
         let mut streamed = Vec::new();
-        let out = generate(&model, &[row.prompt.clone()], &GenerationConfig::greedy(row.tokens.len()), |r, t| {
-            streamed.push((r, t));
-            ControlFlow::Continue(())
-        })
-        .unwrap();
+        let out =
+            generate(&model, std::slice::from_ref(&row.prompt), &GenerationConfig::greedy(row.tokens.len()), |r, t| {
+                streamed.push((r, t));
+                ControlFlow::Continue(())
+            })
+            .unwrap();
         let sure = row.margins.iter().position(|&m| m <= 1e-3).unwrap_or(row.margins.len());
         assert!(sure >= 8, "too few confident steps in the fixture");
         assert_eq!(out[0][..sure], row.tokens[..sure], "prompt {:?}", row.prompt);
@@ -195,10 +196,10 @@ fn stop_tokens_and_the_callback_end_generation() {
     let stop = row.tokens[7];
     let first = row.tokens.iter().position(|&t| t == stop).unwrap();
     let config = GenerationConfig { stop_tokens: vec![stop], ..GenerationConfig::greedy(32) };
-    let out = generate(&model, &[row.prompt.clone()], &config, |_, _| ControlFlow::Continue(())).unwrap();
+    let out = generate(&model, std::slice::from_ref(&row.prompt), &config, |_, _| ControlFlow::Continue(())).unwrap();
     assert_eq!(out[0], row.tokens[..=first]);
     let mut seen = 0;
-    let out = generate(&model, &[row.prompt.clone()], &GenerationConfig::greedy(32), |_, _| {
+    let out = generate(&model, std::slice::from_ref(&row.prompt), &GenerationConfig::greedy(32), |_, _| {
         seen += 1;
         if seen == 5 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
     })

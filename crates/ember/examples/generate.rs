@@ -79,12 +79,13 @@ fn main() -> Result<()> {
         generated.push(token);
         // Byte-level BPE tokens may split a character: print the new part of the decoded
         // text once it is whole.
-        if let Ok(text) = tokenizer.decode(&generated, true) {
-            if text.len() > printed && !text.ends_with('\u{FFFD}') {
-                print!("{}", &text[printed..]);
-                std::io::stdout().flush().ok();
-                printed = text.len();
-            }
+        if let Ok(text) = tokenizer.decode(&generated, true)
+            && !text.ends_with('\u{FFFD}')
+            && let Some(fresh) = text.get(printed..).filter(|f| !f.is_empty())
+        {
+            print!("{fresh}");
+            std::io::stdout().flush().ok();
+            printed = text.len();
         }
         ControlFlow::Continue(())
     })?;

@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 /// `config.pad_token_id`, hidden by the attention mask and given position ids that skip
 /// the padding, so that each row's continuation is the one it gets alone. The prompt goes
 /// through the model once, then each step feeds one token per row through the model's
-/// [`KvCache`]. Logits are processed in transformers' order (repetition penalty,
+/// [`KvCache`](super::KvCache). Logits are processed in transformers' order (repetition penalty,
 /// temperature, top-k, top-p; see [`process_logits`]), and sampling draws from a random
 /// stream seeded by `config.seed` alone.
 ///

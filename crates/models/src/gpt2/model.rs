@@ -88,7 +88,7 @@ fn arange_positions(batch: usize, positions: usize) -> Result<Tensor> {
 
 /// Refuses sizes the network cannot be built with.
 fn check_config(config: &Gpt2Config) -> Result<()> {
-    if config.n_head == 0 || config.n_embd % config.n_head != 0 {
+    if config.n_head == 0 || !config.n_embd.is_multiple_of(config.n_head) {
         return Err(Error::invalid(
             "Gpt2Config",
             format!("n_embd {} must be a multiple of n_head {}", config.n_embd, config.n_head),

@@ -32,10 +32,6 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
 }
 
-fn float_attr(name: &str, v: f32) -> AttributeProto {
-    AttributeProto { name: name.into(), r#type: attribute_type::FLOAT, f: v, ..Default::default() }
-}
-
 fn ints_attr(name: &str, v: Vec<i64>) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v, ..Default::default() }
 }

@@ -47,6 +47,7 @@ pub(crate) static EXPORTS: &[(&[&str], &str)] = &[
         "`Resize`: `nearest` as `asymmetric` + `floor`, linear modes as `align_corners` or `pytorch_half_pixel`; \
          scales or sizes; other scale factors as the map's matrices",
     ),
+    (&["layer_norm"], "`LayerNormalization` (`axis`, `epsilon`; a scale of ones where the layer has none)"),
     (
         &["channel_norm"],
         "its statistics: `ReduceMean` over every dimension but 1, `Sub`, `Mul`, `Add`, `Sqrt`, `Div`, then \

@@ -16,6 +16,10 @@ use std::str::FromStr;
 /// assert_eq!(d, Device::Cuda(1));
 /// assert_eq!("cpu".parse::<Device>()?, Device::Cpu);
 /// assert!(Device::Cpu.is_available());
+/// // PyTorch's kernels, where the `libtorch` feature is compiled in.
+/// assert_eq!("torch-cpu".parse::<Device>()?, Device::TorchCpu);
+/// assert_eq!(Device::TorchCpu.to_string(), "torch-cpu");
+/// assert_eq!(Device::TorchCpu.is_available(), cfg!(feature = "libtorch"));
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -79,6 +79,13 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if op.is_float_only() && !dtype.is_float() {
         return Err(op.not_for_ints(dtype));
     }
+    if dtype.is_half() && matches!(op, Softplus { .. } | LeakyRelu(_) | Elu(_)) {
+        // Composed of several kernels: computed in f32 and rounded once, as ember's
+        // 16-bit functions are (each kernel on 16-bit values would round every step).
+        let e = torch_err(name);
+        let wide = x.f_to_dtype(Kind::Float, false, false).map_err(&e)?;
+        return unary(op, &wide, DType::F32)?.f_to_dtype(kind(dtype), false, false).map_err(e);
+    }
     let e = torch_err(name);
     let r = match op {
         Neg => x.f_neg(),
@@ -96,7 +103,8 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, dtype: DType) -> Result<Tensor> {
         Cos => x.f_cos(),
         Tanh => x.f_tanh(),
         Sigmoid => x.f_sigmoid(),
-        Gelu => x.f_gelu("none"),
+        // ATen's vectorised GELU gives NaN at +inf; ember (and the formula) gives inf.
+        Gelu => x.f_gelu("none").and_then(|g| x.f_where_self(&x.f_eq(f64::INFINITY)?, &g)),
         GeluTanh => x.f_gelu("tanh"),
         Silu => x.f_silu(),
         Erf => x.f_erf(),
@@ -119,11 +127,9 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, dtype: DType) -> Result<Tensor> {
             x.f_where_self(&x.f_gt(0).map_err(&e)?, &neg)
         }
         Clamp { min, max } => {
-            let (lo, hi) = if dtype.is_float() {
-                (TScalar::float(min), TScalar::float(max))
-            } else {
-                (bound(Scalar::Float(min), dtype), bound(Scalar::Float(max), dtype))
-            };
+            // The bounds in the dtype, as ember's kernels take them (a bound beyond f16's
+            // range is an infinity; ATen refuses it).
+            let (lo, hi) = (bound(Scalar::Float(min), dtype), bound(Scalar::Float(max), dtype));
             // min(max(x, lo), hi) with NaN kept: PyTorch's clamp.
             x.f_clamp_min(lo).and_then(|t| t.f_clamp_max(hi))
         }
@@ -143,6 +149,9 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, dtype: DType) -> Result<Tensor> {
             let p = int_exponent(p)?;
             x.f_pow_tensor_scalar(TScalar::int(p.min(i64::MAX as u64) as i64))
         }
+        // The shortcuts ember takes (and ATen's f32 kernel): squares and square roots.
+        PowScalar(p) if p.to_f64() == 2.0 => x.f_mul(x),
+        PowScalar(p) if p.to_f64() == 0.5 => x.f_sqrt(),
         PowScalar(p) => x.f_pow_tensor_scalar(arith(p, dtype)),
         RPowScalar(b) => scalar_tensor(name, arith(b, dtype), dtype)?.f_pow(x),
         MaximumScalar(s) => x.f_maximum(&scalar_tensor(name, bound(s, dtype), dtype)?),

@@ -1,5 +1,5 @@
 //! The classification losses on LibTorch: ATen's `cross_entropy` (logits) and `nll_loss`
-//! (log-probabilities) with label smoothing, an ignored class and the three reductions;
+//! (log-probabilities, `nll_loss_nd` for any rank) with label smoothing, an ignored class and the three reductions;
 //! the gradient through LibTorch's autograd, which runs ATen's backward kernels.
 
 use super::conv::gradients;
@@ -22,12 +22,12 @@ fn loss(x: &Tensor, t: &Tensor, spec: &ClassLoss) -> Result<Tensor> {
     let ignore = spec.ignore_index.unwrap_or(NONE_IGNORED);
     match spec.scores {
         ClassScores::Logits => x.f_cross_entropy_loss(t, None::<&Tensor>, reduction, ignore, spec.label_smoothing),
-        ClassScores::LogProbs if spec.label_smoothing == 0.0 => x.f_nll_loss(t, None::<&Tensor>, reduction, ignore),
+        ClassScores::LogProbs if spec.label_smoothing == 0.0 => x.f_nll_loss_nd(t, None::<&Tensor>, reduction, ignore),
         // ATen smooths only logits; for log-probabilities the smoothed loss is
         // `(1 - e) * nll + e * (-mean_c s[c])`, the uniform part over the counted rows.
         ClassScores::LogProbs => {
             let ls = spec.label_smoothing;
-            let nll = x.f_nll_loss(t, None::<&Tensor>, Reduction::None, ignore).map_err(&e)?;
+            let nll = x.f_nll_loss_nd(t, None::<&Tensor>, Reduction::None, ignore).map_err(&e)?;
             let cdim = ClassLoss::class_dim(x.dim()) as i64;
             let uniform = x.f_mean_dim([cdim].as_slice(), false, None::<tch::Kind>).map_err(&e)?.f_neg().map_err(&e)?;
             let keep = t.f_ne(ignore).map_err(&e)?;

@@ -41,6 +41,7 @@ use crate::layout::Layout;
 use crate::ops::attention::Attention;
 use crate::ops::conv::{ConvGeometry, SlidingWindow};
 use crate::ops::loss::ClassLoss;
+use crate::ops::lstm::LstmRun;
 use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
 use crate::ops::pool::{PoolWindows, Resample};
 use crate::random::Distribution;
@@ -221,6 +222,12 @@ impl Backend for TorchBackend {
     }
 
     fn reduce(&self, op: ReduceOp, src: View<'_>, dims: &[usize]) -> Result<Storage> {
+        if let Some(low) = low_of([src.0]) {
+            // Summed and multiplied in f32 and rounded once, as ember's 16-bit reductions
+            // (ATen's 16-bit product rounds every step).
+            let [a] = operands(self, [src])?;
+            return self.reduce(op, a.view(), dims)?.narrow(self, low);
+        }
         let name = op.name();
         Self::run(|| {
             let x = view(name, src)?;
@@ -325,6 +332,58 @@ impl Backend for TorchBackend {
             let [dq, dk, dv] = attention::backward([&q, &k, &v], m.as_ref(), [&o, &lse, &g], spec)?;
             Ok([out(op, dq)?, out(op, dk)?, out(op, dv)?])
         })
+    }
+
+    // The LSTM steps are the trait's compositions of the kernels here (their slot layout
+    // is ember's own); 16-bit operands are widened first, as the CPU backend widens them.
+
+    fn lstm_cell(&self, a: View<'_>, gi: View<'_>, c: View<'_>, bh: (usize, usize)) -> Result<Storage> {
+        if let Some(low) = low_of([a.0, gi.0, c.0]) {
+            let [x, y, z] = operands(self, [a, gi, c])?;
+            return self.lstm_cell(x.view(), y.view(), z.view(), bh)?.narrow(self, low);
+        }
+        compose::lstm::forward(self, a, gi, c, bh)
+    }
+
+    fn lstm_cell_backward(
+        &self,
+        y: View<'_>,
+        gy: Option<View<'_>>,
+        dh: View<'_>,
+        dc: View<'_>,
+        c: View<'_>,
+        bh: (usize, usize),
+    ) -> Result<[Storage; 2]> {
+        if let Some(low) = low_of([y.0, dh.0, dc.0, c.0].into_iter().chain(gy.map(|(s, _)| s))) {
+            let [y, dh, dc, c] = operands(self, [y, dh, dc, c])?;
+            let gy = Operand::optional(self, gy)?;
+            let gy = gy.as_ref().map(Operand::view);
+            return self.lstm_cell_backward(y.view(), gy, dh.view(), dc.view(), c.view(), bh)?.narrow(self, low);
+        }
+        compose::lstm::backward(self, y, gy, dh, dc, c, bh)
+    }
+
+    fn lstm_sequence(&self, gi: View<'_>, w: View<'_>, h0: View<'_>, c0: View<'_>, run: &LstmRun) -> Result<Storage> {
+        if let Some(low) = low_of([gi.0, w.0, h0.0, c0.0]) {
+            let [a, b, c, d] = operands(self, [gi, w, h0, c0])?;
+            return self.lstm_sequence(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
+        }
+        compose::lstm::sequence(self, gi, w, h0, c0, run)
+    }
+
+    fn lstm_sequence_backward(
+        &self,
+        y: View<'_>,
+        gy: View<'_>,
+        w: View<'_>,
+        c0: View<'_>,
+        run: &LstmRun,
+    ) -> Result<[Storage; 3]> {
+        if let Some(low) = low_of([y.0, gy.0, w.0, c0.0]) {
+            let [a, b, c, d] = operands(self, [y, gy, w, c0])?;
+            return self.lstm_sequence_backward(a.view(), b.view(), c.view(), d.view(), run)?.narrow(self, low);
+        }
+        compose::lstm::sequence_backward(self, y, gy, w, c0, run)
     }
 
     fn matmul(&self, a: View<'_>, b: View<'_>) -> Result<Storage> {
@@ -544,6 +603,10 @@ impl Backend for TorchBackend {
     }
 
     fn resample2d(&self, (s, l): View<'_>, map: &Resample) -> Result<Storage> {
+        if let Some(low) = low_of([s]) {
+            let [a] = operands(self, [(s, l)])?;
+            return self.resample2d(a.view(), map)?.narrow(self, low);
+        }
         let op = "resample2d";
         Self::run(|| {
             map.check(op)?;

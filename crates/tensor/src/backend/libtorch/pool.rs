@@ -37,10 +37,10 @@ fn strides(a: &AxisWindows) -> Vec<usize> {
 fn recover(w: &PoolWindows) -> Option<Pooling> {
     let [h, wd] = w.input();
     let plane = [1usize, 1, h, wd];
-    if let Ok(plan) = adaptive_max_pool_plan::<2>("max_pool2d", &plane, w.output()) {
-        if plan.map == *w {
-            return Some(Pooling::Adaptive(w.output()));
-        }
+    if let Ok(plan) = adaptive_max_pool_plan::<2>("max_pool2d", &plane, w.output())
+        && plan.map == *w
+    {
+        return Some(Pooling::Adaptive(w.output()));
     }
     let axis = |a: &AxisWindows| -> Vec<(usize, usize, usize)> {
         let widest = a.windows.iter().map(|&(_, c)| c).max().unwrap_or(1).max(1);

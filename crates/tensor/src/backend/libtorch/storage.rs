@@ -108,7 +108,7 @@ impl TorchStorage {
     pub(crate) fn borrowing(data: CpuStorage) -> Result<TorchStorage> {
         let host = Box::new(data);
         let (dtype, len) = (host.dtype(), host.len());
-        let ptr: *const u8 = crate::cpu_dispatch!(&*host, b => b.as_ptr() as *const u8);
+        let ptr: *const u8 = crate::cpu_dispatch!(&*host, b => b.as_ptr().cast::<u8>());
         // SAFETY: `ptr` addresses `len` initialised elements of `dtype` in the boxed buffer,
         // which lives as long as the storage and is dropped after the tensor (field order).
         // Kernels never return views of it as results: `owning` takes fresh outputs only.
@@ -137,7 +137,7 @@ impl TorchStorage {
         if numel == 0 {
             return Ok(out);
         }
-        let ptr: *mut u8 = crate::cpu_dispatch!(&mut out, b => b.as_mut_ptr() as *mut u8);
+        let ptr: *mut u8 = crate::cpu_dispatch!(&mut out, b => b.as_mut_ptr().cast::<u8>());
         let shape = dims(l.shape().dims());
         let src = self.view(op, l)?;
         // SAFETY: `out` holds `numel` elements of the view's dtype, contiguous, and outlives

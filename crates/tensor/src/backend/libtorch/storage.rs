@@ -117,7 +117,8 @@ impl TorchStorage {
         Ok(TorchStorage { tensor, host: Some(host), dtype, len })
     }
 
-    /// Whether the tensor reads a host buffer it borrows (see [`TorchStorage::borrowing`]).
+    /// Whether the tensor reads a host buffer it borrows: data uploaded from the host,
+    /// which `to_device` brings onto `torch-cpu` without a copy.
     pub fn is_borrowed(&self) -> bool {
         self.host.is_some()
     }

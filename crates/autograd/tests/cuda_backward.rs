@@ -15,7 +15,7 @@ use ember_tensor::{
     Attention, AvgPoolArgs, ClassLoss, ClassScores, ConvArgs, ConvTransposeArgs, DType, Device, InterpolateArgs,
     InterpolateMode, LossReduction, MaxPoolArgs, Padding, Result, Tensor, UnfoldArgs,
 };
-use ember_testing::cuda::{CPU, CUDA, Parity, ints, uniform};
+use ember_testing::cuda::{CPU, Parity, device, ints, uniform};
 use ember_testing::elementwise::{BINARY, Grad, UNARY};
 use ember_testing::require_cuda;
 
@@ -470,17 +470,17 @@ fn gradcheck_runs_on_the_device() {
         // gradcheck on f64 inputs that live on the device: it perturbs them and seeds the
         // backward there.
         let on_device: Vec<Tensor> =
-            shapes.iter().enumerate().map(|(i, s)| data(70 + i as u64, s, DType::F64, any, CUDA)).collect();
+            shapes.iter().enumerate().map(|(i, s)| data(70 + i as u64, s, DType::F64, any, device())).collect();
         if let Err(e) = gradcheck(f, &on_device, 1e-6, 1e-7, 1e-5) {
-            failures.push(format!("gradcheck of {name} on {CUDA} inputs: {e}"));
+            failures.push(format!("gradcheck of {name} on {} inputs: {e}", device()));
         }
         // The same through `Var::to_device`: host inputs, the function and its backward on
         // the device, the output brought back (the transfer's own gradient is checked too).
         let on_host: Vec<Tensor> = on_device.iter().map(|t| t.to_device(CPU).unwrap()).collect();
         let through = |vs: &[Var]| -> Result<Var> {
-            let moved = vs.iter().map(|v| v.to_device(CUDA)).collect::<Result<Vec<_>>>()?;
+            let moved = vs.iter().map(|v| v.to_device(device())).collect::<Result<Vec<_>>>()?;
             let y = f(&moved)?;
-            if y.device() != CUDA {
+            if y.device() != device() {
                 return Err(ember_tensor::Error::autograd(format!("{name} computed on {}", y.device())));
             }
             y.to_device(CPU)
@@ -490,5 +490,5 @@ fn gradcheck_runs_on_the_device() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    println!("gradcheck_runs_on_the_device: 8 gradchecks pass on {CUDA}");
+    println!("gradcheck_runs_on_the_device: 8 gradchecks pass on {}", device());
 }

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example mnist_cnn -- [--epochs 3] [--batch-size 64] [--lr 1e-3]
 //!     [--schedule cosine|constant] [--data data/mnist] [--out runs/mnist_cnn] [--seed 0]
-//!     [--train-images N] [--test-images N] [--graph] [--device cpu|cuda|cuda:N]
+//!     [--train-images N] [--test-images N] [--graph] [--device cpu|cuda|cuda:N|torch-cpu]
 //!     [--amp bf16|f16]
 //! ```
 //!

@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release --example mnist_lstm -- [--epochs 5] [--batch-size 64] [--lr 1e-3]
 //!     [--schedule cosine|constant] [--data data/mnist] [--out runs/mnist_lstm] [--seed 0]
-//!     [--train-images N] [--graph] [--device cpu|cuda|cuda:N]
+//!     [--train-images N] [--graph] [--device cpu|cuda|cuda:N|torch-cpu]
 //! ```
 //!
 //! The options are those of the `mnist` example, whose driver (`examples/common`) this one

@@ -16,6 +16,10 @@ use std::str::FromStr;
 /// assert_eq!(d, Device::Cuda(1));
 /// assert_eq!("cpu".parse::<Device>()?, Device::Cpu);
 /// assert!(Device::Cpu.is_available());
+/// // PyTorch's kernels, where the `libtorch` feature is compiled in.
+/// assert_eq!("torch-cpu".parse::<Device>()?, Device::TorchCpu);
+/// assert_eq!(Device::TorchCpu.to_string(), "torch-cpu");
+/// assert_eq!(Device::TorchCpu.is_available(), cfg!(feature = "libtorch"));
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -25,15 +29,22 @@ pub enum Device {
     Cpu,
     /// The `n`-th CUDA device.
     Cuda(usize),
+    /// The host CPU computing with PyTorch's kernels through LibTorch (feature `libtorch`),
+    /// printed and parsed as `torch-cpu`.
+    TorchCpu,
 }
 
 impl Device {
     /// The error for a GPU in a build without GPU support.
-    #[cfg_attr(feature = "cuda", allow(dead_code))]
+    #[cfg_attr(all(feature = "cuda", feature = "libtorch"), allow(dead_code))]
     pub(crate) fn not_compiled(self) -> Error {
+        let (what, feature) = match self {
+            Device::TorchCpu => ("LibTorch", "libtorch"),
+            _ => ("CUDA", "cuda"),
+        };
         Error::Device {
             device: self.to_string(),
-            msg: "CUDA support is not compiled into this build of ember (enable the `cuda` feature)".into(),
+            msg: format!("{what} support is not compiled into this build of ember (enable the `{feature}` feature)"),
         }
     }
 }
@@ -56,6 +67,7 @@ impl fmt::Display for Device {
         match self {
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(n) => write!(f, "cuda:{n}"),
+            Device::TorchCpu => f.write_str("torch-cpu"),
         }
     }
 }
@@ -63,11 +75,13 @@ impl fmt::Display for Device {
 impl FromStr for Device {
     type Err = Error;
 
-    /// Parses PyTorch's spellings: `cpu`, `cuda` (device 0) and `cuda:N`.
+    /// Parses PyTorch's spellings: `cpu`, `cuda` (device 0) and `cuda:N`, and `torch-cpu`.
     fn from_str(s: &str) -> Result<Device> {
-        let bad = || Error::Device { device: s.to_string(), msg: "expected `cpu`, `cuda` or `cuda:N`".into() };
+        let bad =
+            || Error::Device { device: s.to_string(), msg: "expected `cpu`, `cuda`, `cuda:N` or `torch-cpu`".into() };
         match s.trim() {
             "cpu" => Ok(Device::Cpu),
+            "torch-cpu" => Ok(Device::TorchCpu),
             "cuda" => Ok(Device::Cuda(0)),
             other => {
                 let n = other.strip_prefix("cuda:").ok_or_else(bad)?;

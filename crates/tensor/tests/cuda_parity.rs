@@ -22,7 +22,7 @@ use ember_tensor::{
     InterpolateMode, Layout, LossReduction, MaxPoolArgs, Padding, Result, Shape, Tensor, UnaryOp, UnfoldArgs, bf16,
     f16, manual_seed,
 };
-use ember_testing::cuda::{CPU, CUDA, Parity, Tol, ints, mix, uniform};
+use ember_testing::cuda::{CPU, Parity, Tol, device, ints, mix, uniform};
 use ember_testing::elementwise::{BINARY, UNARY};
 use ember_testing::require_cuda;
 use parking_lot::Mutex;
@@ -1393,8 +1393,8 @@ fn integer_pow_takes_exponents_beyond_u32() {
         let base = Tensor::from_vec(vec![3i64, -1, 2, 7, 1], [5]).unwrap().to_dtype(dt);
         let exps = Tensor::from_vec(vec![e, e, e, (1 << 40) + 3, i64::MAX], [5]).unwrap();
         let cpu = base.pow(&exps).unwrap();
-        let gpu = base.to_device(CUDA).unwrap().pow(&exps.to_device(CUDA).unwrap()).unwrap();
-        assert_eq!(gpu.device(), CUDA);
+        let gpu = base.to_device(device()).unwrap().pow(&exps.to_device(device()).unwrap()).unwrap();
+        assert_eq!(gpu.device(), device());
         let (c, g) = (cpu.to_vec_f64().unwrap(), gpu.to_device(CPU).unwrap().to_vec_f64().unwrap());
         assert_eq!(c, g, "{dt}");
     }

@@ -176,6 +176,8 @@ fn reading_values_back() {
     #[cfg(not(feature = "cuda"))]
     fails!(x.to_device(Device::Cuda(0)), "cuda:0", "not compiled");
     fails!(x.to_device(Device::Cuda(7)), "cuda:7");
+    #[cfg(not(feature = "libtorch"))]
+    fails!(x.to_device(Device::TorchCpu), "torch-cpu", "not compiled", "libtorch");
     fails!(x.with_slice::<f32, _>(|s| s.len()), "with_slice", "f64", "f32");
     fails!(ember_tensor::threading::set_num_threads(0), "set_num_threads");
 

@@ -30,8 +30,14 @@ use ember_tensor::{DType, Device, Result, Tensor};
 use std::fmt::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// The device under test.
+/// The device under test by default.
 pub const CUDA: Device = Device::Cuda(0);
+
+/// The device under test: `cuda:0`, or the device `EMBER_PARITY_DEVICE` names
+/// (`EMBER_PARITY_DEVICE=torch-cpu` runs the suites against the LibTorch backend).
+pub fn device() -> Device {
+    std::env::var("EMBER_PARITY_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(CUDA)
+}
 /// The reference.
 pub const CPU: Device = Device::Cpu;
 
@@ -39,10 +45,10 @@ pub const CPU: Device = Device::Cpu;
 /// device: <why>`. Without the `cuda` feature, the emulated device stands in for a GPU.
 pub fn available(suite: &str) -> bool {
     Device::emulate_cuda();
-    match CUDA.check_available() {
+    match device().check_available() {
         Ok(()) => true,
         Err(e) => {
-            println!("{suite}: skipped, no CUDA device: {e}");
+            println!("{suite}: skipped, no {} device: {e}", device());
             false
         }
     }
@@ -149,7 +155,7 @@ impl Parity {
         self.checked += 1;
         let what = what.as_ref();
         let cpu = run_on(CPU, &f);
-        let dev = run_on(CUDA, &f);
+        let dev = run_on(device(), &f);
         match (cpu, dev) {
             (Err(e), Err(_)) => self.both_failed.push(format!("{what}: {e}")),
             (Ok(_), Err(e)) => self.failures.push(format!("{what}: the CPU computes it, the device fails: {e}")),
@@ -179,7 +185,7 @@ impl Parity {
     pub fn check_error(&mut self, what: impl AsRef<str>, f: impl Fn(Device) -> Result<Vec<Tensor>>) {
         self.checked += 1;
         let what = what.as_ref();
-        for dev in [CPU, CUDA] {
+        for dev in [CPU, device()] {
             if let Ok(v) = run_on(dev, &f) {
                 // A device may report a bad index late, when the results are read: that
                 // counts as the error.
@@ -197,7 +203,7 @@ impl Parity {
     pub fn check_device_error(&mut self, what: impl AsRef<str>, f: impl Fn(Device) -> Result<Vec<Tensor>>) {
         self.checked += 1;
         let what = what.as_ref();
-        match run_on(CUDA, &f) {
+        match run_on(device(), &f) {
             Ok(_) => self.failures.push(format!("{what}: no error")),
             Err(e) if e.contains("panicked") => self.failures.push(format!("{what} panicked: {e}")),
             Err(_) => {}
@@ -251,8 +257,8 @@ fn compare(cpu: &Tensor, dev: &Tensor, tol: Tol) -> std::result::Result<(), Stri
     if cpu.device() != CPU {
         return Err(format!("the CPU result is on {}", cpu.device()));
     }
-    if dev.device() != CUDA {
-        return Err(format!("the device result is on {}, expected {CUDA}", dev.device()));
+    if dev.device() != device() {
+        return Err(format!("the device result is on {}, expected {}", dev.device(), device()));
     }
     if cpu.dtype() != dev.dtype() {
         return Err(format!("dtype {} on the CPU, {} on the device", cpu.dtype(), dev.dtype()));

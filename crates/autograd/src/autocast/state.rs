@@ -52,7 +52,7 @@ impl DeviceType {
 impl From<Device> for DeviceType {
     fn from(device: Device) -> DeviceType {
         match device {
-            Device::Cpu => DeviceType::Cpu,
+            Device::Cpu | Device::TorchCpu => DeviceType::Cpu,
             Device::Cuda(_) => DeviceType::Cuda,
         }
     }

@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long)]
     pub graph: bool,
     /// Where to train and evaluate: `cpu`, `cuda` or `cuda:N` (a GPU needs the `cuda`
-    /// feature). The checkpoint is written from a host copy and loads on any device.
+    /// feature), or `torch-cpu` (PyTorch's CPU kernels, the `libtorch` feature). The checkpoint is written from a host copy and loads on any device.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// `--amp bf16|f16`.

@@ -8,7 +8,8 @@
 //! 2. op descriptors: `ops/`;
 //! 3. the `Backend` trait: the rest of `backend/` (the method list, the trait, its operands,
 //!    `compose/`, `validate/`, `delegate.rs`);
-//! 4. the backends, leaves: `backend/cpu/`, `backend/cuda/`, `backend/emulated_cuda.rs`;
+//! 4. the backends, leaves: `backend/cpu/`, `backend/cuda/`, `backend/emulated_cuda.rs`,
+//!    `backend/libtorch/`;
 //! 5. the registry: `backend/registry.rs`;
 //! 6. the `Tensor` API: `tensor/`, `display.rs`;
 //! 7. facades, [`FACADES`]: files of module lines and re-exports only.
@@ -29,7 +30,8 @@
 //!   them, nor spells a path through them, except the registry;
 //! - only `storage/` and a backend's own files name a variant of `Storage`, anywhere under
 //!   `crates/`: its `Cpu` variant only `storage/` and `backend/cpu/`, its `Cuda` variant
-//!   only `storage/` and the CUDA backends (real and emulated);
+//!   only `storage/` and the CUDA backends (real and emulated), its `Torch` variant only
+//!   `storage/` and `backend/libtorch/`;
 //! - the other crates (src, tests, examples, benches) never name `ember_tensor::backend`, in
 //!   any spelling (`ember_tensor::backend`, `ember::tensor::backend`, `tensor::backend`
 //!   after `use ember::tensor`, aliases, nested `use` groups, inline paths): op descriptors
@@ -609,6 +611,8 @@ fn leaf(file: &str) -> Option<&'static str> {
         Some("cuda")
     } else if file == "backend/emulated_cuda.rs" {
         Some("emulated_cuda")
+    } else if file.starts_with("backend/libtorch/") {
+        Some("libtorch")
     } else {
         None
     }
@@ -621,6 +625,7 @@ fn leaf_module(m: &[String]) -> Option<&'static str> {
             "cpu" => Some("cpu"),
             "cuda" => Some("cuda"),
             "emulated_cuda" => Some("emulated_cuda"),
+            "libtorch" => Some("libtorch"),
             _ => None,
         },
         _ => None,
@@ -864,11 +869,12 @@ fn only_storage_and_its_backend_name_a_storage_variant() {
         let src = std::fs::read_to_string(f).expect("readable source");
         let storage = rel.starts_with("storage/");
         // Spelled in two pieces, so that this file does not name the variants itself.
-        for (name, owner) in [("Cpu", "cpu"), ("Cuda", "cuda")] {
+        for (name, owner) in [("Cpu", "cpu"), ("Cuda", "cuda"), ("Torch", "libtorch")] {
             let variant = &format!("Storage::{name}");
             let allowed = storage
                 || match owner {
                     "cpu" => leaf(rel) == Some("cpu"),
+                    "libtorch" => leaf(rel) == Some("libtorch"),
                     _ => matches!(leaf(rel), Some("cuda" | "emulated_cuda")),
                 };
             // A word boundary on both sides keeps `CpuStorage::` and

@@ -13,7 +13,7 @@
 //!   (`compose`), the checks every backend runs on its views (`validate`) and the
 //!   generated delegating backends ([`Delegate`]);
 //! - the backends, leaves that import nothing from each other: [`cpu`], `cuda` (feature
-//!   `cuda`) or `emulated_cuda` (without it);
+//!   `cuda`) or `emulated_cuda` (without it), `libtorch` (feature `libtorch`);
 //! - the registry, [`backend_for`], the one place above the backends that names them.
 //!
 //! For code outside `ember-tensor` the public seam is [`Backend`], its operand types
@@ -29,6 +29,8 @@ pub mod delegate;
 #[cfg(not(feature = "cuda"))]
 pub mod emulated_cuda;
 pub(crate) mod kernels;
+#[cfg(feature = "libtorch")]
+pub mod libtorch;
 mod methods;
 mod operands;
 mod registry;

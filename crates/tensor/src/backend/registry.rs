@@ -9,6 +9,8 @@ use super::cpu::CpuBackend;
 use super::cuda;
 #[cfg(not(feature = "cuda"))]
 use super::emulated_cuda::{self, EmulatedCuda};
+#[cfg(feature = "libtorch")]
+use super::libtorch::TorchBackend;
 use crate::device::{Device, DeviceMemory};
 use crate::error::Result;
 
@@ -30,6 +32,10 @@ pub fn backend_for(device: Device) -> Result<&'static dyn Backend> {
         }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => Err(device.not_compiled()),
+        #[cfg(feature = "libtorch")]
+        Device::TorchCpu => Ok(&TorchBackend),
+        #[cfg(not(feature = "libtorch"))]
+        Device::TorchCpu => Err(device.not_compiled()),
     }
 }
 

@@ -159,6 +159,9 @@ pub enum Storage {
     /// Memory of a CUDA device (host memory in disguise on the emulated `cuda:0`, see
     /// [`Device::emulate_cuda`]), which only its backend looks inside.
     Cuda(DeviceStorage),
+    /// A LibTorch tensor on the host (`Device::TorchCpu`), which only the LibTorch backend
+    /// looks inside.
+    Torch(DeviceStorage),
 }
 
 impl Storage {
@@ -166,7 +169,7 @@ impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
-            Storage::Cuda(s) => s.dtype(),
+            Storage::Cuda(s) | Storage::Torch(s) => s.dtype(),
         }
     }
 
@@ -174,7 +177,7 @@ impl Storage {
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
-            Storage::Cuda(s) => s.len(),
+            Storage::Cuda(s) | Storage::Torch(s) => s.len(),
         }
     }
 
@@ -188,22 +191,39 @@ impl Storage {
         match self {
             Storage::Cpu(_) => Device::Cpu,
             Storage::Cuda(s) => Device::Cuda(s.ordinal()),
+            Storage::Torch(_) => Device::TorchCpu,
         }
     }
 
     /// The device storage, if the data lives on a CUDA device.
     pub fn as_cuda(&self) -> Option<&DeviceStorage> {
         match self {
-            Storage::Cpu(_) => None,
             Storage::Cuda(s) => Some(s),
+            _ => None,
         }
     }
 
     /// The device storage, mutably, if the data lives on a CUDA device.
     pub fn as_cuda_mut(&mut self) -> Option<&mut DeviceStorage> {
         match self {
-            Storage::Cpu(_) => None,
             Storage::Cuda(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The LibTorch storage, if the data is a LibTorch tensor.
+    pub fn as_torch(&self) -> Option<&DeviceStorage> {
+        match self {
+            Storage::Torch(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The LibTorch storage, mutably, if the data is a LibTorch tensor.
+    pub fn as_torch_mut(&mut self) -> Option<&mut DeviceStorage> {
+        match self {
+            Storage::Torch(s) => Some(s),
+            _ => None,
         }
     }
 
@@ -211,7 +231,7 @@ impl Storage {
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
-            Storage::Cuda(_) => None,
+            _ => None,
         }
     }
 
@@ -219,7 +239,7 @@ impl Storage {
     pub fn as_cpu_mut(&mut self) -> Option<&mut CpuStorage> {
         match self {
             Storage::Cpu(s) => Some(s),
-            Storage::Cuda(_) => None,
+            _ => None,
         }
     }
 }

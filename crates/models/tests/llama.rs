@@ -158,23 +158,25 @@ fn greedy_continuations_match_transformers_generate() {
         let prompt = get(&e, "greedy_prompt");
         let want = get(&e, "greedy_tokens").to_vec::<i64>().unwrap();
         let margins = get(&e, "greedy_margins").to_vec::<f64>().unwrap();
+        // Teacher-forced: each step is fed transformers' token, so that a step whose top-2
+        // margin is within rounding (where either token is right) does not send the rest
+        // down another path; every step with a clear margin must pick transformers' token.
         let mut cache = m.new_cache();
         let mut ids = prompt.clone();
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
+        let mut checked = 0;
+        for (step, (&token, &margin)) in want.iter().zip(&margins).enumerate() {
             let (past, n) = (cache.seq_len(), ids.shape().dims()[1]);
             let pos = position_ids(None, 1, past, n).unwrap();
             let input = DecoderInput { input_ids: &ids, position_ids: &pos, attention_mask: None };
             let logits = no_grad(|| m.forward_cached(&input, &mut cache)).unwrap().value();
             let next = argmax_rows(&logits.narrow(1, n - 1, 1).unwrap().reshape([1, m.vocab_size()]).unwrap())[0];
-            got.push(next);
-            ids = Tensor::from_vec(vec![next], [1, 1]).unwrap();
+            if margin > 1e-3 {
+                assert_eq!(next, token, "{name}: step {step} (margin {margin:.2e})");
+                checked += 1;
+            }
+            ids = Tensor::from_vec(vec![token], [1, 1]).unwrap();
         }
-        // Steps whose top-2 margin is within rounding may flip, and everything after them
-        // then follows another path: compare up to the first such step.
-        let sure = margins.iter().take_while(|&&g| g > 1e-3).count();
-        assert!(sure >= 8, "{name}: only {sure} steps with a clear margin");
-        assert_eq!(got[..sure], want[..sure], "{name}");
+        assert!(checked >= 28, "{name}: only {checked} of {} steps had a clear margin", want.len());
     }
 }
 

@@ -13,6 +13,7 @@ bf16 checkpoints hold weights rounded to bf16; the expected numbers are the f32 
 rounded weights, so loading with an f32 conversion must match to 1e-4.
 """
 
+import copy
 import json
 import os
 import shutil
@@ -123,8 +124,9 @@ def make_one(out_dir, index, name, config_cls, model_cls, kwargs, opts):
     if opts.get("shard"):
         save_kwargs["max_shard_size"] = opts["shard"]
     if opts.get("bf16"):
-        model.to(torch.bfloat16).save_pretrained(ckpt, **save_kwargs)
-        model.float()
+        # A copy: converting the model itself would also round its rotary `inv_freq`
+        # buffer, which `.float()` does not undo.
+        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(ckpt, **save_kwargs)
     else:
         model.save_pretrained(ckpt, **save_kwargs)
     if opts.get("legacy_rope"):

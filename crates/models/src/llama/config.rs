@@ -144,7 +144,7 @@ impl LlamaConfig {
             return bad(format!("hidden_act {:?} is not supported (only silu)", self.hidden_act));
         }
         let (h, kv) = (self.num_attention_heads, self.num_key_value_heads);
-        if h == 0 || kv == 0 || h % kv != 0 || self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if h == 0 || kv == 0 || !h.is_multiple_of(kv) || self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "{h} attention heads over {kv} key/value heads of size {} do not form groups of even-sized heads",
                 self.head_dim

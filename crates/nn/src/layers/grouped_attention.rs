@@ -53,7 +53,7 @@ pub fn grouped_query_attention(query: &Var, key: &Var, value: &Var, args: &SdpaA
             format!("key {k:?} and value {v:?} do not fit query {q:?} (batch, kv heads, positions or head size)"),
         ));
     }
-    if kv_heads == 0 || heads % kv_heads != 0 {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(Error::shape(OP, format!("{heads} query heads cannot be grouped over {kv_heads} key/value heads")));
     }
     if kv_heads == heads {

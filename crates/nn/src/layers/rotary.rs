@@ -79,7 +79,7 @@ impl RotaryEmbedding {
     /// are not positive (or, for `llama3`, whose `high_freq_factor` is not above
     /// `low_freq_factor`).
     pub fn new(head_dim: usize, theta: f64, scaling: Option<RopeScaling>) -> Result<RotaryEmbedding> {
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::invalid(OP, format!("head_dim must be even and positive, got {head_dim}")));
         }
         if !(theta > 0.0 && theta.is_finite()) {
@@ -240,7 +240,7 @@ fn check_scaling(scaling: Option<RopeScaling>) -> Result<()> {
 pub fn apply_rotary(x: &Var, cos: &Tensor, sin: &Tensor) -> Result<Var> {
     let op = "apply_rotary";
     let dims = x.shape().dims().to_vec();
-    if dims.len() != 4 || dims[3] % 2 != 0 {
+    if dims.len() != 4 || !dims[3].is_multiple_of(2) {
         return Err(Error::shape(
             op,
             format!("x must be [batch, heads, seq, head_dim] with an even head_dim, got {dims:?}"),

@@ -10,7 +10,9 @@
 //!   `tokenizers` crate.
 //! - [`llama`]: LLaMA, Mistral and Qwen2 decoders ([`llama::LlamaForCausalLM`]).
 //! - [`generation`]: what a decoder implements for generation ([`generation::CausalLm`]),
-//!   its [`generation::KvCache`], and the masks and position ids of a step.
+//!   its [`generation::KvCache`], the masks and position ids of a step, and the decoding
+//!   loop [`generation::generate`].
+//! - [`gpt2`]: GPT-2 ([`gpt2::Gpt2LmHeadModel`]) from transformers' checkpoints.
 //!
 //! Nothing is fetched from the network: download a checkpoint with your usual tools and
 //! point ember at its directory. The facade re-exports this crate as `ember::models` with
@@ -20,5 +22,6 @@
 
 pub mod checkpoint;
 pub mod generation;
+pub mod gpt2;
 pub mod llama;
 pub mod tokenizer;

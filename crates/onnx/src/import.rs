@@ -12,7 +12,7 @@ use prost::Message;
 use std::path::{Path, PathBuf};
 
 /// The opset versions of the default domain that the importer reads.
-pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=17;
+pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=20;
 
 /// Where the bytes came from, for messages and external data.
 struct Source {
@@ -112,6 +112,13 @@ fn node(n: &proto::NodeProto, src: &Source) -> Result<Node> {
             attribute_type::STRING => Attr::String(String::from_utf8(a.s.clone()).map_err(|_| bad("is not UTF-8"))?),
             attribute_type::FLOATS => Attr::Floats(a.floats.clone()),
             attribute_type::INTS => Attr::Ints(a.ints.clone()),
+            attribute_type::STRINGS => Attr::Strings(
+                a.strings
+                    .iter()
+                    .map(|s| String::from_utf8(s.clone()))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| bad("is not UTF-8"))?,
+            ),
             attribute_type::TENSOR => {
                 let t = a.t.as_ref().ok_or_else(|| bad("has no tensor"))?;
                 Attr::Tensor(Value::from_tensor(&tensor(t, src).map_err(|e| bad(&e.to_string()))?)?)

@@ -1,16 +1,18 @@
 //! `ember-onnx`: ONNX import and export for ember.
 //!
-//! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 17, see
+//! - [`load`] / [`load_bytes`] read an ONNX model (opsets 13 to 20, see
 //!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
-//!   weights are parameters, so an imported model runs inference *and* fine-tunes.
+//!   weights are parameters, so an imported model runs inference *and* fine-tunes. What
+//!   PyTorch's two exporters (TorchScript-based and dynamo) write for ember's layers
+//!   imports, recurrent layers and attention included.
 //! - [`export()`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
 //!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers.
 //! - [`ir`] is the graph IR that the ONNX reader (and any other front-end) targets.
 //!
 //! Errors are [`ember_tensor::Error`]s naming the file, the node (name and operator) and
 //! the reason: unknown operators, unsupported attributes, missing external data, malformed
-//! protobuf, inconsistent sizes. None of them panics. `docs/interop.md` in the repository
-//! lists the supported operators.
+//! protobuf, inconsistent sizes. None of them panics. [`tables`] renders the supported
+//! operators (the tables of `docs/interop.md` in the repository).
 //!
 //! ```no_run
 //! use ember_autograd::Var;
@@ -28,6 +30,7 @@ pub mod import;
 pub mod ir;
 mod ops;
 pub mod proto;
+pub mod tables;
 
 pub use export::{ExportOptions, export, export_bytes, export_fn_bytes};
 pub use import::{load, load_bytes, read_graph};

@@ -101,3 +101,99 @@ fn conv_transpose_refuses_output_shape_and_uneven_pads() {
     let ok = vec![ints("strides", &[2, 2]), ints("pads", &[1, 1, 1, 1]), ints("output_padding", &[1, 1])];
     assert_eq!(load_err(node("fine", "ConvTranspose", &["x", "w"], ok), w()), "");
 }
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::INT, i: v, ..Default::default() }
+}
+
+fn int64s(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: data_type::INT64,
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_new_operators_name_the_node_and_what_they_refuse() {
+    // x is [1, 2, 4, 4]; each case is (node, initializers, words the error must hold).
+    let lstm_w = || vec![floats("w", &[1, 8, 4], &[0.1; 32]), floats("r", &[1, 8, 2], &[0.1; 16])];
+    let cases: Vec<(NodeProto, Vec<TensorProto>, &[&str])> = vec![
+        (
+            node(
+                "seq",
+                "LSTM",
+                &["x3", "w", "r"],
+                vec![AttributeProto { r#type: attribute_type::FLOAT, f: 3.0, ..string("clip", "") }],
+            ),
+            lstm_w(),
+            &["'seq' (LSTM)", "clip"],
+        ),
+        (
+            node("pad", "Pad", &["x", "p"], vec![string("mode", "reflect")]),
+            vec![int64s("p", &[8], &[0; 8])],
+            &["'pad' (Pad)", "reflect"],
+        ),
+        (
+            node("diag", "Einsum", &["x"], vec![string("equation", "bcii->bci")]),
+            vec![],
+            &["'diag' (Einsum)", "diagonal"],
+        ),
+        (node("gelu", "Gelu", &["x"], vec![string("approximate", "sigmoid")]), vec![], &["'gelu' (Gelu)", "sigmoid"]),
+        (
+            node("sc", "ScatterND", &["x", "i", "x"], vec![string("reduction", "add")]),
+            vec![int64s("i", &[1, 1], &[0])],
+            &["'sc' (ScatterND)", "add"],
+        ),
+        (
+            node("split", "Split", &["x", "s"], vec![int("axis", 1)]),
+            vec![int64s("s", &[1], &[3])],
+            &["'split' (Split)", "summing to 2"],
+        ),
+        (
+            node("gn", "GatherND", &["x", "i"], vec![int("batch_dims", 1)]),
+            vec![int64s("i", &[1, 1], &[0])],
+            &["'gn'", "batch_dims"],
+        ),
+        (
+            node("odd", "LSTM", &["x", "w", "r"], vec![string("direction", "sideways")]),
+            lstm_w(),
+            &["'odd' (LSTM)", "sideways"],
+        ),
+    ];
+    for (n, init, words) in cases {
+        // The LSTM cases read a 3-d sequence made from x.
+        let (n, init) = if n.input.first().is_some_and(|i| i == "x3") {
+            let mut init = init;
+            init.push(int64s("shape3", &[3], &[4, 2, 4]));
+            let reshape = NodeProto { output: vec!["x3".into()], ..node("r3", "Reshape", &["x", "shape3"], vec![]) };
+            (vec![reshape, n], init)
+        } else {
+            (vec![n], init)
+        };
+        let err = load_graph_err(n, init);
+        assert!(words.iter().all(|w| err.contains(w)), "expected {words:?} in {err:?}");
+    }
+}
+
+/// [`load_err`] for several nodes.
+fn load_graph_err(nodes: Vec<NodeProto>, initializer: Vec<TensorProto>) -> String {
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 18 }],
+        graph: Some(GraphProto {
+            node: nodes,
+            initializer,
+            input: vec![value("x", Some(&[1, 2, 4, 4]))],
+            output: vec![value("y", None)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match ember_onnx::load_bytes(&model.encode_to_vec()) {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}

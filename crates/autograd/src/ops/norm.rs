@@ -68,6 +68,14 @@ impl Op for ChannelNormOp {
         }
         Ok(grads)
     }
+
+    fn export(&self) -> Result<crate::export::OpExport> {
+        use crate::export::{ExportAttr, OpExport};
+        Ok(OpExport::new("channel_norm")
+            .attr("eps", ExportAttr::Float(self.eps))
+            .attr("weight", ExportAttr::Int(i64::from(self.weight)))
+            .attr("bias", ExportAttr::Int(i64::from(self.bias))))
+    }
 }
 
 /// The gradients `(input, weight, bias)` as `Var` operations of the input, weight and

@@ -1,11 +1,18 @@
 //! Generation for decoder language models: the interface a model implements
-//! ([`CausalLm`]), its [`KvCache`], and the masks and position ids of a step.
+//! ([`CausalLm`]), its [`KvCache`], the masks and position ids of a step, and the decoding
+//! loop ([`generate`], configured by [`GenerationConfig`], sampling with [`Sampler`]).
 
 mod cache;
+mod config;
+mod generate;
 mod mask;
+mod sampler;
 
 pub use cache::KvCache;
+pub use config::GenerationConfig;
+pub use generate::generate;
 pub use mask::{decoder_mask, position_ids};
+pub use sampler::{Sampler, process_logits};
 
 use ember_autograd::Var;
 use ember_tensor::{Result, Tensor};
@@ -13,7 +20,8 @@ use ember_tensor::{Result, Tensor};
 /// The inputs of one forward step of a decoder that keeps a [`KvCache`].
 #[derive(Clone, Copy, Debug)]
 pub struct DecoderInput<'a> {
-    /// Token ids of the new positions, `[batch, new]` of `i64`.
+    /// Token ids of the new positions, `[batch, new]` of `i64`. [`generate`] builds the
+    /// step's tensors on the host; a model moves them to its own device.
     pub input_ids: &'a Tensor,
     /// Absolute positions of the new tokens, `[batch, new]` of `i64` (see
     /// [`position_ids`]; they differ between rows when prompts are left-padded).

@@ -8,6 +8,9 @@
 
 mod batch;
 mod lower;
+mod table;
+
+pub(crate) use table::EXPORTS;
 
 use crate::proto::{
     self, Dimension, GraphProto, ModelProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,

@@ -8,7 +8,8 @@ use ember_nn::Buffer;
 use ember_tensor::{Error, Result};
 use std::collections::{HashMap, HashSet};
 
-/// The operators the interpreter runs, by ONNX name, with the attributes each accepts.
+/// The operators the interpreter runs, by ONNX name, with the attributes each accepts
+/// (see also [`crate::tables::import_table`]).
 pub fn supported_ops() -> Vec<(&'static str, &'static [&'static str])> {
     ops::OPS.iter().map(|s| (s.name, s.attrs)).collect()
 }

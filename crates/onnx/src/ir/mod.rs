@@ -53,6 +53,8 @@ pub enum Attr {
     Ints(Vec<i64>),
     /// A list of floats.
     Floats(Vec<f32>),
+    /// A list of strings (a recurrent operator's activations).
+    Strings(Vec<String>),
     /// A tensor (a `Constant`'s value).
     Tensor(Value),
 }

@@ -86,29 +86,16 @@ pub(crate) fn modulo(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     })?)])
 }
 
-/// `Equal`: of integers on the host; of floats (e.g. a score row's maximum against
-/// `-inf`) as host booleans too, since conditions (`Where`) are host tensors.
-pub(crate) fn equal(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
-    if let (Value::Int(a), Value::Int(b)) = (input(args, 0)?, input(args, 1)?) {
-        let mut t = int::zip(a, b, |a, b| Ok((a == b) as i64))?;
-        t.is_bool = true;
-        return Ok(vec![Value::Int(t)]);
-    }
-    let (a, b) = (input(args, 0)?.to_var()?, input(args, 1)?.to_var()?);
-    let shape = a.add(&b)?.shape();
-    let host =
-        |v: &Var| -> Result<Vec<f64>> { v.value().broadcast_to(shape.clone())?.to_dtype(DType::F64).to_vec::<f64>() };
-    let (x, y) = (host(&a)?, host(&b)?);
-    let mut t = IntTensor::new(shape.dims().to_vec(), x.iter().zip(&y).map(|(p, q)| (p == q) as i64).collect())?;
-    t.is_bool = true;
-    Ok(vec![Value::Int(t)])
-}
-
 pub(crate) fn where_op(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     let cond = int_in(args, 0)?;
     match (input(args, 1)?, input(args, 2)?) {
         (Value::Int(a), Value::Int(b)) => Ok(vec![Value::Int(int::select(cond, a, b)?)]),
-        (a, b) => float(Var::new(cond.to_tensor()?).where_cond(&a.to_var()?, &b.to_var()?)?),
+        (a, b) => {
+            // Any non-zero integer selects, as a `u8` mask on the values' device.
+            let (a, b) = (a.to_var()?, b.to_var()?);
+            let mask = IntTensor { is_bool: true, ..cond.clone() }.to_tensor()?.to_device(a.device())?;
+            float(Var::new(mask).where_cond(&a, &b)?)
+        }
     }
 }
 
@@ -130,6 +117,54 @@ unary! {
     neg => |x| x.neg();
     abs => |x| x.abs();
     reciprocal => |x| x.rdiv_scalar(1.0);
+    sin => |x| x.sin();
+    cos => |x| x.cos();
+}
+
+/// `Floor` and `Ceil`: of integers (shape arithmetic) the identity, of floats ember's own
+/// (gradient zero).
+fn rounding(args: Args<'_>, f: fn(&Var) -> Var) -> Result<Vec<Value>> {
+    match input(args, 0)? {
+        Value::Float(x) => float(f(x)),
+        Value::Int(t) => Ok(vec![Value::Int(t.clone())]),
+    }
+}
+
+pub(crate) fn floor(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    rounding(args, Var::floor)
+}
+
+pub(crate) fn ceil(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    rounding(args, Var::ceil)
+}
+
+/// `Max` and `Min` of any number of inputs, broadcasting: `maximum`/`minimum` of floats
+/// (ties share the gradient, as in PyTorch), or on the host of integers.
+fn extreme(args: Args<'_>, max: bool) -> Result<Vec<Value>> {
+    let mut acc = input(args, 0)?.clone();
+    for i in 1..args.len() {
+        acc = match (&acc, input(args, i)?) {
+            (Value::Float(a), Value::Float(b)) => Value::Float(if max { a.maximum(b)? } else { a.minimum(b)? }),
+            (Value::Int(a), Value::Int(b)) => {
+                Value::Int(int::zip(a, b, |x, y| Ok(if max { x.max(y) } else { x.min(y) }))?)
+            }
+            (a, b) => {
+                return Err(Error::dtype(
+                    "onnx",
+                    format!("cannot take the extreme of a {} and a {} tensor", kind(a), kind(b)),
+                ));
+            }
+        };
+    }
+    Ok(vec![acc])
+}
+
+pub(crate) fn max(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    extreme(args, true)
+}
+
+pub(crate) fn min(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    extreme(args, false)
 }
 
 pub(crate) fn sqrt(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
@@ -167,12 +202,24 @@ fn float_dtype(to: i32) -> Option<DType> {
     }
 }
 
+/// `CastLike`: `Cast` to the element type of input 1.
+pub(crate) fn cast_like(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    let to = match input(args, 1)? {
+        Value::Float(v) => crate::export::onnx_type(v.dtype()),
+        Value::Int(t) if t.is_bool => data_type::BOOL,
+        Value::Int(_) => data_type::INT64,
+    };
+    cast_to(to, input(args, 0)?)
+}
+
 /// `Cast` between the float dtypes (rounding to nearest even into `f16` and `bf16`, and
 /// differentiable), from integers to floats, and from floats and integers to integers and
 /// booleans.
 pub(crate) fn cast(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
-    let to = int_attr(node, "to", 0)? as i32;
-    let x = input(args, 0)?;
+    cast_to(int_attr(node, "to", 0)? as i32, input(args, 0)?)
+}
+
+fn cast_to(to: i32, x: &Value) -> Result<Vec<Value>> {
     if let Some(dtype) = float_dtype(to) {
         return match x {
             Value::Float(v) => float(v.to_dtype(dtype)),

@@ -1,14 +1,25 @@
 //! The interpreter's operators, one file per group, and the table that names them with the
 //! attributes each accepts (anything else is rejected when the graph is built).
 
+mod activation;
+mod compare;
+mod cumsum;
+mod einsum;
 mod elementwise;
 mod erf;
+mod generate;
 mod int;
 mod linear;
+mod nd_index;
 mod nn;
+mod norm;
+mod pad;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
+mod split;
+mod trilu;
 
 use crate::ir::{Attr, IntTensor, Node, Value};
 use ember_autograd::Var;
@@ -23,57 +34,133 @@ pub(crate) struct OpSpec {
     pub name: &'static str,
     pub attrs: &'static [&'static str],
     pub run: RunFn,
+    /// What the operator supports of ONNX's definition, for the documentation's table.
+    pub note: &'static str,
 }
 
 const fn op(name: &'static str, attrs: &'static [&'static str], run: RunFn) -> OpSpec {
-    OpSpec { name, attrs, run }
+    OpSpec { name, attrs, run, note: "" }
 }
 
-/// Every supported operator.
+impl OpSpec {
+    const fn note(self, note: &'static str) -> OpSpec {
+        OpSpec { note, ..self }
+    }
+}
+
+/// Every supported operator, alphabetically (docs/interop.md's import table is rendered
+/// from this list and its notes, see [`crate::ir::supported_ops`]).
 pub(crate) static OPS: &[OpSpec] = &[
-    op("Add", &[], elementwise::add),
-    op("Sub", &[], elementwise::sub),
-    op("Mul", &[], elementwise::mul),
-    op("Div", &[], elementwise::div),
-    op("Pow", &[], elementwise::pow),
-    op("Mod", &["fmod"], elementwise::modulo),
-    op("Equal", &[], elementwise::equal),
-    op("Where", &[], elementwise::where_op),
-    op("Relu", &[], elementwise::relu),
-    op("Sigmoid", &[], elementwise::sigmoid),
-    op("Tanh", &[], elementwise::tanh),
-    op("Sqrt", &[], elementwise::sqrt),
-    op("Exp", &[], elementwise::exp),
-    op("Log", &[], elementwise::log),
-    op("Neg", &[], elementwise::neg),
     op("Abs", &[], elementwise::abs),
-    op("Reciprocal", &[], elementwise::reciprocal),
-    op("Erf", &[], erf::erf),
-    op("Identity", &[], elementwise::identity),
-    op("Dropout", &["seed"], elementwise::dropout),
-    op("Cast", &["to", "saturate"], elementwise::cast),
-    op("MatMul", &[], linear::matmul),
-    op("Gemm", &["alpha", "beta", "transA", "transB"], linear::gemm),
-    op("Conv", &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], nn::conv),
+    op("Add", &[], elementwise::add)
+    .note("NumPy broadcasting; integers (shape computations) on the host"),
+    op("And", &[], compare::and)
+    .note("host booleans"),
+    op("AveragePool", &["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], nn::avg_pool)
+    .note("1-d and 2-d; symmetric `pads`; `auto_pad` `NOTSET` or `VALID`; no dilations"),
+    op("BatchNormalization", &["epsilon", "momentum", "training_mode"], norm::batch_norm)
+    .note("inference (running statistics become buffers); `training_mode` refused"),
+    op("Cast", &["to", "saturate"], elementwise::cast)
+    .note("between `FLOAT`, `DOUBLE`, `FLOAT16`, `BFLOAT16` (differentiable), from integers to those, to `INT64`, `INT32`, `BOOL`"),
+    op("CastLike", &["saturate"], elementwise::cast_like),
+    op("Ceil", &[], elementwise::ceil),
+    op("Clip", &[], activation::clip)
+    .note("bounds from inputs 1 and 2 (constants: no gradient reaches them)"),
+    op("Concat", &["axis"], shape::concat),
+    op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
+    op("ConstantOfShape", &["value"], generate::constant_of_shape),
+    op("Conv", &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], nn::conv)
+    .note("1-d and 2-d; uneven `pads` written out as zeros; `auto_pad` `NOTSET` or `VALID`"),
     op(
         "ConvTranspose",
         &["auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"],
         nn::conv_transpose,
-    ),
+    )
+    .note("1-d and 2-d; symmetric `pads`, `output_padding`; `output_shape` refused"),
+    op("Cos", &[], elementwise::cos),
+    op("CumSum", &["exclusive", "reverse"], cumsum::cumsum)
+    .note("floats as a product with a triangular matrix (differentiable)"),
+    op("Div", &[], elementwise::div),
+    op("Dropout", &["seed"], elementwise::dropout)
+    .note("inference only: the mask output and `training_mode` are refused"),
+    op("Einsum", &["equation"], einsum::einsum)
+    .note("any explicit or implicit equation with `...`; a letter repeated within a term (a diagonal) is refused"),
+    op("Elu", &["alpha"], activation::elu),
+    op("Equal", &[], compare::equal)
+    .note("floats and integers; the result is a host boolean, as for every comparison"),
+    op("Erf", &[], erf::erf)
+    .note("PyTorch's exact GELU before opset 20"),
+    op("Exp", &[], elementwise::exp),
+    op("Expand", &[], shape::expand),
+    op("Flatten", &["axis"], shape::flatten),
+    op("Floor", &[], elementwise::floor),
+    op("Gather", &["axis"], shape::gather),
+    op("GatherElements", &["axis"], nd_index::gather_elements),
+    op("GatherND", &["batch_dims"], nd_index::gather_nd)
+    .note("`batch_dims = 0`"),
+    op("Gelu", &["approximate"], activation::gelu)
+    .note("`none` and `tanh` (opset 20)"),
+    op("Gemm", &["alpha", "beta", "transA", "transB"], linear::gemm)
+    .note("`transB = 1` with a 1-d bias is ember's `linear`"),
+    op("GlobalAveragePool", &[], nn::global_avg_pool),
+    op("Greater", &[], compare::greater),
+    op("GreaterOrEqual", &[], compare::greater_or_equal),
+    op(
+        "GRU",
+        &["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout", "linear_before_reset"],
+        recurrent::gru,
+    )
+    .note("gates `zrh`; `linear_before_reset` 0 and 1; directions; `sequence_lens`; initial state; `layout`"),
+    op("HardSigmoid", &["alpha", "beta"], activation::hard_sigmoid),
+    op("Identity", &[], elementwise::identity),
+    op("InstanceNormalization", &["epsilon"], norm::instance_norm)
+    .note("also PyTorch's `GroupNorm` (`Reshape`, `InstanceNormalization`, `Reshape`, `Mul`, `Add`)"),
+    op("LayerNormalization", &["axis", "epsilon", "stash_type"], norm::layer_norm),
+    op("LeakyRelu", &["alpha"], activation::leaky_relu),
+    op("Less", &[], compare::less),
+    op("LessOrEqual", &[], compare::less_or_equal),
+    op("Log", &[], elementwise::log),
+    op("LogSoftmax", &["axis"], nn::log_softmax),
+    op(
+        "LSTM",
+        &["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget", "layout"],
+        recurrent::lstm,
+    )
+    .note("gates `iofc`; directions; `sequence_lens`; initial states; `layout`; peepholes, `clip`, `input_forget` refused"),
+    op("MatMul", &[], linear::matmul),
+    op("Max", &[], elementwise::max)
+    .note("any number of inputs"),
     op(
         "MaxPool",
         &["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"],
         nn::max_pool,
-    ),
-    op("AveragePool", &["auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"], nn::avg_pool),
-    op("GlobalAveragePool", &[], nn::global_avg_pool),
-    op("BatchNormalization", &["epsilon", "momentum", "training_mode"], nn::batch_norm),
-    op("LayerNormalization", &["axis", "epsilon", "stash_type"], nn::layer_norm),
-    op("Softmax", &["axis"], nn::softmax),
-    op("LogSoftmax", &["axis"], nn::log_softmax),
-    op("ReduceMean", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_mean),
-    op("ReduceMax", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_max),
-    op("ReduceSum", &["keepdims", "noop_with_empty_axes"], reduce::reduce_sum),
+    )
+    .note("1-d and 2-d; symmetric `pads`; the `Indices` output is refused"),
+    op("Min", &[], elementwise::min)
+    .note("any number of inputs"),
+    op("Mod", &["fmod"], elementwise::modulo)
+    .note("integers, `fmod = 0`"),
+    op("Mul", &[], elementwise::mul),
+    op("Neg", &[], elementwise::neg),
+    op("Not", &[], compare::not),
+    op("Or", &[], compare::or),
+    op("Pad", &["mode"], pad::pad)
+    .note("`constant` mode (the value a constant); negative pads crop; `axes` (opset 18)"),
+    op("Pow", &[], elementwise::pow),
+    op("Range", &[], generate::range),
+    op("Reciprocal", &[], elementwise::reciprocal),
+    op("ReduceL2", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_l2)
+    .note("axes as attribute (to opset 17) or input (opset 18)"),
+    op("ReduceMax", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_max)
+    .note("axes as attribute (to opset 17) or input (opset 18)"),
+    op("ReduceMean", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_mean)
+    .note("axes as attribute (to opset 17) or input (opset 18)"),
+    op("ReduceMin", &["axes", "keepdims", "noop_with_empty_axes"], reduce::reduce_min)
+    .note("axes as attribute (to opset 17) or input (opset 18)"),
+    op("ReduceSum", &["keepdims", "noop_with_empty_axes"], reduce::reduce_sum)
+    .note("axes as input"),
+    op("Relu", &[], elementwise::relu),
+    op("Reshape", &["allowzero"], shape::reshape),
     op(
         "Resize",
         &[
@@ -88,18 +175,37 @@ pub(crate) static OPS: &[OpSpec] = &[
             "nearest_mode",
         ],
         resize::resize,
-    ),
+    )
+    .note("`nearest` with `asymmetric` + `floor`; `linear` with `align_corners`, `half_pixel` or `pytorch_half_pixel`; `scales` or `sizes`; opset 18 attributes at their defaults"),
+    op(
+        "RNN",
+        &["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout"],
+        recurrent::rnn,
+    )
+    .note("`Tanh`, `Relu` or `Sigmoid`; directions; `sequence_lens`; initial state; `layout`"),
+    op("ScatterElements", &["axis", "reduction"], nd_index::scatter_elements)
+    .note("`reduction = none`; each element written once"),
+    op("ScatterND", &["reduction"], nd_index::scatter_nd)
+    .note("`reduction = none`"),
     op("Shape", &["start", "end"], shape::shape),
-    op("Constant", &["value", "value_float", "value_floats", "value_int", "value_ints"], shape::constant),
-    op("Reshape", &["allowzero"], shape::reshape),
-    op("Expand", &[], shape::expand),
-    op("Flatten", &["axis"], shape::flatten),
-    op("Transpose", &["perm"], shape::transpose),
-    op("Concat", &["axis"], shape::concat),
-    op("Gather", &["axis"], shape::gather),
-    op("Unsqueeze", &[], shape::unsqueeze),
+    op("Sigmoid", &[], elementwise::sigmoid),
+    op("Sin", &[], elementwise::sin),
+    op("Slice", &[], shape::slice)
+    .note("positive steps"),
+    op("Softmax", &["axis"], nn::softmax),
+    op("Softplus", &[], activation::softplus),
+    op("Split", &["axis", "num_outputs", "split"], split::split)
+    .note("sizes as input or attribute, `num_outputs` (opset 18), or equal parts"),
+    op("Sqrt", &[], elementwise::sqrt),
     op("Squeeze", &[], shape::squeeze),
-    op("Slice", &[], shape::slice),
+    op("Sub", &[], elementwise::sub),
+    op("Tanh", &[], elementwise::tanh),
+    op("Transpose", &["perm"], shape::transpose),
+    op("Trilu", &["upper"], trilu::trilu)
+    .note("floats (differentiable) and host integers and booleans"),
+    op("Unsqueeze", &[], shape::unsqueeze),
+    op("Where", &[], elementwise::where_op)
+    .note("host condition"),
 ];
 
 // Attribute and input access, with errors that say what is missing (the caller adds the

@@ -1,4 +1,4 @@
-//! `Resize` (opsets 13 to 17) as ember's `interpolate`, for the coordinate mappings that
+//! `Resize` (opsets 13 to 20; opset 18's `antialias`, `axes` and `keep_aspect_ratio_policy` at their defaults) as ember's `interpolate`, for the coordinate mappings that
 //! PyTorch's modes are: `nearest` with `asymmetric` coordinates and `floor`, `linear` with
 //! `align_corners` or (`pytorch_`)`half_pixel`.
 
@@ -23,11 +23,16 @@ pub(crate) fn resize(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     if int_attr(node, "exclude_outside", 0)? != 0 {
         return Err(Error::invalid("onnx", "exclude_outside = 1 is not supported"));
     }
-    if node.attr("antialias").is_some()
-        || node.attr("axes").is_some()
-        || node.attr("keep_aspect_ratio_policy").is_some()
-    {
-        return Err(Error::invalid("onnx", "Resize attributes of opset 18 (antialias, axes, ...) are not supported"));
+    // Opset 18's attributes at the values that mean what earlier opsets do.
+    if int_attr(node, "antialias", 0)? != 0 {
+        return Err(Error::invalid("onnx", "antialias = 1 is not supported"));
+    }
+    if node.attr("axes").is_some() {
+        return Err(Error::invalid("onnx", "Resize with axes is not supported (scales or sizes of every dimension)"));
+    }
+    let policy = string_attr(node, "keep_aspect_ratio_policy", "stretch")?;
+    if policy != "stretch" {
+        return Err(Error::invalid("onnx", format!("keep_aspect_ratio_policy '{policy}' is not supported (stretch)")));
     }
     let (mode, align) = match (mode.as_str(), coords.as_str()) {
         ("nearest", "asymmetric") => {

@@ -193,22 +193,44 @@ pub(crate) fn slice(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(Error::invalid("onnx", "starts, ends, axes and steps must have the same length"));
     }
+    // Positive steps are ember's strided `slice`; negative ones (`flip`, a reversed
+    // sequence) pick their positions with `index_select`.
+    enum Cut {
+        Strided(usize, usize, usize, usize),
+        Picked(usize, Vec<i64>),
+    }
     let mut plan = Vec::with_capacity(starts.len());
     for k in 0..starts.len() {
         let a = axis(axes[k], dims.len())?;
         let step = steps[k];
-        if step <= 0 {
-            return Err(Error::invalid("onnx", format!("Slice step {step} is not supported (positive steps only)")));
-        }
         let n = dims[a] as i64;
-        let clampi = |v: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(0, n);
-        let (s, e) = (clampi(starts[k]), clampi(ends[k]));
-        plan.push((a, s as usize, e.max(s) as usize, step as usize));
+        if step == 0 {
+            return Err(Error::invalid("onnx", "Slice step 0"));
+        }
+        if step > 0 {
+            let clampi = |v: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(0, n);
+            let (s, e) = (clampi(starts[k]), clampi(ends[k]));
+            plan.push(Cut::Strided(a, s as usize, e.max(s) as usize, step as usize));
+        } else if n == 0 {
+            plan.push(Cut::Picked(a, Vec::new()));
+        } else {
+            // ONNX clamps a negative step's start to [0, n - 1] and its end to [-1, n - 1].
+            let resolve = |v: i64| if v < 0 { v.saturating_add(n) } else { v };
+            let (s, e) = (resolve(starts[k]).clamp(0, n - 1), resolve(ends[k]).clamp(-1, n - 1));
+            let picked: Vec<i64> = (0..).map(|i: i64| s + i * step).take_while(|&i| i > e).collect();
+            plan.push(Cut::Picked(a, picked));
+        }
     }
     one(map(x, |v| {
         let mut v = v.clone();
-        for &(a, s, e, step) in &plan {
-            v = v.slice(a, s, e, step)?;
+        for cut in &plan {
+            v = match cut {
+                Cut::Strided(a, s, e, step) => v.slice(*a, *s, *e, *step)?,
+                Cut::Picked(a, picked) => {
+                    let index = Tensor::from_vec(picked.clone(), [picked.len()])?.to_device(v.device())?;
+                    v.index_select(*a, Var::new(index))?
+                }
+            };
         }
         Ok(v)
     })?)

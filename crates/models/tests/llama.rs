@@ -317,3 +317,28 @@ fn config_defaults_follow_the_model_type() {
     assert_eq!(v4, v5);
     assert!(serde_json::from_str::<LlamaConfig>(r#"{"model_type": "qwen2", "use_sliding_window": true}"#).is_err());
 }
+
+#[test]
+fn generate_reproduces_transformers_greedy_continuations() {
+    use ember_models::generation::{GenerationConfig, generate};
+    use std::ops::ControlFlow;
+    for name in CONFIGS {
+        let m = model(name);
+        let e = expected(name);
+        let prompt: Vec<u32> =
+            get(&e, "greedy_prompt").to_vec::<i64>().unwrap().into_iter().map(|t| t as u32).collect();
+        let want = get(&e, "greedy_tokens").to_vec::<i64>().unwrap();
+        let margins = get(&e, "greedy_margins").to_vec::<f64>().unwrap();
+        let config = GenerationConfig::greedy(want.len());
+        let out = generate(&m, &[prompt.clone()], &config, |_, _| ControlFlow::Continue(())).unwrap();
+        // Free-running: after a step whose margin is within rounding the paths may part, so
+        // compare up to the first such step.
+        let sure = margins.iter().take_while(|&&g| g > 1e-3).count();
+        let got: Vec<i64> = out[0].iter().map(|&t| i64::from(t)).collect();
+        assert_eq!(got[..sure], want[..sure], "{name}");
+        // In a batch with a longer prompt (so this one is left-padded), the row is the same.
+        let longer: Vec<u32> = (2..9).collect();
+        let both = generate(&m, &[prompt, longer], &config, |_, _| ControlFlow::Continue(())).unwrap();
+        assert_eq!(both[0][..sure], out[0][..sure], "{name}: left-padded row");
+    }
+}

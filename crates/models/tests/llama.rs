@@ -330,7 +330,7 @@ fn generate_reproduces_transformers_greedy_continuations() {
         let want = get(&e, "greedy_tokens").to_vec::<i64>().unwrap();
         let margins = get(&e, "greedy_margins").to_vec::<f64>().unwrap();
         let config = GenerationConfig::greedy(want.len());
-        let out = generate(&m, &[prompt.clone()], &config, |_, _| ControlFlow::Continue(())).unwrap();
+        let out = generate(&m, std::slice::from_ref(&prompt), &config, |_, _| ControlFlow::Continue(())).unwrap();
         // Free-running: after a step whose margin is within rounding the paths may part, so
         // compare up to the first such step.
         let sure = margins.iter().take_while(|&&g| g > 1e-3).count();

@@ -8,6 +8,7 @@
 //!   names missing, unexpected and mis-shaped keys and the file; writing a directory back.
 //! - [`tokenizer`]: [`Tokenizer`](tokenizer::Tokenizer), a `tokenizer.json` through the
 //!   `tokenizers` crate.
+//! - [`llama`]: LLaMA, Mistral and Qwen2 decoders ([`llama::LlamaForCausalLM`]).
 //! - [`generation`]: what a decoder implements for generation ([`generation::CausalLm`]),
 //!   its [`generation::KvCache`], the masks and position ids of a step, and the decoding
 //!   loop [`generation::generate`].
@@ -22,4 +23,5 @@
 pub mod checkpoint;
 pub mod generation;
 pub mod gpt2;
+pub mod llama;
 pub mod tokenizer;

@@ -23,7 +23,10 @@
 //! - Recurrent layers (`layers/rnn/`): [`RNN`], [`LSTM`], [`GRU`] (multi-layer,
 //!   bidirectional, variable lengths) and the cells [`RNNCell`], [`LSTMCell`], [`GRUCell`].
 //! - Attention (`layers/attention/`): [`MultiheadAttention`] and
-//!   [`generate_square_subsequent_mask`]; Transformer layers (`layers/transformer/`):
+//!   [`generate_square_subsequent_mask`]; grouped-query attention
+//!   ([`functional::grouped_query_attention`], `layers/grouped_attention.rs`), rotary
+//!   position embeddings ([`RotaryEmbedding`], [`RopeScaling`], [`apply_rotary`],
+//!   `layers/rotary.rs`) and the LLaMA feed-forward block [`SwiGlu`] (`layers/swiglu.rs`); Transformer layers (`layers/transformer/`):
 //!   [`TransformerEncoderLayer`], [`TransformerEncoder`], [`TransformerDecoderLayer`],
 //!   [`TransformerDecoder`].
 //! - Losses (`loss/`): [`mse_loss`], [`l1_loss`], [`huber_loss`], [`cross_entropy`],
@@ -119,6 +122,7 @@ pub use layers::{
     MultiheadAttentionOutput, TransformerActivation, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer, TransformerLayerOptions, generate_square_subsequent_mask,
 };
+pub use layers::{RopeScaling, RotaryEmbedding, SwiGlu, apply_rotary};
 pub use loss::{
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, CrossEntropyOptions, DEFAULT_IGNORE_INDEX, HuberLoss, HuberOptions,
     L1Loss, Loss, MSELoss, NLLLoss, NllOptions, Reduction, binary_cross_entropy, binary_cross_entropy_with_logits,
@@ -139,7 +143,7 @@ pub use ember_io::{
 /// Activations are methods of `Var` (`x.relu()`, `x.softmax(-1)`). The convolutions' argument
 /// types (`ConvArgs`, `ConvTransposeArgs`, `Padding`, `UnfoldArgs`) are re-exported here.
 pub mod functional {
-    pub use crate::layers::{SdpaArgs, scaled_dot_product_attention};
+    pub use crate::layers::{SdpaArgs, apply_rotary, grouped_query_attention, scaled_dot_product_attention};
     pub use crate::layers::{
         adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d,
         avg_pool2d, interpolate, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices,

@@ -10,13 +10,16 @@ mod dropout;
 mod embedding;
 mod flatten;
 mod fold;
+mod grouped_attention;
 mod identity;
 mod linear;
 mod norm;
 mod param_alloc;
 mod pool;
 mod rnn;
+mod rotary;
 mod sdpa;
+mod swiglu;
 mod transformer;
 mod unflatten;
 mod upsample;
@@ -36,6 +39,7 @@ pub use dropout::{Dropout, Dropout2d, dropout, dropout2d};
 pub use embedding::{Embedding, EmbeddingOptions, embedding};
 pub use flatten::Flatten;
 pub use fold::{fold, unfold};
+pub use grouped_attention::grouped_query_attention;
 pub use identity::Identity;
 pub use linear::{Linear, LinearOptions};
 pub use norm::{
@@ -51,7 +55,9 @@ pub use pool::{
 pub use rnn::{
     CellOptions, GRU, GRUCell, LSTM, LSTMCell, LstmOutput, LstmState, Nonlinearity, RNN, RNNCell, RnnOptions, RnnOutput,
 };
+pub use rotary::{RopeScaling, RotaryEmbedding, apply_rotary};
 pub use sdpa::{SdpaArgs, scaled_dot_product_attention};
+pub use swiglu::SwiGlu;
 pub use transformer::{
     DecoderMasks, EncoderMasks, TransformerActivation, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer, TransformerLayerOptions,

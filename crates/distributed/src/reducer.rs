@@ -141,7 +141,7 @@ impl Reducer {
                  no_sync() instead"
             )));
         }
-        if let Err(e) = self.into_view(i) {
+        if let Err(e) = self.make_grad_view(i) {
             st.reset(&self.buckets);
             return Err(e);
         }
@@ -152,7 +152,7 @@ impl Reducer {
     /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
     /// when the gradient already is one; after `zero_grad` set it to none (or the user
     /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
-    fn into_view(&self, i: usize) -> Result<()> {
+    fn make_grad_view(&self, i: usize) -> Result<()> {
         let (p, view) = (&self.params[i].1, &self.views[i]);
         let view_tensor = view.value();
         match p.grad() {

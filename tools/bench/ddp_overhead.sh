@@ -6,7 +6,7 @@
 #
 #   tools/bench/ddp_overhead.sh [STEPS] [BATCH] [SETS]     (defaults 40, 128, 5)
 #
-# A set is one window of STEPS steps of each configuration, DDP second in odd sets and first
+# A set is one window of STEPS steps of each configuration, DDP first in odd sets and second
 # in even ones. The report (tools/bench/sets.py) shows each set's samples/s of both and the
 # ratio DDP / plain (1 is free; the target is 0.95 or more in every set), then the median and
 # the minimum ratio. THREADS sets the threads of both (RAYON_NUM_THREADS; default: ember's).

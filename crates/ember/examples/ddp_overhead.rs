@@ -3,7 +3,7 @@
 //! batches, plain and wrapped in DDP over a one-rank `LocalGroup` (whose all-reduce has
 //! nothing to combine), in alternating windows of `--steps` steps.
 //!
-//! Each set times one window of each (the DDP window first in even sets) and prints
+//! Each set times one window of each (the DDP window first in odd sets) and prints
 //! `set=<n> model=<m> plain_samples_per_s=<x> ddp_samples_per_s=<y> ratio=<y/x>`; the
 //! script takes the minimum and median ratio. `--only plain|ddp` instead runs that one
 //! configuration for `--steps` steps after the warm-up and prints nothing, for counting
@@ -115,7 +115,8 @@ fn main() -> Result<()> {
     plain.steps(args.warmup, &data, &mut plain_step)?;
     ddp.steps(args.warmup, &data, &mut ddp_step)?;
     for set in 1..=args.sets {
-        let (p, d) = if set % 2 == 0 {
+        // DDP first in odd sets, as tools/bench/sets.py reports it.
+        let (p, d) = if set % 2 == 1 {
             let d = ddp.window(args.steps, args.batch, &data, &mut ddp_step)?;
             (plain.window(args.steps, args.batch, &data, &mut plain_step)?, d)
         } else {

@@ -35,7 +35,7 @@
 use crate::backward_ctx::BackwardCtx;
 use crate::extension::{self, Dispatch, Running};
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
-use crate::node::{HAS_GRAD, NodeRef, RETAINS_GRAD, structure_epoch};
+use crate::node::{GRAD_IN_PLACE, HAS_GRAD, NodeRef, RETAINS_GRAD, structure_epoch};
 use crate::op::Grads;
 use crate::reactive::{self, Mode};
 use crate::var::Var;
@@ -537,9 +537,10 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
         Some(old) if create_graph || old.requires_grad() || g.requires_grad() => old.add(&g)?,
         Some(old) => {
             let t = old.value();
-            // In place only when nothing else can see the old gradient's storage.
+            // In place only when nothing else can see the old gradient's storage, or when the
+            // leaf asked for it (its gradient is a view that must stay one).
             let unique = Arc::strong_count(&old.node) == 1 && Arc::strong_count(t.storage()) == 2;
-            if unique {
+            if unique || node.has(GRAD_IN_PLACE) {
                 t.add_(&g.value())?;
                 old
             } else {
@@ -597,6 +598,29 @@ mod tests {
         result?;
         let read = reader.join().map_err(|_| Error::autograd("the reading thread panicked"))??;
         assert_eq!(read, vec![0.5f64.exp(), 1.0f64.exp()]);
+        Ok(())
+    }
+
+    /// A gradient that is a view into a larger buffer: by default a second backward adds
+    /// into a new tensor (the buffer keeps the first gradient); with `set_grad_in_place`
+    /// it adds through the view, and the gradient stays that view.
+    #[test]
+    fn a_shared_gradient_is_added_into_in_place_only_when_asked() -> Result<()> {
+        for in_place in [false, true] {
+            let w = Var::param(Tensor::from_vec(vec![1.0f64, 2.0], [2])?);
+            w.set_grad_in_place(in_place)?;
+            let buffer = Tensor::zeros([3], ember_tensor::DType::F64)?;
+            let view = buffer.narrow(0, 1, 2)?;
+            view.fill_(1.0)?;
+            w.set_grad(Some(view))?;
+            w.square().sum_all().backward()?;
+            let grad = w.grad().ok_or_else(|| Error::autograd("no gradient"))?;
+            assert_eq!(grad.to_vec::<f64>()?, vec![3.0, 5.0]);
+            assert_eq!(grad.shares_storage(&buffer), in_place);
+            let expected = if in_place { vec![0.0, 3.0, 5.0] } else { vec![0.0, 1.0, 1.0] };
+            assert_eq!(buffer.to_vec::<f64>()?, expected);
+        }
+        assert!(Var::param(Tensor::ones([1], ember_tensor::DType::F32)?).exp().set_grad_in_place(true).is_err());
         Ok(())
     }
 }

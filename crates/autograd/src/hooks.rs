@@ -10,6 +10,7 @@ use crate::extension::{Extension, Feature, ids};
 use crate::node::{NodeRef, bump_structure_epoch};
 use crate::var::Var;
 use ember_tensor::{Error, Result};
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -169,7 +170,7 @@ impl Var {
 /// Runs the grad hooks of `node` on `grad`, in registration order. The hooks are cloned
 /// out of the node first, so a hook may register or remove hooks.
 fn run_grad_hooks(node: &NodeRef, mut grad: Var) -> Result<Var> {
-    let hooks: Vec<GradHook> = node
+    let hooks: SmallVec<[GradHook; 2]> = node
         .extras()
         .as_ref()
         .and_then(|e| e.slot::<NodeHooks>())
@@ -185,7 +186,8 @@ fn run_grad_hooks(node: &NodeRef, mut grad: Var) -> Result<Var> {
 
 /// Runs the post-accumulate hooks of a leaf.
 fn run_post_accumulate_hooks(node: &NodeRef) -> Result<()> {
-    let hooks: Vec<PostAccumulateHook> = node
+    // On the stack: data-parallel training runs this for every parameter of every step.
+    let hooks: SmallVec<[PostAccumulateHook; 2]> = node
         .extras()
         .as_ref()
         .and_then(|e| e.slot::<NodeHooks>())

@@ -42,6 +42,9 @@ pub(crate) const DIRTY: u32 = 128;
 /// (see `reactive`), and its storage version is read through the extension (see
 /// `BackwardCtx`).
 pub(crate) const VALUE_AWAY: u32 = 256;
+/// Backward adds into this leaf's gradient in place even when its storage is shared (a view
+/// into a larger buffer, as data-parallel training's gradient buckets are).
+pub(crate) const GRAD_IN_PLACE: u32 = 512;
 /// Bits 16 to 23 belong to extensions, one per feature (see `extension::Feature`); node.rs
 /// stores them and never reads them.
 pub(crate) const EXTENSION_FLAGS: u32 = 0xff << 16;

@@ -1,7 +1,8 @@
 //! `Var`: the user's handle to a graph node.
 
 use crate::node::{
-    DETACHED, EXTENSION_SHIFT, FROZEN, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, bump_structure_epoch, new_node,
+    DETACHED, EXTENSION_SHIFT, FROZEN, GRAD_IN_PLACE, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD,
+    bump_structure_epoch, new_node,
 };
 use crate::op::Leaf;
 use crate::reactive::{self, Mode};
@@ -207,23 +208,37 @@ impl Var {
         *self.node.grad_slot() = None;
     }
 
-    /// Replaces the gradient (used by optimizers' tests and gradient manipulation).
-    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
-        if let Some(g) = &grad
-            && g.shape() != self.shape().dims()
-        {
+    /// Replaces the gradient with a `Var` (a handle the caller keeps, so that setting the
+    /// same gradient again allocates nothing); the same checks as [`Var::set_grad`].
+    pub fn set_grad_var(&self, grad: Option<Var>) -> Result<()> {
+        if let Some(g) = &grad {
+            self.check_grad("set_grad_var", &g.value())?;
+        }
+        *self.node.grad_slot() = grad;
+        Ok(())
+    }
+
+    /// An error unless `g` fits as this value's gradient (same shape and device).
+    fn check_grad(&self, op: &'static str, g: &Tensor) -> Result<()> {
+        if g.shape() != self.shape().dims() {
             return Err(Error::shape(
-                "set_grad",
+                op,
                 format!("gradient of shape {:?} for a value of shape {:?}", g.shape(), self.shape()),
             ));
         }
-        if let Some(g) = &grad
-            && g.device() != self.device()
-        {
+        if g.device() != self.device() {
             return Err(Error::Device {
                 device: g.device().to_string(),
-                msg: format!("set_grad: the gradient is on {} but the value is on {}", g.device(), self.device()),
+                msg: format!("{op}: the gradient is on {} but the value is on {}", g.device(), self.device()),
             });
+        }
+        Ok(())
+    }
+
+    /// Replaces the gradient (used by optimizers' tests and gradient manipulation).
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        if let Some(g) = &grad {
+            self.check_grad("set_grad", g)?;
         }
         *self.node.grad_slot() = grad.map(Var::new);
         Ok(())
@@ -328,6 +343,41 @@ impl Var {
     /// Whether [`Var::retain_grad`] was called.
     pub fn retains_grad(&self) -> bool {
         self.node.has(RETAINS_GRAD)
+    }
+
+    /// Makes backward add into this leaf's existing gradient in place even when other
+    /// tensors share its storage, as PyTorch's gradient accumulation always does. By default
+    /// ember adds into a new tensor when the old gradient's storage is shared, so that a
+    /// gradient someone still holds keeps its value; data-parallel training turns this on
+    /// for parameters whose gradients are views into a communication bucket, so that they
+    /// stay views. An error on a non-leaf.
+    ///
+    /// ```
+    /// use ember_autograd::Var;
+    /// use ember_tensor::{DType, Tensor};
+    /// let w = Var::param(Tensor::ones([2], DType::F32)?);
+    /// w.set_grad_in_place(true)?;
+    /// let bucket = Tensor::zeros([4], DType::F32)?;
+    /// w.set_grad(Some(bucket.narrow(0, 2, 2)?))?;
+    /// w.mul_scalar(3.0).sum_all().backward()?;
+    /// assert_eq!(bucket.to_vec::<f32>()?, vec![0.0, 0.0, 3.0, 3.0]);
+    /// assert!(w.grad().unwrap().shares_storage(&bucket));
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn set_grad_in_place(&self, on: bool) -> Result<&Var> {
+        if !self.is_leaf() {
+            return Err(Error::autograd(format!(
+                "set_grad_in_place: only a leaf accumulates a gradient, and this Var was computed by {}",
+                self.op_name()
+            )));
+        }
+        self.node.set(GRAD_IN_PLACE, on);
+        Ok(self)
+    }
+
+    /// Whether [`Var::set_grad_in_place`] is on.
+    pub fn grad_in_place(&self) -> bool {
+        self.node.has(GRAD_IN_PLACE)
     }
 
     /// A new leaf sharing this value's storage, cut from the graph (PyTorch's `detach()`).

@@ -1,6 +1,49 @@
-//! How gradients are grouped into buckets for reduction.
+//! How gradients are grouped into buckets for reduction, and the flat buffer each bucket's
+//! gradients live in.
 
-use ember_tensor::DType;
+use ember_autograd::Var;
+use ember_tensor::{DType, Result, Tensor};
+
+/// One bucket: a flat buffer of one dtype that holds its parameters' gradients end to end,
+/// and the view of it that each parameter's `.grad` is (PyTorch's
+/// `gradient_as_bucket_view`): backward accumulates into the views, the all-reduce works
+/// on the buffer in place, and nothing is copied in or out.
+pub(crate) struct Bucket {
+    /// The parameters (indices into the reducer's list), in packing order.
+    pub(crate) members: Vec<usize>,
+    pub(crate) flat: Tensor,
+}
+
+impl Bucket {
+    /// The bucket of `members` of `params`, and each member's view, in `members` order (as
+    /// a `Var` kept for the bucket's life, so that making it the gradient again allocates
+    /// nothing). A gradient the parameters already hold is copied into its view, which
+    /// becomes the gradient.
+    pub(crate) fn new(members: Vec<usize>, params: &[(String, Var)]) -> Result<(Bucket, Vec<Var>)> {
+        let first = &params[members[0]].1;
+        let numel: usize = members.iter().map(|&i| params[i].1.numel()).sum();
+        let flat = Tensor::zeros([numel], first.dtype())?.to_device(first.device())?;
+        let mut views = Vec::with_capacity(members.len());
+        let mut offset = 0;
+        for &i in &members {
+            let p = &params[i].1;
+            let view = Var::new(flat.narrow(0, offset, p.numel())?.reshape(p.shape().dims())?);
+            if let Some(g) = p.grad() {
+                view.value().copy_(&g)?;
+                p.set_grad_var(Some(view.clone()))?;
+            }
+            offset += p.numel();
+            views.push(view);
+        }
+        Ok((Bucket { members, flat }, views))
+    }
+}
+
+/// Whether `grad` is `view` itself (the same elements of the same storage), so that
+/// backward accumulated into the bucket.
+pub(crate) fn is_view(grad: &Tensor, view: &Tensor) -> bool {
+    grad.shares_storage(view) && grad.layout() == view.layout()
+}
 
 /// The cap of the first bucket in MiB: small, so that the first all-reduce starts early in
 /// backward (PyTorch's first-bucket size).

@@ -2,13 +2,14 @@
 //! checks, the cross-rank header comparison and the tensor conversions live here once for
 //! every transport.
 
-use crate::group::{Outcome, ProcessGroup, Work};
+use crate::group::{Issued, Outcome, ProcessGroup, Work};
 use crate::header::Header;
-use crate::host_buf::HostBuf;
+use crate::host_buf::{HostBuf, HostSlice};
 use crate::reduce_op::ReduceOp;
 use crate::transport::Transport;
 use ember_tensor::{Error, Result, Tensor};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -24,7 +25,7 @@ pub(crate) struct Comm<T: Transport> {
     jobs: Mutex<Option<Sender<Job<T>>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Collectives issued so far, for messages.
-    issued: Mutex<u64>,
+    issued: AtomicU64,
 }
 
 impl<T: Transport> Comm<T> {
@@ -49,7 +50,7 @@ impl<T: Transport> Comm<T> {
             backend,
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
-            issued: Mutex::new(0),
+            issued: AtomicU64::new(0),
         })
     }
 
@@ -59,12 +60,7 @@ impl<T: Transport> Comm<T> {
         op: &'static str,
         f: impl FnOnce(&mut T) -> Result<R> + Send + 'static,
     ) -> Result<Work<R>> {
-        let n = {
-            let mut issued = self.issued.lock();
-            *issued += 1;
-            *issued
-        };
-        let what = format!("{op} #{n} on rank {} of {}", self.rank, self.world_size);
+        let what = self.issue(op);
         let (tx, rx) = sync_channel::<Outcome<R>>(1);
         let job: Job<T> = Box::new(move |t: &mut T| {
             let start = Instant::now();
@@ -78,6 +74,12 @@ impl<T: Transport> Comm<T> {
             return Err(Error::invalid(op, format!("{what}: the group's communication thread has stopped")));
         }
         Ok(Work::new(rx, what))
+    }
+
+    /// Numbers the next collective.
+    fn issue(&self, op: &'static str) -> Issued {
+        let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        Issued { op, n, rank: self.rank, world_size: self.world_size }
     }
 
     /// Averages are for floats (PyTorch refuses integer averages too).
@@ -150,12 +152,33 @@ impl<T: Transport> ProcessGroup for Comm<T> {
     fn all_reduce_async(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work<()>> {
         const OP: &str = "all_reduce";
         self.check_avg(OP, op, tensor)?;
-        let mut buf = HostBuf::read(OP, self.rank, tensor)?;
+        HostBuf::check_dtype(OP, self.rank, tensor)?;
+        let world = self.world_size;
+        if world == 1 {
+            // Every reduction of one rank's contribution is that contribution, and one rank
+            // always agrees with itself: nothing to move, nothing to wait for.
+            return Ok(Work::ready(Ok(()), self.issue(OP)));
+        }
         let header = Header::new(OP, Some(tensor.dtype()), op.code(), tensor.shape().dims());
-        let (tensor, world) = (tensor.clone(), self.world_size);
+        let prim = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
+        if T::IN_PLACE && HostSlice::fits(tensor) {
+            // The tensor's own elements, without a copy in or out (DDP's gradient buckets).
+            let tensor = tensor.clone();
+            return self.submit(OP, move |t| {
+                agree(t, OP, &header)?;
+                HostSlice::with(OP, &tensor, |mut slice| {
+                    t.all_reduce_slice(OP, slice.reborrow(), prim)?;
+                    if op == ReduceOp::Avg {
+                        slice.scale(1.0 / world as f64);
+                    }
+                    Ok(())
+                })
+            });
+        }
+        let mut buf = HostBuf::read(OP, self.rank, tensor)?;
+        let tensor = tensor.clone();
         self.submit(OP, move |t| {
             agree(t, OP, &header)?;
-            let prim = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
             t.all_reduce(OP, &mut buf, prim)?;
             if op == ReduceOp::Avg {
                 buf.scale(1.0 / world as f64);

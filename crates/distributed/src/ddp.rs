@@ -1,18 +1,15 @@
 //! [`DistributedDataParallel`]: a module whose gradients are averaged across the ranks of
 //! a process group, bucket by bucket, while backward is still running.
 
-use crate::bucket::assign_buckets;
 use crate::group::{ProcessGroup, Work};
-use crate::host_buf::HostBuf;
-use crate::reduce_op::ReduceOp;
+use crate::reducer::Reducer;
 use ember_autograd::{HookHandle, Var, is_grad_enabled};
 use ember_nn::Module;
-use ember_tensor::{Device, Error, Result, Tensor};
-use parking_lot::Mutex;
+use ember_tensor::{Error, Result};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Settings of [`DistributedDataParallel`]; the defaults are PyTorch's.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,10 +70,16 @@ impl DdpStats {
 ///   every gradient of a bucket is ready the bucket's all-reduce starts on the group's
 ///   communication thread (buckets start in order, so every rank issues the same
 ///   collectives), while backward goes on computing the earlier layers' gradients.
+/// * **Gradients are bucket views** (PyTorch's `gradient_as_bucket_view`): each bucket is
+///   one flat buffer, and each parameter's `.grad` is a view of its slice of it. Backward
+///   adds into the views in place ([`Var::set_grad_in_place`]), the all-reduce averages the
+///   buffer where it lies, and nothing is copied out. After `zero_grad` (which sets the
+///   gradients to none) backward gives a parameter a new gradient tensor, copied into its
+///   view once when it is ready; so is a gradient the user replaced with
+///   [`Var::set_grad`].
 /// * **Averaging before `backward()` returns**: the hook that completes the last bucket
-///   waits for all buckets and writes the averaged gradients into `.grad`, so after
-///   `loss.backward()` the gradients are averaged over ranks and `optimizer.step()` can
-///   follow at once, as in PyTorch. When some parameter got no gradient (it did not take
+///   waits for all buckets, so after `loss.backward()` the gradients are averaged over
+///   ranks and `optimizer.step()` can follow at once, as in PyTorch. When some parameter got no gradient (it did not take
 ///   part in the loss), backward cannot tell it is over: the next forward then fails naming
 ///   the parameter, unless [`DdpOptions::find_unused_parameters`] is set; [`finish`]
 ///   reduces what is left explicitly.
@@ -141,35 +144,24 @@ impl<M: Module> DistributedDataParallel<M> {
         let mut seen = HashSet::new();
         let params: Vec<(String, Var)> =
             module.named_parameters().into_iter().filter(|(_, p)| p.requires_grad() && seen.insert(p.id())).collect();
-        let sizes: Vec<(usize, usize)> =
-            params.iter().map(|(_, p)| (p.numel(), p.value().dtype().size_in_bytes())).collect();
-        let dtypes: Vec<_> = params.iter().map(|(_, p)| p.value().dtype()).collect();
-        let buckets = assign_buckets(&sizes, &dtypes, options.bucket_cap_mb);
-        let mut bucket_of = vec![0; params.len()];
-        for (b, members) in buckets.iter().enumerate() {
-            for &i in members {
-                bucket_of[i] = b;
-            }
-        }
-        let reducer = Arc::new(Reducer {
-            state: Mutex::new(IterState::new(params.len(), &buckets)),
-            stats: Mutex::new(DdpStats { buckets: buckets.len(), ..Default::default() }),
-            group,
-            params,
-            buckets,
-            bucket_of,
-            find_unused: options.find_unused_parameters,
-            sync: AtomicBool::new(true),
-        });
+        let reducer = Arc::new(Reducer::new(group, params, options.bucket_cap_mb, options.find_unused_parameters)?);
         let mut hooks = Vec::new();
         for (i, (_, p)) in reducer.params.iter().enumerate() {
             // A weak handle: the parameter's node holds the hook, and the reducer holds the
             // parameter.
             let weak: Weak<Reducer> = Arc::downgrade(&reducer);
-            hooks.push(p.register_post_accumulate_grad_hook(move |_| match weak.upgrade() {
+            let hook = p.register_post_accumulate_grad_hook(move |_| match weak.upgrade() {
                 Some(r) => r.mark_ready(i),
                 None => Ok(()),
-            })?);
+            });
+            match hook {
+                Ok(h) => hooks.push(h),
+                Err(e) => {
+                    hooks.into_iter().for_each(HookHandle::remove);
+                    reducer.release();
+                    return Err(e);
+                }
+            }
         }
         Ok(DistributedDataParallel { module, reducer, hooks, options })
     }
@@ -192,7 +184,7 @@ impl<M: Module> DistributedDataParallel<M> {
     /// The buckets as parameter names, in the order they are reduced.
     pub fn bucket_names(&self) -> Vec<Vec<String>> {
         let r = &self.reducer;
-        r.buckets.iter().map(|b| b.iter().map(|&i| r.params[i].0.clone()).collect()).collect()
+        r.buckets.iter().map(|b| b.members.iter().map(|&i| r.params[i].0.clone()).collect()).collect()
     }
 
     /// The communication counters so far.
@@ -261,7 +253,7 @@ impl<M: Module> DistributedDataParallel<M> {
             }
         }
         let out = self.module.forward(x)?;
-        if syncing && self.reducer.find_unused {
+        if syncing && self.options.find_unused_parameters {
             self.reducer.mark_unused(&out)?;
         }
         Ok(out)
@@ -273,6 +265,7 @@ impl<M: Module> Drop for DistributedDataParallel<M> {
         for h in self.hooks.drain(..) {
             h.remove();
         }
+        self.reducer.release();
     }
 }
 
@@ -288,256 +281,5 @@ pub struct NoSyncGuard<'a> {
 impl Drop for NoSyncGuard<'_> {
     fn drop(&mut self) {
         self.sync.store(self.previous, Ordering::SeqCst);
-    }
-}
-
-/// The `bucket` of the in-flight all-reduce of the used-parameter map.
-const USAGE_MAP: usize = usize::MAX;
-
-/// A bucket's all-reduce in flight: the flat buffer it reduces in place.
-struct InFlight {
-    bucket: usize,
-    flat: Tensor,
-    work: Work<()>,
-}
-
-/// The progress of the current iteration's reduction.
-struct IterState {
-    /// Per parameter: its gradient is ready (or it was found unused).
-    ready: Vec<bool>,
-    /// Per parameter: found unused by the forward (contributes zeros).
-    unused: Vec<bool>,
-    /// Per bucket: parameters not ready yet.
-    pending: Vec<usize>,
-    /// The next bucket to launch; buckets launch in order on every rank.
-    next_launch: usize,
-    in_flight: Vec<InFlight>,
-    /// Whether anything of this iteration happened (a gradient marked ready).
-    active: bool,
-}
-
-impl IterState {
-    fn new(params: usize, buckets: &[Vec<usize>]) -> IterState {
-        IterState {
-            ready: vec![false; params],
-            unused: vec![false; params],
-            pending: buckets.iter().map(Vec::len).collect(),
-            next_launch: 0,
-            in_flight: Vec::new(),
-            active: false,
-        }
-    }
-}
-
-/// The gradient reduction shared by a [`DistributedDataParallel`] and its hooks.
-struct Reducer {
-    group: Arc<dyn ProcessGroup>,
-    /// The distinct parameters that require grad, by their first name.
-    params: Vec<(String, Var)>,
-    /// Per bucket, the parameters it packs, in packing order.
-    buckets: Vec<Vec<usize>>,
-    bucket_of: Vec<usize>,
-    find_unused: bool,
-    /// Off under `no_sync`.
-    sync: AtomicBool,
-    state: Mutex<IterState>,
-    stats: Mutex<DdpStats>,
-}
-
-impl Reducer {
-    fn err(&self, msg: String) -> Error {
-        Error::invalid("DistributedDataParallel", format!("rank {}: {msg}", self.group.rank()))
-    }
-
-    /// A parameter's gradient is complete (its post-accumulate hook).
-    fn mark_ready(&self, i: usize) -> Result<()> {
-        if !self.sync.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let mut st = self.state.lock();
-        if st.ready[i] {
-            let name = &self.params[i].0;
-            *st = IterState::new(self.params.len(), &self.buckets);
-            return Err(self.err(format!(
-                "parameter {name} received a gradient twice in one iteration (a second backward before the \
-                 first was reduced, or a parameter reported unused that got a gradient); accumulate under \
-                 no_sync() instead"
-            )));
-        }
-        self.set_ready(&mut st, i);
-        self.launch_ready(&mut st)
-    }
-
-    fn set_ready(&self, st: &mut IterState, i: usize) {
-        st.ready[i] = true;
-        st.active = true;
-        st.pending[self.bucket_of[i]] -= 1;
-    }
-
-    /// Launches the complete buckets that are next in order; after the last one, waits for
-    /// all and writes the averaged gradients.
-    fn launch_ready(&self, st: &mut IterState) -> Result<()> {
-        while st.next_launch < self.buckets.len() && st.pending[st.next_launch] == 0 {
-            let b = st.next_launch;
-            let flight = self.launch(st, b);
-            st.next_launch += 1;
-            match flight {
-                Ok(f) => st.in_flight.push(f),
-                Err(e) => {
-                    *st = IterState::new(self.params.len(), &self.buckets);
-                    return Err(e);
-                }
-            }
-        }
-        if st.next_launch == self.buckets.len() && st.active {
-            let done = self.complete(st);
-            *st = IterState::new(self.params.len(), &self.buckets);
-            done?;
-        }
-        Ok(())
-    }
-
-    /// Packs bucket `b`'s gradients (zeros for unused parameters) and starts its all-reduce.
-    fn launch(&self, st: &IterState, b: usize) -> Result<InFlight> {
-        let mut flat: Option<HostBuf> = None;
-        for &i in &self.buckets[b] {
-            let p = &self.params[i].1;
-            let g = match p.grad() {
-                Some(g) if !st.unused[i] => g,
-                _ => p.value().zeros_like(),
-            };
-            let buf = HostBuf::read("DistributedDataParallel", self.group.rank(), &g)?;
-            match &mut flat {
-                Some(f) => f.extend(&buf),
-                None => flat = Some(buf),
-            }
-        }
-        // The bucket's own dtype (one per bucket): a 16-bit bucket all-reduces as a 16-bit
-        // tensor, which the collective sums in f32 and rounds once.
-        let (Some(f), Some(&first)) = (flat, self.buckets[b].first()) else {
-            return Err(self.err(format!("bucket {b} is empty")));
-        };
-        let n = f.len();
-        let flat = f.into_tensor(&[n], self.params[first].1.dtype(), Device::Cpu)?;
-        let work = self.group.all_reduce_async(&flat, ReduceOp::Avg)?;
-        Ok(InFlight { bucket: b, flat, work })
-    }
-
-    /// Waits for every bucket and writes the averaged gradients.
-    fn complete(&self, st: &mut IterState) -> Result<()> {
-        let mut comm = Duration::ZERO;
-        let mut exposed = Duration::ZERO;
-        let mut bytes = 0u64;
-        // Under find_unused, a parameter unused on every rank keeps its gradient as it
-        // was (none), as in PyTorch: the ranks tell each other what they used.
-        if self.find_unused {
-            let local: Vec<f32> = st.unused.iter().map(|&u| if u { 0.0 } else { 1.0 }).collect();
-            let n = local.len();
-            let t = Tensor::from_vec(local, [n])?;
-            let work = self.group.all_reduce_async(&t, ReduceOp::Max)?;
-            st.in_flight.push(InFlight { bucket: USAGE_MAP, flat: t, work });
-        }
-        let mut used = vec![true; self.params.len()];
-        let mut written = Vec::new();
-        for f in std::mem::take(&mut st.in_flight) {
-            let start = Instant::now();
-            let (res, ran) = f.work.wait_timed();
-            exposed += start.elapsed();
-            comm += ran;
-            res?;
-            if f.bucket == USAGE_MAP {
-                used = f.flat.to_vec::<f32>()?.iter().map(|&u| u > 0.0).collect();
-            } else {
-                bytes += (f.flat.numel() * f.flat.dtype().size_in_bytes()) as u64;
-                written.push((f.bucket, f.flat));
-            }
-        }
-        for (bucket, flat) in written {
-            let flat = HostBuf::read("DistributedDataParallel", self.group.rank(), &flat)?;
-            let mut offset = 0;
-            for &i in &self.buckets[bucket] {
-                let p = &self.params[i].1;
-                let n = p.numel();
-                if used[i] {
-                    let dims = p.value().shape().dims().to_vec();
-                    p.set_grad(Some(flat.slice(offset, n).into_tensor(&dims, p.dtype(), p.device())?))?;
-                }
-                offset += n;
-            }
-        }
-        let mut s = self.stats.lock();
-        s.steps += 1;
-        s.bytes_reduced += bytes;
-        s.all_reduce_time += comm;
-        s.exposed_wait += exposed;
-        Ok(())
-    }
-
-    /// The names of the parameters not ready in `st`.
-    fn not_ready(&self, st: &IterState) -> Vec<String> {
-        st.ready.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| self.params[i].0.clone()).collect()
-    }
-
-    /// An error when the previous iteration started reducing but some parameters never got
-    /// a gradient (PyTorch's "Expected to have finished reduction in the prior iteration").
-    fn check_previous_iteration(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        if !st.active {
-            return Ok(());
-        }
-        let missing = self.not_ready(&st);
-        *st = IterState::new(self.params.len(), &self.buckets);
-        Err(self.err(format!(
-            "the previous iteration's backward gave no gradient to parameters {missing:?}, so their buckets were \
-             never reduced (the ranks are now out of step). Make every parameter take part in the loss, or pass \
-             DdpOptions {{ find_unused_parameters: true, .. }}"
-        )))
-    }
-
-    /// Marks the parameters that `out` does not depend on as ready with a zero gradient.
-    fn mark_unused(&self, out: &Var) -> Result<()> {
-        let mut reached = HashSet::new();
-        let mut seen = HashSet::new();
-        let mut stack = vec![out.clone()];
-        while let Some(v) = stack.pop() {
-            if !v.requires_grad() || !seen.insert(v.id()) {
-                continue;
-            }
-            if v.is_leaf() {
-                reached.insert(v.id());
-                continue;
-            }
-            stack.extend(v.inputs()?);
-        }
-        let mut st = self.state.lock();
-        for (i, (_, p)) in self.params.iter().enumerate() {
-            if !reached.contains(&p.id()) && !st.ready[i] {
-                st.unused[i] = true;
-                self.set_ready(&mut st, i);
-            }
-        }
-        self.launch_ready(&mut st)
-    }
-
-    fn finish(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        if !st.active {
-            return Ok(());
-        }
-        let missing = self.not_ready(&st);
-        if !self.find_unused {
-            *st = IterState::new(self.params.len(), &self.buckets);
-            return Err(self.err(format!(
-                "finish: parameters {missing:?} got no gradient in this iteration; pass DdpOptions {{ \
-                 find_unused_parameters: true, .. }} to reduce them as zeros"
-            )));
-        }
-        for i in 0..self.params.len() {
-            if !st.ready[i] {
-                st.unused[i] = true;
-                self.set_ready(&mut st, i);
-            }
-        }
-        self.launch_ready(&mut st)
     }
 }

@@ -15,8 +15,10 @@ use std::time::Duration;
 /// Each collective has a blocking form and a non-blocking `_async` form that returns a
 /// [`Work`] handle at once; the collectives of one group run in the order they were
 /// issued, on the group's communication thread, while the caller keeps computing.
-/// Non-blocking collectives read their input when they are issued; `all_reduce` and
-/// `broadcast` write their result into the tensor, which must not be read until
+/// Non-blocking collectives read their input when they are issued, except that `all_reduce`
+/// may reduce a contiguous host tensor where it lies, on the communication thread (MPI
+/// does, so that nothing is copied in or out); `all_reduce` and `broadcast` write their
+/// result into the tensor. So the tensor must be neither read nor written until
 /// [`Work::wait`] returns (as in PyTorch).
 ///
 /// ```
@@ -94,24 +96,54 @@ pub trait ProcessGroup: Send + Sync + std::fmt::Debug {
 /// What a communication thread sends back: the collective's result and how long it ran.
 pub(crate) type Outcome<T> = (Result<T>, Duration);
 
+/// The collective a [`Work`] waits for; named only when a message needs it, so that issuing
+/// a collective formats nothing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Issued {
+    pub(crate) op: &'static str,
+    /// The collective's number among those the group issued.
+    pub(crate) n: u64,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+}
+
+impl std::fmt::Display for Issued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} #{} on rank {} of {}", self.op, self.n, self.rank, self.world_size)
+    }
+}
+
 /// The handle of a non-blocking collective (PyTorch's `Work`); [`wait`](Work::wait) blocks
 /// until it completed and returns its result. Dropping a handle without waiting does not
 /// cancel the collective.
 #[must_use = "a collective's result and errors arrive through wait()"]
 pub struct Work<T> {
-    rx: Receiver<Outcome<T>>,
-    what: String,
+    state: WorkState<T>,
+    what: Issued,
+}
+
+enum WorkState<T> {
+    /// Running on the communication thread, which sends the outcome.
+    Pending(Receiver<Outcome<T>>),
+    /// Complete when issued.
+    Done(Outcome<T>),
 }
 
 impl<T> std::fmt::Debug for Work<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Work").field("collective", &self.what).finish()
+        f.debug_struct("Work").field("collective", &self.what.to_string()).finish()
     }
 }
 
 impl<T> Work<T> {
-    pub(crate) fn new(rx: Receiver<Outcome<T>>, what: String) -> Work<T> {
-        Work { rx, what }
+    pub(crate) fn new(rx: Receiver<Outcome<T>>, what: Issued) -> Work<T> {
+        Work { state: WorkState::Pending(rx), what }
+    }
+
+    /// A collective already complete with `result` (one that a group of one rank has nothing
+    /// to do for).
+    pub(crate) fn ready(result: Result<T>, what: Issued) -> Work<T> {
+        Work { state: WorkState::Done((result, Duration::ZERO)), what }
     }
 
     /// Blocks until the collective completed; its result or error.
@@ -123,7 +155,11 @@ impl<T> Work<T> {
     /// communication thread (from its start there, after the collectives issued before
     /// it, to its end): the communication time that overlap can hide.
     pub fn wait_timed(self) -> (Result<T>, Duration) {
-        match self.rx.recv() {
+        let rx = match self.state {
+            WorkState::Done(outcome) => return outcome,
+            WorkState::Pending(rx) => rx,
+        };
+        match rx.recv() {
             Ok(outcome) => outcome,
             Err(_) => (
                 Err(Error::invalid(

@@ -21,11 +21,19 @@ pub(crate) enum HostBuf {
 impl HostBuf {
     /// The contents of `t`, the 16-bit floats widened to `f32`.
     pub(crate) fn read(op: &'static str, rank: usize, t: &Tensor) -> Result<HostBuf> {
+        HostBuf::check_dtype(op, rank, t)?;
         match t.dtype() {
             DType::F32 => Ok(HostBuf::F32(t.to_vec()?)),
-            DType::F16 | DType::BF16 => Ok(HostBuf::F32(t.to_dtype(DType::F32).to_vec()?)),
             DType::F64 => Ok(HostBuf::F64(t.to_vec()?)),
             DType::I64 => Ok(HostBuf::I64(t.to_vec()?)),
+            _ => Ok(HostBuf::F32(t.to_dtype(DType::F32).to_vec()?)),
+        }
+    }
+
+    /// An error unless collectives carry `t`'s dtype (what [`HostBuf::read`] refuses).
+    pub(crate) fn check_dtype(op: &'static str, rank: usize, t: &Tensor) -> Result<()> {
+        match t.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 | DType::F64 | DType::I64 => Ok(()),
             d => Err(Error::dtype(
                 op,
                 format!(
@@ -136,6 +144,75 @@ impl HostBuf {
             (HostBuf::F64(a), HostBuf::F64(b)) => go(a, b, op, f64::is_nan),
             (HostBuf::I64(a), HostBuf::I64(b)) => go(a, b, op, |_| false),
             _ => debug_assert!(false, "dtypes are checked across ranks before data moves"),
+        }
+    }
+}
+
+/// The elements of a contiguous `f32`, `f64` or `i64` host tensor, borrowed for a collective
+/// that works where they lie (no copy in, no copy out).
+pub(crate) enum HostSlice<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    I64(&'a mut [i64]),
+}
+
+impl HostSlice<'_> {
+    /// Whether [`HostSlice::with`] can lend `t`'s elements.
+    pub(crate) fn fits(t: &Tensor) -> bool {
+        t.device() == Device::Cpu && t.is_contiguous() && matches!(t.dtype(), DType::F32 | DType::F64 | DType::I64)
+    }
+
+    /// Runs `f` on `t`'s elements, holding its storage's write lock (an in-place write: it
+    /// bumps the version). `t` must [`fit`](HostSlice::fits).
+    pub(crate) fn with<R>(op: &'static str, t: &Tensor, f: impl FnOnce(HostSlice<'_>) -> Result<R>) -> Result<R> {
+        let unfit = || Error::invalid(op, format!("internal: a {} tensor lent in place", t.dtype()));
+        let range = t.layout().contiguous_range().ok_or_else(unfit)?;
+        let mut guard = t.storage().write();
+        let cpu = guard.as_cpu_mut().ok_or_else(unfit)?;
+        let slice = match t.dtype() {
+            DType::F32 => HostSlice::F32(&mut cpu.as_mut_slice::<f32>().ok_or_else(unfit)?[range]),
+            DType::F64 => HostSlice::F64(&mut cpu.as_mut_slice::<f64>().ok_or_else(unfit)?[range]),
+            DType::I64 => HostSlice::I64(&mut cpu.as_mut_slice::<i64>().ok_or_else(unfit)?[range]),
+            _ => return Err(unfit()),
+        };
+        f(slice)
+    }
+
+    /// The same elements, borrowed again for a shorter time.
+    pub(crate) fn reborrow(&mut self) -> HostSlice<'_> {
+        match self {
+            HostSlice::F32(v) => HostSlice::F32(v),
+            HostSlice::F64(v) => HostSlice::F64(v),
+            HostSlice::I64(v) => HostSlice::I64(v),
+        }
+    }
+
+    /// A copy of the elements.
+    pub(crate) fn to_buf(&self) -> HostBuf {
+        match self {
+            HostSlice::F32(v) => HostBuf::F32(v.to_vec()),
+            HostSlice::F64(v) => HostBuf::F64(v.to_vec()),
+            HostSlice::I64(v) => HostBuf::I64(v.to_vec()),
+        }
+    }
+
+    /// Overwrites the elements with `buf`'s (same dtype and length).
+    pub(crate) fn copy_from(&mut self, op: &'static str, buf: &HostBuf) -> Result<()> {
+        match (self, buf) {
+            (HostSlice::F32(a), HostBuf::F32(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostSlice::F64(a), HostBuf::F64(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostSlice::I64(a), HostBuf::I64(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            _ => return Err(Error::invalid(op, "internal: a result of another dtype or length")),
+        }
+        Ok(())
+    }
+
+    /// Multiplies every element by `factor` (averaging after a sum; floats only).
+    pub(crate) fn scale(&mut self, factor: f64) {
+        match self {
+            HostSlice::F32(v) => v.iter_mut().for_each(|x| *x = (f64::from(*x) * factor) as f32),
+            HostSlice::F64(v) => v.iter_mut().for_each(|x| *x *= factor),
+            HostSlice::I64(_) => debug_assert!(false, "integer averages are refused when issued"),
         }
     }
 }

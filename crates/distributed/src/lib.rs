@@ -49,6 +49,7 @@ mod local;
 #[cfg(feature = "mpi")]
 mod mpi_group;
 mod reduce_op;
+mod reducer;
 mod sampler;
 mod transport;
 

@@ -252,6 +252,8 @@ impl Drop for LocalTransport {
 }
 
 impl Transport for LocalTransport {
+    const IN_PLACE: bool = false;
+
     fn rank(&self) -> usize {
         self.rank
     }

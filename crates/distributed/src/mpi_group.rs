@@ -10,12 +10,13 @@
 
 use crate::comm::{Comm, forward_process_group};
 use crate::header::WORDS;
-use crate::host_buf::HostBuf;
+use crate::host_buf::{HostBuf, HostSlice};
 use crate::reduce_op::ReduceOp;
 use crate::transport::Transport;
 use ember_tensor::{Error, Result};
 use mpi::Threading;
 use mpi::collective::SystemOperation;
+use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
@@ -80,14 +81,40 @@ pub(crate) struct MpiTransport {
     comm: SendComm,
     rank: usize,
     size: usize,
+    /// The receive buffers of in-place all-reduces, kept from one to the next so that a
+    /// training step allocates nothing (rsmpi has no `MPI_IN_PLACE`).
+    scratch: Scratch,
     /// Keeps MPI initialised while the communicator lives (dropped after `comm`).
     _universe: Arc<Universe>,
+}
+
+#[derive(Default)]
+struct Scratch {
+    f32: Vec<f32>,
+    f64: Vec<f64>,
+    i64: Vec<i64>,
+}
+
+/// All-reduces `v` into `scratch` (grown to the largest bucket once) and copies the result
+/// back.
+fn all_reduce_through<T: Equivalence + Copy + Default>(
+    c: &SimpleCommunicator,
+    v: &mut [T],
+    scratch: &mut Vec<T>,
+    op: SystemOperation,
+) {
+    if scratch.len() < v.len() {
+        scratch.resize(v.len(), T::default());
+    }
+    let out = &mut scratch[..v.len()];
+    c.all_reduce_into(&v[..], &mut out[..], op);
+    v.copy_from_slice(out);
 }
 
 impl MpiTransport {
     fn new(comm: SimpleCommunicator, universe: Arc<Universe>) -> MpiTransport {
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        MpiTransport { comm: SendComm(comm), rank, size, _universe: universe }
+        MpiTransport { comm: SendComm(comm), rank, size, scratch: Scratch::default(), _universe: universe }
     }
 }
 
@@ -100,6 +127,8 @@ fn system_op(op: ReduceOp) -> SystemOperation {
 }
 
 impl Transport for MpiTransport {
+    const IN_PLACE: bool = true;
+
     fn rank(&self) -> usize {
         self.rank
     }
@@ -112,6 +141,16 @@ impl Transport for MpiTransport {
         let mut all = vec![0u64; WORDS * self.size];
         self.comm.0.all_gather_into(&header[..], &mut all[..]);
         Ok(all.chunks_exact(WORDS).map(|c| std::array::from_fn(|i| c[i])).collect())
+    }
+
+    fn all_reduce_slice(&mut self, _op: &'static str, buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
+        let (c, s) = (&self.comm.0, &mut self.scratch);
+        match buf {
+            HostSlice::F32(v) => all_reduce_through(c, v, &mut s.f32, system_op(reduce)),
+            HostSlice::F64(v) => all_reduce_through(c, v, &mut s.f64, system_op(reduce)),
+            HostSlice::I64(v) => all_reduce_through(c, v, &mut s.i64, system_op(reduce)),
+        }
+        Ok(())
     }
 
     fn all_reduce(&mut self, _op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()> {

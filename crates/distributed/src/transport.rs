@@ -2,7 +2,7 @@
 //! communication thread.
 
 use crate::header::WORDS;
-use crate::host_buf::HostBuf;
+use crate::host_buf::{HostBuf, HostSlice};
 use crate::reduce_op::ReduceOp;
 use ember_tensor::Result;
 
@@ -15,8 +15,20 @@ pub(crate) trait Transport: Send + 'static {
     fn world_size(&self) -> usize;
     /// Every rank's header, indexed by rank.
     fn exchange_headers(&mut self, op: &'static str, header: [u64; WORDS]) -> Result<Vec<[u64; WORDS]>>;
+    /// Whether the communication thread may reduce a contiguous host tensor where it lies
+    /// ([`Transport::all_reduce_slice`]), holding its storage's lock while it waits for the
+    /// peers: true where every rank's tensor is its own (ranks are processes); false where
+    /// ranks share an address space and one tensor may be handed to several of them, whose
+    /// communication threads would then wait for each other's lock.
+    const IN_PLACE: bool;
     /// In place; `op` is `Sum`, `Max` or `Min` (averages are sums divided afterwards).
     fn all_reduce(&mut self, op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()>;
+    /// [`Transport::all_reduce`] on a tensor's own elements; by default through a copy.
+    fn all_reduce_slice(&mut self, op: &'static str, mut buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
+        let mut copy = buf.to_buf();
+        self.all_reduce(op, &mut copy, reduce)?;
+        buf.copy_from(op, &copy)
+    }
     fn broadcast(&mut self, op: &'static str, buf: &mut HostBuf, root: usize) -> Result<()>;
     /// Every rank's buffer, indexed by rank.
     fn all_gather(&mut self, op: &'static str, buf: &HostBuf) -> Result<Vec<HostBuf>>;

@@ -7,13 +7,15 @@
 //! cargo build --release --features mpi --example mnist_ddp
 //! mpirun -np 2 target/release/examples/mnist_ddp [--epochs 1] [--batch-size 64] [--lr 1e-3]
 //!     [--model mlp|cnn] [--bucket-cap-mb 25] [--data data/mnist] [--out runs/mnist_ddp]
-//!     [--train-images N] [--steps N] [--synthetic] [--bench]
+//!     [--train-images N] [--steps N] [--synthetic] [--bench] [--plain]
 //! ```
 //!
 //! `--batch-size` is per rank: two ranks with 64 train like one process with 128.
 //! `--synthetic` trains on random images (no MNIST files needed); `--steps` stops each
 //! epoch early; `--bench` prints one `key=value` line of throughput and overlap figures
-//! (used by `tools/bench/ddp_scaling.sh`).
+//! (used by `tools/bench/ddp_scaling.sh`). `--plain` trains the same model in this one
+//! process without MPI or DDP (run it without `mpirun`): the baseline that data-parallel
+//! training has to beat.
 
 use clap::Parser;
 use ember::data::{DataLoader, TensorDataset};
@@ -64,12 +66,38 @@ struct Args {
     /// Print one line of throughput and overlap figures.
     #[arg(long)]
     bench: bool,
+    /// Train the plain model in this process, without MPI or DDP.
+    #[arg(long)]
+    plain: bool,
+}
+
+/// The model being trained: plain, or wrapped for data-parallel training.
+enum Trained {
+    Plain(Box<dyn Module>),
+    Ddp(DistributedDataParallel<Box<dyn Module>>),
+}
+
+impl Trained {
+    fn model(&self) -> &dyn Module {
+        match self {
+            Trained::Plain(m) => m,
+            Trained::Ddp(d) => d,
+        }
+    }
+
+    /// The model without the DDP wrapper (its checkpoint loads into the plain model).
+    fn inner(&self) -> &dyn Module {
+        match self {
+            Trained::Plain(m) => m,
+            Trained::Ddp(d) => d.module(),
+        }
+    }
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let group: Arc<dyn ProcessGroup> = Arc::new(MpiGroup::world()?);
-    let (rank, world) = (group.rank(), group.world_size());
+    let group: Option<Arc<dyn ProcessGroup>> = if args.plain { None } else { Some(Arc::new(MpiGroup::world()?)) };
+    let (rank, world) = group.as_ref().map_or((0, 1), |g| (g.rank(), g.world_size()));
     ember::manual_seed(args.seed);
     let train = if args.synthetic {
         let n = args.train_images.unwrap_or(60_000);
@@ -88,18 +116,31 @@ fn main() -> Result<()> {
         other => return Err(ember::Error::invalid("mnist_ddp", format!("unknown --model {other}: mlp or cnn"))),
     };
     let options = DdpOptions { bucket_cap_mb: args.bucket_cap_mb, ..Default::default() };
-    let ddp = DistributedDataParallel::with_options(model, group.clone(), options)?;
-    let mut opt = Adam::new(ddp.parameters(), AdamConfig { lr: args.lr, ..Default::default() })?;
-    let sampler = DistributedSampler::for_group(train.len(), &*group)?.seed(args.seed);
     let dataset = TensorDataset::new(vec![train.images.clone(), train.labels.clone()])?;
-    let loader = DataLoader::builder(dataset).batch_size(args.batch_size).sampler(sampler).build()?;
+    let (trained, loader) = match &group {
+        Some(group) => {
+            let ddp = DistributedDataParallel::with_options(model, group.clone(), options)?;
+            let sampler = DistributedSampler::for_group(train.len(), &**group)?.seed(args.seed);
+            (Trained::Ddp(ddp), DataLoader::builder(dataset).batch_size(args.batch_size).sampler(sampler).build()?)
+        }
+        None => (
+            Trained::Plain(model),
+            DataLoader::builder(dataset).batch_size(args.batch_size).shuffle(true).seed(args.seed).build()?,
+        ),
+    };
+    let ddp = trained.model();
+    let mut opt = Adam::new(ddp.parameters(), AdamConfig { lr: args.lr, ..Default::default() })?;
+    let buckets = match &trained {
+        Trained::Ddp(d) => d.bucket_names().len(),
+        Trained::Plain(_) => 0,
+    };
     if rank == 0 {
         println!(
             "mnist_ddp: {} ranks, {} model ({} parameters, {} buckets), {} samples per rank per epoch, batch {} per rank",
             world,
             args.model,
             ddp.num_parameters(),
-            ddp.bucket_names().len(),
+            buckets,
             loader.len() * args.batch_size,
             args.batch_size
         );
@@ -113,12 +154,15 @@ fn main() -> Result<()> {
             if args.steps.is_some_and(|s| step >= s) {
                 break;
             }
-            if epoch == 0 && step == WARMUP {
-                ddp.reset_stats();
+            if epoch == 0
+                && step == WARMUP
+                && let Trained::Ddp(d) = &trained
+            {
+                d.reset_stats();
             }
             let batch = batch?;
             let start = Instant::now();
-            let loss = mnist::train_step(&ddp, &mut opt, &batch[0], &batch[1])?;
+            let loss = mnist::train_step(ddp, &mut opt, &batch[0], &batch[1])?;
             if epoch > 0 || step >= WARMUP {
                 timed += start.elapsed();
                 timed_steps += 1;
@@ -129,12 +173,15 @@ fn main() -> Result<()> {
         }
         if rank == 0 && !args.synthetic && !args.bench {
             let test = mnist::load(&args.data, false)?;
-            let eval = mnist::evaluate(ddp.module(), &test)?;
+            let eval = mnist::evaluate(trained.inner(), &test)?;
             println!("epoch {epoch}: test accuracy {:.2}%, loss {:.4}", 100.0 * eval.accuracy, eval.loss);
         }
     }
 
-    let stats = ddp.stats();
+    let stats = match &trained {
+        Trained::Ddp(d) => d.stats(),
+        Trained::Plain(_) => Default::default(),
+    };
     if rank == 0 && args.bench && timed_steps > 0 {
         let step_s = timed.as_secs_f64() / timed_steps as f64;
         let steps = stats.steps.max(1) as f64;
@@ -155,7 +202,7 @@ fn main() -> Result<()> {
     if rank == 0 && !args.bench {
         std::fs::create_dir_all(&args.out).map_err(|e| ember::Error::io(&args.out, e))?;
         let path = args.out.join(format!("mnist_ddp_{}.safetensors", args.model));
-        ddp.module().save(&path)?;
+        trained.inner().save(&path)?;
         println!("saved {}", path.display());
     }
     Ok(())

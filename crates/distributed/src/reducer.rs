@@ -1,0 +1,347 @@
+//! The gradient reduction behind [`DistributedDataParallel`](crate::DistributedDataParallel):
+//! which gradients are ready, which buckets are in flight, and the averaged result left in
+//! the buckets the gradients are views of.
+
+use crate::bucket::{Bucket, assign_buckets, is_view};
+use crate::ddp::DdpStats;
+use crate::group::{ProcessGroup, Work};
+use crate::reduce_op::ReduceOp;
+use ember_autograd::Var;
+use ember_tensor::{Error, Result, Tensor};
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The progress of the current iteration's reduction. Reset in place between iterations,
+/// so that a step allocates nothing here.
+struct IterState {
+    /// Per parameter: its gradient is ready (or it was found unused).
+    ready: Vec<bool>,
+    /// Per parameter: found unused by the forward (contributes zeros).
+    unused: Vec<bool>,
+    /// Per bucket: parameters not ready yet.
+    pending: Vec<usize>,
+    /// The next bucket to launch; buckets launch in order on every rank.
+    next_launch: usize,
+    /// The buckets' all-reduces, in launch order.
+    in_flight: Vec<Work<()>>,
+    /// Whether anything of this iteration happened (a gradient marked ready).
+    active: bool,
+}
+
+impl IterState {
+    fn new(params: usize, buckets: &[Bucket]) -> IterState {
+        let mut st = IterState {
+            ready: vec![false; params],
+            unused: vec![false; params],
+            pending: vec![0; buckets.len()],
+            next_launch: 0,
+            in_flight: Vec::with_capacity(buckets.len()),
+            active: false,
+        };
+        st.reset(buckets);
+        st
+    }
+
+    fn reset(&mut self, buckets: &[Bucket]) {
+        self.ready.fill(false);
+        self.unused.fill(false);
+        for (pending, b) in self.pending.iter_mut().zip(buckets) {
+            *pending = b.members.len();
+        }
+        self.next_launch = 0;
+        self.in_flight.clear();
+        self.active = false;
+    }
+}
+
+/// The gradient reduction shared by a `DistributedDataParallel` and its hooks.
+pub(crate) struct Reducer {
+    pub(crate) group: Arc<dyn ProcessGroup>,
+    /// The distinct parameters that require grad, by their first name.
+    pub(crate) params: Vec<(String, Var)>,
+    /// Per parameter, its view into its bucket: what its `.grad` is.
+    views: Vec<Var>,
+    /// In launch order.
+    pub(crate) buckets: Vec<Bucket>,
+    bucket_of: Vec<usize>,
+    find_unused: bool,
+    /// Off under `no_sync`.
+    pub(crate) sync: AtomicBool,
+    state: Mutex<IterState>,
+    pub(crate) stats: Mutex<DdpStats>,
+}
+
+impl Reducer {
+    /// Buckets `params` (the distinct parameters that require grad) and makes their
+    /// gradients views into the buckets.
+    pub(crate) fn new(
+        group: Arc<dyn ProcessGroup>,
+        params: Vec<(String, Var)>,
+        bucket_cap_mb: f64,
+        find_unused: bool,
+    ) -> Result<Reducer> {
+        let sizes: Vec<(usize, usize)> =
+            params.iter().map(|(_, p)| (p.numel(), p.value().dtype().size_in_bytes())).collect();
+        let dtypes: Vec<_> = params.iter().map(|(_, p)| p.value().dtype()).collect();
+        let mut views: Vec<Option<Var>> = vec![None; params.len()];
+        let mut bucket_of = vec![0; params.len()];
+        let mut buckets = Vec::new();
+        for (b, members) in assign_buckets(&sizes, &dtypes, bucket_cap_mb).into_iter().enumerate() {
+            let (bucket, bucket_views) = Bucket::new(members, &params)?;
+            for (&i, view) in bucket.members.iter().zip(bucket_views) {
+                bucket_of[i] = b;
+                views[i] = Some(view);
+            }
+            buckets.push(bucket);
+        }
+        let views = views
+            .into_iter()
+            .zip(&params)
+            .map(|(v, (name, _))| {
+                v.ok_or_else(|| Error::invalid("DistributedDataParallel", format!("internal: {name} has no bucket")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (_, p) in &params {
+            // The gradients are views into the buckets (their storage is shared): backward
+            // must add into them rather than replace them.
+            p.set_grad_in_place(true)?;
+        }
+        Ok(Reducer {
+            state: Mutex::new(IterState::new(params.len(), &buckets)),
+            stats: Mutex::new(DdpStats { buckets: buckets.len(), ..Default::default() }),
+            group,
+            params,
+            views,
+            buckets,
+            bucket_of,
+            find_unused,
+            sync: AtomicBool::new(true),
+        })
+    }
+
+    fn err(&self, msg: String) -> Error {
+        Error::invalid("DistributedDataParallel", format!("rank {}: {msg}", self.group.rank()))
+    }
+
+    /// A parameter's gradient is complete (its post-accumulate hook).
+    pub(crate) fn mark_ready(&self, i: usize) -> Result<()> {
+        if !self.sync.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        if st.ready[i] {
+            let name = &self.params[i].0;
+            st.reset(&self.buckets);
+            return Err(self.err(format!(
+                "parameter {name} received a gradient twice in one iteration (a second backward before the \
+                 first was reduced, or a parameter reported unused that got a gradient); accumulate under \
+                 no_sync() instead"
+            )));
+        }
+        if let Err(e) = self.make_grad_view(i) {
+            st.reset(&self.buckets);
+            return Err(e);
+        }
+        self.set_ready(&mut st, i);
+        self.launch_ready(&mut st)
+    }
+
+    /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
+    /// when the gradient already is one; after `zero_grad` set it to none (or the user
+    /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
+    fn make_grad_view(&self, i: usize) -> Result<()> {
+        let (p, view) = (&self.params[i].1, &self.views[i]);
+        let view_tensor = view.value();
+        match p.grad() {
+            Some(g) if !is_view(&g, &view_tensor) => {
+                view_tensor.copy_(&g)?;
+                p.set_grad_var(Some(view.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn set_ready(&self, st: &mut IterState, i: usize) {
+        st.ready[i] = true;
+        st.active = true;
+        st.pending[self.bucket_of[i]] -= 1;
+    }
+
+    /// Launches the complete buckets that are next in order; after the last one, waits for
+    /// all and leaves the averaged gradients in the buckets.
+    fn launch_ready(&self, st: &mut IterState) -> Result<()> {
+        while st.next_launch < self.buckets.len() && st.pending[st.next_launch] == 0 {
+            let b = st.next_launch;
+            let flight = self.launch(st, b);
+            st.next_launch += 1;
+            match flight {
+                Ok(work) => st.in_flight.push(work),
+                Err(e) => {
+                    st.reset(&self.buckets);
+                    return Err(e);
+                }
+            }
+        }
+        if st.next_launch == self.buckets.len() && st.active {
+            let done = self.complete(st);
+            st.reset(&self.buckets);
+            done?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes the views of bucket `b`'s unused parameters and starts its all-reduce, in
+    /// place on the bucket.
+    fn launch(&self, st: &IterState, b: usize) -> Result<Work<()>> {
+        let bucket = &self.buckets[b];
+        for &i in &bucket.members {
+            if st.unused[i] {
+                let (p, view) = (&self.params[i].1, self.views[i].value());
+                // Its gradient, if it is the view, keeps its value: it is not reduced.
+                if let Some(g) = p.grad()
+                    && is_view(&g, &view)
+                {
+                    p.set_grad(Some(g.copy()))?;
+                }
+                view.zero_()?;
+            }
+        }
+        self.group.all_reduce_async(&bucket.flat, ReduceOp::Avg)
+    }
+
+    /// Waits for every bucket and points the gradients of the parameters some rank used at
+    /// their views, which hold the averages.
+    fn complete(&self, st: &mut IterState) -> Result<()> {
+        let mut comm = Duration::ZERO;
+        let mut exposed = Duration::ZERO;
+        // Under find_unused, a parameter unused on every rank keeps its gradient as it
+        // was (none), as in PyTorch: the ranks tell each other what they used.
+        let usage = if self.find_unused {
+            let local: Vec<f32> = st.unused.iter().map(|&u| if u { 0.0 } else { 1.0 }).collect();
+            let n = local.len();
+            let t = Tensor::from_vec(local, [n])?;
+            let work = self.group.all_reduce_async(&t, ReduceOp::Max)?;
+            Some((t, work))
+        } else {
+            None
+        };
+        let mut failed = None;
+        for work in st.in_flight.drain(..) {
+            let start = Instant::now();
+            let (res, ran) = work.wait_timed();
+            exposed += start.elapsed();
+            comm += ran;
+            if let Err(e) = res {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let used = match usage {
+            Some((t, work)) => {
+                work.wait()?;
+                Some(t.to_vec::<f32>()?)
+            }
+            None => None,
+        };
+        let mut bytes = 0u64;
+        for bucket in &self.buckets {
+            bytes += (bucket.flat.numel() * bucket.flat.dtype().size_in_bytes()) as u64;
+            for &i in &bucket.members {
+                if used.as_ref().is_none_or(|u| u[i] > 0.0) {
+                    let (p, view) = (&self.params[i].1, &self.views[i]);
+                    if p.grad().is_none_or(|g| !is_view(&g, &view.value())) {
+                        p.set_grad_var(Some(view.clone()))?;
+                    }
+                }
+            }
+        }
+        let mut s = self.stats.lock();
+        s.steps += 1;
+        s.bytes_reduced += bytes;
+        s.all_reduce_time += comm;
+        s.exposed_wait += exposed;
+        Ok(())
+    }
+
+    /// The names of the parameters not ready in `st`.
+    fn not_ready(&self, st: &IterState) -> Vec<String> {
+        st.ready.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| self.params[i].0.clone()).collect()
+    }
+
+    /// An error when the previous iteration started reducing but some parameters never got
+    /// a gradient (PyTorch's "Expected to have finished reduction in the prior iteration").
+    pub(crate) fn check_previous_iteration(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if !st.active {
+            return Ok(());
+        }
+        let missing = self.not_ready(&st);
+        st.reset(&self.buckets);
+        Err(self.err(format!(
+            "the previous iteration's backward gave no gradient to parameters {missing:?}, so their buckets were \
+             never reduced (the ranks are now out of step). Make every parameter take part in the loss, or pass \
+             DdpOptions {{ find_unused_parameters: true, .. }}"
+        )))
+    }
+
+    /// Marks the parameters that `out` does not depend on as ready with a zero gradient.
+    pub(crate) fn mark_unused(&self, out: &Var) -> Result<()> {
+        let mut reached = HashSet::new();
+        let mut seen = HashSet::new();
+        let mut stack = vec![out.clone()];
+        while let Some(v) = stack.pop() {
+            if !v.requires_grad() || !seen.insert(v.id()) {
+                continue;
+            }
+            if v.is_leaf() {
+                reached.insert(v.id());
+                continue;
+            }
+            stack.extend(v.inputs()?);
+        }
+        let mut st = self.state.lock();
+        for (i, (_, p)) in self.params.iter().enumerate() {
+            if !reached.contains(&p.id()) && !st.ready[i] {
+                st.unused[i] = true;
+                self.set_ready(&mut st, i);
+            }
+        }
+        self.launch_ready(&mut st)
+    }
+
+    pub(crate) fn finish(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if !st.active {
+            return Ok(());
+        }
+        let missing = self.not_ready(&st);
+        if !self.find_unused {
+            st.reset(&self.buckets);
+            return Err(self.err(format!(
+                "finish: parameters {missing:?} got no gradient in this iteration; pass DdpOptions {{ \
+                 find_unused_parameters: true, .. }} to reduce them as zeros"
+            )));
+        }
+        for i in 0..self.params.len() {
+            if !st.ready[i] {
+                st.unused[i] = true;
+                self.set_ready(&mut st, i);
+            }
+        }
+        self.launch_ready(&mut st)
+    }
+
+    /// Stops backward adding into the gradients in place (they stay views, now of buffers
+    /// nothing reduces).
+    pub(crate) fn release(&self) {
+        for (_, p) in &self.params {
+            // Only leaves were given the flag, and they stay leaves.
+            let _ = p.set_grad_in_place(false);
+        }
+    }
+}

@@ -17,6 +17,9 @@
 
 #![warn(missing_docs)]
 
+pub mod bert;
 pub mod checkpoint;
 pub mod generation;
+pub mod resnet;
 pub mod tokenizer;
+pub mod vit;

@@ -118,3 +118,15 @@ fn the_encoder_passes_gradcheck() {
     )
     .unwrap();
 }
+
+#[test]
+fn an_unsupported_pooler_is_refused_by_name() {
+    let dir = copy_dir(&fixture("vit/base"), "vit-pooler");
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"pooler_act\": \"tanh\"", "\"pooler_act\": \"relu\"");
+    assert!(config.contains("\"relu\""), "the fixture's config names its pooler_act");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let err = ViTModel::from_pretrained(&dir).err().unwrap().to_string();
+    assert!(err.contains("pooler_act") && err.contains("relu"), "{err}");
+}

@@ -97,7 +97,8 @@ impl ViTConfig {
     }
 
     /// Checks what the model cannot be built from: heads that do not divide the width, a
-    /// patch size that does not divide the image, an unknown activation.
+    /// patch size that does not divide the image, an unknown activation, a pooler other
+    /// than transformers' default.
     pub fn validate(&self) -> Result<()> {
         if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
             return Err(Error::invalid(
@@ -112,6 +113,15 @@ impl ViTConfig {
             return Err(Error::invalid(
                 "ViTConfig",
                 format!("image_size {} is not a multiple of patch_size {}", self.image_size, self.patch_size),
+            ));
+        }
+        // transformers' pooler options; ember's pooler is their default (tanh, full width).
+        let act = self.extra.get("pooler_act").and_then(|v| v.as_str()).unwrap_or("tanh");
+        let width = self.extra.get("pooler_output_size").and_then(|v| v.as_u64());
+        if act != "tanh" || width.is_some_and(|w| w as usize != self.hidden_size) {
+            return Err(Error::invalid(
+                "ViTConfig",
+                format!("pooler_act {act:?} / pooler_output_size {width:?} are not supported (tanh, hidden_size)"),
             ));
         }
         self.activation().map(|_| ())

@@ -112,7 +112,7 @@ impl BertConfig {
     /// Checks what the model cannot be built from: heads that do not divide the width, an
     /// unknown activation or position-embedding type, an untied MLM decoder.
     pub fn validate(&self) -> Result<()> {
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::invalid(
                 "BertConfig",
                 format!(

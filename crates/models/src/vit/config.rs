@@ -100,7 +100,7 @@ impl ViTConfig {
     /// patch size that does not divide the image, an unknown activation, a pooler other
     /// than transformers' default.
     pub fn validate(&self) -> Result<()> {
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::invalid(
                 "ViTConfig",
                 format!(
@@ -109,7 +109,7 @@ impl ViTConfig {
                 ),
             ));
         }
-        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
+        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(Error::invalid(
                 "ViTConfig",
                 format!("image_size {} is not a multiple of patch_size {}", self.image_size, self.patch_size),

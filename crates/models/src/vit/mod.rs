@@ -5,7 +5,7 @@
 //! `config.json` (so the model's shape needs no guessing), `save_pretrained` writes them,
 //! and the hub's fine-tuned ViTs use it.
 //!
-//! - [`config`]: [`ViTConfig`].
+//! - [`config`]: [`ViTConfig`], the `config.json` with transformers' defaults.
 //! - [`model`]: [`ViTModel`] (patch embedding, `[CLS]` and positions, pre-norm layers,
 //!   final layer norm, optional pooler), [`ViTForImageClassification`], [`ViTOutput`].
 //! - `load`: `from_pretrained` / `from_pretrained_with` / `save_pretrained`.

@@ -27,7 +27,7 @@ impl BertPredictionHeadTransform {
 }
 
 /// The MLM head's own parameters: the transform and the decoder's `bias`; the decoder's
-/// weight is the word embedding's, passed to [`logits`](BertLMPredictionHead::logits).
+/// weight is the word embedding's, which the model passes in.
 #[derive(Module)]
 pub struct BertLMPredictionHead {
     bias: Var,

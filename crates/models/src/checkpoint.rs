@@ -85,6 +85,13 @@ pub fn load_weights_file(path: &Path, options: &LoadOptions) -> Result<StateDict
     }
 }
 
+/// The floating dtype of a checkpoint's weights (that of its first floating tensor), so
+/// that a model can be cast to it before loading and keep a bf16 or f16 checkpoint native;
+/// `None` when no tensor is floating.
+pub fn weights_dtype(state: &StateDict) -> Option<ember_tensor::DType> {
+    state.iter().map(|(_, t)| t.dtype()).find(|d| d.is_float())
+}
+
 /// The `weight_map` of a sharded checkpoint's index.
 #[derive(serde::Deserialize)]
 struct ShardIndex {

@@ -13,6 +13,9 @@
 //!   its [`generation::KvCache`], the masks and position ids of a step, and the decoding
 //!   loop [`generation::generate`].
 //! - [`gpt2`]: GPT-2 ([`gpt2::Gpt2LmHeadModel`]) from transformers' checkpoints.
+//! - [`bert`]: BERT encoders with masked-LM and sequence-classification heads.
+//! - [`resnet`]: torchvision's ResNet-18/34/50/101/152 layout.
+//! - [`vit`]: Hugging Face's `ViTModel` / `ViTForImageClassification` layout.
 //!
 //! Nothing is fetched from the network: download a checkpoint with your usual tools and
 //! point ember at its directory. The facade re-exports this crate as `ember::models` with
@@ -20,8 +23,11 @@
 
 #![warn(missing_docs)]
 
+pub mod bert;
 pub mod checkpoint;
 pub mod generation;
 pub mod gpt2;
 pub mod llama;
+pub mod resnet;
 pub mod tokenizer;
+pub mod vit;

@@ -72,6 +72,19 @@ pub fn write_all(root: &Path) -> Result<()> {
     let pnnx = root.join(Target::Pnnx.name());
     copy(&fixtures.join("pnnx/cnn.pnnx.param"), &pnnx.join("torch-cnn.param"))?;
     copy(&fixtures.join("pnnx/cnn.pnnx.bin"), &pnnx.join("torch-cnn.bin"))?;
+    // transformers' own config.json files, one per architecture and layout.
+    let configs = root.join(Target::ModelConfig.name());
+    for (from, to) in [
+        ("gpt2/tied", "gpt2-tied.json"),
+        ("gpt2/untied-sharded", "gpt2-untied.json"),
+        ("llama/llama_gqa4_llama3/checkpoint", "llama-gqa-llama3.json"),
+        ("llama/qwen2/checkpoint", "qwen2.json"),
+        ("llama/mistral_window/checkpoint", "mistral.json"),
+        ("bert/cls", "bert-cls.json"),
+        ("vit/base", "vit-base.json"),
+    ] {
+        copy(&fixtures.join("models").join(from).join("config.json"), &configs.join(to))?;
+    }
     Ok(())
 }
 

@@ -4,6 +4,11 @@ use crate::mutate::havoc;
 use crate::rng::Rng;
 use crate::structured::{idx_header_lie, safetensors_header_lie};
 use ember_data::{Mnist, PixelMap, Split, idx};
+use ember_models::bert::BertConfig;
+use ember_models::checkpoint;
+use ember_models::gpt2::Gpt2Config;
+use ember_models::llama::LlamaConfig;
+use ember_models::vit::ViTConfig;
 use ember_tensor::{Error, Result};
 use flate2::Compression;
 use flate2::read::MultiGzDecoder;
@@ -34,11 +39,14 @@ pub enum Target {
     Onnx,
     /// `ember_pnnx::load` on a PNNX `.param` text and its `.bin` weights.
     Pnnx,
+    /// A checkpoint directory's `config.json`, read as each architecture of ember-models
+    /// reads it (parsed, then checked).
+    ModelConfig,
 }
 
 impl Target {
     /// Every target, in the order a full run visits them.
-    pub const ALL: [Target; 8] = [
+    pub const ALL: [Target; 9] = [
         Target::Safetensors,
         Target::Optimizer,
         Target::Idx,
@@ -47,6 +55,7 @@ impl Target {
         Target::TorchPt,
         Target::Onnx,
         Target::Pnnx,
+        Target::ModelConfig,
     ];
 
     /// The name used on the command line and for the corpus folder.
@@ -60,6 +69,7 @@ impl Target {
             Target::TorchPt => "torch-pt",
             Target::Onnx => "onnx",
             Target::Pnnx => "pnnx",
+            Target::ModelConfig => "model-config",
         }
     }
 
@@ -108,7 +118,7 @@ impl Target {
                 idx_mutation(rng, file, others);
                 input.gzip = rng.one_in(3);
             }
-            Target::TorchPt | Target::Onnx => havoc(rng, &mut input.main, others),
+            Target::TorchPt | Target::Onnx | Target::ModelConfig => havoc(rng, &mut input.main, others),
             Target::Pnnx => {
                 let file = if rng.one_in(2) { &mut input.main } else { &mut input.labels };
                 havoc(rng, file, others);
@@ -163,6 +173,16 @@ impl Target {
                 let param = write(dir, "model.pnnx.param", &input.main)?;
                 let bin = write(dir, "model.pnnx.bin", &input.labels)?;
                 Ok(ember_pnnx::load(&param, &bin).map(drop))
+            }
+            Target::ModelConfig => {
+                let path = write(dir, checkpoint::CONFIG_FILE, &input.main)?;
+                let gpt2 = checkpoint::read_config::<Gpt2Config>(dir).map(drop);
+                let llama = checkpoint::read_config::<LlamaConfig>(dir)
+                    .and_then(|c| c.validate(&path).and_then(|()| c.rope_scaling(&path)))
+                    .map(drop);
+                let bert = checkpoint::read_valid_config(dir, BertConfig::validate).map(drop);
+                let vit = checkpoint::read_valid_config(dir, ViTConfig::validate).map(drop);
+                Ok(any_accepted([gpt2, llama, bert, vit]))
             }
         }
     }

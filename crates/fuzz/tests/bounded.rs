@@ -8,7 +8,7 @@ use ember_fuzz::{Config, Target};
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Mutated inputs per reader: the eight together take well under a minute in a debug build
+/// Mutated inputs per reader: the nine together take well under a minute in a debug build
 /// on two cores.
 const ITERATIONS: u64 = 1500;
 
@@ -60,4 +60,9 @@ fn onnx_reader_survives_mutations() {
 #[test]
 fn pnnx_reader_survives_mutations() {
     fuzz(Target::Pnnx);
+}
+
+#[test]
+fn model_config_reader_survives_mutations() {
+    fuzz(Target::ModelConfig);
 }

@@ -39,6 +39,15 @@ pub fn read_config<T: DeserializeOwned>(dir: &Path) -> Result<T> {
     parse_config(&text, &path)
 }
 
+/// Reads `dir/config.json` into `T` and checks it with `validate`, whose error becomes a
+/// format error naming the file (so that "n_embd 50 must be a multiple of n_head 3" says
+/// which checkpoint it is about).
+pub fn read_valid_config<T: DeserializeOwned>(dir: &Path, validate: impl FnOnce(&T) -> Result<()>) -> Result<T> {
+    let config = read_config(dir)?;
+    validate(&config).map_err(|e| Error::format(dir.join(CONFIG_FILE), e.to_string()))?;
+    Ok(config)
+}
+
 /// Parses the text of a `config.json` (read from `path`, which errors name).
 pub fn parse_config<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T> {
     serde_json::from_str(text).map_err(|e| Error::format(path, format!("config: {e}")))

@@ -9,7 +9,7 @@
 use super::config::BertConfig;
 use super::heads::{BertForMaskedLM, BertForSequenceClassification};
 use super::model::BertModel;
-use crate::checkpoint::{load_strict, load_weights, read_config, save_pretrained, weights_dtype};
+use crate::checkpoint::{load_strict, load_weights, read_valid_config, save_pretrained, weights_dtype};
 use ember_io::{LoadOptions, StateDict};
 use ember_nn::Module;
 use ember_tensor::{DType, Result};
@@ -68,8 +68,7 @@ fn head_state(state: StateDict, keep: impl Fn(&str) -> bool) -> StateDict {
 
 /// Reads the config and the weights of `dir`.
 fn read(dir: &Path, options: &LoadOptions) -> Result<(BertConfig, StateDict)> {
-    let config: BertConfig = read_config(dir)?;
-    config.validate()?;
+    let config: BertConfig = read_valid_config(dir, BertConfig::validate)?;
     Ok((config, load_weights(dir, options)?))
 }
 

@@ -5,7 +5,7 @@
 use super::config::ViTConfig;
 use super::model::{ViTForImageClassification, ViTModel};
 use crate::bert::cast_and_load;
-use crate::checkpoint::{load_weights, read_config, save_pretrained};
+use crate::checkpoint::{load_weights, read_valid_config, save_pretrained};
 use ember_io::{LoadOptions, StateDict};
 use ember_nn::Module;
 use ember_tensor::Result;
@@ -14,8 +14,7 @@ use std::path::Path;
 const PREFIX: &str = "vit.";
 
 fn read(dir: &Path, options: &LoadOptions) -> Result<(ViTConfig, StateDict)> {
-    let config: ViTConfig = read_config(dir)?;
-    config.validate()?;
+    let config: ViTConfig = read_valid_config(dir, ViTConfig::validate)?;
     Ok((config, load_weights(dir, options)?))
 }
 

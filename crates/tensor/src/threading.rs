@@ -49,23 +49,7 @@ pub fn spin_wait() -> Duration {
     team::spin_wait()
 }
 
-/// How the parallel loops started from the program's own threads (the caller plus ember's
-/// helper threads) shared their work since the process started: see [`team_counters`].
-///
-/// A kernel's loop has a fixed number of indices (blocks of rows, chunks of elements)
-/// whatever the thread count; each is run by the caller or by one helper.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TeamCounters {
-    /// Parallel loops started.
-    pub loops: u64,
-    /// Loops the caller ran alone: one thread configured, a single index, or the thread
-    /// tuner (see the module's docs) judging helpers slower at the time.
-    pub loops_alone: u64,
-    /// Indices run by the calling threads.
-    pub by_caller: u64,
-    /// Indices run by the helper threads.
-    pub by_helpers: u64,
-}
+pub use crate::host::team_counters::TeamCounters;
 
 /// The work of the parallel loops so far, by who did it: whether helper threads share the
 /// kernels' work, as a count rather than a timing. Take it before and after the work to

@@ -7,8 +7,25 @@
 //! own cache line: a slot shared by every helper would bounce between their cores at the
 //! end of every loop.
 
-use crate::threading::TeamCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How the parallel loops started from the program's own threads (the caller plus ember's
+/// helper threads) shared their work since the process started: see [`crate::threading::team_counters`].
+///
+/// A kernel's loop has a fixed number of indices (blocks of rows, chunks of elements)
+/// whatever the thread count; each is run by the caller or by one helper.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TeamCounters {
+    /// Parallel loops started.
+    pub loops: u64,
+    /// Loops the caller ran alone: one thread configured, a single index, or the thread
+    /// tuner (see [`crate::threading`]) judging helpers slower at the time.
+    pub loops_alone: u64,
+    /// Indices run by the calling threads.
+    pub by_caller: u64,
+    /// Indices run by the helper threads.
+    pub by_helpers: u64,
+}
 
 /// An atomic counter on a cache line of its own (128 bytes: adjacent-line prefetching pairs
 /// 64-byte lines on x86).

@@ -455,6 +455,7 @@ pub const STEPS: &[StepFn] = &[
     steps::conv,
     steps::window,
     steps::channel_norm,
+    steps::layer_norm,
     steps::pool,
     steps::resample,
     steps::random,

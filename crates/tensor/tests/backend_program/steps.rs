@@ -491,6 +491,38 @@ pub(super) fn channel_norm(p: &mut Program<'_>) {
     }
 }
 
+pub(super) fn layer_norm(p: &mut Program<'_>) {
+    let dtype = dt(p, &FLOATS);
+    let (rows, n) = (p.rng.random_range(1..5), p.rng.random_range(1..7));
+    let x = p.operand(dtype, &[rows, n]);
+    let w = p.rng.random_bool(0.5).then(|| p.operand(dtype, &[n]));
+    let b = p.rng.random_bool(0.5).then(|| p.operand(dtype, &[n]));
+    // As for channel_norm: the mean's rounding is magnified by up to 1 / sqrt(eps) where a
+    // row's values (nearly) agree.
+    let tol = sums(dtype, 4 * n).max(Tol { rel: 0.0, abs: sums(dtype, 4 * n).abs * 10.0 });
+    let what = format!("{dtype} [{rows}, {n}]");
+    let g = p.operand(dtype, &[rows, n]);
+    match p.b.layer_norm(x.view(), n, w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), 1e-5) {
+        Ok([y, mean, rstd]) => {
+            let stats = Layout::contiguous(Shape::from([rows]));
+            let back = p.b.layer_norm_backward(
+                x.view(),
+                g.view(),
+                n,
+                (&mean, &stats),
+                (&rstd, &stats),
+                w.as_ref().map(Operand::view),
+            );
+            p.record("layer_norm", None, what.clone(), tol, Ok(vec![y, mean, rstd]));
+            p.record("layer_norm_backward", None, what, tol, back.map(Vec::from));
+        }
+        Err(e) => {
+            p.record("layer_norm", None, what.clone(), tol, Err(e));
+            p.record_values("layer_norm_backward", what, tol, Err(ember_tensor::Error::invalid("forward", "failed")));
+        }
+    }
+}
+
 pub(super) fn pool(p: &mut Program<'_>) {
     let dtype = dt(p, &FLOATS);
     let (n, c, h, w) =

@@ -4,10 +4,12 @@
 # LocalGroup (whose all-reduce has nothing to combine), in alternating windows of one process
 # (crates/ember/examples/ddp_overhead.rs):
 #
-#   tools/bench/ddp_overhead.sh [STEPS] [BATCH] [SETS]     (defaults 40, 128, 5)
+#   tools/bench/ddp_overhead.sh [STEPS] [BATCH] [SETS]     (defaults 300, 128, 5)
 #
-# A set is one window of STEPS steps of each configuration, DDP first in odd sets and second
-# in even ones. The report (tools/bench/sets.py) shows each set's samples/s of both and the
+# A set is STEPS steps of each configuration for the CNN (MLP_STEPS, default 10 x STEPS, for
+# the MLP, whose step is about 30 times shorter), cut into SLICES (default 10) alternating
+# slices so that both share whatever speed the shared host gives during the set; DDP first
+# in odd sets. The report (tools/bench/sets.py) shows each set's samples/s of both and the
 # ratio DDP / plain (1 is free; the target is 0.95 or more in every set), then the median and
 # the minimum ratio. THREADS sets the threads of both (RAYON_NUM_THREADS; default: ember's).
 # Counting instructions per step instead (repeatable on a loaded machine):
@@ -17,18 +19,20 @@
 # twice with different --steps, subtracted, for each of --only plain and --only ddp.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps="${1:-40}" batch="${2:-128}" sets="${3:-5}"
+steps="${1:-300}" batch="${2:-128}" sets="${3:-5}"
+mlp_steps="${MLP_STEPS:-$((steps * 10))}" slices="${SLICES:-10}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 [[ -n "${THREADS:-}" ]] && export RAYON_NUM_THREADS="$THREADS"
 
 cargo build --release -q -p ember --features distributed --example ddp_overhead
 bin="${CARGO_TARGET_DIR:-target}/release/examples/ddp_overhead"
-for model in mlp cnn; do
-    "$bin" --model "$model" --batch "$batch" --steps "$steps" --sets "$sets" >"$out/$model"
-done
+"$bin" --model mlp --batch "$batch" --steps "$mlp_steps" --sets "$sets" --slices "$slices" >"$out/mlp"
+"$bin" --model cnn --batch "$batch" --steps "$steps" --sets "$sets" --slices "$slices" >"$out/cnn"
 
 command="tools/bench/ddp_overhead.sh $steps $batch $sets"
+[[ -n "${MLP_STEPS:-}" ]] && command="MLP_STEPS=$MLP_STEPS $command"
+[[ -n "${SLICES:-}" ]] && command="SLICES=$SLICES $command"
 [[ -n "${THREADS:-}" ]] && command="THREADS=$THREADS $command"
 python3 - "$out" "$batch" "$command" <<'PY'
 import re

@@ -3,15 +3,19 @@
 //! batches, plain and wrapped in DDP over a one-rank `LocalGroup` (whose all-reduce has
 //! nothing to combine), in alternating windows of `--steps` steps.
 //!
-//! Each set times one window of each (the DDP window first in odd sets) and prints
+//! Each set times `--steps` steps of each configuration, cut into `--slices` slices that
+//! alternate between the two (DDP first in odd slices of odd sets), and prints
 //! `set=<n> model=<m> plain_samples_per_s=<x> ddp_samples_per_s=<y> ratio=<y/x>`; the
-//! script takes the minimum and median ratio. `--only plain|ddp` instead runs that one
+//! script takes the minimum and median ratio. The slices are there because the shared host
+//! changes speed for seconds at a time (one vCPU or two cores): one window of each, back to
+//! back, put one configuration in a slow phase and the other in a fast one often enough to
+//! move a set's ratio by 20%, while alternating slices share every phase between both. `--only plain|ddp` instead runs that one
 //! configuration for `--steps` steps after the warm-up and prints nothing, for counting
 //! instructions per step under callgrind (two step counts, subtracted).
 //!
 //! ```text
 //! cargo run --release --features distributed --example ddp_overhead -- [--model mlp|cnn]
-//!     [--batch 128] [--steps 40] [--sets 3] [--warmup 5] [--only plain|ddp]
+//!     [--batch 128] [--steps 40] [--sets 3] [--slices 1] [--warmup 5] [--only plain|ddp]
 //! ```
 
 use clap::Parser;
@@ -38,6 +42,9 @@ struct Args {
     /// Sets of one plain and one DDP window.
     #[arg(long, default_value_t = 3)]
     sets: usize,
+    /// Alternating slices each set's windows are cut into.
+    #[arg(long, default_value_t = 1)]
+    slices: usize,
     /// Untimed steps of each configuration first.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
@@ -82,11 +89,11 @@ impl Run {
         Ok(())
     }
 
-    /// Samples per second over a window of `n` steps.
-    fn window(&mut self, n: usize, batch: usize, data: &[(Tensor, Tensor)], step: &mut usize) -> Result<f64> {
+    /// Seconds taken by `n` steps.
+    fn timed(&mut self, n: usize, data: &[(Tensor, Tensor)], step: &mut usize) -> Result<f64> {
         let start = Instant::now();
         self.steps(n, data, step)?;
-        Ok((n * batch) as f64 / start.elapsed().as_secs_f64())
+        Ok(start.elapsed().as_secs_f64())
     }
 }
 
@@ -114,15 +121,24 @@ fn main() -> Result<()> {
     }
     plain.steps(args.warmup, &data, &mut plain_step)?;
     ddp.steps(args.warmup, &data, &mut ddp_step)?;
+    let slices = args.slices.clamp(1, args.steps.max(1));
     for set in 1..=args.sets {
-        // DDP first in odd sets, as tools/bench/sets.py reports it.
-        let (p, d) = if set % 2 == 1 {
-            let d = ddp.window(args.steps, args.batch, &data, &mut ddp_step)?;
-            (plain.window(args.steps, args.batch, &data, &mut plain_step)?, d)
-        } else {
-            let p = plain.window(args.steps, args.batch, &data, &mut plain_step)?;
-            (p, ddp.window(args.steps, args.batch, &data, &mut ddp_step)?)
-        };
+        let (mut plain_s, mut ddp_s, mut done) = (0.0, 0.0, 0);
+        for slice in 0..slices {
+            // Slices differ by at most one step when `steps` does not divide evenly.
+            let n = (args.steps * (slice + 1)) / slices - done;
+            done += n;
+            // DDP first in odd slices of odd sets (as tools/bench/sets.py reports a set's order).
+            if (slice + set) % 2 == 1 {
+                ddp_s += ddp.timed(n, &data, &mut ddp_step)?;
+                plain_s += plain.timed(n, &data, &mut plain_step)?;
+            } else {
+                plain_s += plain.timed(n, &data, &mut plain_step)?;
+                ddp_s += ddp.timed(n, &data, &mut ddp_step)?;
+            }
+        }
+        let samples = (args.steps * args.batch) as f64;
+        let (p, d) = (samples / plain_s, samples / ddp_s);
         println!(
             "set={set} model={} plain_samples_per_s={p:.1} ddp_samples_per_s={d:.1} ratio={:.4}",
             args.model,

@@ -127,6 +127,7 @@ fn write_ember_exports() -> Result<()> {
             let want = no_grad(|| case.model.forward(&Var::new(x.clone())))?.value();
             let got = no_grad(|| back.forward(&Var::new(x.clone())))?.value();
             let d = max_diff(&got, &want)?;
+            println!("{}: reloaded {d:e} away", case.name);
             assert!(d <= 1e-5, "{}: ember's export reloads {d:e} away from ember's logits", case.name);
             logits.push(want);
         }
@@ -202,7 +203,11 @@ fn pytorch_exports_import_and_match_pytorch() {
                 continue;
             }
             ran += 1;
-            match run_twin(model, exporter) {
+            let result = run_twin(model, exporter);
+            if let Ok(d) = &result {
+                println!("{model}.{exporter}: {d:e}");
+            }
+            match result {
                 Ok(d) if d <= 1e-5 => {}
                 Ok(d) => failures.push(format!("{model}.{exporter}: max abs difference {d:e}")),
                 Err(e) => failures.push(format!("{model}.{exporter}: {e}")),

@@ -145,6 +145,27 @@ fn write_ember_exports() -> Result<()> {
     Ok(())
 }
 
+/// With a dynamic batch, the models whose traced graph holds nothing batch-sized but the
+/// input (BERT, ResNet) export and run at another batch size. (GPT-2's flattened position
+/// ids, LLaMA's per-batch rotary tables and ViT's expanded class token are refused,
+/// naming the constant or the expand.)
+#[test]
+fn bert_and_resnet_export_with_a_dynamic_batch() -> Result<()> {
+    for case in cases()?.into_iter().filter(|c| c.name == "bert" || c.name == "resnet") {
+        let options = ExportOptions::default().dynamic_batch(true);
+        let back = ember_onnx::load_bytes(&ember_onnx::export_bytes(
+            case.model.as_ref(),
+            &Var::new(case.input.clone()),
+            &options,
+        )?)?;
+        let x = Var::new(Tensor::cat(&[&case.other, &case.input], 0)?);
+        let (got, want) = no_grad(|| Ok((back.forward(&x)?, case.model.forward(&x)?)))?;
+        let d = max_diff(&got.value(), &want.value())?;
+        assert!(d <= 1e-5, "{}: {d:e} away at batch {}", case.name, x.shape()[0]);
+    }
+    Ok(())
+}
+
 #[test]
 fn ember_exports_ran_in_onnx_runtime() -> Result<()> {
     let text = std::fs::read_to_string(onnx_dir().join("ember_exports.json")).expect("ember_exports.json");

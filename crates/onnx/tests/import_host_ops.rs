@@ -2,7 +2,7 @@
 //! `IsNaN`, as the exporters write it after attention's softmax (`Where(IsNaN(p), 0, p)`):
 //! NaNs found wherever they are, the gradient of the pattern reaching the other elements,
 //! an integer input refused with the node named; and `GatherElements` of host integers
-//! (BERT's `token_type_ids` buffer): values, negative indices, a bad index named.
+//! (BERT's `token_type_ids` buffer): values, negative indices, a bad index or shape named.
 
 use ember_autograd::{Var, gradcheck};
 use ember_onnx::ir::{Attr, Graph, GraphModel, IntTensor, Node, ValueInfo};
@@ -86,4 +86,7 @@ fn gather_elements_of_integers_refuses_a_bad_index_or_shape() {
     assert!(err.contains("token_types") && err.contains("out of range"), "{err}");
     let err = gather_ints(data, IntTensor::new(vec![3, 1], vec![0, 0, 0]).unwrap(), 1).err().unwrap().to_string();
     assert!(err.contains("GatherElements") && err.contains("[3, 1]"), "{err}");
+    // 0-d data has no axis to gather along.
+    let err = gather_ints(IntTensor::scalar(4), IntTensor::scalar(0), 0).err().unwrap().to_string();
+    assert!(err.contains("GatherElements"), "{err}");
 }

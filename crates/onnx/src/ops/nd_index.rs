@@ -158,7 +158,8 @@ pub(crate) fn gather_elements(node: &Node, args: Args<'_>) -> Result<Vec<Value>>
 fn gather_elements_host(node: &Node, data: &IntTensor, indices: &IntTensor) -> Result<Vec<Value>> {
     let dims = &data.shape;
     let ax = super::axis(int_attr(node, "axis", 0)?, dims.len())?;
-    if indices.shape.len() != dims.len()
+    if dims.is_empty()
+        || indices.shape.len() != dims.len()
         || indices.shape.iter().zip(dims).enumerate().any(|(d, (&i, &n))| d != ax && i > n)
     {
         return Err(Error::shape(

@@ -4,9 +4,11 @@
 //!   [`import::OPSETS`]) into a [`GraphModel`]: a [`Module`](ember_nn::Module) whose
 //!   weights are parameters, so an imported model runs inference *and* fine-tunes. What
 //!   PyTorch's two exporters (TorchScript-based and dynamo) write for ember's layers
-//!   imports, recurrent layers and attention included.
+//!   imports, recurrent layers and attention included, and so does what they write for
+//!   transformers' GPT-2, LLaMA, BERT and ViT and torchvision's ResNet.
 //! - [`export()`] traces a [`Module`](ember_nn::Module) (or [`export_fn_bytes`] any
-//!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers.
+//!   function of `Var`s) and writes ONNX (opset 17) with the parameters as initializers;
+//!   `ember-models`' architectures export whole.
 //! - [`ir`] is the graph IR that the ONNX reader (and any other front-end) targets.
 //!
 //! Errors are [`ember_tensor::Error`]s naming the file, the node (name and operator) and

@@ -119,6 +119,13 @@ impl Writer {
         });
     }
 
+    /// `Reshape(input, dims)`: a view of a graph input's data that the traced function
+    /// took as a plain tensor (see `input_view` in `export/mod.rs`).
+    pub(super) fn input_reshape(&mut self, input: &str, dims: &[i64]) -> Result<String> {
+        let shape = self.const_ints(dims)?;
+        Ok(self.node("Reshape", &[input, &shape], vec![]))
+    }
+
     fn const_ints(&mut self, v: &[i64]) -> Result<String> {
         let name = self.name("constant");
         self.initializer(&name, &Tensor::from_vec(v.to_vec(), [v.len()])?)?;

@@ -128,6 +128,17 @@ pub fn export_fn_bytes(
                 } else if let Some((pname, _)) = params.iter().find(|(_, p)| p.same_node(&n.var)) {
                     w.initializer(pname, &n.var.value())?;
                     pname.clone()
+                } else if let Some(k) = input_view(&inputs, &n.var.value()) {
+                    let input = name_at(&options.input_names, k, "input");
+                    let dims = n.var.shape().dims().to_vec();
+                    if dims == inputs[k].shape().dims() {
+                        input
+                    } else {
+                        // A flattened input (an embedding's ids) follows any batch.
+                        let target: Vec<i64> =
+                            if dims.len() == 1 { vec![-1] } else { dims.iter().map(|&d| d as i64).collect() };
+                        w.input_reshape(&input, &target)?
+                    }
                 } else {
                     let c = format!("const_{i}");
                     let (value, other) = (n.var.value(), alt_of(i).map(|a| a.var.value()));
@@ -177,6 +188,22 @@ pub fn export_fn_bytes(
         ..Default::default()
     };
     Ok(model.encode_to_vec())
+}
+
+/// The graph input whose data a traced leaf is, in another shape: a function that reads an
+/// input as a plain tensor (token ids passed on as `x.value()`, an embedding's
+/// `flatten_all`) records a fresh leaf holding the input's own storage, which is the input
+/// and not a constant. Only whole, contiguous views from the same offset count.
+fn input_view(inputs: &[Var], t: &Tensor) -> Option<usize> {
+    inputs.iter().position(|x| {
+        let x = x.value();
+        x.shares_storage(t)
+            && x.dtype() == t.dtype()
+            && x.is_contiguous()
+            && t.is_contiguous()
+            && x.layout().offset() == t.layout().offset()
+            && x.shape().numel() == t.shape().numel()
+    })
 }
 
 pub(crate) fn onnx_type(dtype: DType) -> i32 {

@@ -1,9 +1,9 @@
 //! Comparisons and logic: `Equal`, `Less`, `Greater` (and their `OrEqual` forms), `Not`,
-//! `And`, `Or`. Their results are host booleans, since conditions (`Where`) and masks are
-//! host tensors in the graph; float operands are compared on the host too (no gradient
-//! flows through a comparison).
+//! `And`, `Or`, `IsNaN`. Their results are host booleans, since conditions (`Where`) and
+//! masks are host tensors in the graph; float operands are compared on the host too (no
+//! gradient flows through a comparison).
 
-use super::{input, int, int_in};
+use super::{float_in, input, int, int_in};
 use crate::ir::{IntTensor, Node, Value};
 use ember_autograd::Var;
 use ember_tensor::{DType, Result};
@@ -69,6 +69,19 @@ pub(crate) fn not(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
     Ok(vec![Value::Int(IntTensor {
         shape: t.shape.clone(),
         data: t.data.iter().map(|&v| (v == 0) as i64).collect(),
+        is_bool: true,
+    })])
+}
+
+/// `IsNaN` of a float tensor. PyTorch's exporters write `Where(IsNaN(p), 0, p)` after the
+/// softmax of scaled dot-product attention: a row whose every key is masked is NaN there,
+/// and zero in PyTorch.
+pub(crate) fn is_nan(_: &Node, args: Args<'_>) -> Result<Vec<Value>> {
+    let x = float_in(args, 0)?;
+    let values = x.value().to_dtype(DType::F64).contiguous().to_vec::<f64>()?;
+    Ok(vec![Value::Int(IntTensor {
+        shape: x.shape().dims().to_vec(),
+        data: values.iter().map(|v| v.is_nan() as i64).collect(),
         is_bool: true,
     })])
 }

@@ -95,7 +95,8 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Flatten", &["axis"], shape::flatten),
     op("Floor", &[], elementwise::floor),
     op("Gather", &["axis"], shape::gather),
-    op("GatherElements", &["axis"], nd_index::gather_elements),
+    op("GatherElements", &["axis"], nd_index::gather_elements)
+    .note("floats (differentiable) and host integers"),
     op("GatherND", &["batch_dims"], nd_index::gather_nd)
     .note("`batch_dims = 0`"),
     op("Gelu", &["approximate"], activation::gelu)
@@ -115,6 +116,8 @@ pub(crate) static OPS: &[OpSpec] = &[
     op("Identity", &[], elementwise::identity),
     op("InstanceNormalization", &["epsilon"], norm::instance_norm)
     .note("also PyTorch's `GroupNorm` (`Reshape`, `InstanceNormalization`, `Reshape`, `Mul`, `Add`)"),
+    op("IsNaN", &[], compare::is_nan)
+    .note("floats; the result is a host boolean"),
     op("LayerNormalization", &["axis", "epsilon", "stash_type"], norm::layer_norm),
     op("LeakyRelu", &["alpha"], activation::leaky_relu),
     op("Less", &[], compare::less),

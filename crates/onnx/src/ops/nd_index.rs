@@ -139,12 +139,51 @@ fn resolve(indices: &IntTensor, n: usize) -> Result<Vec<i64>> {
         .collect()
 }
 
-/// `GatherElements`: ember's `gather` along `axis`.
+/// `GatherElements`: ember's `gather` along `axis` for floats; on the host for integers
+/// (the TorchScript exporter writes BERT's `token_type_ids` buffer sliced to the input's
+/// length this way).
 pub(crate) fn gather_elements(node: &Node, args: Args<'_>) -> Result<Vec<Value>> {
-    let (data, indices) = (super::float_in(args, 0)?, int_in(args, 1)?);
+    let indices = int_in(args, 1)?;
+    let data = match input(args, 0)? {
+        Value::Float(data) => data,
+        Value::Int(data) => return gather_elements_host(node, data, indices),
+    };
     let ax = super::axis(int_attr(node, "axis", 0)?, data.shape().rank())?;
     let idx = Tensor::from_vec(resolve(indices, data.shape()[ax])?, indices.shape.clone())?.to_device(data.device())?;
     float(data.gather(ax, Var::new(idx))?)
+}
+
+/// `GatherElements` of a host integer (or boolean) tensor: `out[i] = data[i with i[axis]
+/// replaced by indices[i]]`, `indices` of `data`'s rank and no larger elsewhere.
+fn gather_elements_host(node: &Node, data: &IntTensor, indices: &IntTensor) -> Result<Vec<Value>> {
+    let dims = &data.shape;
+    let ax = super::axis(int_attr(node, "axis", 0)?, dims.len())?;
+    if dims.is_empty()
+        || indices.shape.len() != dims.len()
+        || indices.shape.iter().zip(dims).enumerate().any(|(d, (&i, &n))| d != ax && i > n)
+    {
+        return Err(Error::shape(
+            "onnx",
+            format!("GatherElements indices {:?} do not fit data of shape {dims:?}", indices.shape),
+        ));
+    }
+    let resolved = resolve(indices, dims[ax])?;
+    let mut strides = vec![1usize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1];
+    }
+    let mut out = Vec::with_capacity(resolved.len());
+    for (flat, &j) in resolved.iter().enumerate() {
+        // The position of `flat` in `indices`, read in `data` with `axis` replaced by `j`.
+        let (mut rest, mut at) = (flat, 0usize);
+        for d in (0..dims.len()).rev() {
+            let i = rest % indices.shape[d];
+            rest /= indices.shape[d];
+            at += strides[d] * if d == ax { j as usize } else { i };
+        }
+        out.push(data.data[at]);
+    }
+    Ok(vec![Value::Int(IntTensor { shape: indices.shape.clone(), data: out, is_bool: data.is_bool })])
 }
 
 /// `ScatterElements` (`reduction = "none"`), as exporters write `select_scatter`: `data`

@@ -70,3 +70,21 @@ pub(crate) fn keep_last(states: &Var, keep: usize) -> Result<Var> {
     }
     states.narrow(1, positions - keep, keep)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_last_narrows_to_the_last_positions_or_keeps_all() {
+        let states = Var::new(Tensor::from_vec((0..12).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 2]).unwrap());
+        let last = keep_last(&states, 1).unwrap().value();
+        assert_eq!(last.shape().dims(), &[2, 1, 2]);
+        assert_eq!(last.contiguous().to_vec::<f32>().unwrap(), vec![4.0, 5.0, 10.0, 11.0]);
+        let two = keep_last(&states, 2).unwrap().value();
+        assert_eq!(two.contiguous().to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0, 5.0, 8.0, 9.0, 10.0, 11.0]);
+        for keep in [0, 3, 7] {
+            assert_eq!(keep_last(&states, keep).unwrap().shape().dims(), &[2, 3, 2]);
+        }
+    }
+}

@@ -140,7 +140,11 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let workload = args.first().map(String::as_str).unwrap_or("small-generate");
     let reps = |default: usize| -> Result<usize> {
-        args.get(1).map_or(Ok(default), |r| r.parse().map_err(|_| Error::invalid("models_bench", format!("REPS {r}"))))
+        match args.get(1).map(|r| (r, r.parse::<usize>())) {
+            None => Ok(default),
+            Some((_, Ok(n))) if n > 0 => Ok(n),
+            Some((r, _)) => Err(Error::invalid("models_bench", format!("REPS must be a positive count, got {r}"))),
+        }
     };
     let threads = match std::env::var("MODELS_BENCH_THREADS") {
         Ok(t) => t.parse().map_err(|_| Error::invalid("models_bench", format!("MODELS_BENCH_THREADS={t}")))?,

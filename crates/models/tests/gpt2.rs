@@ -121,6 +121,32 @@ fn cached_steps_give_the_full_forward_logits() {
     assert_eq!(cache.seq_len(), 6);
 }
 
+#[test]
+fn kept_logits_are_the_last_positions_and_the_cache_still_fills() {
+    // Untied (its own lm_head) and tied (the embedding as the head) take the two head paths.
+    for name in ["untied-sharded", "tied"] {
+        let model = load(name);
+        let ids = Tensor::from_vec(vec![5i64, 17, 250, 3, 9, 100, 42, 7, 0, 299], [2, 5]).unwrap();
+        let positions = position_ids(None, 2, 0, 5).unwrap();
+        let input = DecoderInput { input_ids: &ids, position_ids: &positions, attention_mask: None };
+        let mut full_cache = model.new_cache();
+        let full = model.forward_cached(&input, &mut full_cache).unwrap().value();
+        for keep in [1, 3] {
+            let mut cache = model.new_cache();
+            let kept = model.forward_cached_keep(&input, &mut cache, keep).unwrap().value();
+            let want = full.narrow(1, 5 - keep, keep).unwrap().contiguous();
+            let d = max_diff(&kept, &want, |_, _| true);
+            assert!(d < 1e-6, "{name}: the last {keep} positions differ by {d}");
+            assert_eq!(cache.seq_len(), 5, "{name}: every position is cached");
+        }
+        // 0 and more than the step's positions keep them all.
+        for keep in [0, 9] {
+            let kept = model.forward_cached_keep(&input, &mut model.new_cache(), keep).unwrap().value();
+            assert_eq!(kept.shape().dims(), full.shape().dims(), "{name}: logits_to_keep {keep}");
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct GreedyRow {
     prompt: Vec<u32>,

@@ -140,6 +140,27 @@ fn cached_incremental_decoding_equals_the_full_forward() {
 }
 
 /// The index of the largest of each row of `[rows, vocab]` logits.
+#[test]
+fn kept_logits_are_the_last_positions_with_padding_too() {
+    for name in CONFIGS {
+        let m = model(name);
+        let ids = get(&expected(name), "input_ids");
+        let (b, seq) = (ids.shape().dims()[0], ids.shape().dims()[1]);
+        // Row 0 left-padded by one position: the mask and position ids reach the kept rows.
+        let mut keep_mask = vec![1i64; b * seq];
+        keep_mask[0] = 0;
+        let mask = Tensor::from_vec(keep_mask, [b, seq]).unwrap();
+        let pos = position_ids(Some(&mask), b, 0, seq).unwrap();
+        let input = DecoderInput { input_ids: &ids, position_ids: &pos, attention_mask: Some(&mask) };
+        let full = no_grad(|| m.forward_cached(&input, &mut m.new_cache())).unwrap().value();
+        let mut cache = m.new_cache();
+        let last = no_grad(|| m.forward_cached_keep(&input, &mut cache, 1)).unwrap().value();
+        let d = max_diff(&last, &full.narrow(1, seq - 1, 1).unwrap());
+        assert!(d < 1e-6, "{name}: the last position's logits differ by {d}");
+        assert_eq!(cache.seq_len(), seq);
+    }
+}
+
 fn argmax_rows(logits: &Tensor) -> Vec<i64> {
     let vocab = logits.shape().dims()[1];
     let v = logits.to_dtype(DType::F64).to_vec::<f64>().unwrap();

@@ -86,9 +86,9 @@ pub fn generate(
         let positions = position_ids(mask.as_ref(), batch, past, new)?;
         // The step's inputs are built on the host; the model moves them to its device.
         let step = DecoderInput { input_ids: &input, position_ids: &positions, attention_mask: mask.as_ref() };
-        let logits = no_grad(|| model.forward_cached(&step, &mut cache))?.value();
-        check_logits(OP, &logits, batch, new, vocab)?;
-        let last = logits.select(1, new - 1)?;
+        let logits = no_grad(|| model.forward_cached_keep(&step, &mut cache, 1))?.value();
+        check_logits(OP, &logits, batch, 1, vocab)?;
+        let last = logits.select(1, 0)?;
         let tokens = pick(&last, &history, config, &mut sampler, &mut scores)?;
         let mut next = Vec::with_capacity(batch);
         let mut stop = false;
@@ -140,12 +140,12 @@ fn mask_tensor(keep: &[Vec<i64>]) -> Result<Tensor> {
     Tensor::from_vec(keep.concat(), [keep.len(), cols])
 }
 
-/// Checks that the model returned `[batch, new, vocab]` logits.
-fn check_logits(op: &'static str, logits: &Tensor, batch: usize, new: usize, vocab: usize) -> Result<()> {
-    if logits.shape().dims() != [batch, new, vocab] {
+/// Checks that the model returned `[batch, kept, vocab]` logits.
+fn check_logits(op: &'static str, logits: &Tensor, batch: usize, kept: usize, vocab: usize) -> Result<()> {
+    if logits.shape().dims() != [batch, kept, vocab] {
         return Err(Error::shape(
             op,
-            format!("the model returned logits {:?}, expected [{batch}, {new}, {vocab}]", logits.shape().dims()),
+            format!("the model returned logits {:?}, expected [{batch}, {kept}, {vocab}]", logits.shape().dims()),
         ));
     }
     Ok(())

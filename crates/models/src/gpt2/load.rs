@@ -94,7 +94,7 @@ impl Gpt2LmHeadModel {
             .get(&embedding)
             .map(|t| t.dtype())
             .ok_or_else(|| Error::format(dir, format!("the checkpoint has no {embedding} (nor wte.weight)")))?;
-        let model = Gpt2LmHeadModel::new(config, dtype)?;
+        let model = Gpt2LmHeadModel::with_layer_init(config, dtype)?;
         checkpoint::load_strict(&model, &state, dir)?;
         model.eval();
         Ok(model)

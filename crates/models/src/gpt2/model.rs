@@ -5,7 +5,7 @@
 use super::attention::Visibility;
 use super::block::Gpt2Block;
 use super::config::Gpt2Config;
-use crate::generation::{CausalLm, DecoderInput, KvCache, decoder_mask};
+use crate::generation::{CausalLm, DecoderInput, KvCache, decoder_mask, keep_last};
 use ember_autograd::{Var, no_grad};
 use ember_nn::functional::dropout;
 use ember_nn::{
@@ -128,15 +128,22 @@ impl Gpt2LmHeadModel {
     /// `N(0, initializer_range / sqrt(2 n_layer))`, biases 0, layer norms 1 and 0. The
     /// draws come from ember's global generator.
     pub fn new(config: Gpt2Config, dtype: DType) -> Result<Gpt2LmHeadModel> {
+        let model = Self::with_layer_init(config, dtype)?;
+        model.init_weights()?;
+        Ok(model)
+    }
+
+    /// The model with its layers' own initialisation only, for a checkpoint to overwrite:
+    /// `from_pretrained` skips [`init_weights`](Self::init_weights)' second pass over every
+    /// parameter (a normal draw per weight).
+    pub(crate) fn with_layer_init(config: Gpt2Config, dtype: DType) -> Result<Gpt2LmHeadModel> {
         let transformer = Gpt2Model::new(&config, dtype)?;
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
             Some(Linear::with_options(config.n_embd, config.vocab_size, LinearOptions { bias: false, dtype })?)
         };
-        let model = Gpt2LmHeadModel { transformer, lm_head, config };
-        model.init_weights()?;
-        Ok(model)
+        Ok(Gpt2LmHeadModel { transformer, lm_head, config })
     }
 
     /// transformers' `GPT2PreTrainedModel._init_weights` over every parameter.
@@ -217,6 +224,10 @@ impl Module for Gpt2LmHeadModel {
 
 impl CausalLm for Gpt2LmHeadModel {
     fn forward_cached(&self, input: &DecoderInput<'_>, cache: &mut KvCache) -> Result<Var> {
+        self.forward_cached_keep(input, cache, 0)
+    }
+
+    fn forward_cached_keep(&self, input: &DecoderInput<'_>, cache: &mut KvCache, logits_to_keep: usize) -> Result<Var> {
         let dims = input.input_ids.shape().dims();
         if dims.len() != 2 {
             return Err(Error::shape("Gpt2LmHeadModel", format!("input_ids must be [batch, new], got {dims:?}")));
@@ -229,7 +240,7 @@ impl CausalLm for Gpt2LmHeadModel {
             None => Visibility::All,
         };
         let hidden = self.transformer.hidden(input.input_ids, input.position_ids, &visibility, Some(cache))?;
-        self.logits(&hidden)
+        self.logits(&keep_last(&hidden, logits_to_keep)?)
     }
 
     fn new_cache(&self) -> KvCache {

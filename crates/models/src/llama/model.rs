@@ -2,7 +2,7 @@
 //! of transformers' `LlamaForCausalLM` (Mistral's and Qwen2's are the same).
 
 use super::config::LlamaConfig;
-use crate::generation::{CausalLm, DecoderInput, KvCache, decoder_mask, position_ids};
+use crate::generation::{CausalLm, DecoderInput, KvCache, decoder_mask, keep_last, position_ids};
 use ember_autograd::Var;
 use ember_nn::functional::{SdpaArgs, apply_rotary, grouped_query_attention};
 use ember_nn::{
@@ -359,6 +359,10 @@ impl Module for LlamaForCausalLM {
 impl CausalLm for LlamaForCausalLM {
     fn forward_cached(&self, input: &DecoderInput<'_>, cache: &mut KvCache) -> Result<Var> {
         self.logits(&self.model.hidden(input, Some(cache))?)
+    }
+
+    fn forward_cached_keep(&self, input: &DecoderInput<'_>, cache: &mut KvCache, logits_to_keep: usize) -> Result<Var> {
+        self.logits(&keep_last(&self.model.hidden(input, Some(cache))?, logits_to_keep)?)
     }
 
     fn new_cache(&self) -> KvCache {

@@ -11,10 +11,12 @@
 //! tools/bench/amp_torch.py does with `torch.autocast("cpu", ...)`. `--memory` adds a line
 //! `activation_bytes-<mode>  batch  bytes` per batch size: the peak live tensor bytes of one
 //! more eager step above those held before it (parameters, gradients, Adam's state).
+//! `--device torch-cpu` trains on PyTorch's CPU kernels (the `libtorch` feature), each batch
+//! moved there as the quick starts move it.
 //!
 //! ```text
 //! cargo run --release --example train_bench -- [--model mlp|lenet|cnn] [--batch 64 --batch 256]
-//!     [--epochs 3] [--traced] [--no-pool] [--amp bf16|f16] [--memory]
+//!     [--epochs 3] [--traced] [--no-pool] [--amp bf16|f16] [--memory] [--device cpu|torch-cpu]
 //! ```
 
 mod common;
@@ -25,7 +27,7 @@ use ember::autograd::{CachedLoss, Traced, Var};
 use ember::mnist;
 use ember::nn::{CrossEntropyOptions, Module, Sequential, cross_entropy};
 use ember::optim::{Adam, AdamConfig, Optimizer};
-use ember::{Result, Tensor};
+use ember::{Device, Result, Tensor};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -83,6 +85,9 @@ struct Args {
     /// Also measure the eager step's activation memory.
     #[arg(long)]
     memory: bool,
+    /// The device: `cpu`, or `torch-cpu` (PyTorch's CPU kernels, the `libtorch` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -93,6 +98,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Samples per second of `epochs` timed epochs (after a warm-up) of `step`.
 fn measure(
     train: &mnist::Data,
+    device: Device,
     batch: usize,
     epochs: usize,
     mut step: impl FnMut(&Tensor, &Tensor) -> Result<()>,
@@ -106,7 +112,7 @@ fn measure(
             let [x, y] = b.as_slice() else {
                 return Err(ember::Error::invalid("train_bench", "expected (images, labels) batches"));
             };
-            step(x, y)?;
+            step(&x.to_device(device)?, &y.to_device(device)?)?;
         }
         if epoch > 0 {
             rates.push(train.len() as f64 / t.elapsed().as_secs_f64());
@@ -120,6 +126,7 @@ fn measure(
 fn eager_rate(
     model: Model,
     train: &mnist::Data,
+    device: Device,
     batch: usize,
     epochs: usize,
     amp: &Amp,
@@ -127,6 +134,7 @@ fn eager_rate(
 ) -> Result<(f64, Option<usize>)> {
     ember::manual_seed(0);
     let model = model.build()?;
+    model.to_device(device)?;
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
     let mut step = |x: &Tensor, y: &Tensor| -> Result<()> {
         let loss =
@@ -136,9 +144,10 @@ fn eager_rate(
         opt.step()?;
         loss.item().map(|_| ())
     };
-    let rate = measure(train, batch, epochs, &mut step)?;
+    let rate = measure(train, device, batch, epochs, &mut step)?;
     let bytes = if memory {
-        let (x, y) = (train.images.narrow(0, 0, batch)?, train.labels.narrow(0, 0, batch)?);
+        let x = train.images.narrow(0, 0, batch)?.to_device(device)?;
+        let y = train.labels.narrow(0, 0, batch)?.to_device(device)?;
         Some(activation_bytes(|| step(&x, &y))?)
     } else {
         None
@@ -147,14 +156,16 @@ fn eager_rate(
 }
 
 /// Samples per second of static-mode training: the model and loss traced once, then re-run.
-fn traced_rate(model: Model, train: &mnist::Data, batch: usize, epochs: usize) -> Result<f64> {
+fn traced_rate(model: Model, train: &mnist::Data, device: Device, batch: usize, epochs: usize) -> Result<f64> {
     ember::manual_seed(0);
-    let model = Arc::new(model.build()?);
+    let model = model.build()?;
+    model.to_device(device)?;
+    let model = Arc::new(model);
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-3, ..Default::default() })?;
     let m = model.clone();
     let traced = Traced::new(move |x: &Var| m.forward(x));
     let criterion = CachedLoss::new(|out: &Var, y: &Var| cross_entropy(out, y, CrossEntropyOptions::default()));
-    measure(train, batch, epochs, |x, y| {
+    measure(train, device, batch, epochs, |x, y| {
         let loss = criterion.forward(&traced.forward(x)?, y)?;
         opt.zero_grad();
         loss.backward()?;
@@ -170,8 +181,11 @@ fn main() -> Result<()> {
     if args.traced && args.amp.amp.is_some() {
         return Err(ember::Error::invalid("train_bench", "--amp measures the eager step only; drop --traced"));
     }
+    let device: Device =
+        args.device.parse().map_err(|e| ember::Error::invalid("train_bench", format!("--device: {e}")))?;
+    device.check_available().map_err(|e| ember::Error::invalid("train_bench", format!("--device {device}: {e}")))?;
     // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
-    let amp = Amp::new(args.amp.amp, ember::Device::Cpu).without_scaler();
+    let amp = Amp::new(args.amp.amp, device).without_scaler();
     let eager = match args.amp.amp {
         None => "eager".to_string(),
         Some(_) => format!("eager-{}", amp.dtype_name()),
@@ -191,10 +205,10 @@ fn main() -> Result<()> {
         }
         for traced in order {
             if traced {
-                let rate = traced_rate(args.model, &train, batch, args.epochs)?;
+                let rate = traced_rate(args.model, &train, device, batch, args.epochs)?;
                 println!("traced\t{batch}\t{rate:.0}");
             } else {
-                let (rate, bytes) = eager_rate(args.model, &train, batch, args.epochs, &amp, args.memory)?;
+                let (rate, bytes) = eager_rate(args.model, &train, device, batch, args.epochs, &amp, args.memory)?;
                 println!("{eager}\t{batch}\t{rate:.0}");
                 if let Some(bytes) = bytes {
                     println!("activation_bytes-{eager}\t{batch}\t{bytes}");

@@ -15,7 +15,8 @@
 //! `EMBER_PROFILE=1`, also a per-operation profile of one step). With `--amp` the forward
 //! pass and the loss run under CPU autocast in that dtype (parameters and Adam in `f32`; no
 //! loss scaling, which does not change the step's kernels), as
-//! tools/bench/amp_torch.py does with `torch.autocast("cpu", ...)`.
+//! tools/bench/amp_torch.py does with `torch.autocast("cpu", ...)`. `--device D` runs it on
+//! another device (default `cpu`; `torch-cpu` needs `--features ember/libtorch`).
 
 mod common;
 
@@ -50,12 +51,20 @@ struct Args {
     /// `--amp bf16|f16`.
     #[command(flatten)]
     amp: AmpArg,
+    /// The device: `cpu`, or `torch-cpu` (PyTorch's CPU kernels, the `libtorch` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    let device: ember::Device =
+        args.device.parse().map_err(|e| ember::Error::invalid("transformer_bench", format!("--device: {e}")))?;
+    device
+        .check_available()
+        .map_err(|e| ember::Error::invalid("transformer_bench", format!("--device {device}: {e}")))?;
     // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
-    let amp = Amp::new(args.amp.amp, ember::Device::Cpu).without_scaler();
+    let amp = Amp::new(args.amp.amp, device).without_scaler();
     ember::tensor::threading::set_num_threads(2)?;
     manual_seed(0);
     let options =
@@ -63,8 +72,10 @@ fn main() -> Result<()> {
     let encoder =
         TransformerEncoder::new(TransformerEncoderLayer::with_options(D_MODEL, HEADS, options)?, LAYERS, None)?;
     let head = Linear::new(D_MODEL, 10)?;
-    let x = Var::new(Tensor::randn([BATCH, SEQ, D_MODEL])?);
-    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?;
+    encoder.to_device(device)?;
+    head.to_device(device)?;
+    let x = Var::new(Tensor::randn([BATCH, SEQ, D_MODEL])?.to_device(device)?);
+    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?.to_device(device)?;
     let params: Vec<Var> = encoder.parameters().into_iter().chain(head.parameters()).collect();
     let mut adam = Adam::new(params, AdamConfig { lr: 1e-4, ..Default::default() })?;
     let step = |adam: &mut Adam| -> Result<()> {

@@ -14,12 +14,14 @@
 //! where copying windows costs as much as the products). `--threads N` sets the threads,
 //! `--reps N` the measured repetitions (default 9).
 //!
-//! Run: `cargo run --release -p ember-nn --example conv_bench [-- --lenet]`.
+//! Run: `cargo run --release -p ember-nn --example conv_bench [-- --lenet]`, or on LibTorch
+//! `cargo run --release -p ember-nn --features ember-tensor/libtorch --example conv_bench --
+//! --device torch-cpu`.
 
 use ember_autograd::Var;
 use ember_nn::{Conv2d, Conv2dOptions, Module};
 use ember_tensor::storage::memory_stats;
-use ember_tensor::{Result, Tensor, manual_seed};
+use ember_tensor::{Device, Error, Result, Tensor, manual_seed};
 use std::time::Instant;
 
 const WARMUP: usize = 2;
@@ -51,6 +53,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The device `--device` names (default `cpu`), checked to be available.
+fn device_arg(args: &[String]) -> Result<Device> {
+    let Some(name) = args.iter().position(|a| a == "--device").map(|i| args.get(i + 1)) else {
+        return Ok(Device::Cpu);
+    };
+    let name = name.ok_or_else(|| Error::invalid("conv_bench", "--device needs a value"))?;
+    let device: Device = name.parse().map_err(|e| Error::invalid("conv_bench", format!("--device: {e}")))?;
+    device.check_available().map_err(|e| Error::invalid("conv_bench", format!("--device {device}: {e}")))?;
+    Ok(device)
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str, default: usize| {
@@ -58,13 +71,15 @@ fn main() -> Result<()> {
     };
     let (threads, reps) = (flag("--threads", 2), flag("--reps", 9));
     let shapes = if args.iter().any(|a| a == "--lenet") { &LENET } else { &RESNET };
+    let device = device_arg(&args)?;
     ember_tensor::threading::set_num_threads(threads)?;
     manual_seed(0);
     for &Shape { batch, c_in, c_out, kernel, padding, hw } in shapes {
         let conv = Conv2d::with_options(c_in, c_out, kernel, Conv2dOptions::default().padding(padding))?;
-        let x = Var::param(Tensor::randn([batch, c_in, hw, hw])?);
+        conv.to_device(device)?;
+        let x = Var::param(Tensor::randn([batch, c_in, hw, hw])?.to_device(device)?);
         let y = conv.forward(&x)?;
-        let gy = Tensor::randn(y.shape().dims())?;
+        let gy = Tensor::randn(y.shape().dims())?.to_device(device)?;
         let (mut forward, mut total) = (vec![], vec![]);
         let mut misses = 0;
         for rep in 0..WARMUP + reps {

@@ -7,11 +7,12 @@
 //!     lstm step_ms=... samples_per_s=...
 //!
 //! Run: `cargo run --release -p ember-nn --example lstm_bench` (with `EMBER_PROFILE=1`, also
-//! a per-operation profile of one step).
+//! a per-operation profile of one step). `--device D` runs it on another device (default
+//! `cpu`; `torch-cpu` needs `--features ember-tensor/libtorch`).
 
 use ember_autograd::{Var, no_grad};
 use ember_nn::{CrossEntropyOptions, LSTM, Linear, Module, RnnOptions, cross_entropy};
-use ember_tensor::{Result, Tensor, manual_seed};
+use ember_tensor::{Device, Error, Result, Tensor, manual_seed};
 use std::time::Instant;
 
 const BATCH: usize = 64;
@@ -26,13 +27,28 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The device `--device` names (default `cpu`), checked to be available.
+fn device_arg() -> Result<Device> {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(name) = args.iter().position(|a| a == "--device").map(|i| args.get(i + 1)) else {
+        return Ok(Device::Cpu);
+    };
+    let name = name.ok_or_else(|| Error::invalid("lstm_bench", "--device needs a value"))?;
+    let device: Device = name.parse().map_err(|e| Error::invalid("lstm_bench", format!("--device: {e}")))?;
+    device.check_available().map_err(|e| Error::invalid("lstm_bench", format!("--device {device}: {e}")))?;
+    Ok(device)
+}
+
 fn main() -> Result<()> {
+    let device = device_arg()?;
     ember_tensor::threading::set_num_threads(2)?;
     manual_seed(0);
     let lstm = LSTM::with_options(INPUT, HIDDEN, RnnOptions::default().batch_first(true))?;
     let head = Linear::new(HIDDEN, 10)?;
-    let x = Var::new(Tensor::randn([BATCH, STEPS, INPUT])?);
-    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?;
+    lstm.to_device(device)?;
+    head.to_device(device)?;
+    let x = Var::new(Tensor::randn([BATCH, STEPS, INPUT])?.to_device(device)?);
+    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?.to_device(device)?;
     let params: Vec<Var> = lstm.parameters().into_iter().chain(head.parameters()).collect();
     let mut times = Vec::new();
     for rep in 0..WARMUP + REPS {

@@ -63,6 +63,13 @@ mod tol {
     /// their state after several steps, where divisions by `sqrt(v) + eps` amplify earlier
     /// differences) and LSTM cells (gates through sigmoid and tanh, multiplied together).
     pub const CHAINED: Tol = Tol::new((1e-5, 1e-5), (1e-12, 1e-11));
+    /// The LSTM sequence and its backward: each result carries the rounding of a chain of
+    /// T recurrent products (4H terms each in the backward), so a device that sums the
+    /// products in another order than ember's CPU rounds differently, not worse. Against an
+    /// f64 run of the T=28, B=64, H=128 case (results up to 27 in magnitude), ember's CPU
+    /// backend in f32 is off by up to 2.7e-5 and LibTorch's by up to 2.9e-5, with both
+    /// f64 runs agreeing to 5e-14: two f32 devices may differ by the sum of their errors.
+    pub const RECURRENT: Tol = Tol::new((6e-5, 1e-5), (1e-12, 1e-11));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1268,7 +1275,7 @@ fn lstm_sequence() {
             for reverse in [false, true] {
                 p.check(
                     format!("lstm_sequence and backward T={t} B={b} H={h} reverse {reverse} {dt}"),
-                    tol::CHAINED,
+                    tol::RECURRENT,
                     |d| {
                         let gi = input(176, &[t, b, 4 * h], dt, Lay::Stepped, d);
                         let w_hh = inp(177, &[4 * h, h], dt, d).mul_scalar(0.2);

@@ -12,9 +12,10 @@
 //! does, then calls PyTorch's kernel for the op: the elementwise tables (`elementwise`),
 //! reductions and softmax (`reduce`), indexing and joins (`index`), matrix products,
 //! convolutions with their gradients, `unfold` and `fold` (`conv`), pooling and
-//! resampling (`pool`), normalisation (`norm`), the class losses (`loss`), attention
-//! (`attention`), the optimizer steps (`optim`) and gradient unscaling. The LSTM steps,
-//! whose slot layout is ember's own, run as the trait's compositions of these kernels.
+//! resampling (`pool`), batch and layer normalisation (`norm`, `layer_norm`), the class
+//! losses (`loss`), attention (`attention`), the optimizer steps (`optim`) and gradient
+//! unscaling. The LSTM steps, whose slot layout is ember's own, run as the trait's
+//! compositions of these kernels.
 //! Random numbers are drawn on the host from the global generator, so `manual_seed` gives
 //! the same numbers on every device. ATen is told to run on one thread per op unless
 //! ember's thread setting says otherwise (`threads`).
@@ -23,6 +24,7 @@ mod attention;
 mod conv;
 mod elementwise;
 mod index;
+mod layer_norm;
 mod loss;
 mod norm;
 mod optim;
@@ -33,6 +35,7 @@ mod storage;
 pub use storage::TorchStorage;
 
 use crate::backend::compose;
+use crate::backend::validate::layer_norm as layer_norm_check;
 use crate::backend::widen::{InPlace, Narrow, Operand, low_of, operands};
 use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState, Target, UnaryOp, View, validate};
 use crate::dtype::DType;
@@ -566,6 +569,64 @@ impl Backend for TorchBackend {
             let w = view_opt(op, weight)?;
             let [dx, gb, gw] = norm::backward(&t, &g, &m, &v, w.as_ref(), eps)?;
             Ok([out(op, dx)?, out(op, gb)?, out(op, gw)?])
+        })
+    }
+
+    fn layer_norm(
+        &self,
+        x: View<'_>,
+        n: usize,
+        weight: Option<View<'_>>,
+        bias: Option<View<'_>>,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        let op = crate::ops::layer_norm::OP;
+        let params = [("weight", weight), ("bias", bias)].into_iter().filter_map(|(w, v)| v.map(|v| (w, v))).collect();
+        let rows = layer_norm_check::check(x, n, &layer_norm_check::Operands { grad: None, stats: None, params })?;
+        if let Some(low) = low_of([x.0]) {
+            let [a] = operands(self, [x])?;
+            let (w, b) = (Operand::optional(self, weight)?, Operand::optional(self, bias)?);
+            let [y, mean, rstd] =
+                self.layer_norm(a.view(), n, w.as_ref().map(Operand::view), b.as_ref().map(Operand::view), eps)?;
+            // The statistics stay f32, the compute dtype of a 16-bit input.
+            return Ok([y.narrow(self, low)?, mean, rstd]);
+        }
+        Self::run(|| {
+            let (t, w, b) = (view(op, x)?, view_opt(op, weight)?, view_opt(op, bias)?);
+            let [y, mean, rstd] = layer_norm::forward(&t, rows, n, w.as_ref(), b.as_ref(), eps)?;
+            Ok([out(op, y)?, out(op, mean)?, out(op, rstd)?])
+        })
+    }
+
+    fn layer_norm_backward(
+        &self,
+        x: View<'_>,
+        grad: View<'_>,
+        n: usize,
+        mean: View<'_>,
+        rstd: View<'_>,
+        weight: Option<View<'_>>,
+    ) -> Result<[Storage; 3]> {
+        let op = crate::ops::layer_norm::OP;
+        let params = weight.map(|w| ("weight", w)).into_iter().collect();
+        let operands_of = layer_norm_check::Operands { grad: Some(grad), stats: Some([mean, rstd]), params };
+        let rows = layer_norm_check::check(x, n, &operands_of)?;
+        if let Some(low) = low_of([x.0]) {
+            let [a, g, m, r] = operands(self, [x, grad, mean, rstd])?;
+            let w = Operand::optional(self, weight)?;
+            let [gx, gw, gb] =
+                self.layer_norm_backward(a.view(), g.view(), n, m.view(), r.view(), w.as_ref().map(Operand::view))?;
+            // The parameters' gradients take the weight's dtype (f32 beside a 16-bit input)
+            // or, without a weight, the input's.
+            let param = weight.map_or(low, |(s, _)| s.dtype());
+            let narrow_param = |s: Storage| if param.is_half() { s.narrow(self, param) } else { Ok(s) };
+            return Ok([gx.narrow(self, low)?, narrow_param(gw)?, narrow_param(gb)?]);
+        }
+        Self::run(|| {
+            let (t, g, m, r) = (view(op, x)?, view(op, grad)?, view(op, mean)?, view(op, rstd)?);
+            let w = view_opt(op, weight)?;
+            let [gx, gw, gb] = layer_norm::backward(&t, &g, rows, n, [&m, &r], w.as_ref())?;
+            Ok([out(op, gx)?, out(op, gw)?, out(op, gb)?])
         })
     }
 

@@ -262,7 +262,7 @@ pub(crate) fn reduce<B: Backend + ?Sized>(
     dims: &[usize],
 ) -> Result<Storage> {
     let n = l.shape().dims().first().copied().unwrap_or(0);
-    let per_row = if n > 0 { l.numel() / n * DType::F32.size_in_bytes() } else { 0 };
+    let per_row = l.numel().checked_div(n).unwrap_or(0) * DType::F32.size_in_bytes();
     let rows = BLOCK_BYTES.checked_div(per_row).unwrap_or(usize::MAX).max(1);
     if !matches!(op, ReduceOp::Sum) || dims.first() != Some(&0) || rows >= n {
         let [a] = operands(backend, [(s, l)])?;

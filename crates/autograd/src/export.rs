@@ -97,7 +97,18 @@ pub fn trace_graph(outputs: &[&Var]) -> Vec<TracedNode> {
         let inputs = n.inputs.iter().filter_map(|i| index.get(&key(i)).copied()).collect();
         let op = (!n.is_leaf()).then(|| n.op.export());
         index.insert(key(&n), out.len());
-        out.push(TracedNode { var: Var::from_node(n), inputs, op });
+        // A value released because no backward reads it (or freed by a backward) is
+        // recomputed here from its inputs, which the list already holds, so that every
+        // handle in it has a value. Recomputing an operation that ran before on the same
+        // inputs does not fail; if it did, the walk keeps the plain handle.
+        let var = match Var::from_node_ensured(n.clone()) {
+            Ok(v) => v,
+            Err(e) => {
+                log::warn!("trace_graph: recomputing the value of {} failed: {e}", n.op.name());
+                Var::from_node(n)
+            }
+        };
+        out.push(TracedNode { var, inputs, op });
     }
     out
 }

@@ -37,14 +37,27 @@ pub(crate) const HAS_GRAD: u32 = 32;
 pub(crate) const SUBSCRIBED: u32 = 64;
 /// An ancestor's value was replaced since this node's value was computed.
 pub(crate) const DIRTY: u32 = 128;
-/// The value was dropped on purpose by an extension that keeps what every backward reading
-/// it needs: it is recomputed only when its inputs change or the value itself is asked for
-/// (see `reactive`), and its storage version is read through the extension (see
-/// `BackwardCtx`).
+/// The value was dropped on purpose, while backward can do without it: no recorded backward
+/// reads it ([`release_unread`]), or an extension keeps what every backward reading it
+/// needs. It is recomputed only when its inputs change or the value itself is asked for
+/// (see `reactive`); an extension's copy has its storage version read through the extension
+/// (see `BackwardCtx`).
 pub(crate) const VALUE_AWAY: u32 = 256;
 /// Backward adds into this leaf's gradient in place even when its storage is shared (a view
 /// into a larger buffer, as data-parallel training's gradient buckets are).
 pub(crate) const GRAD_IN_PLACE: u32 = 512;
+/// No recorded backward reads this value (neither the node's own nor a consumer's): when
+/// its last `Var` drops, the value is released (see [`release_unread`]). Cleared when a
+/// consumer whose backward reads it is recorded.
+pub(crate) const UNREAD: u32 = 1024;
+/// The node counts the consumers that hold it as an input (`Node::edges`), so that the
+/// handles outside the graph can be told from them. Set at creation, never cleared, so
+/// that counting up and down stays symmetric.
+pub(crate) const COUNTS_EDGES: u32 = 2048;
+/// Values smaller than this are never released early: they are below what
+/// `ember_tensor::storage::memory_stats` counts, and releasing them would cost a lock per
+/// operation to save next to nothing.
+pub(crate) const RELEASE_MIN_BYTES: usize = 4096;
 /// Bits 16 to 23 belong to extensions, one per feature (see `extension::Feature`); node.rs
 /// stores them and never reads them.
 pub(crate) const EXTENSION_FLAGS: u32 = 0xff << 16;
@@ -117,6 +130,8 @@ pub struct Node<O: ?Sized> {
     pub(crate) inputs: SmallVec<[NodeRef; 2]>,
     pub(crate) seq: u64,
     pub(crate) flags: AtomicU32,
+    /// How many nodes hold this one as an input, counted only with [`COUNTS_EDGES`].
+    pub(crate) edges: AtomicU32,
     pub(crate) state: Mutex<NodeState>,
     pub(crate) grad: Mutex<Option<Var>>,
     pub(crate) extras: Mutex<Option<Box<Extras>>>,
@@ -240,17 +255,83 @@ pub(crate) fn new_node<O: Op>(
     input_versions: SmallVec<[(u64, u64); 2]>,
 ) -> Var {
     value.storage().watch();
+    let saves = op.saves();
+    for (i, input) in inputs.iter().enumerate() {
+        let f = input.flags.load(Ordering::Relaxed);
+        if f & (UNREAD | COUNTS_EDGES) != 0 {
+            note_consumer(input, f, saves.saves_input(i));
+        }
+    }
     let state = NodeState::new(value, input_versions, reactive::epochs());
     let node: NodeRef = Arc::new(Node {
         inputs,
         seq,
         flags: AtomicU32::new(flags),
+        edges: AtomicU32::new(0),
         state: Mutex::new(state),
         grad: Mutex::new(None),
         extras: Mutex::new(None),
         op,
     });
     Var { node }
+}
+
+/// A consumer of `input` (whose flags were `flags`) is being made: its edge is counted, and
+/// if its backward reads the input, the input's value is no longer released early.
+#[cold]
+fn note_consumer(input: &NodeRef, flags: u32, reads: bool) {
+    if flags & COUNTS_EDGES != 0 {
+        input.edges.fetch_add(1, Ordering::Relaxed);
+    }
+    if reads && flags & UNREAD != 0 {
+        input.set(UNREAD, false);
+    }
+}
+
+/// Whether a new node of `op` with these flags and `value` may have its value released
+/// when its last `Var` drops: a recorded, re-executable operation in a graph that backward
+/// walks, whose own backward does not read its output, with a value worth releasing.
+#[inline]
+pub(crate) fn release_flags<O: Op>(op: &O, flags: u32, value: &Tensor) -> u32 {
+    if flags & REQUIRES_GRAD != 0
+        && !op.saves().output
+        && op.recomputable()
+        && value.numel() * value.dtype().size_in_bytes() >= RELEASE_MIN_BYTES
+    {
+        UNREAD | COUNTS_EDGES
+    } else {
+        0
+    }
+}
+
+/// Releases the value of `node` as its `Var` `handle` drops, when nothing can read it any
+/// more: no other handle exists (the references left are the consumers' edges), no recorded
+/// backward reads it, and nothing else shares or wrote its storage. The value is recomputed
+/// from its inputs if it is ever asked for again (it keeps its version: see docs/design.md,
+/// 'Value versions and re-execution'); backward does without it.
+#[cold]
+#[inline(never)]
+pub(crate) fn release_unread(node: &NodeRef) {
+    let taken = {
+        // The handle count is read under the state lock, as the engine's release reads it:
+        // a handle taken from a consumer's edge meanwhile either is counted here or finds
+        // the value gone and restores it.
+        let mut st = node.state();
+        let edges = node.edges.load(Ordering::Acquire) as usize;
+        if edges == 0 || Arc::strong_count(node) != 1 + edges || !node.has(UNREAD) || node.has(VALUE_AWAY) {
+            return;
+        }
+        match &st.value {
+            // A storage shared with a view or a tensor handle could still be written, and
+            // releasing it would free nothing.
+            Some(v) if v.version() == st.storage_version && Arc::strong_count(v.storage()) == 1 => {}
+            _ => return,
+        }
+        node.set(VALUE_AWAY, true);
+        st.value.take()
+    };
+    // Freed outside the lock.
+    drop(taken);
 }
 
 impl<O: ?Sized + Op> Node<O> {
@@ -310,6 +391,11 @@ impl<O: ?Sized> Drop for Node<O> {
         let mut stack: SmallVec<[NodeRef; 4]> = SmallVec::new();
         stack.extend(std::mem::take(&mut self.inputs));
         while let Some(mut n) = stack.pop() {
+            if n.has(COUNTS_EDGES) {
+                // This edge goes: uncounted before its reference is, so that a handle count
+                // read meanwhile never looks smaller than it is.
+                n.edges.fetch_sub(1, Ordering::Release);
+            }
             if Arc::strong_count(&n) == 1 && Arc::weak_count(&n) > 0 && n.has(SUBSCRIBED) {
                 // The consumer registrations of a subscribed node are weak references that
                 // would stop `get_mut` below; the node is going away, so withdraw them.

@@ -366,6 +366,7 @@ impl Plan {
             let out = n.op.forward(&refs)?;
             let changed = st.input_versions[..] != current[..];
             store_recomputed(&mut st, out, current, changed);
+            n.set(VALUE_AWAY, false);
             mark(&mut st, Mode::Full, ep);
         }
         // Nodes outside the plan that consume its nodes were not marked dirty: make sure no

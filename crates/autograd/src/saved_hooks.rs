@@ -17,7 +17,8 @@
 //!
 //! # Memory
 //!
-//! A pack hook saves memory only if the original can go. In ember a node holds its value
+//! A pack hook saves memory only if the original can go. A value no backward reads is
+//! released anyway when its last `Var` drops; one that a backward reads is held by its node
 //! (for re-execution), so while hooks are active the scope also watches the nodes recorded
 //! in it: once the graph alone holds a node (no `Var` of the user's, no consumer recorded
 //! outside the scope) and every backward that reads its value reads a packed copy, the value

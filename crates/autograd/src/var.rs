@@ -1,8 +1,8 @@
 //! `Var`: the user's handle to a graph node.
 
 use crate::node::{
-    DETACHED, EXTENSION_SHIFT, FROZEN, GRAD_IN_PLACE, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD,
-    bump_structure_epoch, new_node,
+    DETACHED, EXTENSION_SHIFT, FROZEN, GRAD_IN_PLACE, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, UNREAD,
+    bump_structure_epoch, new_node, release_unread,
 };
 use crate::op::Leaf;
 use crate::reactive::{self, Mode};
@@ -63,6 +63,17 @@ const _: fn() = || {
 impl Clone for Var {
     fn clone(&self) -> Self {
         Var { node: self.node.clone() }
+    }
+}
+
+impl Drop for Var {
+    /// The last handle to a value no recorded backward reads releases it (PyTorch never
+    /// keeps such a value); see [`release_unread`].
+    #[inline]
+    fn drop(&mut self) {
+        if self.node.has(UNREAD) {
+            release_unread(&self.node);
+        }
     }
 }
 

@@ -1,5 +1,7 @@
 //! Checkpointing every 4 layers of a 16-layer MLP cuts the step's peak memory above the
-//! resident parameters and gradients (that is, its activation memory) by more than half.
+//! resident parameters and gradients (that is, its activation memory). The plain step holds
+//! one activation per layer (values no backward reads are released), so the cut is about a
+//! fifth (2,621,440 to 2,097,152 bytes here).
 //! Alone in its file, since it reads the process-wide storage counters; the full-size
 //! numbers come from `cargo run --release -p ember-autograd --example checkpoint_memory`.
 
@@ -66,10 +68,12 @@ fn checkpointing_cuts_activation_memory() -> Result<()> {
     let plain = mlp.step_peak(&x, None)?;
     let checkpointed = mlp.step_peak(&x, Some(4))?;
     let activation = batch * width * 4;
-    // Plain: three activations per layer (matmul, bias, relu) are alive when backward starts.
-    assert!(plain >= 3 * depth * activation, "plain step peak {plain} bytes");
+    // Plain: one activation per layer (the relu's output, which its backward and the next
+    // product read) is alive when backward starts; the product's and the bias's outputs,
+    // which no backward reads, were released as the forward went.
+    assert!(plain >= depth * activation, "plain step peak {plain} bytes");
     assert!(
-        (checkpointed as f64) < 0.5 * plain as f64,
+        (checkpointed as f64) < 0.9 * plain as f64,
         "checkpointed step peak {checkpointed} bytes, plain {plain} bytes"
     );
     Ok(())

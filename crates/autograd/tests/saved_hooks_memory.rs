@@ -58,8 +58,9 @@ fn packing_to_f32_halves_what_the_forward_keeps_and_gradients_stay_right() -> Re
     let (hooked_kept, hooked_peak, hooked_grads) = step(&x, &ws, true)?;
 
     let activation = BATCH * WIDTH * 8;
-    // Without hooks each layer keeps its matmul and sin outputs.
-    assert!(plain_kept >= 2 * DEPTH * activation, "plain forward keeps {plain_kept} bytes");
+    // Without hooks each layer keeps its matmul and sin outputs, but for the last sin's,
+    // which only the mean reads (and its backward does not): that one is released.
+    assert!(plain_kept >= (2 * DEPTH - 1) * activation, "plain forward keeps {plain_kept} bytes");
     // With them, half-size copies of the same (and of the weights, which as leaves stay).
     assert!(
         (hooked_kept as f64) < 0.6 * plain_kept as f64,

@@ -25,7 +25,7 @@ mod view;
 use crate::extension::{self, Applying};
 use crate::grad_mode::is_grad_enabled;
 use crate::inference_mode::{self, INFERENCE_BIT, INFERENCE_FLAG};
-use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node, next_seq};
+use crate::node::{NodeRef, NodeState, REQUIRES_GRAD, new_node, next_seq, release_flags};
 use crate::op::Op;
 use crate::var::Var;
 use ember_tensor::{Error, Result, Tensor};
@@ -197,8 +197,10 @@ pub(crate) fn record<O: Op>(op: O, inputs: &[&Var], out: Tensor, versions: Versi
     for v in inputs {
         edges.push(v.node.clone());
     }
+    let flags = any & REQUIRES_GRAD;
+    let flags = flags | release_flags(&op, flags, &out);
     // Extensions see the node in `apply_instrumented`.
-    Ok(new_node(seq, op, edges, any & REQUIRES_GRAD, out, versions))
+    Ok(new_node(seq, op, edges, flags, out, versions))
 }
 
 impl Var {

@@ -14,8 +14,8 @@
 use super::{AdamState, Backend, RmsPropState, Target, View};
 use crate::dtype::Element;
 use crate::layout::Layout;
-use crate::ops::UnaryOp;
 use crate::ops::optim::{AdamStep, RmsPropStep, SgdStep};
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Scalar};
 
@@ -211,6 +211,78 @@ pub(crate) fn channel_norm_backward<B: Backend + ?Sized>(
     let w = Operand::optional(backend, weight)?;
     let w = w.as_ref().map(Operand::view);
     backend.channel_norm_backward(a.view(), g.view(), m.view(), v.view(), w, eps)?.narrow(backend, low)
+}
+
+/// The widened bytes one block of images may take when a kernel over a batch is widened a
+/// block at a time ([`conv2d_weight_grad`]): a few hundred KiB keeps the kernel's blocks
+/// large enough to share between threads while the `f32` copies stay small beside the
+/// 16-bit activations a training step holds.
+const BLOCK_BYTES: usize = 1 << 18;
+
+/// [`Backend::conv2d_weight_grad`] of operands among which a 16-bit one (`low`) is, on
+/// `backend`'s `f32` kernel, widened a block of images at a time: each block's weight
+/// gradient is computed in `f32`, the blocks' sums are added in batch order, and the total
+/// is rounded once. Widening whole operands would hold `f32` copies of the input and of the
+/// output gradient at once, the largest transient of a convolution's backward under
+/// autocast. Batches of one block, and views that are not `[N, C, H, W]`, are widened whole.
+pub(crate) fn conv2d_weight_grad<B: Backend + ?Sized>(
+    backend: &B,
+    low: DType,
+    x: View<'_>,
+    y: View<'_>,
+    geom: &crate::ops::conv::ConvGeometry,
+) -> Result<Storage> {
+    let n = x.1.shape().dims().first().copied().unwrap_or(0);
+    let batched = x.1.rank() == 4 && y.1.rank() == 4 && y.1.shape()[0] == n && n > 0;
+    let per_image = if batched { (x.1.numel() + y.1.numel()) / n * DType::F32.size_in_bytes() } else { 0 };
+    let images = BLOCK_BYTES.checked_div(per_image).unwrap_or(usize::MAX).max(1);
+    if !batched || images >= n {
+        let [a, b] = operands(backend, [x, y])?;
+        return backend.conv2d_weight_grad(a.view(), b.view(), geom)?.narrow(backend, low);
+    }
+    let mut total: Option<Storage> = None;
+    for start in (0..n).step_by(images) {
+        let len = images.min(n - start);
+        let (lx, ly) = (x.1.sliced(0, start, len, 1), y.1.sliced(0, start, len, 1));
+        let [a, b] = operands(backend, [(x.0, &lx), (y.0, &ly)])?;
+        total = Some(add_into(backend, total, backend.conv2d_weight_grad(a.view(), b.view(), geom)?)?);
+    }
+    total.ok_or_else(|| Error::invalid("conv2d_weight_grad", "an empty batch"))?.narrow(backend, low)
+}
+
+/// [`Backend::reduce`] of a 16-bit view (`low`) on `backend`'s `f32` kernel. A sum over the
+/// first dimension (and others), the gradient of a bias, is widened a block of that
+/// dimension at a time, the blocks' `f32` sums added in order and the total rounded once;
+/// other reductions, and views small enough for one block, are widened whole.
+pub(crate) fn reduce<B: Backend + ?Sized>(
+    backend: &B,
+    low: DType,
+    op: ReduceOp,
+    (s, l): View<'_>,
+    dims: &[usize],
+) -> Result<Storage> {
+    let n = l.shape().dims().first().copied().unwrap_or(0);
+    let per_row = l.numel().checked_div(n).unwrap_or(0) * DType::F32.size_in_bytes();
+    let rows = BLOCK_BYTES.checked_div(per_row).unwrap_or(usize::MAX).max(1);
+    if !matches!(op, ReduceOp::Sum) || dims.first() != Some(&0) || rows >= n {
+        let [a] = operands(backend, [(s, l)])?;
+        return backend.reduce(op, a.view(), dims)?.narrow(backend, low);
+    }
+    let mut total: Option<Storage> = None;
+    for start in (0..n).step_by(rows) {
+        let block = l.sliced(0, start, rows.min(n - start), 1);
+        let [a] = operands(backend, [(s, &block)])?;
+        total = Some(add_into(backend, total, backend.reduce(op, a.view(), dims)?)?);
+    }
+    total.ok_or_else(|| Error::invalid(op.name(), "an empty dimension"))?.narrow(backend, low)
+}
+
+/// `sum + part` (the first part when there is no sum yet), in place, in `f32`.
+fn add_into<B: Backend + ?Sized>(backend: &B, sum: Option<Storage>, part: Storage) -> Result<Storage> {
+    let Some(mut sum) = sum else { return Ok(part) };
+    let layout = Layout::contiguous([sum.len()].into());
+    backend.binary_inplace(BinaryOp::Add, &mut sum, &layout, (&part, &layout))?;
+    Ok(sum)
 }
 
 /// Whether an optimizer step on these storages has a 16-bit one, and so runs through this

@@ -188,8 +188,7 @@ impl Backend for CpuBackend {
 
     fn reduce(&self, op: ReduceOp, (s, l): View<'_>, dims: &[usize]) -> Result<Storage> {
         if let Some(low) = low_of([s]) {
-            let [a] = operands(self, [(s, l)])?;
-            return self.reduce(op, a.view(), dims)?.narrow(self, low);
+            return widen::reduce(self, low, op, (s, l), dims);
         }
         let _mode = float_mode::enter();
         let name = op.name();
@@ -507,8 +506,7 @@ impl Backend for CpuBackend {
 
     fn conv2d_weight_grad(&self, (sx, lx): View<'_>, (sy, ly): View<'_>, geom: &ConvGeometry) -> Result<Storage> {
         if let Some(low) = low_of([sx, sy]) {
-            let [x, y] = operands(self, [(sx, lx), (sy, ly)])?;
-            return self.conv2d_weight_grad(x.view(), y.view(), geom)?.narrow(self, low);
+            return widen::conv2d_weight_grad(self, low, (sx, lx), (sy, ly), geom);
         }
         let _mode = float_mode::enter();
         let views = [(sx, lx, Role::Input), (sy, ly, Role::Output)];
@@ -636,10 +634,7 @@ impl Backend for CpuBackend {
     }
 
     fn scatter_planes(&self, (s, l): View<'_>, (si, li): View<'_>, plane: [usize; 2]) -> Result<Storage> {
-        if let Some(low) = low_of([s]) {
-            let [a] = operands(self, [(s, l)])?;
-            return self.scatter_planes(a.view(), (si, li), plane)?.narrow(self, low);
-        }
+        // 16-bit gradients run natively: each plane is summed in f32 and rounded once.
         let (l, li) = check_scatter_planes(s, l, si, li, plane)?;
         let _mode = float_mode::enter();
         wrap(pool::scatter_planes((cpu(s)?, &l), (cpu(si)?, &li), plane))

@@ -8,7 +8,7 @@
 //! are read as slices, and the common 2x2 max pool without dilation has a loop of its own.
 
 use super::binary;
-use crate::dtype::FloatElement;
+use crate::dtype::{Element, FloatElement};
 use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
 use crate::layout::Layout;
 use crate::ops::pool::{AxisTaps, PoolWindows, Resample};
@@ -239,8 +239,59 @@ pub(crate) fn scatter_planes(
     match s {
         CpuStorage::F32(_) => Ok(go::<f32>(s, l, si, li, plane)?.into()),
         CpuStorage::F64(_) => Ok(go::<f64>(s, l, si, li, plane)?.into()),
+        CpuStorage::BF16(_) => Ok(scatter_planes_half::<half::bf16>(s, l, si, li, plane)?.into()),
+        CpuStorage::F16(_) => Ok(scatter_planes_half::<half::f16>(s, l, si, li, plane)?.into()),
         other => Err(Error::dtype("max_pool2d_backward", format!("expected a float input, got {}", other.dtype()))),
     }
+}
+
+/// [`scatter_planes`] of a 16-bit gradient: each plane is summed in an `f32` plane and
+/// rounded once, as widening the gradient to `f32` would give, without a widened copy of
+/// the whole gradient and of the whole result (a training step's largest transient under
+/// autocast).
+fn scatter_planes_half<T: Element>(
+    s: &CpuStorage,
+    l: &Layout,
+    si: &CpuStorage,
+    li: &Layout,
+    plane: [usize; 2],
+) -> Result<Buffer<T>> {
+    let op = "max_pool2d_backward";
+    let (mut hs, mut hi) = (None, None);
+    let src: &[T] = if l.is_contiguous() {
+        let all = s.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} operands", T::DTYPE)))?;
+        &all[l.offset()..l.offset() + l.numel()]
+    } else {
+        let held: &CpuStorage = hs.insert(binary::cast(s, l, T::DTYPE)?);
+        held.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} operands", T::DTYPE)))?
+    };
+    let at = indices(op, si, li, &mut hi)?;
+    let count = l.shape()[0] * l.shape()[1];
+    let (len, from) = (plane[0] * plane[1], l.shape()[2] * l.shape()[3]);
+    let mut out = Buffer::<T>::zeros(op, count * len)?;
+    let po = Out(out.as_mut_ptr());
+    let bad = AtomicBool::new(false);
+    for_planes(count, from, |run| {
+        let mut acc = vec![0f32; len];
+        for p in run {
+            acc.fill(0.0);
+            for (v, &i) in src[p * from..(p + 1) * from].iter().zip(&at[p * from..(p + 1) * from]) {
+                match acc.get_mut(i as usize) {
+                    Some(d) if i >= 0 => *d += v.to_f32(),
+                    _ => bad.store(true, Ordering::Relaxed),
+                }
+            }
+            // SAFETY: plane `p` of the output belongs to this call alone.
+            let dst = unsafe { po.plane(p, len) };
+            for (d, &a) in dst.iter_mut().zip(&acc) {
+                *d = T::from_f32(a);
+            }
+        }
+    });
+    if bad.load(Ordering::Relaxed) {
+        return Err(Error::index(op, format!("an index outside planes of {len} elements")));
+    }
+    Ok(out)
 }
 
 /// The adjoint of [`scatter_planes`]: `out[p] = src[index[p]]` within each plane

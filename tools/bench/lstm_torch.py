@@ -8,27 +8,35 @@ Prints the median step time and the throughput in the example's format:
     lstm step_ms=... samples_per_s=...
 
 Run with the PyTorch venv: .venv-torch/bin/python tools/bench/lstm_torch.py
+[--hidden H] [--batch B] [--reps R]: the options of ember's example, with the same defaults.
 """
 
+import argparse
 import statistics
 import time
 
 import torch
 
-BATCH, STEPS, INPUT, HIDDEN = 64, 28, 28, 128
-WARMUP, REPS = 3, 20
+STEPS, INPUT = 28, 28
+WARMUP = 3
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args()
+    batch, hidden = args.batch, args.hidden
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    lstm = torch.nn.LSTM(INPUT, HIDDEN, batch_first=True)
-    head = torch.nn.Linear(HIDDEN, 10)
-    x = torch.randn(BATCH, STEPS, INPUT)
-    y = torch.arange(BATCH) % 10
+    lstm = torch.nn.LSTM(INPUT, hidden, batch_first=True)
+    head = torch.nn.Linear(hidden, 10)
+    x = torch.randn(batch, STEPS, INPUT)
+    y = torch.arange(batch) % 10
     params = list(lstm.parameters()) + list(head.parameters())
     times = []
-    for rep in range(WARMUP + REPS):
+    for rep in range(WARMUP + max(1, args.reps)):
         start = time.perf_counter()
         _, (h_n, _) = lstm(x)
         loss = torch.nn.functional.cross_entropy(head(h_n[0]), y)
@@ -40,7 +48,7 @@ def main():
         if rep >= WARMUP:
             times.append(time.perf_counter() - start)
     step = statistics.median(times)
-    print(f"lstm step_ms={step * 1e3:.3f} samples_per_s={BATCH / step:.0f}")
+    print(f"lstm step_ms={step * 1e3:.3f} samples_per_s={batch / step:.0f}")
 
 
 if __name__ == "__main__":

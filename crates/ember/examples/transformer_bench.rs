@@ -1,7 +1,9 @@
 //! Transformer encoder training speed: 4 `TransformerEncoderLayer`s (d_model 128, 4 heads,
 //! feed-forward 512, batch first, dropout 0) over sequences of 64 on a batch of 32, the
 //! mean over the sequence, a `Linear(128, 10)` head, cross-entropy, backward and an Adam
-//! step, at 2 threads. The counterpart of tools/bench/transformer_torch.py.
+//! step, at 2 threads. The counterpart of tools/bench/transformer_torch.py, which takes the
+//! same shape options: `--d-model D` (heads D / 32, feed-forward 4 D), `--seq`, `--batch`,
+//! `--layers`, and `--reps` (timed steps; tools/bench/transformer_grid.sh sets it per shape).
 //!
 //! Prints the median step time, the training throughput and the step's activation memory:
 //!
@@ -31,14 +33,7 @@ use ember::optim::{Adam, AdamConfig, Optimizer};
 use ember::{Result, Tensor, manual_seed};
 use std::time::Instant;
 
-const BATCH: usize = 32;
-const SEQ: usize = 64;
-const D_MODEL: usize = 128;
-const HEADS: usize = 4;
-const FF: usize = 512;
-const LAYERS: usize = 4;
 const WARMUP: usize = 3;
-const REPS: usize = 15;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -54,6 +49,21 @@ struct Args {
     /// The device: `cpu`, or `torch-cpu` (PyTorch's CPU kernels, the `libtorch` feature).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// The model width; the layers have d_model / 32 heads and a 4 x d_model feed-forward.
+    #[arg(long, default_value_t = 128)]
+    d_model: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 64)]
+    seq: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Encoder layers.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Timed steps (after 3 untimed ones); the median is reported.
+    #[arg(long, default_value_t = 15)]
+    reps: usize,
 }
 
 fn main() -> Result<()> {
@@ -63,19 +73,22 @@ fn main() -> Result<()> {
     device
         .check_available()
         .map_err(|e| ember::Error::invalid("transformer_bench", format!("--device {device}: {e}")))?;
+    let (batch, seq, d_model, layers) = (args.batch, args.seq, args.d_model, args.layers);
+    // PyTorch's counterpart keeps the head width at 32 (4 heads at d_model 128).
+    let heads = (d_model / 32).max(1);
     // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
     let amp = Amp::new(args.amp.amp, device).without_scaler();
     ember::tensor::threading::set_num_threads(2)?;
     manual_seed(0);
     let options =
-        TransformerLayerOptions { dim_feedforward: FF, dropout: 0.0, batch_first: true, ..Default::default() };
+        TransformerLayerOptions { dim_feedforward: 4 * d_model, dropout: 0.0, batch_first: true, ..Default::default() };
     let encoder =
-        TransformerEncoder::new(TransformerEncoderLayer::with_options(D_MODEL, HEADS, options)?, LAYERS, None)?;
-    let head = Linear::new(D_MODEL, 10)?;
+        TransformerEncoder::new(TransformerEncoderLayer::with_options(d_model, heads, options)?, layers, None)?;
+    let head = Linear::new(d_model, 10)?;
     encoder.to_device(device)?;
     head.to_device(device)?;
-    let x = Var::new(Tensor::randn([BATCH, SEQ, D_MODEL])?.to_device(device)?);
-    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?.to_device(device)?;
+    let x = Var::new(Tensor::randn([batch, seq, d_model])?.to_device(device)?);
+    let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch])?.to_device(device)?;
     let params: Vec<Var> = encoder.parameters().into_iter().chain(head.parameters()).collect();
     let mut adam = Adam::new(params, AdamConfig { lr: 1e-4, ..Default::default() })?;
     let step = |adam: &mut Adam| -> Result<()> {
@@ -88,7 +101,7 @@ fn main() -> Result<()> {
         adam.step()
     };
     let mut times = Vec::new();
-    for rep in 0..WARMUP + REPS {
+    for rep in 0..WARMUP + args.reps.max(1) {
         let start = Instant::now();
         step(&mut adam)?;
         if rep >= WARMUP {
@@ -102,6 +115,6 @@ fn main() -> Result<()> {
     }
     let t = median(times);
     let activation = common::amp::activation_bytes(|| step(&mut adam))?;
-    println!("transformer step_ms={:.3} samples_per_s={:.0} activation_bytes={activation}", t * 1e3, BATCH as f64 / t);
+    println!("transformer step_ms={:.3} samples_per_s={:.0} activation_bytes={activation}", t * 1e3, batch as f64 / t);
     Ok(())
 }

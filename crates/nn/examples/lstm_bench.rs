@@ -6,21 +6,57 @@
 //!
 //!     lstm step_ms=... samples_per_s=...
 //!
-//! Run: `cargo run --release -p ember-nn --example lstm_bench` (with `EMBER_PROFILE=1`, also
-//! a per-operation profile of one step). `--device D` runs it on another device (default
-//! `cpu`; `torch-cpu` needs `--features ember-tensor/libtorch`).
+//! Run: `cargo run --release -p ember-nn --example lstm_bench -- [--hidden H] [--batch B]
+//! [--reps R] [--device D]` (defaults 128, 64, 20 timed steps, `cpu`; `torch-cpu` needs
+//! `--features ember-tensor/libtorch`; tools/bench/lstm_torch.py takes the same shape options).
+//! With `EMBER_PROFILE=1`, also a per-operation profile of one step.
 
 use ember_autograd::{Var, no_grad};
 use ember_nn::{CrossEntropyOptions, LSTM, Linear, Module, RnnOptions, cross_entropy};
 use ember_tensor::{Device, Error, Result, Tensor, manual_seed};
 use std::time::Instant;
 
-const BATCH: usize = 64;
 const STEPS: usize = 28;
 const INPUT: usize = 28;
-const HIDDEN: usize = 128;
 const WARMUP: usize = 3;
-const REPS: usize = 20;
+
+/// The shape and length of the run: `--hidden`, `--batch`, `--reps`.
+struct Args {
+    hidden: usize,
+    batch: usize,
+    reps: usize,
+}
+
+impl Args {
+    /// Reads `--hidden H --batch B --reps R` (any order, each optional).
+    fn parse() -> Result<Args> {
+        let mut args = Args { hidden: 128, batch: 64, reps: 20 };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let slot = match flag.as_str() {
+                "--hidden" => &mut args.hidden,
+                "--batch" => &mut args.batch,
+                "--reps" => &mut args.reps,
+                // Read by `device_arg`.
+                "--device" => {
+                    it.next();
+                    continue;
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "lstm_bench",
+                        format!("unknown argument {flag:?} (--hidden, --batch, --reps, --device)"),
+                    ));
+                }
+            };
+            let value = it.next().ok_or_else(|| Error::invalid("lstm_bench", format!("{flag} needs a value")))?;
+            *slot = value
+                .parse()
+                .map_err(|_| Error::invalid("lstm_bench", format!("{flag} takes a positive integer, got {value:?}")))?;
+        }
+        Ok(args)
+    }
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -40,18 +76,19 @@ fn device_arg() -> Result<Device> {
 }
 
 fn main() -> Result<()> {
+    let Args { hidden, batch, reps } = Args::parse()?;
     let device = device_arg()?;
     ember_tensor::threading::set_num_threads(2)?;
     manual_seed(0);
-    let lstm = LSTM::with_options(INPUT, HIDDEN, RnnOptions::default().batch_first(true))?;
-    let head = Linear::new(HIDDEN, 10)?;
+    let lstm = LSTM::with_options(INPUT, hidden, RnnOptions::default().batch_first(true))?;
+    let head = Linear::new(hidden, 10)?;
     lstm.to_device(device)?;
     head.to_device(device)?;
-    let x = Var::new(Tensor::randn([BATCH, STEPS, INPUT])?.to_device(device)?);
-    let y = Tensor::from_vec((0..BATCH as i64).map(|i| i % 10).collect::<Vec<_>>(), [BATCH])?.to_device(device)?;
+    let x = Var::new(Tensor::randn([batch, STEPS, INPUT])?.to_device(device)?);
+    let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch])?.to_device(device)?;
     let params: Vec<Var> = lstm.parameters().into_iter().chain(head.parameters()).collect();
     let mut times = Vec::new();
-    for rep in 0..WARMUP + REPS {
+    for rep in 0..WARMUP + reps.max(1) {
         let start = Instant::now();
         let out = lstm.run(&x, None)?;
         let logits = head.forward(&out.h_n.select(0, 0)?)?;
@@ -81,6 +118,6 @@ fn main() -> Result<()> {
         println!("{}", prof.table());
     }
     let step = median(times);
-    println!("lstm step_ms={:.3} samples_per_s={:.0}", step * 1e3, BATCH as f64 / step);
+    println!("lstm step_ms={:.3} samples_per_s={:.0}", step * 1e3, batch as f64 / step);
     Ok(())
 }

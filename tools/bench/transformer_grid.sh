@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Transformer encoder training speed over a grid of shapes, ember vs PyTorch, both at 2
+# threads, in interleaved sets (the protocol of tools/bench/sets.py):
+#
+#   tools/bench/transformer_grid.sh [SETS]      (default 3)
+#
+# The workload of tools/bench/transformer_compare.sh (4 encoder layers, heads d_model / 32,
+# feed-forward 4 x d_model, dropout 0, batch first, mean pooling, a Linear head, cross
+# entropy, Adam) at d_model {64, 256} x sequence {32, 256} x batch {16, 64}. Each set runs
+# every shape once, ember and PyTorch back to back (ember first in odd sets), with a host
+# probe per set; the step counts below keep each run near 2-4 s. One table: per shape, both
+# sides' median samples/s, the median and the minimum ratio. Not part of CI: it needs
+# PyTorch (PYTHON, default .venv-torch/bin/python).
+# `EMBER_BIN=path` times that binary instead of building the example.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+sets="${1:-3}"
+python="${PYTHON:-.venv-torch/bin/python}"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+# d_model seq batch timed-steps
+shapes=(
+    "64 32 16 60"
+    "64 32 64 30"
+    "64 256 16 15"
+    "64 256 64 6"
+    "256 32 16 30"
+    "256 32 64 12"
+    "256 256 16 6"
+    "256 256 64 3"
+)
+
+# EMBER_BIN: an already built `transformer_bench` to time instead (a build kept from before a change).
+bin="${EMBER_BIN:-}"
+if [[ -z "$bin" ]]; then
+    cargo build --release -q -p ember --example transformer_bench
+    bin="${CARGO_TARGET_DIR:-target}/release/examples/transformer_bench"
+fi
+step_ms() { sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$1"; }
+for s in $(seq 1 "$sets"); do
+    printf '#probe\t%s\t%s\n' "$s" "$(python3 tools/bench/sets.py probe)" >>"$out/sets.tsv"
+    for shape in "${shapes[@]}"; do
+        read -r d seq batch reps <<<"$shape"
+        args=(--d-model "$d" --seq "$seq" --batch "$batch" --reps "$reps")
+        if (( s % 2 )); then
+            "$bin" "${args[@]}" >"$out/ember"
+            "$python" tools/bench/transformer_torch.py "${args[@]}" >"$out/torch"
+        else
+            "$python" tools/bench/transformer_torch.py "${args[@]}" >"$out/torch"
+            "$bin" "${args[@]}" >"$out/ember"
+        fi
+        # samples/s from the median step time, as transformer_compare.sh reports it
+        python3 -c 'import sys; b, e, t = map(float, sys.argv[2:]); print(f"{sys.argv[1]}\t{b * 1e3 / e}\t{b * 1e3 / t}")' \
+            "4x$d, seq $seq, batch $batch" "$batch" "$(step_ms "$out/ember")" "$(step_ms "$out/torch")" >>"$out/sets.tsv"
+    done
+done
+python3 tools/bench/sets.py summarise --unit samples/s --command "tools/bench/transformer_grid.sh $sets" "$out/sets.tsv"

@@ -7,7 +7,8 @@
 # The workload of tools/bench/lstm_compare.sh (LSTM(28, hidden) over 28 steps, a Linear
 # head on the last hidden state, cross entropy, backward, SGD) at hidden {64, 256} x batch
 # {16, 64}. Each set runs every shape once, ember and PyTorch back to back (ember first in
-# odd sets), with a host probe per set; the step counts below keep each run near 2-4 s. One
+# odd sets), with a host probe per set; the step counts below aim at runs of 2-4 s on a
+# quiet machine (REPS_SCALE=x multiplies them: a quick look on a busy machine). One
 # table: per shape, both sides' median samples/s, the median and the minimum ratio. Not part
 # of CI: it needs PyTorch (PYTHON, default .venv-torch/bin/python). `EMBER_BIN=path` times
 # that binary instead of building the example.
@@ -20,10 +21,10 @@ trap 'rm -rf "$out"' EXIT
 
 # hidden batch timed-steps
 shapes=(
-    "64 16 200"
-    "64 64 100"
-    "256 16 60"
-    "256 64 30"
+    "64 16 1500"
+    "64 64 700"
+    "256 16 150"
+    "256 64 60"
 )
 
 # EMBER_BIN: an already built `lstm_bench` to time instead (a build kept from before a change).
@@ -37,6 +38,7 @@ for s in $(seq 1 "$sets"); do
     printf '#probe\t%s\t%s\n' "$s" "$(python3 tools/bench/sets.py probe)" >>"$out/sets.tsv"
     for shape in "${shapes[@]}"; do
         read -r hidden batch reps <<<"$shape"
+        reps=$(python3 -c 'import sys; print(max(1, round(int(sys.argv[1]) * float(sys.argv[2]))))' "$reps" "${REPS_SCALE:-1}")
         args=(--hidden "$hidden" --batch "$batch" --reps "$reps")
         if (( s % 2 )); then
             "$bin" "${args[@]}" >"$out/ember"

@@ -8,7 +8,9 @@
 # feed-forward 4 x d_model, dropout 0, batch first, mean pooling, a Linear head, cross
 # entropy, Adam) at d_model {64, 256} x sequence {32, 256} x batch {16, 64}. Each set runs
 # every shape once, ember and PyTorch back to back (ember first in odd sets), with a host
-# probe per set; the step counts below keep each run near 2-4 s. One table: per shape, both
+# probe per set; the step counts below aim at runs of 2-4 s on a quiet machine (the
+# largest shapes' runs are longer: three untimed steps come first), REPS_SCALE=x
+# multiplies them (a quick look on a busy machine: REPS_SCALE=0.2). One table: per shape, both
 # sides' median samples/s, the median and the minimum ratio. Not part of CI: it needs
 # PyTorch (PYTHON, default .venv-torch/bin/python).
 # `EMBER_BIN=path` times that binary instead of building the example.
@@ -21,14 +23,14 @@ trap 'rm -rf "$out"' EXIT
 
 # d_model seq batch timed-steps
 shapes=(
-    "64 32 16 60"
-    "64 32 64 30"
-    "64 256 16 15"
+    "64 32 16 150"
+    "64 32 64 50"
+    "64 256 16 20"
     "64 256 64 6"
-    "256 32 16 30"
-    "256 32 64 12"
-    "256 256 16 6"
-    "256 256 64 3"
+    "256 32 16 25"
+    "256 32 64 8"
+    "256 256 16 3"
+    "256 256 64 2"
 )
 
 # EMBER_BIN: an already built `transformer_bench` to time instead (a build kept from before a change).
@@ -42,6 +44,7 @@ for s in $(seq 1 "$sets"); do
     printf '#probe\t%s\t%s\n' "$s" "$(python3 tools/bench/sets.py probe)" >>"$out/sets.tsv"
     for shape in "${shapes[@]}"; do
         read -r d seq batch reps <<<"$shape"
+        reps=$(python3 -c 'import sys; print(max(1, round(int(sys.argv[1]) * float(sys.argv[2]))))' "$reps" "${REPS_SCALE:-1}")
         args=(--d-model "$d" --seq "$seq" --batch "$batch" --reps "$reps")
         if (( s % 2 )); then
             "$bin" "${args[@]}" >"$out/ember"

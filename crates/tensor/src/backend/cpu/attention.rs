@@ -20,7 +20,7 @@
 use super::block::block_product;
 use super::contiguous::Contiguous;
 use crate::dtype::FloatElement;
-use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
+use crate::host::iter::{GRAIN_CHEAP, par_for, par_for_heavy, threads};
 use crate::layout::Layout;
 use crate::ops::attention::{Attention, OP};
 use crate::storage::{Buffer, CpuStorage};
@@ -35,6 +35,24 @@ const BK: usize = 256;
 /// Multiply-adds below which a call runs on the calling thread: waking helpers costs tens
 /// of microseconds, more than a few small heads take.
 const PARALLEL_WORK: usize = 1 << 18;
+
+/// Multiply-adds of a task from which its loop always offers its tasks to the helper
+/// threads (`par_for_heavy`, tens of microseconds a task): the thread tuner's solo probes
+/// would otherwise run dozens of such loops, a layer's whole attention each, on one thread.
+const HEAVY_TASK: usize = 1 << 18;
+
+/// Runs `task` for `0..n`: on the calling thread for small calls (`work` multiply-adds in
+/// all), else in parallel, always shared with the helpers when each task does
+/// `task_work` multiply-adds or more.
+fn run_tasks(n: usize, work: usize, task_work: usize, task: impl Fn(usize) + Sync) {
+    if n <= 1 || threads() <= 1 || work < PARALLEL_WORK {
+        (0..n).for_each(task);
+    } else if task_work >= HEAVY_TASK {
+        par_for_heavy(n, task);
+    } else {
+        par_for(n, task);
+    }
+}
 
 /// The mask as the kernel reads it.
 enum Mask<'a, T> {
@@ -202,7 +220,9 @@ fn forward_typed<T: FloatElement>(
         // SAFETY: task (b, qb) alone writes rows i0..i0 + rows of batch b.
         let (acc, lrow) = unsafe { (po.part((b * d.l + i0) * d.ev, rows * d.ev), pl.part(b * d.l + i0, rows)) };
         let qm = &q[(b * d.l + i0) * d.e..];
-        let mut s = vec![T::ZERO; rows * BK];
+        // Only as many columns as there are keys: a short sequence's block is small, and a
+        // full `BK`-wide one would be zeroed for nothing.
+        let mut s = vec![T::ZERO; rows * BK.min(d.s)];
         let mut m = vec![neg; rows];
         let mut sum = vec![T::ZERO; rows];
         let keys = d.keys(i0, rows, spec.causal);
@@ -248,12 +268,9 @@ fn forward_typed<T: FloatElement>(
             }
         }
     };
-    let n = d.batch * blocks;
-    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
-        par_for(n, task);
-    } else {
-        (0..n).for_each(task);
-    }
+    // A task is one block of query rows against every key.
+    let task_work = BQ.min(d.l).saturating_mul(d.s).saturating_mul(d.e + d.ev);
+    run_tasks(d.batch * blocks, d.work(), task_work, task);
     Ok((out, lse))
 }
 
@@ -287,8 +304,11 @@ fn backward_typed<T: FloatElement>(
         let (b, c) = (t / chunks, t % chunks);
         // SAFETY: chunk (b, c) alone writes partial sum b * chunks + c of dk and dv.
         let (dkp, dvp) = unsafe { (pk.part(t * d.s * d.e, d.s * d.e), pv.part(t * d.s * d.ev, d.s * d.ev)) };
-        // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack.
-        let (mut p, mut ds) = (vec![T::ZERO; BQ * BK].into_boxed_slice(), vec![T::ZERO; BQ * BK].into_boxed_slice());
+        // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack. No
+        // larger than the call's blocks: for short sequences a full `BQ x BK` block would be
+        // mostly zeroed for nothing.
+        let block = BQ.min(d.l) * BK.min(d.s);
+        let (mut p, mut ds) = (vec![T::ZERO; block].into_boxed_slice(), vec![T::ZERO; block].into_boxed_slice());
         let mut dd = [T::ZERO; BQ];
         for qb in c * per_chunk..((c + 1) * per_chunk).min(blocks) {
             let i0 = qb * BQ;
@@ -333,12 +353,9 @@ fn backward_typed<T: FloatElement>(
             }
         }
     };
-    let n = d.batch * chunks;
-    if n > 1 && threads() > 1 && d.work() >= PARALLEL_WORK {
-        par_for(n, task);
-    } else {
-        (0..n).for_each(task);
-    }
+    // A chunk is `per_chunk` query blocks against every key, twice the forward's products.
+    let task_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(2 * (d.e + d.ev));
+    run_tasks(d.batch * chunks, d.work(), task_work, task);
     Ok([dq, sum_chunks(dk, chunks, d.s * d.e)?, sum_chunks(dv, chunks, d.s * d.ev)?])
 }
 

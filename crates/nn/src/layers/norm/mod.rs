@@ -120,6 +120,11 @@ fn check_eps(op: &'static str, eps: f64) -> Result<()> {
 
 /// `(x - mean) / sqrt(var + eps) * weight + bias` with given (constant) statistics `[C]`:
 /// the evaluation mode of batch and instance norm, built from `Var` operations.
+///
+/// Computed as PyTorch's evaluation kernel does, `x * scale + shift` with the per-channel
+/// `scale = weight / sqrt(var + eps)` and `shift = bias - mean * scale`: two passes over `x`
+/// instead of four (a subtraction, two products and a sum), which in a ResNet's inference
+/// were a sixth of the time.
 fn normalize_with(
     x: &Var,
     mean: &Tensor,
@@ -129,10 +134,17 @@ fn normalize_with(
     eps: f64,
 ) -> Result<Var> {
     let shape = channel_shape(x.shape().rank(), x.shape()[1]);
-    let invstd = var.add_scalar(eps).rsqrt().reshape(shape.as_slice())?;
-    let mut y = x.sub(&Var::new(mean.reshape(shape.as_slice())?))?.mul(&Var::new(invstd))?;
-    affine(&mut y, weight, bias)?;
-    Ok(y)
+    let invstd = Var::new(var.add_scalar(eps).rsqrt());
+    let scale = match weight {
+        Some(w) => w.mul(&invstd)?,
+        None => invstd,
+    };
+    let shifted_mean = scale.mul(&Var::new(mean.clone()))?;
+    let shift = match bias {
+        Some(b) => b.sub(&shifted_mean)?,
+        None => -&shifted_mean,
+    };
+    x.mul(&scale.reshape(shape.as_slice())?)?.add(&shift.reshape(shape.as_slice())?)
 }
 
 /// `y * weight + bias` per channel (dimension 1), for whichever of the two are given.

@@ -33,23 +33,10 @@ if [[ -z "$bin" ]]; then
     cargo build --release -q -p ember-nn --example lstm_bench
     bin="${CARGO_TARGET_DIR:-target}/release/examples/lstm_bench"
 fi
-step_ms() { sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$1"; }
-for s in $(seq 1 "$sets"); do
-    printf '#probe\t%s\t%s\n' "$s" "$(python3 tools/bench/sets.py probe)" >>"$out/sets.tsv"
-    for shape in "${shapes[@]}"; do
-        read -r hidden batch reps <<<"$shape"
-        reps=$(python3 -c 'import sys; print(max(1, round(int(sys.argv[1]) * float(sys.argv[2]))))' "$reps" "${REPS_SCALE:-1}")
-        args=(--hidden "$hidden" --batch "$batch" --reps "$reps")
-        if (( s % 2 )); then
-            "$bin" "${args[@]}" >"$out/ember"
-            "$python" tools/bench/lstm_torch.py "${args[@]}" >"$out/torch"
-        else
-            "$python" tools/bench/lstm_torch.py "${args[@]}" >"$out/torch"
-            "$bin" "${args[@]}" >"$out/ember"
-        fi
-        # samples/s from the median step time, as lstm_compare.sh reports it
-        python3 -c 'import sys; b, e, t = map(float, sys.argv[2:]); print(f"{sys.argv[1]}\t{b * 1e3 / e}\t{b * 1e3 / t}")' \
-            "LSTM(28, $hidden), T=28, batch $batch" "$batch" "$(step_ms "$out/ember")" "$(step_ms "$out/torch")" >>"$out/sets.tsv"
-    done
-done
-python3 tools/bench/sets.py summarise --unit samples/s --command "tools/bench/lstm_grid.sh $sets" "$out/sets.tsv"
+source tools/bench/grid_sets.sh
+grid_shape() { # HIDDEN BATCH REPS
+    args=(--hidden "$1" --batch "$2" --reps "$3")
+    name="LSTM(28, $1), T=28, batch $2"
+    batch="$2"
+}
+grid_sets tools/bench/lstm_torch.py "tools/bench/lstm_grid.sh $sets"

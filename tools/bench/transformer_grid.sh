@@ -39,23 +39,10 @@ if [[ -z "$bin" ]]; then
     cargo build --release -q -p ember --example transformer_bench
     bin="${CARGO_TARGET_DIR:-target}/release/examples/transformer_bench"
 fi
-step_ms() { sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$1"; }
-for s in $(seq 1 "$sets"); do
-    printf '#probe\t%s\t%s\n' "$s" "$(python3 tools/bench/sets.py probe)" >>"$out/sets.tsv"
-    for shape in "${shapes[@]}"; do
-        read -r d seq batch reps <<<"$shape"
-        reps=$(python3 -c 'import sys; print(max(1, round(int(sys.argv[1]) * float(sys.argv[2]))))' "$reps" "${REPS_SCALE:-1}")
-        args=(--d-model "$d" --seq "$seq" --batch "$batch" --reps "$reps")
-        if (( s % 2 )); then
-            "$bin" "${args[@]}" >"$out/ember"
-            "$python" tools/bench/transformer_torch.py "${args[@]}" >"$out/torch"
-        else
-            "$python" tools/bench/transformer_torch.py "${args[@]}" >"$out/torch"
-            "$bin" "${args[@]}" >"$out/ember"
-        fi
-        # samples/s from the median step time, as transformer_compare.sh reports it
-        python3 -c 'import sys; b, e, t = map(float, sys.argv[2:]); print(f"{sys.argv[1]}\t{b * 1e3 / e}\t{b * 1e3 / t}")' \
-            "4x$d, seq $seq, batch $batch" "$batch" "$(step_ms "$out/ember")" "$(step_ms "$out/torch")" >>"$out/sets.tsv"
-    done
-done
-python3 tools/bench/sets.py summarise --unit samples/s --command "tools/bench/transformer_grid.sh $sets" "$out/sets.tsv"
+source tools/bench/grid_sets.sh
+grid_shape() { # D_MODEL SEQ BATCH REPS
+    args=(--d-model "$1" --seq "$2" --batch "$3" --reps "$4")
+    name="4x$1, seq $2, batch $3"
+    batch="$3"
+}
+grid_sets tools/bench/transformer_torch.py "tools/bench/transformer_grid.sh $sets"

@@ -89,7 +89,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   python3 -m venv "$VENV"
 fi
 
-installed=$("$VENV/bin/python" -m pip show torch 2>/dev/null | sed -n 's/^Version: //p' | cut -d+ -f1)
+# `pip show` fails when torch is not installed; under `pipefail` that must not end the script.
+installed=$({ "$VENV/bin/python" -m pip show torch 2>/dev/null || true; } | sed -n 's/^Version: //p' | cut -d+ -f1)
 if [[ "$installed" == "$TORCH_VERSION" ]]; then
   echo "torch $TORCH_VERSION already installed in $VENV" >&2
   # An install without dependencies whose link folder is missing (an interrupted run).

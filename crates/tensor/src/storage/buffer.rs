@@ -92,7 +92,7 @@ impl<T: BufferElement> Buffer<T> {
         len.checked_mul(std::mem::size_of::<T>())
             .filter(|&b| b <= isize::MAX as usize / 2)
             .map(cache::rounded)
-            .ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })
+            .ok_or_else(|| Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })
     }
 
     // Inlined: a tiny buffer is returned by value through every kernel layer, and built
@@ -104,7 +104,13 @@ impl<T: BufferElement> Buffer<T> {
             return Ok(Buffer { ptr: None, len, inline, _t: std::marker::PhantomData });
         }
         let bytes = Self::bytes_for(op, len)?;
-        let p = cache::alloc_block(bytes, zeroed).ok_or(Error::Alloc { op, elements: len, dtype: T::DTYPE.name() })?;
+        // The error is built only on failure: built eagerly, it is dropped (through the error
+        // type's drop glue) on every allocation.
+        let p = cache::alloc_block(bytes, zeroed).ok_or_else(|| Error::Alloc {
+            op,
+            elements: len,
+            dtype: T::DTYPE.name(),
+        })?;
         Ok(Buffer { ptr: Some(p.cast()), len, inline, _t: std::marker::PhantomData })
     }
 

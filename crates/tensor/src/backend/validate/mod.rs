@@ -34,6 +34,14 @@ pub(crate) fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
 /// elements and its element count is representable. An empty layout reads nothing, so any
 /// offset passes.
 pub(crate) fn layout_fits(op: &'static str, layout: &Layout, len: usize) -> Result<()> {
+    if fits_nonempty(layout, len) {
+        return Ok(());
+    }
+    layout_fits_checked(op, layout, len)
+}
+
+/// [`layout_fits`] check by check, each failure worded for the user.
+fn layout_fits_checked(op: &'static str, layout: &Layout, len: usize) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::invalid(
             op,
@@ -55,6 +63,32 @@ pub(crate) fn layout_fits(op: &'static str, layout: &Layout, len: usize) -> Resu
         Some(end) if end <= len => Ok(()),
         _ => bad("reaches outside"),
     }
+}
+
+/// Whether a layout with no empty dimension passes every check of [`layout_fits_checked`],
+/// in one pass over the dimensions instead of three (element count, emptiness, extent):
+/// this runs for every operand of every kernel. `false` sends the layout through the full
+/// checks, which also handle empty layouts and word the errors.
+#[inline]
+fn fits_nonempty(layout: &Layout, len: usize) -> bool {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    if strides.len() != shape.len() {
+        return false;
+    }
+    let mut numel = 1usize;
+    let mut last = layout.offset();
+    for (&d, &s) in shape.iter().zip(strides) {
+        if d == 0 {
+            return false;
+        }
+        let (Some(n), Some(l)) = (numel.checked_mul(d), (d - 1).checked_mul(s).and_then(|span| last.checked_add(span)))
+        else {
+            return false;
+        };
+        numel = n;
+        last = l;
+    }
+    numel <= MAX_NUMEL && last < len
 }
 
 /// The layout to run a kernel with, after checking that `l` fits `s` ([`layout_fits`]).
@@ -270,5 +304,38 @@ mod tests {
         // A stride count that does not match the rank can only come from inside the crate.
         let ragged = Layout { shape: Shape::from([2, 2]), strides: Strides::from_slice(&[1]), offset: 0 };
         assert!(layout_fits("t", &ragged, 100).is_err());
+    }
+
+    /// The one-pass check accepts exactly the non-empty layouts that the full checks accept.
+    #[test]
+    fn the_fast_check_agrees_with_the_full_checks() {
+        let extents = [0, 1, 2, 3, 7];
+        let strides = [0, 1, 2, 5, usize::MAX / 2, usize::MAX];
+        let mut checked = 0;
+        for &a in &extents {
+            for &b in &extents {
+                for &sa in &strides {
+                    for &sb in &strides {
+                        for offset in [0, 1, 4, usize::MAX - 1] {
+                            for len in [0, 1, 6, 12, 40, usize::MAX] {
+                                let l =
+                                    Layout::new(Shape::from([a, b]), Strides::from_slice(&[sa, sb]), offset).unwrap();
+                                let full = layout_fits_checked("t", &l, len).is_ok();
+                                let fast = fits_nonempty(&l, len);
+                                assert!(!fast || full, "the fast check accepted {l:?} over {len}");
+                                assert_eq!(fast, full && a * b != 0, "{l:?} over {len}");
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 5 * 5 * 6 * 6 * 4 * 6);
+        // More elements than a tensor may hold, with an extent that fits.
+        let wide = Layout::new(Shape::from([MAX_NUMEL + 1]), Strides::from_slice(&[0]), 0).unwrap();
+        assert!(!fits_nonempty(&wide, 1) && layout_fits_checked("t", &wide, 1).is_err());
+        let rank0 = Layout::contiguous(Shape::scalar());
+        assert!(fits_nonempty(&rank0, 1) && !fits_nonempty(&rank0, 0));
     }
 }

@@ -334,9 +334,24 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
         }
         POOL_MISSES.fetch_add(1, Ordering::Relaxed);
     }
-    // Fresh memory is always zeroed so that every buffer holds initialised values.
-    // SAFETY: `bytes > 0` and the layout is valid.
-    let p = unsafe { alloc::alloc_zeroed(block_layout(bytes)) };
+    // Fresh memory is always zeroed so that every buffer holds initialised values. A small
+    // block is allocated and cleared here rather than by `alloc_zeroed`: glibc's `calloc`
+    // bypasses its per-thread cache, so every small tensor's buffer went through the slow
+    // bins on both allocation and free. (`black_box` keeps the compiler from fusing the
+    // allocation and the clearing back into a `calloc`.)
+    // SAFETY: `bytes > 0` and the layout is valid; a block that was granted has `bytes`
+    // bytes to clear.
+    let p = unsafe {
+        if bytes < POOL_MIN_BYTES {
+            let p = std::hint::black_box(alloc::alloc(block_layout(bytes)));
+            if !p.is_null() {
+                std::ptr::write_bytes(p, 0, bytes);
+            }
+            p
+        } else {
+            alloc::alloc_zeroed(block_layout(bytes))
+        }
+    };
     let p = NonNull::new(p);
     if p.is_none() && bytes >= TRACK_MIN_BYTES {
         LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);

@@ -73,13 +73,30 @@ impl Graph {
         if let Some(&i) = self.index.get(&k) {
             return (i, false);
         }
-        let i = self.nodes.len();
-        self.nodes.push(n.clone());
-        self.edges.push(SmallVec::new());
-        self.graph_refs.push(0);
+        let i = self.push(n.clone());
         self.index.insert(k, i);
         (i, true)
     }
+
+    /// Adds `n` without indexing it, for a node that no other edge of the graph reaches
+    /// (see [`reached_once`]); its local index.
+    fn push(&mut self, n: NodeRef) -> usize {
+        let i = self.nodes.len();
+        self.nodes.push(n);
+        self.edges.push(SmallVec::new());
+        self.graph_refs.push(0);
+        i
+    }
+}
+
+/// Whether `input`, a reference just taken from one edge of the graph (a recorded input or
+/// a redirect's target), is reached by no other: every edge that leads to a node holds a
+/// strong reference to it, so a node reached twice has at least three (two edges and the
+/// one in hand). Edges are fixed once recorded and new consumers never join a graph that
+/// already exists, so the count cannot hide a second edge. Such a node is not indexed:
+/// in a chain, hashing every node was half of what discovering it cost.
+fn reached_once(input: &NodeRef) -> bool {
+    Arc::strong_count(input) <= 2
 }
 
 /// The inputs a gradient flows to: the recorded inputs, or a redirected node's target.
@@ -110,7 +127,11 @@ fn grad_input_count(n: &NodeRef, redirects: &mut FxHashMap<usize, Option<NodeRef
 
 /// Discovers the nodes reachable from `roots` through grad-requiring edges; returns the
 /// graph and a post-order (inputs before consumers).
-fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
+///
+/// With `complete`, every node is indexed (a plan kept for later is asked which nodes it
+/// holds, see [`plan_holds`]); otherwise only those that can be reached more than once
+/// (and the roots) are, which is all that discovery needs to find a node again.
+fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
     let mut g = Graph {
         nodes: Vec::new(),
         edges: Vec::new(),
@@ -139,14 +160,14 @@ fn discover(roots: &[NodeRef]) -> (Graph, Vec<usize>) {
                     g.edges[i].push(None);
                     continue;
                 }
-                let (j, new) = g.add(&input);
+                let (j, new) = if !complete && reached_once(&input) { (g.push(input), true) } else { g.add(&input) };
                 g.edges[i].push(Some(j));
                 // A redirect's target is no recorded input: it holds no reference to it.
                 if !g.redirects.contains_key(&key(&g.nodes[i])) {
                     g.graph_refs[j] += 1;
                 }
                 if new {
-                    let n = grad_input_count(&input, &mut g.redirects);
+                    let n = grad_input_count(&g.nodes[j], &mut g.redirects);
                     stack.push((j, n, 0));
                 }
             } else {
@@ -168,9 +189,10 @@ pub(crate) struct Prepared {
     stamp: u64,
 }
 
-fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Prepared {
+/// `keep`: the plan may be kept for later backward calls (see [`discover`]).
+fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>, keep: bool) -> Prepared {
     let accumulate = targets.is_none();
-    let (graph, post) = discover(roots);
+    let (graph, post) = discover(roots, keep);
     let n = graph.nodes.len();
     let mut target_slot: Vec<Option<usize>> = vec![None; n];
     if let Some(ts) = targets {
@@ -217,7 +239,7 @@ fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Arc<dyn Any +
     {
         return p;
     }
-    let p: Arc<dyn Any + Send + Sync> = Arc::new(prepare(roots, targets));
+    let p: Arc<dyn Any + Send + Sync> = Arc::new(prepare(roots, targets, flags != 0));
     if flags != 0 {
         extension::keep_plan(flags, &roots[0], &p);
     }

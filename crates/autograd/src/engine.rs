@@ -107,6 +107,7 @@ fn grad_input(n: &NodeRef, redirects: &FxHashMap<usize, Option<NodeRef>>, pos: u
     n.inputs.get(pos).cloned()
 }
 
+#[inline]
 fn grad_input_count(n: &NodeRef, redirects: &mut FxHashMap<usize, Option<NodeRef>>) -> usize {
     if n.is_leaf() {
         // A leaf may keep inputs (a result of constants made to require grad), but backward
@@ -114,9 +115,17 @@ fn grad_input_count(n: &NodeRef, redirects: &mut FxHashMap<usize, Option<NodeRef
         return 0;
     }
     let flags = n.extensions();
-    if flags != 0
-        && let Some(target) = extension::redirect(flags, n)
-    {
+    if flags != 0 {
+        return flagged_grad_input_count(n, flags, redirects);
+    }
+    n.inputs.len()
+}
+
+/// [`grad_input_count`] of a node with extension flags, which may redirect its gradient
+/// (kept apart so that the common case inlines into discovery).
+#[cold]
+fn flagged_grad_input_count(n: &NodeRef, flags: u8, redirects: &mut FxHashMap<usize, Option<NodeRef>>) -> usize {
+    if let Some(target) = extension::redirect(flags, n) {
         let target = target.map(|v| v.node.clone());
         let count = target.is_some() as usize;
         redirects.insert(key(n), target);
@@ -132,14 +141,18 @@ fn grad_input_count(n: &NodeRef, redirects: &mut FxHashMap<usize, Option<NodeRef
 /// holds, see [`plan_holds`]); otherwise only those that can be reached more than once
 /// (and the roots) are, which is all that discovery needs to find a node again.
 fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
+    // Sized for the graph this thread's last backward discovered: a training loop runs the
+    // same graph every step, and growing the lists node by node was close to half of what
+    // adding a node to them cost.
+    let hint = LAST_GRAPH_SIZE.with(Cell::get);
     let mut g = Graph {
-        nodes: Vec::new(),
-        edges: Vec::new(),
-        graph_refs: Vec::new(),
+        nodes: Vec::with_capacity(hint),
+        edges: Vec::with_capacity(hint),
+        graph_refs: Vec::with_capacity(hint),
         index: FxHashMap::default(),
         redirects: FxHashMap::default(),
     };
-    let mut post = Vec::new();
+    let mut post = Vec::with_capacity(hint);
     // (node, number of inputs, next input to visit)
     let mut stack: Vec<(usize, usize, usize)> = Vec::new();
     for r in roots {
@@ -176,7 +189,17 @@ fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
             }
         }
     }
+    LAST_GRAPH_SIZE.with(|c| c.set(g.nodes.len().min(MAX_SIZE_HINT)));
     (g, post)
+}
+
+/// The most nodes [`discover`] reserves room for ahead (a larger graph grows its lists as
+/// it goes), so that one huge backward does not make every later one reserve as much.
+const MAX_SIZE_HINT: usize = 1 << 16;
+
+thread_local! {
+    /// How many nodes this thread's last backward discovered (capped at [`MAX_SIZE_HINT`]).
+    static LAST_GRAPH_SIZE: Cell<usize> = const { Cell::new(0) };
 }
 
 /// The part of a backward call that depends only on the graph: the discovered nodes and

@@ -33,15 +33,10 @@ pub(crate) fn check_numel(op: &'static str, shape: &Shape) -> Result<()> {
 /// An error unless every storage index `layout` can produce lies inside a storage of `len`
 /// elements and its element count is representable. An empty layout reads nothing, so any
 /// offset passes.
+///
+/// Checked one question at a time, so that each failure is worded for the user; kernels
+/// reach it only for the layouts [`fits_nonempty`] does not accept.
 pub(crate) fn layout_fits(op: &'static str, layout: &Layout, len: usize) -> Result<()> {
-    if fits_nonempty(layout, len) {
-        return Ok(());
-    }
-    layout_fits_checked(op, layout, len)
-}
-
-/// [`layout_fits`] check by check, each failure worded for the user.
-fn layout_fits_checked(op: &'static str, layout: &Layout, len: usize) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::invalid(
             op,
@@ -65,10 +60,10 @@ fn layout_fits_checked(op: &'static str, layout: &Layout, len: usize) -> Result<
     }
 }
 
-/// Whether a layout with no empty dimension passes every check of [`layout_fits_checked`],
-/// in one pass over the dimensions instead of three (element count, emptiness, extent):
-/// this runs for every operand of every kernel. `false` sends the layout through the full
-/// checks, which also handle empty layouts and word the errors.
+/// Whether a layout with no empty dimension passes every check of [`layout_fits`], in one
+/// pass over the dimensions instead of three (element count, emptiness, extent): this runs
+/// for every operand of every kernel. `false` sends the layout through the full checks,
+/// which also handle empty layouts and word the errors.
 #[inline]
 fn fits_nonempty(layout: &Layout, len: usize) -> bool {
     let (shape, strides) = (layout.shape(), layout.strides());
@@ -91,13 +86,19 @@ fn fits_nonempty(layout: &Layout, len: usize) -> bool {
     numel <= MAX_NUMEL && last < len
 }
 
-/// The layout to run a kernel with, after checking that `l` fits `s` ([`layout_fits`]).
+/// The layout to run a kernel with, after checking that `l` fits `s` ([`fits_nonempty`],
+/// else [`layout_fits`]).
 ///
 /// Views of nothing are re-anchored at offset 0: the tensor layer produces empty views
 /// whose offset lies past the end of their (possibly empty) storage, and a kernel that
 /// slices `offset..offset` must not trip over them.
 pub(crate) fn view<'l>(op: &'static str, s: &Storage, l: &'l Layout) -> Result<Cow<'l, Layout>> {
-    layout_fits(op, l, s.len())?;
+    let len = s.len();
+    if fits_nonempty(l, len) {
+        // Not empty: nothing to re-anchor.
+        return Ok(Cow::Borrowed(l));
+    }
+    layout_fits(op, l, len)?;
     if l.numel() == 0 && l.offset() != 0 {
         return Ok(Cow::Owned(Layout::contiguous(l.shape().clone())));
     }
@@ -320,7 +321,7 @@ mod tests {
                             for len in [0, 1, 6, 12, 40, usize::MAX] {
                                 let l =
                                     Layout::new(Shape::from([a, b]), Strides::from_slice(&[sa, sb]), offset).unwrap();
-                                let full = layout_fits_checked("t", &l, len).is_ok();
+                                let full = layout_fits("t", &l, len).is_ok();
                                 let fast = fits_nonempty(&l, len);
                                 assert!(!fast || full, "the fast check accepted {l:?} over {len}");
                                 assert_eq!(fast, full && a * b != 0, "{l:?} over {len}");
@@ -334,7 +335,7 @@ mod tests {
         assert_eq!(checked, 5 * 5 * 6 * 6 * 4 * 6);
         // More elements than a tensor may hold, with an extent that fits.
         let wide = Layout::new(Shape::from([MAX_NUMEL + 1]), Strides::from_slice(&[0]), 0).unwrap();
-        assert!(!fits_nonempty(&wide, 1) && layout_fits_checked("t", &wide, 1).is_err());
+        assert!(!fits_nonempty(&wide, 1) && layout_fits("t", &wide, 1).is_err());
         let rank0 = Layout::contiguous(Shape::scalar());
         assert!(fits_nonempty(&rank0, 1) && !fits_nonempty(&rank0, 0));
     }

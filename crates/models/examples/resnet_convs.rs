@@ -9,8 +9,8 @@
 //!
 //! The last line times the stem's max pool the same way.
 //!
-//! Run: `cargo run --release -p ember-models --example resnet_convs [-- REPS]` (default 5;
-//! `EMBER_NUM_THREADS` or the machine's cores set the threads, as for the models).
+//! Run: `cargo run --release -p ember-models --example resnet_convs [-- [pool] REPS]` (default 5;
+//! `RAYON_NUM_THREADS` or the machine's cores set the threads).
 
 use ember_tensor::{ConvArgs, Error, MaxPoolArgs, Result, Tensor};
 use std::time::Instant;
@@ -76,7 +76,9 @@ fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64
 }
 
 fn main() -> Result<()> {
-    let reps = match std::env::args().nth(1) {
+    // `pool` as the first argument times the max pool alone.
+    let pool_only = std::env::args().nth(1).as_deref() == Some("pool");
+    let reps = match std::env::args().nth(if pool_only { 2 } else { 1 }) {
         None => 5,
         Some(r) => r.parse().map_err(|_| Error::invalid("resnet_convs", format!("REPS must be a count, got {r}")))?,
     };
@@ -85,7 +87,7 @@ fn main() -> Result<()> {
         "| in | out | k | stride | hw | count | conv ms | GFLOP/s | conv cpu ms | matmul ms | GFLOP/s | matmul cpu ms | all ms |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for &(cin, cout, k, stride, hw, count) in SHAPES.iter().chain(&MORE) {
+    for &(cin, cout, k, stride, hw, count) in SHAPES.iter().chain(&MORE).filter(|_| !pool_only) {
         let x = Tensor::randn([BATCH, cin, hw, hw])?;
         let w = Tensor::randn([cout, cin, k, k])?;
         let args = ConvArgs::default().stride(stride).padding(k / 2);

@@ -6,7 +6,7 @@
 
 mod encoders_common;
 
-use ember_autograd::{Var, gradcheck};
+use ember_autograd::{Var, gradcheck, no_grad};
 use ember_io::{LoadOptions, load_pt, save_pt};
 use ember_models::resnet::{BasicBlock, BlockKind, Bottleneck, ResNet, ResNetConfig};
 use ember_nn::Module;
@@ -122,6 +122,48 @@ fn save_pretrained_round_trips_and_replace_fc_gives_a_new_head() {
     assert_eq!(model.forward(&x).unwrap().shape().dims(), &[2, 10]);
     assert_eq!(model.backbone_parameters().len(), backbone);
     assert_eq!(model.parameters().len(), backbone + 2);
+}
+
+/// Inference (gradients off, evaluation mode) folds each batch norm into its convolution
+/// and adds the residuals in place: the logits still match PyTorch's for both block kinds.
+#[test]
+fn folded_inference_logits_match_pytorch() {
+    let (x, want) = input();
+    for name in ["resnet18_w4", "resnet50_w4"] {
+        let model = ResNet::from_pretrained(&fixture(&format!("resnet/{name}.pth"))).unwrap();
+        let logits = no_grad(|| model.forward(&x)).unwrap();
+        assert!(!logits.requires_grad());
+        assert_close(name, &logits.value(), want.get(&format!("{name}.logits")).unwrap(), 1e-4);
+        // A second forward reuses the folded weights and gives the same logits.
+        let again = no_grad(|| model.forward(&x)).unwrap();
+        assert_eq!(again.value().to_vec::<f32>().unwrap(), logits.value().to_vec::<f32>().unwrap());
+    }
+}
+
+/// The folded weights follow the tensors they came from: after the running statistics and
+/// a convolution's weight are written in place, or the whole state is replaced, inference
+/// gives what the unfolded modules compute.
+#[test]
+fn folded_inference_follows_changed_weights() {
+    let (x, _) = input();
+    let model = ResNet::from_pretrained(&fixture("resnet/resnet50_w4.pth")).unwrap();
+    let unfolded = |m: &ResNet| m.forward(&x).unwrap().value();
+    let folded = |m: &ResNet| no_grad(|| m.forward(&x)).unwrap().value();
+    assert_close("before", &folded(&model), &unfolded(&model), 1e-5);
+    let state = model.state_dict();
+    no_grad(|| {
+        state.get("layer1.0.bn2.running_mean").unwrap().fill_(0.25).unwrap();
+        state.get("layer2.0.downsample.1.running_var").unwrap().mul_scalar_(3.0).unwrap();
+        state.get("conv1.weight").unwrap().mul_scalar_(0.5).unwrap();
+        state.get("layer4.2.bn3.weight").unwrap().fill_(-1.0).unwrap();
+    });
+    let changed = unfolded(&model);
+    assert_close("after in-place writes", &folded(&model), &changed, 1e-5);
+    // Replacing the state with another model's (a fresh random one) is seen too.
+    let other = ResNet::new(model.config()).unwrap();
+    other.eval();
+    model.load_state_dict(&other.state_dict()).unwrap();
+    assert_close("after load_state_dict", &folded(&model), &unfolded(&other), 1e-5);
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! names, so that `state_dict` keys are a torchvision checkpoint's.
 
 use super::config::{BlockKind, ResNetConfig};
+use super::fold::{self, FoldCache, residual_relu};
 use ember_autograd::Var;
 use ember_nn::functional::MaxPoolArgs;
-use ember_nn::{AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Linear, MaxPool2d, Module, Sequential};
+use ember_nn::{AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Linear, MaxPool2d, Module};
 use ember_tensor::{Error, Result};
 
 /// A bias-free convolution, as every convolution of a ResNet is.
@@ -12,17 +13,40 @@ fn conv(cin: usize, cout: usize, kernel: usize, stride: usize, padding: usize) -
     Conv2d::with_options(cin, cout, kernel, Conv2dOptions::default().bias(false).stride(stride).padding(padding))
 }
 
-/// `downsample`: a strided 1x1 convolution and batch norm (`downsample.0`, `downsample.1`)
-/// on the shortcut, where the block changes the shape.
-fn downsample(cin: usize, cout: usize, stride: usize) -> Result<Option<Sequential>> {
-    if stride == 1 && cin == cout {
-        return Ok(None);
+/// torchvision's `downsample`: a strided 1x1 convolution and batch norm on the shortcut,
+/// where the block changes the shape (`downsample.0`, `downsample.1`, as torchvision's
+/// `Sequential`).
+#[derive(Module)]
+pub struct Downsample {
+    #[module(rename = "0")]
+    conv: Conv2d,
+    #[module(rename = "1")]
+    bn: BatchNorm2d,
+    #[module(skip)]
+    fold: FoldCache,
+}
+
+impl Downsample {
+    /// The shortcut from `cin` to `cout` channels strided by `stride`, or `None` where the
+    /// block keeps the shape.
+    fn new(cin: usize, cout: usize, stride: usize) -> Result<Option<Downsample>> {
+        if stride == 1 && cin == cout {
+            return Ok(None);
+        }
+        Ok(Some(Downsample {
+            conv: conv(cin, cout, 1, stride, 0)?,
+            bn: BatchNorm2d::new(cout)?,
+            fold: FoldCache::default(),
+        }))
     }
-    Ok(Some(Sequential::new().add(conv(cin, cout, 1, stride, 0)?).add(BatchNorm2d::new(cout)?)))
+
+    fn forward(&self, x: &Var) -> Result<Var> {
+        self.fold.forward(&self.conv, &self.bn, x, false)
+    }
 }
 
 /// The shortcut: the input, or its downsampling.
-fn shortcut(downsample: &Option<Sequential>, x: &Var) -> Result<Var> {
+fn shortcut(downsample: &Option<Downsample>, x: &Var) -> Result<Var> {
     match downsample {
         Some(d) => d.forward(x),
         None => Ok(x.clone()),
@@ -37,7 +61,9 @@ pub struct BasicBlock {
     bn1: BatchNorm2d,
     conv2: Conv2d,
     bn2: BatchNorm2d,
-    downsample: Option<Sequential>,
+    downsample: Option<Downsample>,
+    #[module(skip)]
+    folds: [FoldCache; 2],
 }
 
 impl BasicBlock {
@@ -48,14 +74,15 @@ impl BasicBlock {
             bn1: BatchNorm2d::new(planes)?,
             conv2: conv(planes, planes, 3, 1, 1)?,
             bn2: BatchNorm2d::new(planes)?,
-            downsample: downsample(inplanes, planes, stride)?,
+            downsample: Downsample::new(inplanes, planes, stride)?,
+            folds: Default::default(),
         })
     }
 
     fn forward(&self, x: &Var) -> Result<Var> {
-        let y = self.bn1.forward(&self.conv1.forward(x)?)?.relu();
-        let y = self.bn2.forward(&self.conv2.forward(&y)?)?;
-        Ok(y.add(&shortcut(&self.downsample, x)?)?.relu())
+        let y = self.folds[0].forward(&self.conv1, &self.bn1, x, true)?;
+        let y = self.folds[1].forward(&self.conv2, &self.bn2, &y, false)?;
+        residual_relu(y, &shortcut(&self.downsample, x)?, fold::applies(&self.conv2, &self.bn2))
     }
 }
 
@@ -69,7 +96,9 @@ pub struct Bottleneck {
     bn2: BatchNorm2d,
     conv3: Conv2d,
     bn3: BatchNorm2d,
-    downsample: Option<Sequential>,
+    downsample: Option<Downsample>,
+    #[module(skip)]
+    folds: [FoldCache; 3],
 }
 
 impl Bottleneck {
@@ -83,15 +112,16 @@ impl Bottleneck {
             bn2: BatchNorm2d::new(planes)?,
             conv3: conv(planes, out, 1, 1, 0)?,
             bn3: BatchNorm2d::new(out)?,
-            downsample: downsample(inplanes, out, stride)?,
+            downsample: Downsample::new(inplanes, out, stride)?,
+            folds: Default::default(),
         })
     }
 
     fn forward(&self, x: &Var) -> Result<Var> {
-        let y = self.bn1.forward(&self.conv1.forward(x)?)?.relu();
-        let y = self.bn2.forward(&self.conv2.forward(&y)?)?.relu();
-        let y = self.bn3.forward(&self.conv3.forward(&y)?)?;
-        Ok(y.add(&shortcut(&self.downsample, x)?)?.relu())
+        let y = self.folds[0].forward(&self.conv1, &self.bn1, x, true)?;
+        let y = self.folds[1].forward(&self.conv2, &self.bn2, &y, true)?;
+        let y = self.folds[2].forward(&self.conv3, &self.bn3, &y, false)?;
+        residual_relu(y, &shortcut(&self.downsample, x)?, fold::applies(&self.conv3, &self.bn3))
     }
 }
 
@@ -100,6 +130,10 @@ impl Bottleneck {
 /// the resolution), global average pooling and `fc`. Takes `[batch, 3, H, W]` images
 /// (normalised as the checkpoint was trained: ImageNet's mean and std for torchvision's)
 /// and gives logits `[batch, num_classes]`.
+///
+/// Inference (evaluation mode under `no_grad`) folds each batch norm into the convolution
+/// before it and runs the ReLUs and residual adds in place; the folded weights (one more
+/// copy of the convolutions' weights) are kept until a weight or running statistic changes.
 ///
 /// ```
 /// use ember_autograd::Var;
@@ -124,6 +158,8 @@ pub struct ResNet {
     fc: Linear,
     #[module(skip)]
     config: ResNetConfig,
+    #[module(skip)]
+    stem: FoldCache,
 }
 
 impl ResNet {
@@ -160,6 +196,7 @@ impl ResNet {
             layer4,
             fc: Linear::new(config.features(), config.num_classes)?,
             config: *config,
+            stem: FoldCache::default(),
         })
     }
 
@@ -194,7 +231,7 @@ impl ResNet {
 
     /// The globally pooled features `[batch, features]`, `fc`'s input.
     pub fn features(&self, x: &Var) -> Result<Var> {
-        let x = self.bn1.forward(&self.conv1.forward(x)?)?.relu();
+        let x = self.stem.forward(&self.conv1, &self.bn1, x, true)?;
         let mut x = MaxPool2d { args: MaxPoolArgs::new(3).stride(2).padding(1) }.forward(&x)?;
         for stage in [&self.layer1, &self.layer2, &self.layer3, &self.layer4] {
             for block in stage {

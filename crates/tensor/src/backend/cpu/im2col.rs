@@ -122,6 +122,20 @@ pub(super) fn im2col_block<T: Element>(
     cols: Range<usize>,
     dst: &mut [T],
 ) {
+    let len = cols.len();
+    im2col_rows(src, w, channels, cols, dst, len);
+}
+
+/// [`im2col_block`] with the rows of `dst` `rs` apart (at least `cols.len()`), so that the
+/// blocks of several images can sit side by side in one matrix.
+pub(super) fn im2col_rows<T: Element>(
+    src: Planes<'_, T>,
+    w: &SlidingWindow,
+    channels: Range<usize>,
+    cols: Range<usize>,
+    dst: &mut [T],
+    rs: usize,
+) {
     let [kh, kw] = w.kernel;
     let len = cols.len();
     let step = w.stride[1] * src.col;
@@ -130,7 +144,7 @@ pub(super) fn im2col_block<T: Element>(
         let plane = src.base + c * src.channel;
         for i in 0..kh {
             for j in 0..kw {
-                let out = &mut dst[row * len..(row + 1) * len];
+                let out = &mut dst[row * rs..row * rs + len];
                 row += 1;
                 let offset = j * w.dilation[1];
                 let valid = inside(w.output[1], w.input[1], w.stride[1], offset, w.padding[1]);

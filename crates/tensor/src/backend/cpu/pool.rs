@@ -11,7 +11,7 @@ use super::binary;
 use crate::dtype::{Element, FloatElement};
 use crate::host::iter::{GRAIN_CHEAP, par_for, threads};
 use crate::layout::Layout;
-use crate::ops::pool::{AxisTaps, PoolWindows, Resample};
+use crate::ops::pool::{AxisTaps, AxisWindows, PoolWindows, Resample};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
@@ -119,6 +119,7 @@ pub(crate) fn max_pool2d(s: &CpuStorage, l: &Layout, win: &PoolWindows) -> Resul
             w.iter().enumerate().all(|(o, &(s, c))| c == 2 && s == 2 * o && step == 1)
         };
         let two_by_two = pl.col == 1 && pairs(&rows.windows, rows.step) && pairs(&cols.windows, cols.step);
+        let interior = if pl.col == 1 { Interior::of(cols) } else { None };
         let taps =
             rows.windows.iter().map(|w| w.1).max().unwrap_or(0) * cols.windows.iter().map(|w| w.1).max().unwrap_or(0);
         for_planes(count, len * taps.max(1), |run| {
@@ -130,28 +131,11 @@ pub(crate) fn max_pool2d(s: &CpuStorage, l: &Layout, win: &PoolWindows) -> Resul
                     pool_two_by_two(x, base, pl.row, ow, vals, idx);
                     continue;
                 }
-                let w = cols.input;
-                for (y, &(r0, rn)) in rows.windows.iter().enumerate() {
-                    for (xo, &(c0, cn)) in cols.windows.iter().enumerate() {
-                        let mut best = T::LOWEST;
-                        let mut arg = (r0 * w + c0) as i64;
-                        for i in 0..rn {
-                            let r = r0 + i * rows.step;
-                            let row = base + r * pl.row;
-                            for j in 0..cn {
-                                let c = c0 + j * cols.step;
-                                let v = x[row + c * pl.col];
-                                // PyTorch's rule: a larger value or any NaN takes the place.
-                                if v > best || v.is_nan() {
-                                    best = v;
-                                    arg = (r * w + c) as i64;
-                                }
-                            }
-                        }
-                        vals[y * ow + xo] = best;
-                        idx[y * ow + xo] = arg;
-                    }
+                if let Some(inner) = &interior {
+                    pool_by_taps(x, base, pl.row, rows, cols, inner, vals, idx);
+                    continue;
                 }
+                pool_general(x, base, (pl.row, pl.col), rows, cols, vals, idx);
             }
         });
         Ok((T::into_storage(out), at.into()))
@@ -160,6 +144,132 @@ pub(crate) fn max_pool2d(s: &CpuStorage, l: &Layout, win: &PoolWindows) -> Resul
         CpuStorage::F32(_) => go::<f32>(s, l, win),
         CpuStorage::F64(_) => go::<f64>(s, l, win),
         other => Err(Error::dtype("max_pool2d", format!("expected a float input, got {}", other.dtype()))),
+    }
+}
+
+/// A max pool over one plane whose rows and columns are `row` and `col` apart, window by
+/// window.
+fn pool_general<T: FloatElement>(
+    x: &[T],
+    base: usize,
+    (row, col): (usize, usize),
+    rows: &AxisWindows,
+    cols: &AxisWindows,
+    vals: &mut [T],
+    idx: &mut [i64],
+) {
+    let (w, ow) = (cols.input, cols.output());
+    for (y, &(r0, rn)) in rows.windows.iter().enumerate() {
+        for (xo, &(c0, cn)) in cols.windows.iter().enumerate() {
+            let mut best = T::LOWEST;
+            let mut arg = (r0 * w + c0) as i64;
+            for i in 0..rn {
+                let r = r0 + i * rows.step;
+                let at = base + r * row;
+                for j in 0..cn {
+                    let c = c0 + j * cols.step;
+                    let v = x[at + c * col];
+                    // PyTorch's rule: a larger value or any NaN takes the place.
+                    if v > best || v.is_nan() {
+                        best = v;
+                        arg = (r * w + c) as i64;
+                    }
+                }
+            }
+            vals[y * ow + xo] = best;
+            idx[y * ow + xo] = arg;
+        }
+    }
+}
+
+/// The output columns whose windows are whole and evenly spaced (all but the few that the
+/// padding clips): output column `x` in `range` reads input columns `start + (x -
+/// range.start) * stride + j * step` for `j < taps`.
+struct Interior {
+    range: Range<usize>,
+    start: usize,
+    stride: usize,
+    taps: usize,
+}
+
+impl Interior {
+    /// The interior of a dimension's windows, when it holds at least two outputs (below
+    /// that the general loop is as fast).
+    fn of(cols: &AxisWindows) -> Option<Interior> {
+        let w = &cols.windows;
+        let taps = w.iter().map(|c| c.1).max()?;
+        let lo = w.iter().position(|c| c.1 == taps)?;
+        let hi = lo + w[lo..].iter().take_while(|c| c.1 == taps).count();
+        if hi - lo < 2 || taps == 0 {
+            return None;
+        }
+        let (start, stride) = (w[lo].0, w[lo + 1].0.checked_sub(w[lo].0)?);
+        let even = w[lo..hi].iter().enumerate().all(|(k, c)| c.0 == start + k * stride);
+        even.then_some(Interior { range: lo..hi, start, stride, taps })
+    }
+}
+
+/// A max pool over one plane whose rows are `row` apart with unit column stride, tap by tap:
+/// for each window row and tap column, one pass over the interior outputs (a loop the
+/// compiler vectorises) and a scalar one over the clipped windows at the edges. Every output
+/// still sees its taps in row-major order, so values and indices are the general loop's.
+#[allow(clippy::too_many_arguments)]
+fn pool_by_taps<T: FloatElement>(
+    x: &[T],
+    base: usize,
+    row: usize,
+    rows: &AxisWindows,
+    cols: &AxisWindows,
+    inner: &Interior,
+    vals: &mut [T],
+    idx: &mut [i64],
+) {
+    let (w, ow) = (cols.input, cols.output());
+    let (lo, hi) = (inner.range.start, inner.range.end);
+    for (y, &(r0, rn)) in rows.windows.iter().enumerate() {
+        let vrow = &mut vals[y * ow..(y + 1) * ow];
+        let irow = &mut idx[y * ow..(y + 1) * ow];
+        vrow.fill(T::LOWEST);
+        for (i, &(c0, _)) in irow.iter_mut().zip(&cols.windows) {
+            *i = (r0 * w + c0) as i64;
+        }
+        for k in 0..rn {
+            let r = r0 + k * rows.step;
+            let input = &x[base + r * row..][..w];
+            let first = (r * w) as i64;
+            for j in 0..inner.taps {
+                let at = inner.start + j * cols.step;
+                merge_strided(input, at, inner.stride, first, &mut vrow[lo..hi], &mut irow[lo..hi]);
+            }
+            for xo in (0..lo).chain(hi..ow) {
+                let (c0, cn) = cols.windows[xo];
+                for j in 0..cn {
+                    let c = c0 + j * cols.step;
+                    let v = input[c];
+                    if v > vrow[xo] || v.is_nan() {
+                        vrow[xo] = v;
+                        irow[xo] = first + c as i64;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `vals[k]` (with its index) replaced by `input[at + k * stride]` where that is larger or
+/// NaN (PyTorch's rule); `first` is the plane index of `input[0]`. Selects, not branches,
+/// so that it compiles to vector code.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn merge_strided<T: FloatElement>(input: &[T], at: usize, stride: usize, first: i64, vals: &mut [T], idx: &mut [i64]) {
+    let Some(last) = vals.len().checked_sub(1) else { return };
+    let input = &input[at..=at + last * stride];
+    for (k, (v, i)) in vals.iter_mut().zip(idx.iter_mut()).enumerate() {
+        let c = k * stride;
+        let cand = input[c];
+        #[allow(clippy::eq_op)] // `c != c`: NaN, without a call the vectoriser cannot see through
+        let take = cand > *v || cand != cand;
+        *v = if take { cand } else { *v };
+        *i = if take { first + (at + c) as i64 } else { *i };
     }
 }
 
@@ -408,5 +518,65 @@ pub(crate) fn resample2d(s: &CpuStorage, l: &Layout, map: &Resample) -> Result<C
         CpuStorage::F32(_) => Ok(go::<f32>(s, l, map)?.into()),
         CpuStorage::F64(_) => Ok(go::<f64>(s, l, map)?.into()),
         other => Err(Error::dtype("resample2d", format!("expected a float input, got {}", other.dtype()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pool::{MaxPoolArgs, max_pool_plan};
+
+    /// Values from a handful of levels (so that windows hold ties), with some NaNs and
+    /// infinities when `special`.
+    fn plane(len: usize, seed: u64, special: bool) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let r = (state >> 33) % 23;
+                match r {
+                    20 if special => f32::NAN,
+                    21 if special => f32::NEG_INFINITY,
+                    22 if special => f32::INFINITY,
+                    _ => (r % 5) as f32 - 2.0,
+                }
+            })
+            .collect()
+    }
+
+    /// The tap-by-tap pool gives the general loop's values and indices (ties: the first tap
+    /// in row-major order; NaN: the last NaN) on every window shape it takes, ResNet's 3x3
+    /// stride-2 padding-1 stem pool among them.
+    #[test]
+    fn pooling_tap_by_tap_matches_the_general_loop() {
+        let mut taken = 0;
+        // (h, w, kernel, stride, padding, dilation, ceil_mode)
+        let cases = [
+            (112, 112, [3, 3], [2, 2], [1, 1], 1, false),
+            (13, 17, [3, 3], [2, 2], [1, 1], 1, true),
+            (9, 10, [2, 2], [1, 1], [0, 0], 1, false),
+            (11, 12, [3, 3], [3, 3], [1, 1], 1, true),
+            (10, 15, [3, 3], [1, 1], [1, 1], 2, false),
+            (8, 8, [5, 5], [2, 2], [2, 2], 1, false),
+            (7, 9, [2, 3], [1, 2], [1, 1], 1, false),
+        ];
+        for (seed, &(h, w, k, s, p, d, ceil)) in cases.iter().enumerate() {
+            let args = MaxPoolArgs::new(k).stride(s).padding(p).dilation(d).ceil_mode(ceil);
+            let win = max_pool_plan("max_pool2d", &[1, 1, h, w], &args).unwrap().map;
+            let Some(inner) = Interior::of(&win.cols) else { continue };
+            taken += 1;
+            let [oh, ow] = win.output();
+            for special in [false, true] {
+                let x = plane(h * w + 3, seed as u64, special);
+                let (mut v1, mut i1) = (vec![0.0f32; oh * ow], vec![0i64; oh * ow]);
+                let (mut v2, mut i2) = (vec![0.0f32; oh * ow], vec![0i64; oh * ow]);
+                pool_by_taps(&x, 3, w, &win.rows, &win.cols, &inner, &mut v1, &mut i1);
+                pool_general(&x, 3, (w, 1), &win.rows, &win.cols, &mut v2, &mut i2);
+                assert_eq!(i1, i2, "indices of case {seed}, special {special}");
+                let same = v1.iter().zip(&v2).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
+                assert!(same, "values of case {seed}, special {special}: {v1:?} vs {v2:?}");
+            }
+        }
+        assert!(taken >= 6, "only {taken} cases took the tap-by-tap path");
     }
 }

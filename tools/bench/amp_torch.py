@@ -27,6 +27,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mlp_train  # noqa: E402
 import transformer_torch as tt  # noqa: E402
 
+# transformer_torch.py's default shape (its command-line defaults, which ember's
+# `transformer_bench --amp` trains): 4 layers of d_model 128, 4 heads, feed-forward 512,
+# sequences of 64 in batches of 32, 15 timed steps.
+D_MODEL, HEADS, FF, LAYERS, SEQ, BATCH, REPS = 128, 4, 512, 4, 64, 32, 15
+
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 
 
@@ -63,14 +68,14 @@ def lenet(args):
 
 
 def transformer(args):
-    layer = torch.nn.TransformerEncoderLayer(tt.D_MODEL, tt.HEADS, tt.FF, dropout=0.0, batch_first=True)
-    encoder = torch.nn.TransformerEncoder(layer, tt.LAYERS, enable_nested_tensor=False)
-    head = torch.nn.Linear(tt.D_MODEL, 10)
-    x = torch.randn(tt.BATCH, tt.SEQ, tt.D_MODEL)
-    y = torch.arange(tt.BATCH) % 10
+    layer = torch.nn.TransformerEncoderLayer(D_MODEL, HEADS, FF, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
+    head = torch.nn.Linear(D_MODEL, 10)
+    x = torch.randn(BATCH, SEQ, D_MODEL)
+    y = torch.arange(BATCH) % 10
     adam = torch.optim.Adam(list(encoder.parameters()) + list(head.parameters()), lr=1e-4)
     times = []
-    for rep in range(tt.WARMUP + tt.REPS):
+    for rep in range(tt.WARMUP + REPS):
         start = time.perf_counter()
         with region(args.amp):
             loss = torch.nn.functional.cross_entropy(head(encoder(x).mean(1)), y)
@@ -80,7 +85,7 @@ def transformer(args):
         if rep >= tt.WARMUP:
             times.append(time.perf_counter() - start)
     step = statistics.median(times)
-    print(f"transformer step_ms={step * 1e3:.3f} samples_per_s={tt.BATCH / step:.0f}")
+    print(f"transformer step_ms={step * 1e3:.3f} samples_per_s={BATCH / step:.0f}")
 
 
 def main():

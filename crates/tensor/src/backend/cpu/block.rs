@@ -28,6 +28,13 @@ pub(super) trait BlockProduct<T>: Sync {
     /// positive, and `dst` must not overlap the inputs.
     #[allow(clippy::too_many_arguments)]
     unsafe fn product(&self, m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>);
+
+    /// Whether a product with a small output may be split along its inner dimension too,
+    /// its parts summed afterwards in `T`: only where `T` is the precision the kernel sums
+    /// in (`f32`, `f64`), so that the parts' rounding adds nothing a longer sum would not.
+    fn splits_depth(&self) -> bool {
+        false
+    }
 }
 
 /// One block product on the calling thread for kernels that tile their own work (attention):

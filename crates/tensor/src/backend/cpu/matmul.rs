@@ -69,6 +69,10 @@ impl<T: Element> BlockProduct<T> for Gemm {
             )
         }
     }
+
+    fn splits_depth(&self) -> bool {
+        true
+    }
 }
 
 /// A large product's larger output dimension is cut into at most this many blocks.
@@ -88,6 +92,23 @@ const MIN_SPLIT: usize = 64;
 /// Products with at least this many multiply-adds (about 70 µs on one thread) are heavy
 /// loops ([`par_for_heavy`]): their tiles are always shared with the helper threads.
 const HEAVY_PRODUCT: usize = 1 << 22;
+
+/// The fewest inner-dimension steps of one part of a product split along its depth
+/// ([`depth_parts`]): `gemm` packs its operands in blocks of a few hundred steps, so
+/// shallower parts would repack more than they share.
+const MIN_DEPTH_PART: usize = 256;
+
+/// Into how many parts along `k` a product of `tiles` output tiles is cut: enough for
+/// [`MIN_TILES`] tasks in all where the output has fewer tiles (a weight gradient
+/// `[64, tokens] @ [tokens, 64]` is one tile, which would run on one thread whatever the
+/// thread count), each part at least [`MIN_DEPTH_PART`] deep; 1 where the output alone
+/// gives enough tiles. Like the tiles, the parts follow the shape alone.
+fn depth_parts(tiles: usize, k: usize) -> usize {
+    if tiles >= MIN_TILES {
+        return 1;
+    }
+    MIN_TILES.div_ceil(tiles).min(k / MIN_DEPTH_PART).max(1)
+}
 
 /// How a product's `m x n` output is cut into tiles.
 ///
@@ -172,7 +193,7 @@ fn block_start(dim: usize, count: usize, p: usize) -> usize {
 /// # Safety
 /// As for [`BlockProduct::product`] with `dst_rs = n`.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_parallel<T, P: BlockProduct<T>>(
+pub(super) unsafe fn gemm_parallel<T: Element, P: BlockProduct<T>>(
     m: usize,
     n: usize,
     k: usize,
@@ -184,9 +205,14 @@ pub(super) unsafe fn gemm_parallel<T, P: BlockProduct<T>>(
 ) {
     let work = m.saturating_mul(n).saturating_mul(k);
     let tiles = Tiles::new(m, n);
-    if work < SERIAL_PRODUCT || tiles.count() < 2 {
+    let parts = if block.splits_depth() { depth_parts(tiles.count(), k) } else { 1 };
+    if work < SERIAL_PRODUCT || tiles.count() * parts < 2 {
         // SAFETY: guaranteed by the caller.
         return unsafe { block.product(m, n, k, dst, n, a, b) };
+    }
+    if parts > 1 {
+        // SAFETY: guaranteed by the caller.
+        return unsafe { depth_split(m, n, k, dst, a, b, (tiles, parts), threads, block) };
     }
     let dst = SendPtr(dst);
     let run_tile = |t: usize| {
@@ -206,6 +232,63 @@ pub(super) unsafe fn gemm_parallel<T, P: BlockProduct<T>>(
         par_for_heavy(tiles.count(), run_tile);
     } else {
         par_for(tiles.count(), run_tile);
+    }
+}
+
+/// [`gemm_parallel`] for a product whose output has too few tiles to share: every tile is
+/// computed in `parts` slices of the inner dimension ([`depth_parts`]), the first into
+/// `dst` and the others into partial outputs, which are then added to `dst` in part order.
+/// Which thread computes a part never changes the sum, so results are the same on any
+/// number of threads.
+///
+/// # Safety
+/// As for [`gemm_parallel`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn depth_split<T: Element, P: BlockProduct<T>>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    a: &Mat<T>,
+    b: &Mat<T>,
+    (tiles, parts): (Tiles, usize),
+    threads: usize,
+    block: &P,
+) {
+    let len = m * n;
+    let mut partial = vec![T::ZERO; (parts - 1) * len];
+    let (out, spare) = (SendPtr(dst), SendPtr(partial.as_mut_ptr()));
+    let depth = |p: usize| p * k / parts;
+    let run = |i: usize| {
+        let (t, p) = (i % tiles.count(), i / tiles.count());
+        let (rows, cols) = tiles.tile(t);
+        let (k0, k1) = (depth(p), depth(p + 1));
+        let (o, s) = (out, spare);
+        // SAFETY: task (t, p) reads rows `rows` and steps `k0..k1` of `a`, steps `k0..k1`
+        // and columns `cols` of `b`, and writes only tile `t` of output `p`: `dst` for the
+        // first part, else its own `m x n` slice of `partial`.
+        unsafe {
+            let target = if p == 0 { o.0 } else { s.0.add((p - 1) * len) };
+            let am = Mat { ptr: a.ptr.offset(rows.start as isize * a.rs + k0 as isize * a.cs), rs: a.rs, cs: a.cs };
+            let bm = Mat { ptr: b.ptr.offset(k0 as isize * b.rs + cols.start as isize * b.cs), rs: b.rs, cs: b.cs };
+            block.product(rows.len(), cols.len(), k1 - k0, target.add(rows.start * n + cols.start), n, &am, &bm);
+        }
+    };
+    let tasks = tiles.count() * parts;
+    if threads <= 1 {
+        (0..tasks).for_each(run);
+    } else if m.saturating_mul(n).saturating_mul(k) >= HEAVY_PRODUCT {
+        par_for_heavy(tasks, run);
+    } else {
+        par_for(tasks, run);
+    }
+    // SAFETY: `dst` is `m x n` and contiguous (the caller's contract), and no task runs now.
+    let sum = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+    for part in partial.chunks_exact(len.max(1)) {
+        for (x, &y) in sum.iter_mut().zip(part) {
+            // In f64, then rounded once: the same as adding in `T` for `f32` and `f64`.
+            *x = T::from_f64(x.to_f64() + y.to_f64());
+        }
     }
 }
 
@@ -384,6 +467,38 @@ mod tests {
             let (r, c) = (m - 1, n / 2);
             let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
             assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n}");
+        }
+    }
+
+    #[test]
+    fn deep_products_with_small_outputs_are_split_along_k_bitwise_alike_on_any_threads() {
+        // A weight gradient's shape: a small output over many tokens. Its tiles alone are
+        // too few to share, so the depth is cut too, by the shape alone.
+        assert_eq!(depth_parts(Tiles::new(64, 64).count(), 4096), 8);
+        assert_eq!(depth_parts(Tiles::new(192, 64).count(), 4096), 3);
+        assert_eq!(depth_parts(Tiles::new(64, 64).count(), 300), 1);
+        assert_eq!(depth_parts(Tiles::new(256, 256).count(), 4096), 1);
+        for (m, n, k) in [(64, 64, 4096), (192, 64, 1000), (64, 256, 700)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 1999) as f32 / 999.0 - 1.0).collect();
+            // `a` read transposed, as a weight gradient reads its activations.
+            let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+            let product = |threads: usize| {
+                let mut out = vec![0f32; m * n];
+                let am = Mat { ptr: at.as_ptr(), rs: 1, cs: m as isize };
+                let bm = Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+                // SAFETY: `at` is `m x k` column-major, `b` is `k x n` row-major; `out` is `m x n`.
+                unsafe { gemm_parallel(m, n, k, out.as_mut_ptr(), &am, &bm, threads, &Gemm) };
+                out
+            };
+            let one = product(1);
+            assert!(depth_parts(Tiles::new(m, n).count(), k) > 1, "{m}x{k} @ {k}x{n} is split along k");
+            assert_eq!(product(2), one, "{m}x{k} @ {k}x{n}");
+            assert_eq!(product(8), one, "{m}x{k} @ {k}x{n}");
+            for (r, c) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
+                let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
+                assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n} at ({r}, {c})");
+            }
         }
     }
 

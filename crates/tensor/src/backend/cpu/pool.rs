@@ -75,7 +75,7 @@ fn for_planes(planes: usize, per_plane: usize, f: impl Fn(Range<usize>) + Sync) 
 }
 
 /// The data of a float storage, or a dtype error naming `op`.
-fn slice<'a, T: FloatElement>(op: &'static str, s: &'a CpuStorage) -> Result<&'a [T]> {
+fn slice<'a, T: Element>(op: &'static str, s: &'a CpuStorage) -> Result<&'a [T]> {
     s.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} operands, got {}", T::DTYPE, s.dtype())))
 }
 
@@ -90,7 +90,7 @@ fn indices<'a>(op: &'static str, s: &'a CpuStorage, l: &Layout, held: &'a mut Op
 }
 
 /// The float elements of a view in row-major order, as [`indices`].
-fn values<'a, T: FloatElement>(
+fn values<'a, T: Element>(
     op: &'static str,
     s: &'a CpuStorage,
     l: &Layout,
@@ -307,94 +307,61 @@ fn pool_row_two_by_two<T: FloatElement>(top: &[T], bottom: &[T], first: i64, w: 
 }
 
 /// A max pool's gradient: each element of `src` added at its plane position `index`
-/// ([`crate::backend::Backend::scatter_planes`]).
+/// ([`crate::backend::Backend::scatter_planes`]). A 16-bit gradient is summed in `f32` and
+/// rounded once per plane, as widening the gradient to `f32` would give, without a widened
+/// copy of the whole gradient and of the whole result (a training step's largest transient
+/// under autocast).
 pub(crate) fn scatter_planes(
     (s, l): (&CpuStorage, &Layout),
     (si, li): (&CpuStorage, &Layout),
     plane: [usize; 2],
 ) -> Result<CpuStorage> {
-    fn go<T: FloatElement>(
-        s: &CpuStorage,
-        l: &Layout,
-        si: &CpuStorage,
-        li: &Layout,
-        plane: [usize; 2],
-    ) -> Result<Buffer<T>> {
-        let op = "max_pool2d_backward";
-        let (mut hs, mut hi) = (None, None);
-        let src = values::<T>(op, s, l, &mut hs)?;
-        let at = indices(op, si, li, &mut hi)?;
-        let count = l.shape()[0] * l.shape()[1];
-        let (len, from) = (plane[0] * plane[1], l.shape()[2] * l.shape()[3]);
-        let mut out = Buffer::<T>::zeros(op, count * len)?;
-        let po = Out(out.as_mut_ptr());
-        let bad = AtomicBool::new(false);
-        for_planes(count, from, |run| {
-            for p in run {
-                // SAFETY: plane `p` of the output belongs to this call alone.
-                let dst = unsafe { po.plane(p, len) };
-                for (v, &i) in src[p * from..(p + 1) * from].iter().zip(&at[p * from..(p + 1) * from]) {
-                    match dst.get_mut(i as usize) {
-                        Some(d) if i >= 0 => *d = *d + *v,
-                        _ => bad.store(true, Ordering::Relaxed),
-                    }
-                }
-            }
-        });
-        if bad.load(Ordering::Relaxed) {
-            return Err(Error::index(op, format!("an index outside planes of {len} elements")));
-        }
-        Ok(out)
-    }
+    let at = (si, li);
     match s {
-        CpuStorage::F32(_) => Ok(go::<f32>(s, l, si, li, plane)?.into()),
-        CpuStorage::F64(_) => Ok(go::<f64>(s, l, si, li, plane)?.into()),
-        CpuStorage::BF16(_) => Ok(scatter_planes_half::<half::bf16>(s, l, si, li, plane)?.into()),
-        CpuStorage::F16(_) => Ok(scatter_planes_half::<half::f16>(s, l, si, li, plane)?.into()),
+        CpuStorage::F32(_) => Ok(scatter_in::<f32, f32>((s, l), at, plane, |v| v, |a| a)?.into()),
+        CpuStorage::F64(_) => Ok(scatter_in::<f64, f64>((s, l), at, plane, |v| v, |a| a)?.into()),
+        CpuStorage::BF16(_) => {
+            Ok(scatter_in::<half::bf16, f32>((s, l), at, plane, |v| v.to_f32(), half::bf16::from_f32)?.into())
+        }
+        CpuStorage::F16(_) => {
+            Ok(scatter_in::<half::f16, f32>((s, l), at, plane, |v| v.to_f32(), half::f16::from_f32)?.into())
+        }
         other => Err(Error::dtype("max_pool2d_backward", format!("expected a float input, got {}", other.dtype()))),
     }
 }
 
-/// [`scatter_planes`] of a 16-bit gradient: each plane is summed in an `f32` plane and
-/// rounded once, as widening the gradient to `f32` would give, without a widened copy of
-/// the whole gradient and of the whole result (a training step's largest transient under
-/// autocast).
-fn scatter_planes_half<T: Element>(
-    s: &CpuStorage,
-    l: &Layout,
-    si: &CpuStorage,
-    li: &Layout,
+/// [`scatter_planes`] of `T` elements summed in `A`: each plane is accumulated in a
+/// zeroed plane of `A` (`widen` each element in) and written out once (`narrow`).
+fn scatter_in<T: Element, A: Copy + Default + std::ops::Add<Output = A> + Send>(
+    (s, l): (&CpuStorage, &Layout),
+    (si, li): (&CpuStorage, &Layout),
     plane: [usize; 2],
+    widen: impl Fn(T) -> A + Sync,
+    narrow: impl Fn(A) -> T + Sync,
 ) -> Result<Buffer<T>> {
     let op = "max_pool2d_backward";
     let (mut hs, mut hi) = (None, None);
-    let src: &[T] = if l.is_contiguous() {
-        let all = s.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} operands", T::DTYPE)))?;
-        &all[l.offset()..l.offset() + l.numel()]
-    } else {
-        let held: &CpuStorage = hs.insert(binary::cast(s, l, T::DTYPE)?);
-        held.as_slice::<T>().ok_or_else(|| Error::dtype(op, format!("expected {} operands", T::DTYPE)))?
-    };
+    let src = values::<T>(op, s, l, &mut hs)?;
     let at = indices(op, si, li, &mut hi)?;
     let count = l.shape()[0] * l.shape()[1];
     let (len, from) = (plane[0] * plane[1], l.shape()[2] * l.shape()[3]);
-    let mut out = Buffer::<T>::zeros(op, count * len)?;
+    let mut out = Buffer::<T>::uninit(op, count * len)?;
     let po = Out(out.as_mut_ptr());
     let bad = AtomicBool::new(false);
     for_planes(count, from, |run| {
-        let mut acc = vec![0f32; len];
+        let mut acc = vec![A::default(); len];
         for p in run {
-            acc.fill(0.0);
+            acc.fill(A::default());
             for (v, &i) in src[p * from..(p + 1) * from].iter().zip(&at[p * from..(p + 1) * from]) {
                 match acc.get_mut(i as usize) {
-                    Some(d) if i >= 0 => *d += v.to_f32(),
+                    Some(d) if i >= 0 => *d = *d + widen(*v),
                     _ => bad.store(true, Ordering::Relaxed),
                 }
             }
             // SAFETY: plane `p` of the output belongs to this call alone.
             let dst = unsafe { po.plane(p, len) };
             for (d, &a) in dst.iter_mut().zip(&acc) {
-                *d = T::from_f32(a);
+                *d = narrow(a);
             }
         }
     });

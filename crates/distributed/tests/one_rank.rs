@@ -33,8 +33,11 @@ fn snapshot(model: &dyn Module) -> StateDict {
     model.state_dict().iter().map(|(k, v)| (k.to_string(), v.copy())).collect()
 }
 
+/// Parameters, then the last step's gradients, each parameter's as a vector.
+type Trained = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 /// The parameters after `steps` Adam steps of `model`, and the gradients of the last step.
-fn train(model: &dyn Module, steps: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+fn train(model: &dyn Module, steps: usize) -> Result<Trained> {
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-2, ..Default::default() })?;
     let mut grads = Vec::new();
     for s in 0..steps {

@@ -184,3 +184,36 @@ impl<T> Work<T> {
         (outcome, blocked)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    fn issued() -> Issued {
+        Issued { op: "all_reduce", n: 7, rank: 1, world_size: 2 }
+    }
+
+    #[test]
+    fn a_collective_already_complete_is_waited_for_without_blocking() {
+        let (tx, rx) = sync_channel::<Outcome<u32>>(1);
+        tx.send((Ok(5), Duration::from_millis(3))).unwrap();
+        let ((result, ran), blocked) = Work::new(rx, issued()).wait_exposed();
+        assert_eq!(result.unwrap(), 5);
+        assert_eq!(ran, Duration::from_millis(3));
+        assert_eq!(blocked, Duration::ZERO);
+
+        let ((result, ran), blocked) = Work::ready(Ok(6), issued()).wait_exposed();
+        assert_eq!((result.unwrap(), ran, blocked), (6, Duration::ZERO, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_collective_whose_thread_stopped_is_an_error_naming_it() {
+        let (tx, rx) = sync_channel::<Outcome<()>>(1);
+        drop(tx);
+        let ((result, _), blocked) = Work::new(rx, issued()).wait_exposed();
+        let msg = result.unwrap_err().to_string();
+        assert!(msg.contains("all_reduce #7 on rank 1 of 2") && msg.contains("stopped"), "{msg}");
+        assert_eq!(blocked, Duration::ZERO);
+    }
+}

@@ -41,7 +41,9 @@ pub struct DdpStats {
     pub steps: u64,
     /// The number of gradient buckets.
     pub buckets: usize,
-    /// Gradient bytes all-reduced per rank, over all steps.
+    /// Gradient bytes all-reduced per rank, over all steps (every bucket's, each step; on one
+    /// rank, whose reduction is the identity and moves nothing, they are counted all the
+    /// same).
     pub bytes_reduced: u64,
     /// The time the buckets' all-reduces ran on the communication thread, over all steps.
     pub all_reduce_time: Duration,

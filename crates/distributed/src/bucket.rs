@@ -1,31 +1,39 @@
 //! How gradients are grouped into buckets for reduction, and the flat buffer each bucket's
-//! gradients live in.
+//! gradients live in when there is something to reduce.
 
 use ember_autograd::Var;
 use ember_tensor::{DType, Result, Tensor};
 
-/// One bucket: a flat buffer of one dtype that holds its parameters' gradients end to end,
-/// and the view of it that each parameter's `.grad` is (PyTorch's
-/// `gradient_as_bucket_view`): backward accumulates into the views, the all-reduce works
-/// on the buffer in place, and nothing is copied in or out.
+/// One bucket: parameters whose gradients are reduced together, by one all-reduce of one
+/// dtype.
 pub(crate) struct Bucket {
     /// The parameters (indices into the reducer's list), in packing order.
     pub(crate) members: Vec<usize>,
-    pub(crate) flat: Tensor,
+    /// The bytes of its gradients.
+    pub(crate) bytes: u64,
 }
 
 impl Bucket {
-    /// The bucket of `members` of `params`, and each member's view, in `members` order (as
-    /// a `Var` kept for the bucket's life, so that making it the gradient again allocates
-    /// nothing). A gradient the parameters already hold is copied into its view, which
-    /// becomes the gradient.
-    pub(crate) fn new(members: Vec<usize>, params: &[(String, Var)]) -> Result<(Bucket, Vec<Var>)> {
-        let first = &params[members[0]].1;
-        let numel: usize = members.iter().map(|&i| params[i].1.numel()).sum();
+    /// The bucket of `members` of `params`.
+    pub(crate) fn new(members: Vec<usize>, params: &[(String, Var)]) -> Bucket {
+        let bytes = members.iter().map(|&i| (params[i].1.numel() * params[i].1.dtype().size_in_bytes()) as u64).sum();
+        Bucket { members, bytes }
+    }
+
+    /// A flat buffer that holds the members' gradients end to end, and the view of it that
+    /// each member's `.grad` becomes, in `members` order (PyTorch's
+    /// `gradient_as_bucket_view`): backward accumulates into the views, the all-reduce works
+    /// on the buffer in place, and nothing is copied in or out. The views are `Var`s kept for
+    /// the bucket's life, so that making one the gradient again allocates nothing. A
+    /// gradient the parameters already hold is copied into its view, which becomes the
+    /// gradient.
+    pub(crate) fn pack(&self, params: &[(String, Var)]) -> Result<(Tensor, Vec<Var>)> {
+        let first = &params[self.members[0]].1;
+        let numel: usize = self.members.iter().map(|&i| params[i].1.numel()).sum();
         let flat = Tensor::zeros([numel], first.dtype())?.to_device(first.device())?;
-        let mut views = Vec::with_capacity(members.len());
+        let mut views = Vec::with_capacity(self.members.len());
         let mut offset = 0;
-        for &i in &members {
+        for &i in &self.members {
             let p = &params[i].1;
             let view = Var::new(flat.narrow(0, offset, p.numel())?.reshape(p.shape().dims())?);
             if let Some(g) = p.grad() {
@@ -35,7 +43,7 @@ impl Bucket {
             offset += p.numel();
             views.push(view);
         }
-        Ok((Bucket { members, flat }, views))
+        Ok((flat, views))
     }
 }
 

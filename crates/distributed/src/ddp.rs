@@ -41,7 +41,9 @@ pub struct DdpStats {
     pub steps: u64,
     /// The number of gradient buckets.
     pub buckets: usize,
-    /// Gradient bytes all-reduced per rank, over all steps.
+    /// Gradient bytes all-reduced per rank, over all steps (every bucket's, each step; on one
+    /// rank, whose reduction is the identity and moves nothing, they are counted all the
+    /// same).
     pub bytes_reduced: u64,
     /// The time the buckets' all-reduces ran on the communication thread, over all steps.
     pub all_reduce_time: Duration,
@@ -77,6 +79,11 @@ impl DdpStats {
 ///   gradients to none) backward gives a parameter a new gradient tensor, copied into its
 ///   view once when it is ready; so is a gradient the user replaced with
 ///   [`Var::set_grad`].
+/// * **One rank**: the average over a group of one rank is the rank's own gradient, so
+///   there are no buffers, copies or collectives: the gradients stay the tensors backward
+///   made, exactly as in the plain model, and a step costs what the plain step costs (the
+///   hooks still check that every parameter got a gradient, and [`stats`] still counts the
+///   steps, with no all-reduce time).
 /// * **Averaging before `backward()` returns**: the hook that completes the last bucket
 ///   waits for all buckets, so after `loss.backward()` the gradients are averaged over
 ///   ranks and `optimizer.step()` can follow at once, as in PyTorch. When some parameter got no gradient (it did not take
@@ -92,6 +99,7 @@ impl DdpStats {
 /// into the plain model.
 ///
 /// [`finish`]: DistributedDataParallel::finish
+/// [`stats`]: DistributedDataParallel::stats
 #[derive(Module)]
 pub struct DistributedDataParallel<M: Module> {
     module: M,

@@ -2,8 +2,8 @@
 
 use crate::reduce_op::ReduceOp;
 use ember_tensor::{Error, Result, Tensor};
-use std::sync::mpsc::Receiver;
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant};
 
 /// A set of ranks that run collectives together (PyTorch's `ProcessGroup`).
 ///
@@ -155,19 +155,65 @@ impl<T> Work<T> {
     /// communication thread (from its start there, after the collectives issued before
     /// it, to its end): the communication time that overlap can hide.
     pub fn wait_timed(self) -> (Result<T>, Duration) {
+        let (outcome, _) = self.wait_exposed();
+        outcome
+    }
+
+    /// Like [`wait_timed`](Work::wait_timed), also returning how long the caller was blocked:
+    /// zero, with no clock read, when the collective had already completed.
+    pub(crate) fn wait_exposed(self) -> (Outcome<T>, Duration) {
         let rx = match self.state {
-            WorkState::Done(outcome) => return outcome,
+            WorkState::Done(outcome) => return (outcome, Duration::ZERO),
             WorkState::Pending(rx) => rx,
         };
-        match rx.recv() {
-            Ok(outcome) => outcome,
-            Err(_) => (
-                Err(Error::invalid(
-                    "wait",
-                    format!("{}: the group's communication thread stopped before completing it", self.what),
-                )),
-                Duration::ZERO,
-            ),
-        }
+        let (received, blocked) = match rx.try_recv() {
+            Ok(outcome) => (Ok(outcome), Duration::ZERO),
+            Err(TryRecvError::Disconnected) => (Err(()), Duration::ZERO),
+            Err(TryRecvError::Empty) => {
+                let start = Instant::now();
+                (rx.recv().map_err(|_| ()), start.elapsed())
+            }
+        };
+        let outcome = received.unwrap_or_else(|()| {
+            let e = Error::invalid(
+                "wait",
+                format!("{}: the group's communication thread stopped before completing it", self.what),
+            );
+            (Err(e), Duration::ZERO)
+        });
+        (outcome, blocked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    fn issued() -> Issued {
+        Issued { op: "all_reduce", n: 7, rank: 1, world_size: 2 }
+    }
+
+    #[test]
+    fn a_collective_already_complete_is_waited_for_without_blocking() {
+        let (tx, rx) = sync_channel::<Outcome<u32>>(1);
+        tx.send((Ok(5), Duration::from_millis(3))).unwrap();
+        let ((result, ran), blocked) = Work::new(rx, issued()).wait_exposed();
+        assert_eq!(result.unwrap(), 5);
+        assert_eq!(ran, Duration::from_millis(3));
+        assert_eq!(blocked, Duration::ZERO);
+
+        let ((result, ran), blocked) = Work::ready(Ok(6), issued()).wait_exposed();
+        assert_eq!((result.unwrap(), ran, blocked), (6, Duration::ZERO, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_collective_whose_thread_stopped_is_an_error_naming_it() {
+        let (tx, rx) = sync_channel::<Outcome<()>>(1);
+        drop(tx);
+        let ((result, _), blocked) = Work::new(rx, issued()).wait_exposed();
+        let msg = result.unwrap_err().to_string();
+        assert!(msg.contains("all_reduce #7 on rank 1 of 2") && msg.contains("stopped"), "{msg}");
+        assert_eq!(blocked, Duration::ZERO);
     }
 }

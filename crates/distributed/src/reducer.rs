@@ -1,6 +1,11 @@
 //! The gradient reduction behind [`DistributedDataParallel`](crate::DistributedDataParallel):
 //! which gradients are ready, which buckets are in flight, and the averaged result left in
 //! the buckets the gradients are views of.
+//!
+//! On a group of one rank the average of the gradients is the gradients themselves, so
+//! nothing is packed, copied or queued: the gradients stay the tensors backward made, as in
+//! the plain model, and only the bookkeeping (readiness, the unused-parameter checks, the
+//! counters) runs.
 
 use crate::bucket::{Bucket, assign_buckets, is_view};
 use crate::ddp::DdpStats;
@@ -12,7 +17,7 @@ use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The progress of the current iteration's reduction. Reset in place between iterations,
 /// so that a step allocates nothing here.
@@ -57,13 +62,21 @@ impl IterState {
     }
 }
 
+/// The flat buffers of a group of more than one rank, which the gradients are views of.
+struct Packed {
+    /// Per bucket, the buffer its all-reduce averages in place.
+    flats: Vec<Tensor>,
+    /// Per parameter, its view into its bucket: what its `.grad` is.
+    views: Vec<Var>,
+}
+
 /// The gradient reduction shared by a `DistributedDataParallel` and its hooks.
 pub(crate) struct Reducer {
     pub(crate) group: Arc<dyn ProcessGroup>,
     /// The distinct parameters that require grad, by their first name.
     pub(crate) params: Vec<(String, Var)>,
-    /// Per parameter, its view into its bucket: what its `.grad` is.
-    views: Vec<Var>,
+    /// None on a group of one rank, whose reduction is the identity.
+    packed: Option<Packed>,
     /// In launch order.
     pub(crate) buckets: Vec<Bucket>,
     bucket_of: Vec<usize>,
@@ -75,8 +88,8 @@ pub(crate) struct Reducer {
 }
 
 impl Reducer {
-    /// Buckets `params` (the distinct parameters that require grad) and makes their
-    /// gradients views into the buckets.
+    /// Buckets `params` (the distinct parameters that require grad) and, on a group of more
+    /// than one rank, makes their gradients views into the buckets.
     pub(crate) fn new(
         group: Arc<dyn ProcessGroup>,
         params: Vec<(String, Var)>,
@@ -86,35 +99,30 @@ impl Reducer {
         let sizes: Vec<(usize, usize)> =
             params.iter().map(|(_, p)| (p.numel(), p.value().dtype().size_in_bytes())).collect();
         let dtypes: Vec<_> = params.iter().map(|(_, p)| p.value().dtype()).collect();
-        let mut views: Vec<Option<Var>> = vec![None; params.len()];
-        let mut bucket_of = vec![0; params.len()];
-        let mut buckets = Vec::new();
-        for (b, members) in assign_buckets(&sizes, &dtypes, bucket_cap_mb).into_iter().enumerate() {
-            let (bucket, bucket_views) = Bucket::new(members, &params)?;
-            for (&i, view) in bucket.members.iter().zip(bucket_views) {
-                bucket_of[i] = b;
-                views[i] = Some(view);
+        let buckets: Vec<Bucket> = assign_buckets(&sizes, &dtypes, bucket_cap_mb)
+            .into_iter()
+            .map(|members| Bucket::new(members, &params))
+            .collect();
+        let mut bucket_of = vec![None; params.len()];
+        for (b, bucket) in buckets.iter().enumerate() {
+            for &i in &bucket.members {
+                bucket_of[i] = Some(b);
             }
-            buckets.push(bucket);
         }
-        let views = views
+        let bucket_of = bucket_of
             .into_iter()
             .zip(&params)
-            .map(|(v, (name, _))| {
-                v.ok_or_else(|| Error::invalid("DistributedDataParallel", format!("internal: {name} has no bucket")))
+            .map(|(b, (name, _))| {
+                b.ok_or_else(|| Error::invalid("DistributedDataParallel", format!("internal: {name} has no bucket")))
             })
             .collect::<Result<Vec<_>>>()?;
-        for (_, p) in &params {
-            // The gradients are views into the buckets (their storage is shared): backward
-            // must add into them rather than replace them.
-            p.set_grad_in_place(true)?;
-        }
+        let packed = if group.world_size() > 1 { Some(Packed::new(&buckets, &params)?) } else { None };
         Ok(Reducer {
             state: Mutex::new(IterState::new(params.len(), &buckets)),
             stats: Mutex::new(DdpStats { buckets: buckets.len(), ..Default::default() }),
             group,
             params,
-            views,
+            packed,
             buckets,
             bucket_of,
             find_unused,
@@ -141,27 +149,14 @@ impl Reducer {
                  no_sync() instead"
             )));
         }
-        if let Err(e) = self.make_grad_view(i) {
+        if let Some(packed) = &self.packed
+            && let Err(e) = packed.make_grad_view(&self.params[i].1, i)
+        {
             st.reset(&self.buckets);
             return Err(e);
         }
         self.set_ready(&mut st, i);
         self.launch_ready(&mut st)
-    }
-
-    /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
-    /// when the gradient already is one; after `zero_grad` set it to none (or the user
-    /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
-    fn make_grad_view(&self, i: usize) -> Result<()> {
-        let (p, view) = (&self.params[i].1, &self.views[i]);
-        let view_tensor = view.value();
-        match p.grad() {
-            Some(g) if !is_view(&g, &view_tensor) => {
-                view_tensor.copy_(&g)?;
-                p.set_grad_var(Some(view.clone()))
-            }
-            _ => Ok(()),
-        }
     }
 
     fn set_ready(&self, st: &mut IterState, i: usize) {
@@ -175,9 +170,10 @@ impl Reducer {
     fn launch_ready(&self, st: &mut IterState) -> Result<()> {
         while st.next_launch < self.buckets.len() && st.pending[st.next_launch] == 0 {
             let b = st.next_launch;
-            let flight = self.launch(st, b);
             st.next_launch += 1;
-            match flight {
+            // One rank: the bucket's average is what it holds.
+            let Some(packed) = &self.packed else { continue };
+            match self.launch(st, packed, b) {
                 Ok(work) => st.in_flight.push(work),
                 Err(e) => {
                     st.reset(&self.buckets);
@@ -186,7 +182,13 @@ impl Reducer {
             }
         }
         if st.next_launch == self.buckets.len() && st.active {
-            let done = self.complete(st);
+            let done = match &self.packed {
+                Some(packed) => self.complete(st, packed),
+                None => {
+                    self.count_step(Duration::ZERO, Duration::ZERO);
+                    Ok(())
+                }
+            };
             st.reset(&self.buckets);
             done?;
         }
@@ -195,11 +197,11 @@ impl Reducer {
 
     /// Zeroes the views of bucket `b`'s unused parameters and starts its all-reduce, in
     /// place on the bucket.
-    fn launch(&self, st: &IterState, b: usize) -> Result<Work<()>> {
+    fn launch(&self, st: &IterState, packed: &Packed, b: usize) -> Result<Work<()>> {
         let bucket = &self.buckets[b];
         for &i in &bucket.members {
             if st.unused[i] {
-                let (p, view) = (&self.params[i].1, self.views[i].value());
+                let (p, view) = (&self.params[i].1, packed.views[i].value());
                 // Its gradient, if it is the view, keeps its value: it is not reduced.
                 if let Some(g) = p.grad()
                     && is_view(&g, &view)
@@ -209,12 +211,12 @@ impl Reducer {
                 view.zero_()?;
             }
         }
-        self.group.all_reduce_async(&bucket.flat, ReduceOp::Avg)
+        self.group.all_reduce_async(&packed.flats[b], ReduceOp::Avg)
     }
 
     /// Waits for every bucket and points the gradients of the parameters some rank used at
     /// their views, which hold the averages.
-    fn complete(&self, st: &mut IterState) -> Result<()> {
+    fn complete(&self, st: &mut IterState, packed: &Packed) -> Result<()> {
         let mut comm = Duration::ZERO;
         let mut exposed = Duration::ZERO;
         // Under find_unused, a parameter unused on every rank keeps its gradient as it
@@ -230,9 +232,8 @@ impl Reducer {
         };
         let mut failed = None;
         for work in st.in_flight.drain(..) {
-            let start = Instant::now();
-            let (res, ran) = work.wait_timed();
-            exposed += start.elapsed();
+            let ((res, ran), blocked) = work.wait_exposed();
+            exposed += blocked;
             comm += ran;
             if let Err(e) = res {
                 failed.get_or_insert(e);
@@ -248,24 +249,27 @@ impl Reducer {
             }
             None => None,
         };
-        let mut bytes = 0u64;
-        for bucket in &self.buckets {
-            bytes += (bucket.flat.numel() * bucket.flat.dtype().size_in_bytes()) as u64;
-            for &i in &bucket.members {
-                if used.as_ref().is_none_or(|u| u[i] > 0.0) {
-                    let (p, view) = (&self.params[i].1, &self.views[i]);
-                    if p.grad().is_none_or(|g| !is_view(&g, &view.value())) {
-                        p.set_grad_var(Some(view.clone()))?;
-                    }
+        for (i, (_, p)) in self.params.iter().enumerate() {
+            if used.as_ref().is_none_or(|u| u[i] > 0.0) {
+                let view = &packed.views[i];
+                if p.grad().is_none_or(|g| !is_view(&g, &view.value())) {
+                    p.set_grad_var(Some(view.clone()))?;
                 }
             }
         }
+        self.count_step(comm, exposed);
+        Ok(())
+    }
+
+    /// Adds a reduced step to the counters: every bucket's bytes, the time the all-reduces
+    /// ran and the time the training thread waited for them.
+    fn count_step(&self, comm: Duration, exposed: Duration) {
+        let bytes: u64 = self.buckets.iter().map(|b| b.bytes).sum();
         let mut s = self.stats.lock();
         s.steps += 1;
         s.bytes_reduced += bytes;
         s.all_reduce_time += comm;
         s.exposed_wait += exposed;
-        Ok(())
     }
 
     /// The names of the parameters not ready in `st`.
@@ -339,9 +343,49 @@ impl Reducer {
     /// Stops backward adding into the gradients in place (they stay views, now of buffers
     /// nothing reduces).
     pub(crate) fn release(&self) {
+        if self.packed.is_none() {
+            return;
+        }
         for (_, p) in &self.params {
             // Only leaves were given the flag, and they stay leaves.
             let _ = p.set_grad_in_place(false);
+        }
+    }
+}
+
+impl Packed {
+    /// The buckets' buffers and views; the parameters' gradients become the views.
+    fn new(buckets: &[Bucket], params: &[(String, Var)]) -> Result<Packed> {
+        let mut flats = Vec::with_capacity(buckets.len());
+        let mut views: Vec<Option<Var>> = vec![None; params.len()];
+        for bucket in buckets {
+            let (flat, bucket_views) = bucket.pack(params)?;
+            for (&i, view) in bucket.members.iter().zip(bucket_views) {
+                views[i] = Some(view);
+            }
+            flats.push(flat);
+        }
+        for (_, p) in params {
+            // The gradients are views into the buckets (their storage is shared): backward
+            // must add into them rather than replace them.
+            p.set_grad_in_place(true)?;
+        }
+        // Every parameter is in a bucket (the reducer checked), so every view is set.
+        Ok(Packed { flats, views: views.into_iter().flatten().collect() })
+    }
+
+    /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
+    /// when the gradient already is one; after `zero_grad` set it to none (or the user
+    /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
+    fn make_grad_view(&self, p: &Var, i: usize) -> Result<()> {
+        let view = &self.views[i];
+        let view_tensor = view.value();
+        match p.grad() {
+            Some(g) if !is_view(&g, &view_tensor) => {
+                view_tensor.copy_(&g)?;
+                p.set_grad_var(Some(view.clone()))
+            }
+            _ => Ok(()),
         }
     }
 }

@@ -239,7 +239,8 @@ fn a_parameter_one_rank_left_unused_gets_the_average_as_a_bucket_view() -> Resul
 
 #[test]
 fn gradients_held_before_wrapping_move_into_the_buckets() -> Result<()> {
-    let out = LocalGroup::spawn(1, |g| {
+    // Two ranks: a group of one rank has no buckets to move them into (tests/one_rank.rs).
+    let out = LocalGroup::spawn(2, |g| {
         let model = two_layers()?;
         model.forward(&input(0)?)?.sum_all().backward()?;
         let before = values(&model)?;

@@ -1,0 +1,177 @@
+//! DistributedDataParallel over a group of one rank: the average of one rank's gradients is
+//! those gradients, so the wrapped model trains bit for bit like the plain one (and like
+//! two ranks that see the same data), its gradients stay the tensors backward made, and the
+//! checks and counters of the reduction still work.
+
+use ember_autograd::Var;
+use ember_distributed::{DdpOptions, DistributedDataParallel, LocalGroup, ProcessGroup};
+use ember_nn::{CrossEntropyOptions, Linear, LinearOptions, Module, ReLU, Sequential, StateDict, cross_entropy};
+use ember_optim::{Adam, AdamConfig, Optimizer};
+use ember_tensor::{DType, Error, Result, Tensor};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A small MLP, 20-32-16-10, in f32.
+fn mlp() -> Result<Sequential> {
+    Ok(Sequential::new()
+        .add(Linear::new(20, 32)?)
+        .add(ReLU)
+        .add(Linear::new(32, 16)?)
+        .add(ReLU)
+        .add(Linear::new(16, 10)?))
+}
+
+/// Batch `step` of 8 deterministic samples.
+fn batch(step: usize) -> Result<(Var, Tensor)> {
+    let x: Vec<f32> = (0..8 * 20).map(|k| (((k + 131 * step) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect();
+    let y: Vec<i64> = (0..8).map(|i| ((i + step) * 7 % 10) as i64).collect();
+    Ok((Var::new(Tensor::from_vec(x, [8, 20])?), Tensor::from_vec(y, [8])?))
+}
+
+/// A copy of `model`'s state that later training does not change.
+fn snapshot(model: &dyn Module) -> StateDict {
+    model.state_dict().iter().map(|(k, v)| (k.to_string(), v.copy())).collect()
+}
+
+/// Parameters, then the last step's gradients, each parameter's as a vector.
+type Trained = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+/// The parameters after `steps` Adam steps of `model`, and the gradients of the last step.
+fn train(model: &dyn Module, steps: usize) -> Result<Trained> {
+    let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-2, ..Default::default() })?;
+    let mut grads = Vec::new();
+    for s in 0..steps {
+        let (x, y) = batch(s)?;
+        let loss = cross_entropy(&model.forward(&x)?, &y, CrossEntropyOptions::default())?;
+        opt.zero_grad();
+        loss.backward()?;
+        grads =
+            model.parameters().iter().map(|p| p.grad().expect("a gradient").to_vec::<f32>()).collect::<Result<_>>()?;
+        opt.step()?;
+    }
+    let params = model.parameters().iter().map(|p| p.value().to_vec::<f32>()).collect::<Result<_>>()?;
+    Ok((params, grads))
+}
+
+fn one_rank() -> Result<Arc<dyn ProcessGroup>> {
+    let group = LocalGroup::new_world(1)?.pop().ok_or_else(|| Error::invalid("test", "one rank"))?;
+    Ok(Arc::new(group))
+}
+
+#[test]
+fn one_rank_trains_bit_identically_to_the_plain_model_and_to_two_ranks_on_the_same_data() -> Result<()> {
+    const STEPS: usize = 5;
+    let plain = mlp()?;
+    let init = snapshot(&plain);
+    let expected = train(&plain, STEPS)?;
+
+    let model = mlp()?;
+    model.load_state_dict(&init)?;
+    let ddp = DistributedDataParallel::new(model, one_rank()?)?;
+    assert_eq!(train(&ddp, STEPS)?, expected, "one-rank DDP against the plain model");
+    assert_eq!(ddp.stats().steps, STEPS as u64);
+
+    // Two ranks with the same batches average two equal gradients, (g + g) / 2 = g exactly,
+    // through the bucket views and the all-reduce: the normal path gives the same bits.
+    let ranks = LocalGroup::spawn(2, |g| {
+        let model = mlp()?;
+        model.load_state_dict(&init)?;
+        let options = DdpOptions { bucket_cap_mb: 1e-3, ..Default::default() };
+        let ddp = DistributedDataParallel::with_options(model, Arc::new(g), options)?;
+        assert!(ddp.bucket_names().len() > 1, "{:?}", ddp.bucket_names());
+        train(&ddp, STEPS)
+    });
+    for r in ranks {
+        assert_eq!(r?, expected, "two-rank DDP on equal data against the plain model");
+    }
+    Ok(())
+}
+
+#[test]
+fn one_rank_gradients_stay_the_tensors_backward_made() -> Result<()> {
+    let model = Linear::with_options(3, 2, LinearOptions { bias: true, dtype: DType::F64 })?;
+    // A gradient held before wrapping stays as it is.
+    let x = Var::new(Tensor::from_vec((1..=6).map(f64::from).collect(), [2, 3])?);
+    model.forward(&x)?.sum_all().backward()?;
+    let held = model.weight().grad().expect("a gradient");
+    let ddp = DistributedDataParallel::with_options(
+        model,
+        one_rank()?,
+        DdpOptions { bucket_cap_mb: 1.0, ..Default::default() },
+    )?;
+    assert_eq!(ddp.bucket_names(), vec![vec!["bias".to_string(), "weight".to_string()]]);
+    let (w, b) = (ddp.module().weight(), ddp.module().bias().expect("a bias"));
+    assert!(w.grad().expect("kept").shares_storage(&held));
+    assert!(!w.grad_in_place() && !b.grad_in_place());
+
+    ddp.zero_grad();
+    ddp.forward(&x)?.sum_all().backward()?;
+    let (gw, gb) = (w.grad().expect("a gradient"), b.grad().expect("a gradient"));
+    // No flat buffer behind one bucket's gradients.
+    assert!(!gw.shares_storage(&gb));
+    assert_eq!(gw.to_vec::<f64>()?, vec![5.0, 7.0, 9.0, 5.0, 7.0, 9.0]);
+    assert_eq!(gb.to_vec::<f64>()?, vec![2.0, 2.0]);
+
+    // no_sync accumulates; the next backward "reduces" the sum, which stays as it is.
+    {
+        let _accumulate = ddp.no_sync();
+        ddp.forward(&x)?.sum_all().backward()?;
+    }
+    ddp.forward(&x)?.sum_all().backward()?;
+    assert_eq!(w.grad().expect("a gradient").to_vec::<f64>()?, vec![15.0, 21.0, 27.0, 15.0, 21.0, 27.0]);
+
+    let stats = ddp.stats();
+    assert_eq!(stats.steps, 2);
+    assert_eq!(stats.buckets, 1);
+    // Both steps count the bucket's 8 f64s; nothing ran on the communication thread.
+    assert_eq!(stats.bytes_reduced, 2 * 8 * 8);
+    assert_eq!(stats.all_reduce_time, Duration::ZERO);
+    assert_eq!(stats.exposed_wait, Duration::ZERO);
+    assert_eq!(stats.hidden_fraction(), 0.0);
+    Ok(())
+}
+
+/// A module with a head that the forward skips.
+struct Skips {
+    used: Linear,
+    unused: Linear,
+}
+
+impl Module for Skips {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        self.used.forward(x)
+    }
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let used = self.used.named_parameters().into_iter().map(|(n, p)| (format!("used.{n}"), p));
+        used.chain(self.unused.named_parameters().into_iter().map(|(n, p)| (format!("unused.{n}"), p))).collect()
+    }
+    fn set_training(&self, _: bool) {}
+}
+
+fn skips() -> Result<Skips> {
+    let opts = LinearOptions { bias: true, dtype: DType::F64 };
+    Ok(Skips { used: Linear::with_options(2, 1, opts)?, unused: Linear::with_options(2, 1, opts)? })
+}
+
+#[test]
+fn one_rank_still_names_unused_parameters_and_find_unused_leaves_them_alone() -> Result<()> {
+    let x = Var::new(Tensor::full([3, 2], 2.0, DType::F64)?);
+    let ddp = DistributedDataParallel::new(skips()?, one_rank()?)?;
+    ddp.forward(&x)?.sum_all().backward()?;
+    let finish = ddp.finish().expect_err("unused parameters").to_string();
+    assert!(finish.contains("unused.weight") && finish.contains("unused.bias"), "{finish}");
+    ddp.forward(&x)?.sum_all().backward()?;
+    let next = ddp.forward(&x).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(next.contains("unused.weight") && next.contains("find_unused_parameters"), "{next}");
+
+    let options = DdpOptions { find_unused_parameters: true, ..Default::default() };
+    let ddp = DistributedDataParallel::with_options(skips()?, one_rank()?, options)?;
+    for _ in 0..2 {
+        ddp.zero_grad();
+        ddp.forward(&x)?.sum_all().backward()?;
+        assert_eq!(ddp.module().used.weight().grad().expect("reduced").to_vec::<f64>()?, vec![6.0, 6.0]);
+        assert!(ddp.module().unused.weight().grad().is_none());
+    }
+    assert_eq!(ddp.stats().steps, 2);
+    Ok(())
+}

@@ -8,6 +8,7 @@ mod buffer;
 pub mod cache;
 mod device;
 mod rss;
+mod small_cache;
 
 pub use buffer::{Buffer, BufferElement, check_allocatable};
 pub use cache::{

@@ -270,7 +270,7 @@ pub fn trim_pool() -> usize {
 }
 
 /// Turns buffer reuse on or off (on by default): the pool of large blocks, and the
-/// per-thread cache of small blocks. Benchmarks switch it off to
+/// per-thread caches of small blocks and of storage cells. Benchmarks switch it off to
 /// measure what it saves.
 pub fn set_pool_enabled(enabled: bool) {
     POOL_ENABLED.store(enabled, Ordering::Relaxed);

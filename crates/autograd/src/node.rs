@@ -421,11 +421,8 @@ impl<O: ?Sized> Drop for Node<O> {
                 for i in std::mem::take(&mut inner.inputs) {
                     stack.push(i);
                 }
-                // The value's storage cell and the node's allocation are kept for the next
-                // operations on this thread (see `node_cache`).
-                if let Some(value) = inner.state.get_mut().value.take() {
-                    value.recycle();
-                }
+                // The node's allocation is kept for the next operations on this thread (see
+                // `node_cache`), and so is its value's storage cell (see `Tensor`'s `Drop`).
                 // SAFETY: `get_mut` just found `n` the only handle to its node.
                 unsafe { node_cache::recycle(n) };
             }

@@ -92,9 +92,9 @@ impl NodeCache {
 impl Drop for NodeCache {
     /// A thread's cached allocations are freed when it exits.
     fn drop(&mut self) {
-        for class in 1..CLASSES {
+        for (class, free) in FREE.iter().enumerate().skip(1) {
             while let Some(p) = self.pop(class) {
-                if let Some(free) = FREE[class].get() {
+                if let Some(free) = free.get() {
                     // SAFETY: a cached allocation is a dead node of this class, owned here.
                     unsafe { free(p) };
                 }

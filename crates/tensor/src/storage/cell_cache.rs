@@ -3,10 +3,11 @@
 //!
 //! Every tensor an operation returns gets a fresh `StorageCell` in its own `Arc`: with the
 //! value's buffer and the autograd node, one of the three allocations of a recorded
-//! operation. When autograd frees a graph it hands the cells of the values it drops to
-//! [`recycle`] (through [`Tensor::recycle`](crate::Tensor::recycle)); a cell that was the
-//! last handle to its storage gives up its data at once (the buffer goes back to its own
-//! cache or the system) and waits here, empty, for [`StorageCell::shared`] to fill it again.
+//! operation. A tensor's `Drop` hands its cell to [`recycle`]: a cell that was the last
+//! handle to its storage gives up its data at once (the buffer goes back to its own cache
+//! or the system) and waits here, empty, for [`StorageCell::shared`] to fill it again. A
+//! graph freed after backward, the gradients backward drops and the values of a no-grad
+//! chain all come back this way.
 //!
 //! Only unique cells enter (`Arc::get_mut` proves it: no other `Arc`, no `Weak`), and the
 //! cache never hands out a second handle to one, so a cell taken back is the caller's
@@ -38,11 +39,21 @@ pub(crate) fn take() -> Option<Arc<StorageCell>> {
 }
 
 /// Keeps `cell` for reuse when it is the last handle to its storage (its data is dropped
-/// now); otherwise just drops this handle.
-pub(crate) fn recycle(mut cell: Arc<StorageCell>) {
+/// now); otherwise just drops this handle. Every tensor's `Drop` calls it.
+#[inline]
+pub(crate) fn recycle(cell: Arc<StorageCell>) {
     // A plain load first: a shared cell (a view's, a saved value's) is merely released,
     // without the read-modify-write `get_mut` costs.
-    if Arc::strong_count(&cell) != 1 || !super::cache::pool_enabled() {
+    if Arc::strong_count(&cell) == 1 {
+        keep(cell);
+    }
+}
+
+/// `recycle` for a cell that looked unique: kept out of line, so that dropping a view or a
+/// shared handle costs one load more than before.
+#[inline(never)]
+fn keep(mut cell: Arc<StorageCell>) {
+    if !super::cache::pool_enabled() {
         return;
     }
     let Some(c) = Arc::get_mut(&mut cell) else { return };
@@ -102,7 +113,7 @@ mod tests {
             t.storage().watch();
             assert_eq!(t.version(), 1);
             let cell = Arc::as_ptr(t.storage());
-            t.recycle();
+            drop(t);
             assert_eq!(thread_cells(), 1);
             let u = Tensor::zeros([3], DType::I64).unwrap();
             assert_eq!(Arc::as_ptr(u.storage()), cell);
@@ -119,12 +130,12 @@ mod tests {
         on_new_thread(|| {
             let t = Tensor::ones([4], DType::F32).unwrap();
             let view = t.narrow(0, 1, 2).unwrap();
-            t.recycle();
+            drop(t);
             assert_eq!(thread_cells(), 0);
             assert_eq!(view.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
             // A weak handle keeps the cell out too, and sees it freed.
             let weak = Arc::downgrade(view.storage());
-            view.recycle();
+            drop(view);
             assert_eq!(thread_cells(), 0);
             assert!(weak.upgrade().is_none());
         });
@@ -135,7 +146,7 @@ mod tests {
         on_new_thread(|| {
             let many: Vec<Tensor> =
                 (0..THREAD_LIMIT_CELLS + 100).map(|_| Tensor::ones([2], DType::F32).unwrap()).collect();
-            many.into_iter().for_each(Tensor::recycle);
+            drop(many);
             assert_eq!(thread_cells(), THREAD_LIMIT_CELLS);
             assert_eq!(clear_thread(), THREAD_LIMIT_CELLS);
             assert_eq!(thread_cells(), 0);

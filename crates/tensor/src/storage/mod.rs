@@ -308,7 +308,7 @@ impl StorageCell {
     /// copy (loads straddling the stores that just built it) was a measurable share of the
     /// operation.
     ///
-    /// The cell is one a dropped graph left in this thread's cache when there is one (see
+    /// The cell is one a dropped tensor left in this thread's cache when there is one (see
     /// `storage/cell_cache.rs`), else a fresh allocation.
     #[inline]
     pub fn shared(storage: Storage) -> Arc<Self> {

@@ -107,7 +107,7 @@ pub(crate) fn handles(bytes: usize) -> bool {
 /// A cached block of `bytes` freed earlier on this thread, holding stale data, if any.
 #[inline]
 pub(crate) fn take(bytes: usize) -> Option<NonNull<u8>> {
-    debug_assert!(handles(bytes) && bytes % GRANULE == 0 && bytes > 0);
+    debug_assert!(handles(bytes) && bytes.is_multiple_of(GRANULE) && bytes > 0);
     CACHE.try_with(|c| c.try_borrow_mut().ok()?.take(bytes)).ok().flatten()
 }
 
@@ -119,7 +119,7 @@ pub(crate) fn take(bytes: usize) -> Option<NonNull<u8>> {
 /// use it afterwards.
 #[inline]
 pub(crate) unsafe fn put(block: NonNull<u8>, bytes: usize) -> bool {
-    debug_assert!(handles(bytes) && bytes % GRANULE == 0 && bytes > 0);
+    debug_assert!(handles(bytes) && bytes.is_multiple_of(GRANULE) && bytes > 0);
     CACHE.try_with(|c| c.try_borrow_mut().is_ok_and(|mut c| c.put(block, bytes))).unwrap_or(false)
 }
 

@@ -30,6 +30,7 @@ use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::{Storage, StorageCell};
 use crate::{Device, Error, Result};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// An n-dimensional array of one dtype on one device.
@@ -52,10 +53,22 @@ use std::sync::Arc;
 /// ```
 #[derive(Clone)]
 pub struct Tensor {
-    storage: Arc<StorageCell>,
+    /// Taken out only by `Drop`, which hands it to the storage cell cache.
+    storage: ManuallyDrop<Arc<StorageCell>>,
     layout: Layout,
     dtype: DType,
     device: Device,
+}
+
+impl Drop for Tensor {
+    /// The last handle to a storage leaves its emptied cell to the next tensor this thread
+    /// makes (see `storage/cell_cache.rs`).
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the field is taken once, here, and not used afterwards.
+        let cell = unsafe { ManuallyDrop::take(&mut self.storage) };
+        crate::storage::cell_cache::recycle(cell);
+    }
 }
 
 impl Tensor {
@@ -64,7 +77,7 @@ impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: Shape) -> Tensor {
         let dtype = storage.dtype();
         let device = storage.device();
-        Tensor { storage: StorageCell::shared(storage), layout: Layout::contiguous(shape), dtype, device }
+        Tensor { storage: ManuallyDrop::new(StorageCell::shared(storage)), layout: Layout::contiguous(shape), dtype, device }
     }
 
     /// The same storage through another layout.
@@ -191,25 +204,6 @@ impl Tensor {
     #[inline]
     pub fn storage(&self) -> &Arc<StorageCell> {
         &self.storage
-    }
-
-    /// Drops this handle, as `drop` does; when it was the last handle to its storage, the
-    /// storage's data is freed and its emptied cell is kept for the next tensor this thread
-    /// makes, which then needs one allocation fewer. For code that frees many values at
-    /// once, as autograd does when it frees a graph; the thread keeps a bounded number of
-    /// cells, and none while the buffer pool is off
-    /// ([`set_pool_enabled`](crate::storage::set_pool_enabled)).
-    ///
-    /// ```
-    /// use ember_tensor::{DType, Tensor};
-    /// let t = Tensor::ones([64], DType::F32)?;
-    /// t.recycle();
-    /// let u = Tensor::zeros([64], DType::F32)?; // may live in the cell `t` left
-    /// assert_eq!((u.version(), u.to_vec::<f32>()?[0]), (0, 0.0));
-    /// # Ok::<(), ember_tensor::Error>(())
-    /// ```
-    pub fn recycle(self) {
-        crate::storage::cell_cache::recycle(self.storage);
     }
 
     /// Whether two tensors share storage (one may be a view of the other).

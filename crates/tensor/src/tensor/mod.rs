@@ -77,7 +77,12 @@ impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: Shape) -> Tensor {
         let dtype = storage.dtype();
         let device = storage.device();
-        Tensor { storage: ManuallyDrop::new(StorageCell::shared(storage)), layout: Layout::contiguous(shape), dtype, device }
+        Tensor {
+            storage: ManuallyDrop::new(StorageCell::shared(storage)),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device,
+        }
     }
 
     /// The same storage through another layout.

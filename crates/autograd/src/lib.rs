@@ -350,6 +350,7 @@ mod graph_view;
 mod hooks;
 pub mod inference_mode;
 mod node;
+mod node_cache;
 mod op;
 mod ops;
 pub mod profiler;

@@ -12,6 +12,7 @@
 //! see `extension`) and stores what it needs in a typed slot of the extras
 //! ([`Extras::slot`]). See docs/design.md, 'Engine and extensions'.
 
+use crate::node_cache;
 use crate::op::Op;
 use crate::reactive;
 use crate::var::Var;
@@ -263,16 +264,26 @@ pub(crate) fn new_node<O: Op>(
         }
     }
     let state = NodeState::new(value, input_versions, reactive::epochs());
-    let node: NodeRef = Arc::new(Node {
-        inputs,
-        seq,
-        flags: AtomicU32::new(flags),
-        edges: AtomicU32::new(0),
-        state: Mutex::new(state),
-        grad: Mutex::new(None),
-        extras: Mutex::new(None),
-        op,
-    });
+    // Written straight into the allocation (one a freed node left, when this thread has
+    // one: see `node_cache`): `Arc::new` builds the node on the stack and copies it over, a
+    // `memcpy` of the whole node that was a measurable share of a recorded operation.
+    let slot = node_cache::alloc::<Node<O>>();
+    let p = Arc::as_ptr(&slot) as *mut std::mem::MaybeUninit<Node<O>>;
+    // SAFETY: `slot` was just allocated and is the only handle to it, so writing through
+    // its pointer races with nothing; after the write the node is initialised.
+    let node: NodeRef = unsafe {
+        (*p).write(Node {
+            inputs,
+            seq,
+            flags: AtomicU32::new(flags),
+            edges: AtomicU32::new(0),
+            state: Mutex::new(state),
+            grad: Mutex::new(None),
+            extras: Mutex::new(None),
+            op,
+        });
+        slot.assume_init()
+    };
     Var { node }
 }
 
@@ -410,6 +421,10 @@ impl<O: ?Sized> Drop for Node<O> {
                 for i in std::mem::take(&mut inner.inputs) {
                     stack.push(i);
                 }
+                // The node's allocation is kept for the next operations on this thread (see
+                // `node_cache`), and so is its value's storage cell (see `Tensor`'s `Drop`).
+                // SAFETY: `get_mut` just found `n` the only handle to its node.
+                unsafe { node_cache::recycle(n) };
             }
         }
     }

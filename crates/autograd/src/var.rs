@@ -68,7 +68,7 @@ impl Clone for Var {
 
 impl Drop for Var {
     /// The last handle to a value no recorded backward reads releases it (PyTorch never
-    /// keeps such a value); see [`release_unread`].
+    /// keeps such a value); see `release_unread` in `node.rs`.
     #[inline]
     fn drop(&mut self) {
         if self.node.has(UNREAD) {

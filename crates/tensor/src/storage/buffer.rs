@@ -122,6 +122,11 @@ impl<T: BufferElement> Buffer<T> {
         }
     }
 
+    /// A buffer of no elements (it allocates nothing).
+    pub(crate) const fn empty() -> Self {
+        Buffer { ptr: None, len: 0, inline: [0u64; INLINE_BYTES / 8], _t: std::marker::PhantomData }
+    }
+
     /// `len` zeros.
     #[inline]
     pub fn zeros(op: &'static str, len: usize) -> Result<Self> {

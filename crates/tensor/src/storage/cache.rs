@@ -21,7 +21,11 @@
 //!
 //! [`trim_pool`] runs the trimming at once and [`clear_pool`] empties the pool (PyTorch's
 //! `torch.cuda.empty_cache`).
+//!
+//! Smaller blocks go through a per-thread cache in front of the system allocator
+//! (`small_cache.rs`), which the same switch ([`set_pool_enabled`]) turns off.
 
+use super::small_cache;
 use parking_lot::Mutex;
 use std::alloc::{self, Layout as AllocLayout};
 use std::collections::HashMap;
@@ -31,6 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// Blocks smaller than this go to the system allocator, whose small-size bins are fast and
 /// whose zeroing is cheap at that size.
 pub(crate) const POOL_MIN_BYTES: usize = 4 * 1024;
+// Smaller blocks go through the per-thread cache, which must cover everything below.
+const _: () = assert!(small_cache::END_BYTES == POOL_MIN_BYTES);
 const PAGE: usize = 4096;
 /// Blocks below this are not counted in [`MemoryStats`]: counting costs atomic updates that
 /// would dominate the cost of operations on tiny tensors, whose memory does not matter.
@@ -263,8 +269,9 @@ pub fn trim_pool() -> usize {
     release(out)
 }
 
-/// Turns buffer reuse on or off (on by default). Benchmarks switch it off to measure what it
-/// saves.
+/// Turns buffer reuse on or off (on by default): the pool of large blocks, and the
+/// per-thread caches of small blocks and of storage cells. Benchmarks switch it off to
+/// measure what it saves.
 pub fn set_pool_enabled(enabled: bool) {
     POOL_ENABLED.store(enabled, Ordering::Relaxed);
     if !enabled {
@@ -277,13 +284,15 @@ pub fn pool_enabled() -> bool {
     POOL_ENABLED.load(Ordering::Relaxed)
 }
 
-/// Returns every cached block to the system (PyTorch's `torch.cuda.empty_cache`); returns
-/// the bytes released.
+/// Returns every cached block to the system (PyTorch's `torch.cuda.empty_cache`): the
+/// pool's, and the small blocks the calling thread keeps (other threads' go back when they
+/// exit). Returns the bytes released.
 pub fn clear_pool() -> usize {
+    let small = small_cache::clear_thread();
     let pool = POOL.lock().take();
-    let Some(pool) = pool else { return 0 };
+    let Some(pool) = pool else { return small };
     let out = pool.buckets.into_iter().flat_map(|(bytes, bucket)| bucket.blocks.into_iter().map(move |b| (bytes, b)));
-    release(out.collect())
+    small + release(out.collect())
 }
 
 /// The allocation size actually used for a request of `bytes`.
@@ -298,6 +307,9 @@ pub(crate) fn rounded(bytes: usize) -> usize {
 }
 
 fn block_layout(bytes: usize) -> AllocLayout {
+    if small_cache::handles(bytes) {
+        return small_cache::layout(bytes);
+    }
     let align = if bytes >= PAGE { ALIGN_LARGE } else { 16 };
     // Sizes were validated by `checked_numel` before reaching here, so this cannot fail.
     AllocLayout::from_size_align(bytes, align).unwrap_or(AllocLayout::new::<u8>())
@@ -333,6 +345,16 @@ pub(crate) fn alloc_block(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
             return Some(b.0);
         }
         POOL_MISSES.fetch_add(1, Ordering::Relaxed);
+    }
+    if small_cache::handles(bytes)
+        && POOL_ENABLED.load(Ordering::Relaxed)
+        && let Some(p) = small_cache::take(bytes)
+    {
+        if zeroed {
+            // SAFETY: the block has `bytes` bytes.
+            unsafe { std::ptr::write_bytes(p.as_ptr(), 0, bytes) };
+        }
+        return Some(p);
     }
     // Fresh memory is always zeroed so that every buffer holds initialised values. A small
     // block is allocated and cleared here rather than by `alloc_zeroed`: glibc's `calloc`
@@ -374,6 +396,11 @@ pub(crate) unsafe fn free_block(ptr: NonNull<u8>, bytes: usize) {
         let mut guard = POOL.lock();
         guard.get_or_insert_with(Pool::default).buckets.entry(bytes).or_default().blocks.push(Block(ptr));
         CACHED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: a block under 4 KiB was allocated with `small_cache::layout(bytes)` (see
+    // `block_layout`), and the caller gives it up.
+    if small_cache::handles(bytes) && POOL_ENABLED.load(Ordering::Relaxed) && unsafe { small_cache::put(ptr, bytes) } {
         return;
     }
     // SAFETY: guaranteed by the caller.

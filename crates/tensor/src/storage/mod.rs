@@ -6,8 +6,10 @@
 
 mod buffer;
 pub mod cache;
+pub(crate) mod cell_cache;
 mod device;
 mod rss;
+mod small_cache;
 
 pub use buffer::{Buffer, BufferElement, check_allocatable};
 pub use cache::{
@@ -305,8 +307,15 @@ impl StorageCell {
     /// copies it over, and for the one-element results of a chain of small operations that
     /// copy (loads straddling the stores that just built it) was a measurable share of the
     /// operation.
+    ///
+    /// The cell is one a dropped tensor left in this thread's cache when there is one (see
+    /// `storage/cell_cache.rs`), else a fresh allocation.
     #[inline]
     pub fn shared(storage: Storage) -> Arc<Self> {
+        if let Some(cell) = cell_cache::take() {
+            cell_cache::refill(&cell, storage);
+            return cell;
+        }
         let slot = Arc::<Self>::new_uninit();
         let p = Arc::as_ptr(&slot) as *mut std::mem::MaybeUninit<Self>;
         // SAFETY: `slot` was just allocated and is the only handle to it, so writing through

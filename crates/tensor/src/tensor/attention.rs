@@ -43,7 +43,7 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor)> {
         let (shapes, [q, k, v], mask) = self.attention_operands(key, value, mask)?;
         let mut cells: Vec<&StorageCell> = vec![&q.storage, &k.storage, &v.storage];
-        cells.extend(mask.as_ref().map(|m| &*m.storage));
+        cells.extend(mask.as_ref().map(|m| &**m.storage));
         let set = ReadSet::new(&cells);
         let view = |t| view_in(&set, t);
         let mv = mask.as_ref().map(|m| (set.get(&m.storage), &m.layout));
@@ -73,7 +73,7 @@ impl Tensor {
         }
         let mut cells: Vec<&StorageCell> =
             vec![&q.storage, &k.storage, &v.storage, &output.storage, &lse.storage, &grad.storage];
-        cells.extend(mask.as_ref().map(|m| &*m.storage));
+        cells.extend(mask.as_ref().map(|m| &**m.storage));
         let set = ReadSet::new(&cells);
         let view = |t| view_in(&set, t);
         let mv = mask.as_ref().map(|m| (set.get(&m.storage), &m.layout));

@@ -254,7 +254,7 @@ impl Tensor {
         }
         // One read lock per distinct storage (operands may alias each other), all taken in
         // the global lock order together with the write lock.
-        let cells: Vec<&StorageCell> = others.iter().map(|o| &*o.storage).collect();
+        let cells: Vec<&StorageCell> = others.iter().map(|o| &**o.storage).collect();
         let (mut dst, reads) = super::locks::write_and_read(&self.storage, &cells);
         let slices: [&[T]; N] = std::array::from_fn(|i| {
             let o = others[i];

@@ -15,7 +15,7 @@ fn cat_contiguous(tensors: &[&Tensor], d: usize, shape: &Shape, dtype: DType) ->
     if !tensors.iter().all(|t| t.is_contiguous() && t.dtype() == dtype) {
         return Ok(None);
     }
-    let cells: Vec<&StorageCell> = tensors.iter().map(|t| &*t.storage).collect();
+    let cells: Vec<&StorageCell> = tensors.iter().map(|t| &**t.storage).collect();
     let (guards, slot) = super::locks::read_all(&cells);
     let views: Vec<View<'_>> = tensors.iter().zip(&slot).map(|(t, &i)| (&*guards[i], &t.layout)).collect();
     let s = tensors[0].backend().cat(&views, d)?;

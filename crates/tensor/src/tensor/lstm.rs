@@ -58,8 +58,8 @@ impl Tensor {
             (dc.dtype, &dc.layout),
             (c.dtype, &c.layout),
         )?;
-        let mut cells = vec![&*y.storage, &*dh.storage, &*dc.storage, &*c.storage];
-        cells.extend(gy.map(|g| &*g.storage));
+        let mut cells = vec![&**y.storage, &**dh.storage, &**dc.storage, &**c.storage];
+        cells.extend(gy.map(|g| &**g.storage));
         let set = ReadSet::new(&cells);
         let gy = gy.map(|g| view(&set, g));
         let [dp, dcp] =
@@ -100,7 +100,7 @@ impl Tensor {
             (c0.dtype, &c0.layout),
             reverse,
         )?;
-        let set = ReadSet::new(&[&*gi.storage, &*w_hh.storage, &*h0.storage, &*c0.storage]);
+        let set = ReadSet::new(&[&**gi.storage, &**w_hh.storage, &**h0.storage, &**c0.storage]);
         let v = |t| view(&set, t);
         let s = gi.backend().lstm_sequence(v(gi), v(w_hh), v(h0), v(c0), &run)?;
         Ok(Tensor::from_storage(s, Shape::from([run.steps, LSTM_SLOTS, run.batch, run.hidden])))
@@ -129,7 +129,7 @@ impl Tensor {
             (c0.dtype, &c0.layout),
             reverse,
         )?;
-        let set = ReadSet::new(&[&*y.storage, &*gy.storage, &*w_hh.storage, &*c0.storage]);
+        let set = ReadSet::new(&[&**y.storage, &**gy.storage, &**w_hh.storage, &**c0.storage]);
         let v = |t| view(&set, t);
         let [d_gi, dh0, dc0] = y.backend().lstm_sequence_backward(v(y), v(gy), v(w_hh), v(c0), &run)?;
         let (b, h) = (run.batch, run.hidden);

@@ -30,6 +30,7 @@ use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::{Storage, StorageCell};
 use crate::{Device, Error, Result};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// An n-dimensional array of one dtype on one device.
@@ -52,10 +53,22 @@ use std::sync::Arc;
 /// ```
 #[derive(Clone)]
 pub struct Tensor {
-    storage: Arc<StorageCell>,
+    /// Taken out only by `Drop`, which hands it to the storage cell cache.
+    storage: ManuallyDrop<Arc<StorageCell>>,
     layout: Layout,
     dtype: DType,
     device: Device,
+}
+
+impl Drop for Tensor {
+    /// The last handle to a storage leaves its emptied cell to the next tensor this thread
+    /// makes (see `storage/cell_cache.rs`).
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the field is taken once, here, and not used afterwards.
+        let cell = unsafe { ManuallyDrop::take(&mut self.storage) };
+        crate::storage::cell_cache::recycle(cell);
+    }
 }
 
 impl Tensor {
@@ -64,7 +77,12 @@ impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: Shape) -> Tensor {
         let dtype = storage.dtype();
         let device = storage.device();
-        Tensor { storage: StorageCell::shared(storage), layout: Layout::contiguous(shape), dtype, device }
+        Tensor {
+            storage: ManuallyDrop::new(StorageCell::shared(storage)),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device,
+        }
     }
 
     /// The same storage through another layout.

@@ -43,7 +43,7 @@ impl Tensor {
         writes.push(("the parameter", self));
         writes.extend(momentum_buffer.map(|b| ("the momentum buffer", b)));
         check_operands(op, &writes, grad)?;
-        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &*t.storage).collect();
+        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &**t.storage).collect();
         let (mut w, g) = super::locks::write_all_and_read(&cells, &grad.storage);
         let (p, rest) = split_first(&mut w)?;
         let buffer = rest.first_mut().zip(momentum_buffer).map(|(s, t)| (&mut **s, &t.layout));
@@ -67,7 +67,7 @@ impl Tensor {
         writes.extend([("the parameter", self), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)]);
         writes.extend(max_exp_avg_sq.map(|t| ("max_exp_avg_sq", t)));
         check_operands(op, &writes, grad)?;
-        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &*t.storage).collect();
+        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &**t.storage).collect();
         let (mut w, g) = super::locks::write_all_and_read(&cells, &grad.storage);
         let (p, rest) = split_first(&mut w)?;
         let (m, rest) = split_first(rest)?;
@@ -99,7 +99,7 @@ impl Tensor {
         writes.extend(grad_avg.map(|t| ("grad_avg", t)));
         writes.extend(momentum_buffer.map(|t| ("the momentum buffer", t)));
         check_operands(op, &writes, grad)?;
-        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &*t.storage).collect();
+        let cells: SmallVec<[&StorageCell; 4]> = writes.iter().map(|(_, t)| &**t.storage).collect();
         let (mut w, g) = super::locks::write_all_and_read(&cells, &grad.storage);
         let (p, rest) = split_first(&mut w)?;
         let (s, mut rest) = split_first(rest)?;

@@ -41,6 +41,10 @@ const LANES: usize = 16;
 /// floats each, 1.2 MB together.
 const TARGET_TILES: usize = 64;
 
+/// Pieces a convolution is split into at the least, where it has as many tile rows: small
+/// images would otherwise make one piece, and leave all but one thread idle.
+const MIN_PIECES: usize = 4;
+
 type Vector = [f32; LANES];
 
 /// A 3x3 stride-1 convolution computed by tiles: `inputs` channels of `input` extents,
@@ -66,17 +70,38 @@ fn shape(geom: &ConvGeometry) -> bool {
         && (0..2).all(|d| w.output[d] > 0 && w.output[d] + 2 == w.input[d] + 2 * w.padding[d])
 }
 
-/// The measured rule: enough channels on both sides that the products are not dominated by
-/// the transforms, and outputs not so small that the part-empty edge tiles waste more than
-/// Winograd saves.
-fn faster(inputs: usize, outputs: usize, output: [usize; 2]) -> bool {
-    inputs >= 16 && outputs >= 16 && output[0] >= 8 && output[1] >= 8
+/// The fewest channels on each side: with fewer the transforms cost more than the products
+/// save (measured 2-3 times slower with 3 to 8 channels on 32x32 images).
+const MIN_CHANNELS: usize = 16;
+
+/// The smallest output extents measured faster (4x4 images with 16 channels).
+const MIN_OUTPUT: usize = 4;
+
+/// The most bytes of transformed filters (`36 * C_in * C_out` floats) taken with few tiles:
+/// every piece reads them all, so past the last-level cache a small batch of small images
+/// waits on memory (512 channels on 7x7 images, batch 8, measured no faster).
+const MOST_FILTER_BYTES: usize = 24 << 20;
+
+/// Tiles in the batch above which even filters larger than [`MOST_FILTER_BYTES`] pay off
+/// (512 channels on 14x14 images, batch 8: 128 tiles, measured 1.5 times faster).
+const MANY_TILES: usize = 128;
+
+/// The measured rule (`EMBER_CONV_WINOGRAD=0` times the other path on the same build):
+/// enough channels on both sides that the transforms do not dominate, outputs not smaller
+/// than measured, and filters that fit in cache unless the batch has many tiles.
+fn faster(inputs: usize, outputs: usize, output: [usize; 2], n: usize) -> bool {
+    let filter_bytes = POINTS * inputs * outputs * std::mem::size_of::<f32>();
+    let tiles = n * output[0].div_ceil(TILE) * output[1].div_ceil(TILE);
+    inputs >= MIN_CHANNELS
+        && outputs >= MIN_CHANNELS
+        && output.iter().all(|&e| e >= MIN_OUTPUT)
+        && (filter_bytes <= MOST_FILTER_BYTES || tiles >= MANY_TILES)
 }
 
 impl Winograd {
-    /// The forward pass of `geom`, if Winograd computes it faster than the column-matrix
-    /// path (whatever the setting, which the caller checks).
-    pub(super) fn forward(geom: &ConvGeometry) -> Option<Winograd> {
+    /// The forward pass of `geom` on `n` images, if Winograd computes it faster than the
+    /// column-matrix path (whatever the setting, which the caller checks).
+    pub(super) fn forward(geom: &ConvGeometry, n: usize) -> Option<Winograd> {
         let w = &geom.window;
         let plan = Winograd {
             inputs: geom.in_channels,
@@ -85,12 +110,12 @@ impl Winograd {
             pad: w.padding,
             output: w.output,
         };
-        (shape(geom) && faster(plan.inputs, plan.outputs, plan.output)).then_some(plan)
+        (shape(geom) && faster(plan.inputs, plan.outputs, plan.output, n)).then_some(plan)
     }
 
     /// The transposed convolution of `geom` (its input gradient), if Winograd computes it
     /// faster: the convolution of the output gradient with padding `2 - pad`.
-    pub(super) fn transposed(geom: &ConvGeometry) -> Option<Winograd> {
+    pub(super) fn transposed(geom: &ConvGeometry, n: usize) -> Option<Winograd> {
         let w = &geom.window;
         let plan = Winograd {
             inputs: geom.out_channels,
@@ -99,7 +124,7 @@ impl Winograd {
             pad: [2usize.checked_sub(w.padding[0])?, 2usize.checked_sub(w.padding[1])?],
             output: w.input,
         };
-        (shape(geom) && faster(plan.inputs, plan.outputs, plan.output)).then_some(plan)
+        (shape(geom) && faster(plan.inputs, plan.outputs, plan.output, n)).then_some(plan)
     }
 
     /// Tile rows and columns.
@@ -157,7 +182,7 @@ impl Winograd {
         if out.is_empty() {
             return Ok(out);
         }
-        let rows_per_piece = TARGET_TILES.div_ceil(tw).max(1);
+        let rows_per_piece = TARGET_TILES.div_ceil(tw).min((n * th).div_ceil(MIN_PIECES)).max(1);
         let capacity = rows_per_piece * tw;
         let pieces = (n * th).div_ceil(rows_per_piece);
         let width = TILE * tw + 2;

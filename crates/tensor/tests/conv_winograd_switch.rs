@@ -28,16 +28,21 @@ fn the_switch_selects_the_algorithm() {
     set_conv_winograd(true);
     assert!(conv_winograd());
     let on = run(&x, &y, &w, &b);
+    // A strided input (its planes stored transposed) gives the same bits.
+    let strided = x.transpose(2, 3).unwrap().contiguous().transpose(2, 3).unwrap();
+    assert!(!strided.is_contiguous());
+    assert_eq!(run(&strided, &y, &w, &b), on);
     set_conv_winograd(false);
     let off_again = run(&x, &y, &w, &b);
 
     // Off is one algorithm, bit for bit, whatever ran in between; on is another, agreeing
-    // to rounding (the sums have 288 and 216 terms of about unit size).
+    // to rounding: each output sums up to 288 products of normal values, whose magnitudes
+    // add up to about 180, and 2e-3 is about 1e-5 of that.
     assert_eq!(off, off_again);
     for (a, b) in off.iter().zip(&on) {
         assert_ne!(a, b, "Winograd did not run");
         for (&p, &q) in a.iter().zip(b) {
-            assert!((p - q).abs() <= 1e-4 * (1.0 + p.abs()), "{p} vs {q}");
+            assert!((p - q).abs() <= 2e-3, "{p} vs {q}");
         }
     }
 }

@@ -609,8 +609,8 @@ mod tests {
     fn winograd_switch() {
         let case: Case = (2, 48, 40, 1, [24, 23], 3, 1, 1, 1);
         let g = geometry(&case);
-        assert!(Winograd::forward(&g, n).is_some() && Winograd::transposed(&g, n).is_some());
         let (n, c, o, [h, wd]) = (case.0, case.1, case.2, case.4);
+        assert!(Winograd::forward(&g, n).is_some() && Winograd::transposed(&g, n).is_some());
         let [oh, ow] = g.window.output;
         let x = values(n * c * h * wd, 1);
         let w = values(o * c * 9, 2);

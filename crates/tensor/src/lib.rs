@@ -32,6 +32,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod backend;
+pub mod conv_settings;
 pub mod device;
 pub mod display;
 pub mod dtype;
@@ -47,6 +48,7 @@ mod tensor;
 pub mod threading;
 
 pub use backend::{CmpOp, DeviceTimer, ReduceOp};
+pub use conv_settings::{conv_winograd, set_conv_winograd};
 pub use device::{Device, DeviceMemory};
 pub use dtype::{DType, Element, FloatElement, Scalar};
 pub use error::{Error, Result};

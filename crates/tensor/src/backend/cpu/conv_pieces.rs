@@ -1,11 +1,14 @@
 //! What the convolution kernels (`conv.rs`, and `conv_direct.rs` for small images) share:
 //! the output pointer their parallel pieces write through, the loop over pieces, the
-//! scratch blocks the pieces borrow, and the bias view.
+//! scratch blocks the pieces borrow, the bias view, and the `gemm` call of their products.
 
-use crate::Result;
+use super::binary;
 use crate::dtype::FloatElement;
 use crate::host::iter::{par_for, threads};
-use crate::storage::Buffer;
+use crate::layout::Layout;
+use crate::storage::{Buffer, CpuStorage};
+use crate::{Error, Result};
+use gemm::Parallelism;
 use parking_lot::Mutex;
 
 /// Multiply-adds below which a kernel runs on the calling thread only.
@@ -77,4 +80,95 @@ impl<T: Copy> Bias<'_, T> {
     pub(super) fn get(&self, i: usize) -> T {
         self.data[self.offset + i * self.stride]
     }
+}
+
+/// A matrix for `gemm`: a pointer and row and column strides in elements.
+#[derive(Clone, Copy)]
+pub(super) struct Mat<T> {
+    pub(super) ptr: *const T,
+    pub(super) rs: isize,
+    pub(super) cs: isize,
+}
+
+// SAFETY: a `Mat` only reads memory that outlives the loop using it.
+unsafe impl<T> Send for Mat<T> {}
+unsafe impl<T> Sync for Mat<T> {}
+
+/// `dst[m, n] = a[m, k] @ b[k, n]`, plus the previous `dst` when `accumulate`; `dst` has rows
+/// `dst_rs` apart and unit column stride.
+///
+/// # Safety
+/// The matrices must be valid for their extents and strides, and `dst` must not overlap
+/// `a` or `b`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn product<T: FloatElement>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    a: Mat<T>,
+    b: Mat<T>,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                // SAFETY: row `r` of `dst` holds `n` elements.
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), n).fill(T::ZERO) };
+            }
+        }
+        return;
+    }
+    let keep = if accumulate { T::ONE } else { T::ZERO };
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            keep,
+            T::ONE,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}
+
+/// The layout's data as a contiguous slice starting at its first element: the view itself
+/// when contiguous, else a copy kept in `held`.
+pub(super) fn contiguous<'a, T: FloatElement>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    held: &'a mut Option<CpuStorage>,
+) -> Result<&'a [T]> {
+    let mixed = || Error::dtype("conv2d", "operands of mixed dtypes");
+    if l.is_contiguous() {
+        let data = s.as_slice::<T>().ok_or_else(mixed)?;
+        return Ok(&data[l.offset()..l.offset() + l.numel()]);
+    }
+    let copy = held.insert(binary::cast(s, l, T::DTYPE)?);
+    copy.as_slice::<T>().ok_or_else(mixed)
+}
+
+/// The bias of a convolution as a [`Bias`] view of `T`; `None` without one.
+pub(super) fn bias_view<'a, T: FloatElement>(bias: Option<(&'a CpuStorage, &Layout)>) -> Result<Option<Bias<'a, T>>> {
+    let Some((s, l)) = bias else { return Ok(None) };
+    let data = s.as_slice::<T>().ok_or_else(|| Error::dtype("conv2d", "the bias has another dtype"))?;
+    Ok(Some(Bias { data, offset: l.offset(), stride: l.strides()[0] }))
 }

@@ -13,6 +13,7 @@ mod contiguous;
 mod conv;
 mod conv_direct;
 mod conv_pieces;
+mod conv_winograd;
 mod im2col;
 mod index;
 mod join;

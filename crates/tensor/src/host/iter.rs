@@ -11,7 +11,6 @@ pub(crate) use super::team::threads;
 use crate::layout::{Layout, Strides, coalesce};
 use rayon::prelude::*;
 use smallvec::SmallVec;
-use std::panic::Location;
 
 /// Elements below which a cheap elementwise kernel runs on one thread: splitting smaller
 /// work costs more in scheduling than it saves.
@@ -127,7 +126,6 @@ fn coalesce_dyn(shape: &[usize], strides: &[&[usize]]) -> (Strides, SmallVec<[St
 
 /// Fills `out` by calling `f(chunk_start, chunk)` on disjoint chunks, in parallel when `out`
 /// has at least `grain` elements.
-#[track_caller]
 pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let n = out.len();
     // Small work never asks rayon for its thread count (a thread-local lookup per call).
@@ -171,28 +169,23 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 /// so each task sets the kernels' float mode for itself, and the caller waits in its own
 /// mode: while it waits, `rayon` may hand it the program's work.
 #[inline]
-#[track_caller]
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
-    par_for_dyn(n, Grain::Tuned, Location::caller(), &f);
+    par_for_dyn(n, Grain::Tuned, &f);
 }
 
 /// [`par_for`] for loops whose every index is tens of microseconds of work or more (blocks
 /// of a large matrix product): from outside `rayon`'s pool the helpers are always offered
 /// the loop, whatever the thread tuner thinks of short loops ([`Grain::Heavy`]).
 #[inline]
-#[track_caller]
 pub(crate) fn par_for_heavy(n: usize, f: impl Fn(usize) + Sync) {
-    par_for_dyn(n, Grain::Heavy, Location::caller(), &f);
+    par_for_dyn(n, Grain::Heavy, &f);
 }
 
 /// The body of [`par_for`], compiled once. Were it generic, `rayon`'s splitting and job
 /// machinery would be compiled again for every kernel's closure (most of this crate's
 /// machine code, and most of its build time), while the indirect call per index costs
 /// nothing next to an index's share of a kernel; the team path takes `&dyn Fn` anyway.
-///
-/// `site` is where the kernel called it ([`par_for`] and the helpers above it track their
-/// caller): the thread tuner compares each loop with earlier loops from the same place.
-fn par_for_dyn(n: usize, grain: Grain, site: &'static Location<'static>, f: &(dyn Fn(usize) + Sync)) {
+fn par_for_dyn(n: usize, grain: Grain, f: &(dyn Fn(usize) + Sync)) {
     if rayon::current_thread_index().is_some() {
         super::float_mode::outside(|| {
             (0..n).into_par_iter().for_each(|i| {
@@ -202,12 +195,11 @@ fn par_for_dyn(n: usize, grain: Grain, site: &'static Location<'static>, f: &(dy
         });
         return;
     }
-    super::team::run(n, threads() - 1, grain, site, f);
+    super::team::run(n, threads() - 1, grain, f);
 }
 
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last
 /// may be shorter), in parallel on the worker threads ([`par_for`]).
-#[track_caller]
 pub(crate) fn par_chunks<T: Send>(out: &mut [T], chunk_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let n = out.len();
     let chunk_len = chunk_len.max(1);

@@ -23,7 +23,7 @@
 use super::{team_counters, team_tuner};
 use parking_lot::Mutex;
 use std::any::Any;
-use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -329,10 +329,9 @@ fn tuner_for(grain: Grain) -> Option<&'static team_tuner::Tuner> {
 /// alone.
 ///
 /// Whether helpers are called for a [`Grain::Tuned`] loop is up to [`super::team_tuner`],
-/// which measures whether they make loops faster on this machine, comparing each loop with
-/// earlier loops from the same `site` over as many indices; [`Grain::Heavy`] loops always
-/// call them.
-pub(crate) fn run(n: usize, helpers: usize, grain: Grain, site: &'static Location<'static>, f: &Body<'_>) {
+/// which measures whether they make loops faster on this machine; [`Grain::Heavy`] loops
+/// always call them.
+pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
     let helpers = helpers.min(n.saturating_sub(1));
     if helpers == 0 {
         team_counters::loop_alone(n);
@@ -350,7 +349,7 @@ pub(crate) fn run(n: usize, helpers: usize, grain: Grain, site: &'static Locatio
         run_team(n, helpers, f);
     }
     let end = Instant::now();
-    tuner.record(team_tuner::key(site, n), end - start, end);
+    tuner.record(end - start, end);
 }
 
 /// [`run`] with `helpers` (at least one) offered the loop.

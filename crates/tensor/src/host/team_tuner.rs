@@ -11,53 +11,39 @@
 //!
 //! So the team measures. It runs *main* phases in the mode it believes faster (with
 //! helpers, or the caller alone) and, after each, a short *probe* phase in the other mode,
-//! then measures the main mode again for as long, and switches when the probe beat the main
-//! mode both before and after it by [`MARGIN`], so a change of the host during the probe is
-//! not taken for a faster mode.
+//! and compares the wall time per loop in the probe with the same measure over the same
+//! length of time at the end of the main phase and right after the probe, back in the main
+//! mode: the probe must beat both, so a change of the program's own work during the probe
+//! (evaluation giving way to training) is not taken for a faster mode. A training loop
+//! repeats the same kernels every step, so phases of tens of milliseconds see the same mix
+//! of loops. A probe faster by [`MARGIN`] than both makes its mode the main one. Main phases
+//! last a second after a switch (the first 200 ms). Those with helpers double while probes
+//! confirm them, up to four seconds, so the solo probes, which cost the most where many
+//! helpers pay, take under 1% of the time. Those of the caller alone stay at a second: a
+//! probe of the helpers costs little even where they lose, and the host's return of the
+//! second core is found within a second. Where helpers do not pay, they sleep through the
+//! main phases and the caller runs at the speed of one thread.
 //!
-//! **Like is compared with like.** A training step is a string of different loops (a
-//! Transformer's step: products, softmaxes, norms, the optimizer's update), from a few
-//! microseconds to milliseconds each, repeated every step; a probe of 30 ms covers a part
-//! of a step, and which part is chance. An average over whatever loops a window held moved
-//! with the part of the step it fell on more than with the mode: the Transformer's windows
-//! ranged from 370 to 1,190 µs a loop in one run (on a loaded machine), so probes were
-//! decided by where they fell, and drops between parts of the step read as slowdowns and
-//! cut main phases short. So each loop is identified by its call site and its number of indices (its *key*), the
-//! main mode's cost of each key is kept (its mean over the last main phase that ran it), and
-//! a window is the ratio of its loops' costs to the main mode's costs of the same keys. A
-//! window of the main mode is then 1 wherever it falls in a step, and a probe at 0.8 ran the
-//! same loops in 80% of the time. Loops whose key has no cost yet (the first loops of a
-//! new kind of work) do not count; a probe with too few counted loops decides nothing.
-//!
-//! A loop's cost runs from the end of the previous loop to its own end: the program's
-//! serial work before the loop counts, not only the loop. When the host runs both vCPUs on
-//! one core, helpers watching for the next loop take that core's time from the caller's
-//! serial work too: the loops themselves then took 138-142 µs with helpers against 129 µs
-//! alone (within the margin), while whole training steps ran at 55,000 samples/s with
-//! helpers against 70,000 alone. Gaps longer than [`MAX_GAP`] (the program doing something
-//! else: loading data, printing) count as that.
-//!
-//! Main phases last a second after a switch (the first 200 ms). Those with helpers double
-//! while probes confirm them, up to four seconds, so the solo probes, which cost the most
-//! where many helpers pay, take under 1% of the time. Those of the caller alone stay at a
-//! second: a probe of the helpers costs little even where they lose, and the host's return
-//! of the second core is found within a second. Where helpers do not pay, they sleep
-//! through the main phases and the caller runs at the speed of one thread.
+//! The wall time per loop runs from the start of a window's first loop to the end of its
+//! last, divided by its loops: the program's serial work between the loops counts, not only
+//! the loops. When the host runs both vCPUs on one core, helpers watching for the next loop
+//! take that core's time from the caller's serial work too: the loops themselves then took
+//! 138-142 µs with helpers against 129 µs alone (within the margin), while whole training
+//! steps ran at 55,000 samples/s with helpers against 70,000 alone.
 //!
 //! The host's changes also come in stretches of a second or two, shorter than a main phase
 //! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the
 //! 72,000 of one thread). So a main phase also watches its loops in stretches of a probe's
-//! length: a stretch [`SLOWDOWN`] slower than the main mode's costs of its keys ends the
-//! phase, and the probe that follows must beat that stretch.
+//! length: a stretch [`SLOWDOWN`] slower on average than the main mode was last measured at
+//! ends the phase, and the probe that follows is compared with that stretch. A change of the
+//! program's own work (an evaluation pass after training) can trigger it too; the probe
+//! then confirms the mode, and the new loops become the measure.
 //!
 //! Which thread runs which part of a loop never changes a result (the parts are fixed by
 //! the work's shape), so the tuner changes timing only. `EMBER_THREAD_TUNING=0` turns it off
 //! (helpers join every loop); `EMBER_THREAD_TUNING=log` prints every probe's outcome.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::panic::Location;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -77,28 +63,19 @@ const LONGEST_MAIN: Duration = Duration::from_secs(4);
 /// shares one core between the vCPUs finds out soon.
 const FIRST_MAIN: Duration = Duration::from_millis(200);
 
-/// The length of a probe, of the measurement of the main mode after it, and of the
-/// stretches a main phase watches for a slowdown.
+/// The length of a probe, and of the end of a main phase it is compared with.
 const PROBE: Duration = Duration::from_millis(30);
 
-/// The fewest loops a window lasts, and the fewest loops with a known cost a probe (and the
-/// measurement after it) must hold to decide anything.
+/// The fewest loops a probe, or the end of a main phase, averages over.
 const MIN_LOOPS: u64 = 32;
 
-/// How much faster a probe's loops must be than the main mode's to change the main mode.
+/// How much faster a probe's loops must be on average to change the main mode.
 const MARGIN: f64 = 0.1;
 
-/// How much slower than the main mode's costs a stretch of a main phase must run to end the
-/// phase and probe at once: the host's changes come at any time and can last only a second
-/// or two, less than a main phase.
+/// How much slower than its last measurement a main phase's loops must become, averaged
+/// over a probe's length, to end the phase and probe at once: the host's changes come at
+/// any time and can last only a second or two, less than a main phase.
 const SLOWDOWN: f64 = 0.3;
-
-/// The longest gap before a loop that counts toward its cost: the serial work between the
-/// loops of a step is microseconds; a longer gap is the program doing something else.
-const MAX_GAP: Duration = Duration::from_millis(1);
-
-/// The most keys whose cost is kept; a program with more distinct loops starts over.
-const MAX_KEYS: usize = 4096;
 
 /// The tuner of the process's parallel loops.
 pub(crate) static TUNER: Tuner = Tuner::new();
@@ -115,201 +92,85 @@ pub(crate) fn enabled() -> bool {
     setting() != "0"
 }
 
-/// What identifies a loop from one step to the next: where it is called from and its
-/// number of indices.
-pub(crate) fn key(site: &'static Location<'static>, n: usize) -> u64 {
-    let site = std::ptr::from_ref(site) as usize as u64;
-    // Both halves mixed (a multiplicative hash), so the table's hasher can pass it through.
-    (site ^ (n as u64).rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-/// A hasher for keys that are already hashes.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-/// Which phase the tuner is in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Running in the main mode, keeping each key's cost and watching for a slowdown.
-    Main,
-    /// Running in the other mode.
-    Probe,
-    /// Back in the main mode after a probe, measured once more before deciding.
-    Confirm,
-}
-
-/// A stretch of loops compared with the main mode's costs of their keys.
-#[derive(Clone, Copy, Debug, Default)]
-struct Window {
-    /// When the window's first loop started.
-    start: Option<Instant>,
-    /// Every loop in the window, and those with a known cost.
-    loops: u64,
-    counted: u64,
-    /// The counted loops' costs, and the main mode's costs of their keys (seconds).
-    cost: f64,
-    reference: f64,
-}
-
-impl Window {
-    /// Adds a loop that ended at `now` after costing `cost`, with the main mode's cost of
-    /// its key if known.
-    fn add(&mut self, now: Instant, took: Duration, cost: f64, reference: Option<f64>) {
-        self.start.get_or_insert(now.checked_sub(took).unwrap_or(now));
-        self.loops += 1;
-        if let Some(r) = reference {
-            self.counted += 1;
-            self.cost += cost;
-            self.reference += r;
-        }
-    }
-
-    /// Whether the window has lasted [`PROBE`] and [`MIN_LOOPS`] loops by `now`.
-    fn done(&self, now: Instant) -> bool {
-        self.loops >= MIN_LOOPS && self.start.is_some_and(|s| now.saturating_duration_since(s) >= PROBE)
-    }
-
-    /// Its loops' time as a share of the main mode's for the same loops, if enough of them
-    /// had a known cost.
-    fn ratio(&self) -> Option<f64> {
-        (self.counted >= MIN_LOOPS && self.reference > 0.0).then(|| self.cost / self.reference)
-    }
-}
-
 /// The mode loops run in now, and the phases that decide it.
 pub(crate) struct Tuner {
     /// Whether loops run on the caller alone now.
     solo: AtomicBool,
-    state: Mutex<Option<State>>,
-}
-
-/// What the main mode costs one key.
-#[derive(Clone, Copy, Debug, Default)]
-struct Cost {
-    /// Its mean cost (seconds) over the last main phase that ran it: what the loops of a
-    /// probe, of the main mode after it and of a stretch watched for a slowdown are compared
-    /// with. It changes only when a main phase ends, so a slowdown within a phase stands
-    /// out against it.
-    reference: Option<f64>,
-    /// The current main phase's loops of the key, and their total cost.
-    loops: u32,
-    total: f64,
+    state: Mutex<State>,
 }
 
 /// Where the tuner is in its phases.
 struct State {
     /// The mode of the main phases.
     main_solo: bool,
-    phase: Phase,
-    /// When the current phase began.
-    phase_start: Instant,
-    /// The loops of the current phase so far.
-    phase_loops: u64,
+    /// Whether the current phase is a probe of the other mode.
+    probing: bool,
+    /// Whether the current phase measures the main mode again after a probe.
+    confirming: bool,
+    /// The last probe's loops and wall time.
+    probe: (u64, Duration),
+    /// When the current phase began (`None` before the first loop).
+    phase_start: Option<Instant>,
+    /// The loops measured so far in the current window, and the wall time from the start
+    /// of the first to the end of the last, the program's work between them included.
+    loops: u64,
+    span: Duration,
+    /// When the current window's first loop started.
+    since: Option<Instant>,
+    /// Whether the current window has begun (a main phase measures only its end).
+    measuring: bool,
+    /// The last main phase's window: loops and wall time.
+    reference: (u64, Duration),
     /// The length of the current (or next) main phase.
     main_len: Duration,
-    /// The main mode's cost of each key.
-    costs: HashMap<u64, Cost, BuildHasherDefault<KeyHasher>>,
-    /// When the last recorded loop ended: the gap from it counts toward the next loop's cost.
-    last_end: Instant,
-    /// The window being measured: the probe, the main mode after it, or the stretch of a
-    /// main phase watched for a slowdown.
-    window: Window,
-    /// The main mode's ratio before the probe: 1, or the slowed stretch that ended the phase.
-    before: f64,
-    /// The probe's ratio, once it is over.
-    probe: f64,
+    /// The average loop time the main mode was last measured at (the end of the last main
+    /// phase, or the probe that made it the main mode), in seconds.
+    baseline: Option<f64>,
+    /// The current stretch of a main phase watched for a slowdown: when its first loop
+    /// started, its loops and its wall time.
+    watch: (Option<Instant>, u64, Duration),
 }
 
 impl State {
-    fn new(now: Instant) -> State {
-        State {
-            main_solo: false,
-            phase: Phase::Main,
-            phase_start: now,
-            phase_loops: 0,
-            main_len: FIRST_MAIN,
-            costs: HashMap::default(),
-            last_end: now,
-            window: Window::default(),
-            before: 1.0,
-            probe: 1.0,
+    /// Adds a main-phase loop to the stretch being watched, and says whether the stretch,
+    /// [`PROBE`] long, ran [`SLOWDOWN`] slower than the main mode's baseline.
+    fn watch_for_slowdown(&mut self, took: Duration, now: Instant) -> bool {
+        let Some(baseline) = self.baseline else { return false };
+        let (start, loops, span) = &mut self.watch;
+        let start = *start.get_or_insert(now.checked_sub(took).unwrap_or(now));
+        *loops += 1;
+        *span = now.saturating_duration_since(start);
+        if *loops < MIN_LOOPS || *span < PROBE {
+            return false;
         }
-    }
-
-    /// Ends a main phase: its mean cost of each key it ran becomes the key's reference.
-    fn fold_costs(&mut self) {
-        for c in self.costs.values_mut() {
-            if c.loops > 0 {
-                c.reference = Some(c.total / f64::from(c.loops));
-                (c.loops, c.total) = (0, 0.0);
-            }
+        let slowed = span.as_secs_f64() / *loops as f64 > baseline * (1.0 + SLOWDOWN);
+        if !slowed {
+            self.watch = (None, 0, Duration::ZERO);
         }
-    }
-
-    /// Starts `phase` at `now`.
-    fn enter(&mut self, phase: Phase, now: Instant) {
-        self.phase = phase;
-        self.phase_start = now;
-        self.phase_loops = 0;
-        self.window = Window::default();
-    }
-
-    /// Whether loops of the current phase run on the caller alone.
-    fn solo(&self) -> bool {
-        if self.phase == Phase::Probe { !self.main_solo } else { self.main_solo }
-    }
-
-    /// Decides after the main mode was measured again, and starts the next main phase.
-    fn decide(&mut self, after: Option<f64>, now: Instant) {
-        if let Some(after) = after {
-            // The probe must beat the main mode both before and after it.
-            let switch = self.probe < self.before.min(after) * (1.0 - MARGIN);
-            if setting() == "log" {
-                let mode = |solo: bool| if solo { "caller alone" } else { "with helpers" };
-                eprintln!(
-                    "ember thread tuning: {} at {:.2} of the main mode's time, {} at {:.2} then {:.2}: {}",
-                    mode(!self.main_solo),
-                    self.probe,
-                    mode(self.main_solo),
-                    self.before,
-                    after,
-                    mode(self.main_solo != switch)
-                );
-            }
-            if switch {
-                self.main_solo = !self.main_solo;
-                self.main_len = MAIN;
-                // The costs were the other mode's.
-                self.costs.clear();
-            } else {
-                // A phase cut short by a slowdown is folded in now, so that a slowdown of
-                // both modes becomes the measure rather than a probe after every stretch.
-                self.fold_costs();
-                // Only phases with helpers grow (see the module's docs).
-                self.main_len = if self.main_solo { MAIN } else { (self.main_len * 2).clamp(MAIN, LONGEST_MAIN) };
-            }
-        }
-        self.enter(Phase::Main, now);
+        slowed
     }
 }
 
 impl Tuner {
     const fn new() -> Tuner {
-        Tuner { solo: AtomicBool::new(false), state: Mutex::new(None) }
+        Tuner {
+            solo: AtomicBool::new(false),
+            state: Mutex::new(State {
+                main_solo: false,
+                probing: false,
+                confirming: false,
+                probe: (0, Duration::ZERO),
+                phase_start: None,
+                loops: 0,
+                span: Duration::ZERO,
+                since: None,
+                measuring: false,
+                reference: (0, Duration::ZERO),
+                main_len: FIRST_MAIN,
+                baseline: None,
+                watch: (None, 0, Duration::ZERO),
+            }),
+        }
     }
 
     /// Whether loops should run on the caller alone now.
@@ -317,92 +178,96 @@ impl Tuner {
         self.solo.load(Ordering::Relaxed)
     }
 
-    /// Records a loop of `key` ([`key`]) that took `took` of wall time and ended at `now`,
-    /// and moves to the next phase when this one is over.
-    pub(crate) fn record(&self, key: u64, took: Duration, now: Instant) {
+    /// Records a loop that took `took` of wall time and ended at `now`, and moves to the
+    /// next phase when this one is over.
+    pub(crate) fn record(&self, took: Duration, now: Instant) {
         // Loops finishing at the same moment on other threads skip their record rather than
-        // wait: the costs need samples, not every loop.
-        let Some(mut guard) = self.state.try_lock() else { return };
-        let s = guard.get_or_insert_with(|| State::new(now.checked_sub(took).unwrap_or(now)));
-        let gap = now.saturating_duration_since(s.last_end).saturating_sub(took).min(MAX_GAP);
-        s.last_end = now;
-        let cost = (gap + took).as_secs_f64();
-        let reference = s.costs.get(&key).and_then(|c| c.reference);
-        s.phase_loops += 1;
-        s.window.add(now, took, cost, reference);
-        let elapsed = now.saturating_duration_since(s.phase_start);
-        match s.phase {
-            Phase::Main => {
-                if s.costs.len() >= MAX_KEYS && !s.costs.contains_key(&key) {
-                    s.costs.clear();
-                }
-                let c = s.costs.entry(key).or_default();
-                c.loops += 1;
-                c.total += cost;
-                let mut slowed = None;
-                if s.window.done(now) {
-                    slowed = s.window.ratio().filter(|&r| r > 1.0 + SLOWDOWN);
-                    s.window = Window::default();
-                }
-                if let Some(ratio) = slowed {
-                    if setting() == "log" {
-                        eprintln!("ember thread tuning: loops slowed to {ratio:.2} of their cost, probing now");
-                    }
-                    // Compared, like the probe, with the costs from before the slowdown.
-                    s.before = ratio;
-                    s.enter(Phase::Probe, now);
-                } else if elapsed >= s.main_len && s.phase_loops >= MIN_LOOPS {
-                    s.before = 1.0;
-                    s.fold_costs();
-                    s.enter(Phase::Probe, now);
-                }
-            }
-            Phase::Probe => {
-                if s.window.done(now) {
-                    match s.window.ratio() {
-                        Some(ratio) => {
-                            s.probe = ratio;
-                            s.enter(Phase::Confirm, now);
-                        }
-                        // Too few loops with a known cost: nothing to compare.
-                        None => s.decide(None, now),
-                    }
-                }
-            }
-            Phase::Confirm => {
-                if s.window.done(now) {
-                    let after = s.window.ratio();
-                    s.decide(after, now);
-                }
+        // wait: the averages need a sample, not every loop.
+        let Some(mut s) = self.state.try_lock() else { return };
+        let start = *s.phase_start.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start);
+        let main = s.main_len;
+        let short = s.probing || s.confirming;
+        if !short && !s.measuring && elapsed + PROBE >= main {
+            s.measuring = true;
+        }
+        if s.measuring {
+            let since = *s.since.get_or_insert(now.checked_sub(took).unwrap_or(now));
+            s.loops += 1;
+            s.span = now.saturating_duration_since(since);
+        }
+        let slowed = !short && s.watch_for_slowdown(took, now);
+        if slowed {
+            // Measured over the stretch that slowed down: the probe is compared with that.
+            let (_, loops, span) = s.watch;
+            (s.loops, s.span) = (loops, span);
+            if setting() == "log" {
+                eprintln!(
+                    "ember thread tuning: loops slowed to {:.1} us, probing now",
+                    span.as_secs_f64() / loops as f64 * 1e6
+                );
             }
         }
-        self.solo.store(s.solo(), Ordering::Relaxed);
+        let window_done = slowed || s.loops >= MIN_LOOPS && elapsed >= if short { PROBE } else { main };
+        if !window_done {
+            return;
+        }
+        if s.probing {
+            // Back to the main mode, measured once more before deciding: the program's own
+            // work may have changed during the probe (training gives way to evaluation).
+            s.probe = (s.loops, s.span);
+            s.probing = false;
+            s.confirming = true;
+            s.measuring = true;
+            self.solo.store(s.main_solo, Ordering::Relaxed);
+        } else if s.confirming {
+            let avg = |(loops, span): (u64, Duration)| span.as_secs_f64() / loops.max(1) as f64;
+            let (before, probe_avg, after) = (avg(s.reference), avg(s.probe), avg((s.loops, s.span)));
+            // The probe must beat the main mode both before and after it.
+            let switch = probe_avg < before.min(after) * (1.0 - MARGIN);
+            if setting() == "log" {
+                let mode = |solo: bool| if solo { "caller alone" } else { "with helpers" };
+                eprintln!(
+                    "ember thread tuning: {} {:.1} us/loop ({} loops), {} {:.1} then {:.1} us/loop: {}",
+                    mode(!s.main_solo),
+                    probe_avg * 1e6,
+                    s.probe.0,
+                    mode(s.main_solo),
+                    before * 1e6,
+                    after * 1e6,
+                    mode(s.main_solo != switch)
+                );
+            }
+            if switch {
+                s.main_solo = !s.main_solo;
+                s.main_len = MAIN;
+                s.baseline = Some(probe_avg);
+            } else {
+                // Only phases with helpers grow (see the module's docs).
+                s.main_len = if s.main_solo { MAIN } else { (s.main_len * 2).clamp(MAIN, LONGEST_MAIN) };
+                s.baseline = Some(after);
+            }
+            s.watch = (None, 0, Duration::ZERO);
+            s.confirming = false;
+            s.measuring = false;
+            self.solo.store(s.main_solo, Ordering::Relaxed);
+        } else {
+            s.reference = (s.loops, s.span);
+            s.probing = true;
+            // A probe measures from its start.
+            s.measuring = true;
+            self.solo.store(!s.main_solo, Ordering::Relaxed);
+        }
+        s.phase_start = Some(now);
+        s.loops = 0;
+        s.span = Duration::ZERO;
+        s.since = None;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The key of the loops the tests feed, unless they say otherwise.
-    const KEY: u64 = 1;
-
-    /// Reads the tuner's state (after at least one loop).
-    fn state<R>(tuner: &Tuner, f: impl FnOnce(&State) -> R) -> R {
-        f(tuner.state.lock().as_ref().expect("a loop was recorded"))
-    }
-
-    fn main_solo(tuner: &Tuner) -> bool {
-        state(tuner, |s| s.main_solo)
-    }
-
-    fn main_len(tuner: &Tuner) -> Duration {
-        state(tuner, |s| s.main_len)
-    }
-
-    fn probing(tuner: &Tuner) -> bool {
-        state(tuner, |s| s.phase == Phase::Probe)
-    }
 
     /// Feeds `tuner` loops of `took` each, back to back from `*now`, for `span`, taking
     /// `took` from `solo_took` while the tuner runs solo.
@@ -423,13 +288,14 @@ mod tests {
         while *now < end {
             let (took, gap) = if tuner.solo() { solo } else { team };
             *now += gap + took;
-            tuner.record(KEY, took, *now);
+            tuner.record(took, *now);
         }
     }
 
     /// Whether the tuner is in a main phase (not probing, not measuring again after one).
     fn in_main_phase(tuner: &Tuner) -> bool {
-        state(tuner, |s| s.phase == Phase::Main)
+        let s = tuner.state.lock();
+        !s.probing && !s.confirming
     }
 
     /// Feeds loops of 100 µs with helpers and 160 µs alone until the next main phase begins.
@@ -448,7 +314,7 @@ mod tests {
     fn settled_with_helpers(now: &mut Instant) -> Tuner {
         let tuner = Tuner::new();
         feed(&tuner, now, LONGEST_MAIN * 3, Duration::from_micros(100), Duration::from_micros(160));
-        assert_eq!(main_len(&tuner), LONGEST_MAIN);
+        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
         to_next_main_phase(&tuner, now);
         tuner
     }
@@ -461,15 +327,15 @@ mod tests {
         // Helpers help (loops of 100 µs with them, 160 µs alone): the probe of solo running
         // loses, and the team stays the main mode through several rounds.
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        assert!(!tuner.solo() || probing(&tuner));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.solo() || tuner.state.lock().probing);
+        assert!(!tuner.state.lock().main_solo);
         // The host takes the second core away: with helpers, loops now take 200 µs. The next
         // probe of solo running wins and the caller runs alone from then on.
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(200), us(160));
-        assert!(main_solo(&tuner));
+        assert!(tuner.state.lock().main_solo);
         // The cores come back: a probe of the team wins again.
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(160));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -478,16 +344,17 @@ mod tests {
         let mut now = Instant::now();
         let us = Duration::from_micros;
         feed(&tuner, &mut now, LONGEST_MAIN * 4, us(100), us(160));
-        assert_eq!(main_len(&tuner), LONGEST_MAIN);
+        assert_eq!(tuner.state.lock().main_len, LONGEST_MAIN);
         // The host takes a core away: the first probe after that switches, and the main
         // phases start again from a second.
         let mut fed = Duration::ZERO;
-        while !main_solo(&tuner) && fed < LONGEST_MAIN * 2 {
+        while !tuner.state.lock().main_solo && fed < LONGEST_MAIN * 2 {
             feed(&tuner, &mut now, Duration::from_millis(1), us(200), us(160));
             fed += Duration::from_millis(1);
         }
-        assert!(main_solo(&tuner));
-        assert_eq!(main_len(&tuner), MAIN);
+        let s = tuner.state.lock();
+        assert!(s.main_solo);
+        assert_eq!(s.main_len, MAIN);
     }
 
     #[test]
@@ -498,8 +365,9 @@ mod tests {
         // Helpers keep losing: the caller runs alone, and the helpers are still probed
         // every main phase's length, so their return is found within one.
         feed(&tuner, &mut now, LONGEST_MAIN * 4, us(200), us(160));
-        assert!(main_solo(&tuner));
-        assert_eq!(main_len(&tuner), MAIN);
+        let s = tuner.state.lock();
+        assert!(s.main_solo);
+        assert_eq!(s.main_len, MAIN);
     }
 
     #[test]
@@ -510,7 +378,7 @@ mod tests {
         // Started on a host where helpers slow loops down, the caller runs alone well
         // before the first full main phase would have ended.
         feed(&tuner, &mut now, FIRST_MAIN + PROBE * 3 + Duration::from_millis(2), us(200), us(160));
-        assert!(main_solo(&tuner));
+        assert!(tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -522,10 +390,10 @@ mod tests {
         // away for a moment: the caller runs alone well before the phase would have ended.
         let tuner = settled_with_helpers(&mut now);
         feed(&tuner, &mut now, PROBE * 4, us(200), us(160));
-        assert!(main_solo(&tuner));
+        assert!(tuner.state.lock().main_solo);
         // A steady main phase never ends early: no probe for a main phase's length.
         let tuner = settled_with_helpers(&mut now);
-        let main_len = main_len(&tuner);
+        let main_len = tuner.state.lock().main_len;
         let mut fed = Duration::ZERO;
         while fed + ms(10) < main_len {
             feed(&tuner, &mut now, ms(1), us(100), us(120));
@@ -545,10 +413,10 @@ mod tests {
         // evaluation's 250 µs, but not the training loops measured after the probe.
         let tuner = settled_with_helpers(&mut now);
         feed(&tuner, &mut now, PROBE + ms(2), us(250), us(500));
-        assert!(probing(&tuner));
+        assert!(tuner.state.lock().probing);
         feed(&tuner, &mut now, PROBE * 2 + ms(5), us(100), us(160));
         assert!(in_main_phase(&tuner));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -560,10 +428,10 @@ mod tests {
         // work between loops takes 80 µs instead of 20: 180 µs a loop against 130, so the
         // caller runs alone.
         feed_with_gaps(&tuner, &mut now, LONGEST_MAIN * 2, (us(100), us(80)), (us(110), us(20)));
-        assert!(main_solo(&tuner));
+        assert!(tuner.state.lock().main_solo);
         // Equal gaps leave the loops to decide: the helpers win again.
         feed_with_gaps(&tuner, &mut now, LONGEST_MAIN * 3, (us(100), us(20)), (us(160), us(20)));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -572,9 +440,9 @@ mod tests {
         let mut now = Instant::now();
         let us = Duration::from_micros;
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(105));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.state.lock().main_solo);
         feed(&tuner, &mut now, LONGEST_MAIN * 3, us(100), us(95));
-        assert!(!main_solo(&tuner));
+        assert!(!tuner.state.lock().main_solo);
     }
 
     #[test]
@@ -587,98 +455,5 @@ mod tests {
         feed(&tuner, &mut now, MAIN * 2, ms(100), ms(300));
         assert!(!tuner.solo());
         assert!(in_main_phase(&tuner));
-    }
-
-    /// Feeds one step after another for `span`: each step the loops `(key, took with
-    /// helpers, took alone)` of `step`, back to back.
-    fn feed_steps(tuner: &Tuner, now: &mut Instant, span: Duration, step: &[(u64, Duration, Duration)]) -> u32 {
-        let end = *now + span;
-        let mut probes = 0;
-        let mut was_probing = false;
-        while *now < end {
-            for &(key, team, solo) in step {
-                let took = if tuner.solo() { solo } else { team };
-                *now += took;
-                tuner.record(key, took, *now);
-                let p = probing(tuner);
-                probes += u32::from(p && !was_probing);
-                was_probing = p;
-            }
-        }
-        probes
-    }
-
-    /// A step of loops of very different lengths: 20 of 30 µs (the optimizer's update),
-    /// 10 of 2 ms (products), 40 of 200 µs (softmaxes, norms), each a key of its own; the
-    /// helpers make every loop 40% faster.
-    fn mixed_step() -> Vec<(u64, Duration, Duration)> {
-        let us = Duration::from_micros;
-        let mut step = vec![];
-        for i in 0..20 {
-            step.push((100 + i, us(30), us(42)));
-        }
-        for i in 0..10 {
-            step.push((200 + i, us(2_000), us(2_800)));
-        }
-        for i in 0..40 {
-            step.push((300 + i, us(200), us(280)));
-        }
-        step
-    }
-
-    #[test]
-    fn loops_of_different_lengths_are_each_compared_with_their_own_kind() {
-        // Where a window falls in the step decides its average loop time (30 µs to 2 ms),
-        // but not its ratio to the same loops' costs: the helpers, faster on every loop,
-        // stay the main mode, and the main phases grow to their longest, without the drops
-        // between parts of the step reading as slowdowns.
-        let tuner = Tuner::new();
-        let mut now = Instant::now();
-        let probes = feed_steps(&tuner, &mut now, LONGEST_MAIN * 6, &mixed_step());
-        assert!(!main_solo(&tuner));
-        assert_eq!(main_len(&tuner), LONGEST_MAIN);
-        // 24 s with main phases of 1, 2, 4, 4, ... s: about 8 probes, not one per window.
-        assert!(probes <= 10, "{probes} probes in 24 s");
-    }
-
-    #[test]
-    fn a_slower_mode_on_every_loop_loses_wherever_its_probe_falls() {
-        // The caller alone is faster on every loop of the mixed step (the host runs both
-        // vCPUs on one core): the first probe finds it.
-        let tuner = Tuner::new();
-        let mut now = Instant::now();
-        let step: Vec<_> = mixed_step().into_iter().map(|(k, team, solo)| (k, solo * 2, team * 2)).collect();
-        feed_steps(&tuner, &mut now, MAIN * 3, &step);
-        assert!(main_solo(&tuner));
-    }
-
-    #[test]
-    fn loops_never_seen_in_the_main_mode_decide_nothing() {
-        // A probe that meets only new kinds of loops (evaluation after training) has no
-        // costs to compare them with and leaves the mode as it is, however fast they run.
-        let mut now = Instant::now();
-        let tuner = settled_with_helpers(&mut now);
-        let us = Duration::from_micros;
-        // End the main phase with the training loops, then the probe sees new keys only.
-        while in_main_phase(&tuner) {
-            feed(&tuner, &mut now, Duration::from_millis(1), us(100), us(160));
-        }
-        let end = now + PROBE * 4;
-        let mut key = 10_000;
-        while now < end {
-            now += us(50);
-            tuner.record(key, us(50), now);
-            key += 1;
-        }
-        assert!(!main_solo(&tuner));
-    }
-
-    #[test]
-    fn keys_tell_call_sites_and_sizes_apart() {
-        let here = Location::caller();
-        let there = Location::caller();
-        assert_ne!(key(here, 8), key(there, 8));
-        assert_ne!(key(here, 8), key(here, 9));
-        assert_eq!(key(here, 8), key(here, 8));
     }
 }

@@ -256,3 +256,32 @@ fn buffers_follow_rank_0_at_every_forward() -> Result<()> {
     assert_eq!(after1, own0);
     Ok(())
 }
+
+/// A group of one rank.
+fn one_rank() -> Result<Arc<dyn ProcessGroup>> {
+    let group = LocalGroup::new_world(1)?.pop().ok_or_else(|| ember_tensor::Error::invalid("test", "one rank"))?;
+    Ok(Arc::new(group))
+}
+
+#[test]
+fn one_rank_still_names_unused_parameters_and_find_unused_leaves_them_alone() -> Result<()> {
+    let x = Var::new(Tensor::full([3, 2], 2.0, DType::F64)?);
+    let ddp = DistributedDataParallel::new(skips()?, one_rank()?)?;
+    ddp.forward(&x)?.sum_all().backward()?;
+    let finish = ddp.finish().expect_err("unused parameters").to_string();
+    assert!(finish.contains("unused.weight") && finish.contains("unused.bias"), "{finish}");
+    ddp.forward(&x)?.sum_all().backward()?;
+    let next = ddp.forward(&x).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(next.contains("unused.weight") && next.contains("find_unused_parameters"), "{next}");
+
+    let options = DdpOptions { find_unused_parameters: true, ..Default::default() };
+    let ddp = DistributedDataParallel::with_options(skips()?, one_rank()?, options)?;
+    for _ in 0..2 {
+        ddp.zero_grad();
+        ddp.forward(&x)?.sum_all().backward()?;
+        assert_eq!(ddp.module().used.weight().grad().expect("reduced").to_vec::<f64>()?, vec![6.0, 6.0]);
+        assert!(ddp.module().unused.weight().grad().is_none());
+    }
+    assert_eq!(ddp.stats().steps, 2);
+    Ok(())
+}

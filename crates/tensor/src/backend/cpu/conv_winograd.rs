@@ -466,15 +466,7 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(len: usize, seed: u64) -> Vec<f64> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect()
+        ember_testing::cuda::uniform(seed, len).into_iter().map(|v| v / 2.5).collect()
     }
 
     /// The 3x3 convolution by its definition in `f64`, and the sums of its terms'

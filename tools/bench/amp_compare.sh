@@ -16,6 +16,13 @@
 # gradients and Adam state; the target is bf16 <= 0.6x f32). `uptime` is printed before and
 # after. Not part of CI: it needs PyTorch (PYTHON, default .venv-torch/bin/python).
 #
+# SLICES (default 3) cuts each set into that many alternating pairs of runs, ember bf16 and
+# PyTorch in turn (ember first in odd slices of odd sets, as the sets alternate); a set's
+# figure per side is the median over its slices, so that a slow stretch of the shared host
+# (tens of seconds, seen on every machine) falls on both sides of a set rather than on the
+# one run it happens to cover. ember's f32 run, which only feeds the second table and the
+# memory ratio, runs once per set, in its first slice. SLICES=1 is the plain protocol.
+#
 # WORKLOADS="lenet transformer" (the default) picks the workloads, DATA (default
 # data/mnist) the MNIST directory LeNet-5 trains on, and EMBER_BIN_DIR a directory of
 # already built `train_bench` and `transformer_bench` binaries (skipping the build).
@@ -23,6 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 sets="${1:-3}"
 epochs="${2:-1}"
+slices="${SLICES:-3}"
 python="${PYTHON:-.venv-torch/bin/python}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -35,40 +43,48 @@ else
     cargo build --release -q -p ember --example train_bench --example transformer_bench
     dir="${CARGO_TARGET_DIR:-target}/release/examples"
 fi
+# $1: set, $2: slice (ember's f32 runs only in a set's first slice).
 ember() {
     if [[ " $workloads " == *" lenet "* ]]; then
-        "$dir/train_bench" --model lenet --batch 64 --epochs "$epochs" --data "$data" --amp bf16 --memory >"$out/lenet-bf16.$1"
-        "$dir/train_bench" --model lenet --batch 64 --epochs "$epochs" --data "$data" --memory >"$out/lenet-f32.$1"
+        "$dir/train_bench" --model lenet --batch 64 --epochs "$epochs" --data "$data" --amp bf16 --memory >"$out/lenet-bf16.$1.$2"
+        if (( $2 == 1 )); then
+            "$dir/train_bench" --model lenet --batch 64 --epochs "$epochs" --data "$data" --memory >"$out/lenet-f32.$1"
+        fi
     fi
     if [[ " $workloads " == *" transformer "* ]]; then
-        "$dir/transformer_bench" --amp bf16 >"$out/tf-bf16.$1"
-        "$dir/transformer_bench" >"$out/tf-f32.$1"
+        "$dir/transformer_bench" --amp bf16 >"$out/tf-bf16.$1.$2"
+        if (( $2 == 1 )); then
+            "$dir/transformer_bench" >"$out/tf-f32.$1"
+        fi
     fi
 }
 torch() {
     if [[ " $workloads " == *" lenet "* ]]; then
-        "$python" tools/bench/amp_torch.py lenet --batch 64 --epochs "$epochs" --data "$data" >"$out/lenet-torch.$1"
+        "$python" tools/bench/amp_torch.py lenet --batch 64 --epochs "$epochs" --data "$data" >"$out/lenet-torch.$1.$2"
     fi
     if [[ " $workloads " == *" transformer "* ]]; then
-        "$python" tools/bench/amp_torch.py transformer >"$out/tf-torch.$1"
+        "$python" tools/bench/amp_torch.py transformer >"$out/tf-torch.$1.$2"
     fi
 }
 echo "load before: $(uptime)"
 for s in $(seq 1 "$sets"); do
-    if (( s % 2 )); then
-        ember "$s"
-        torch "$s"
-    else
-        torch "$s"
-        ember "$s"
-    fi
+    for c in $(seq 1 "$slices"); do
+        if (( (s + c) % 2 == 0 )); then
+            ember "$s" "$c"
+            torch "$s" "$c"
+        else
+            torch "$s" "$c"
+            ember "$s" "$c"
+        fi
+    done
 done
 echo "load after: $(uptime)"
 
 command="tools/bench/amp_compare.sh $sets $epochs"
+[[ -n "${SLICES:-}" ]] && command="SLICES=$SLICES $command"
 [[ "$workloads" == "lenet transformer" ]] || command="WORKLOADS=\"$workloads\" $command"
 [[ "$data" == data/mnist ]] || command="DATA=$data $command"
-python3 - "$out" "$sets" "$command" <<'PY'
+python3 - "$out" "$sets" "$slices" "$command" <<'PY'
 import os
 import re
 import statistics
@@ -77,7 +93,7 @@ import sys
 sys.path.insert(0, "tools/bench")
 import sets  # noqa: E402
 
-out, n, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, n, slices, command = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
 
 def rows(path):
@@ -94,26 +110,37 @@ def field(path, name):
     return float(re.search(rf"{name}=([\d.]+)", open(path).read()).group(1))
 
 
+def per_slice(prefix, s, value):
+    """The median over set `s`'s slices of `value(path)` for the runs `prefix.s.*`."""
+    return statistics.median(value(f"{prefix}.{s}.{c}") for c in range(1, slices + 1))
+
+
 lenet = "LeNet-5 on MNIST, batch 64"
 tf = "Transformer encoder 4x128, seq 64, batch 32"
 speed = sets.Table("samples/s", higher_is_better=True, command=command, ember_name="ember bf16", base_name="PyTorch bf16")
 f32 = sets.Table("samples/s", higher_is_better=True, command=command, ember_name="ember f32", base_name="PyTorch bf16")
 memory = {}
 for s in range(1, n + 1):
-    if not os.path.exists(f"{out}/lenet-bf16.{s}"):
+    if not os.path.exists(f"{out}/lenet-f32.{s}"):
         break
-    lb, lf, lt = rows(f"{out}/lenet-bf16.{s}"), rows(f"{out}/lenet-f32.{s}"), rows(f"{out}/lenet-torch.{s}")
-    speed.add(f"{lenet}, training", lb["eager-bf16"], lt["pytorch-bf16"])
-    f32.add(f"{lenet}, training", lf["eager"], lt["pytorch-bf16"])
-    memory.setdefault(lenet, []).append((lb["activation_bytes-eager-bf16"], lf["activation_bytes-eager"]))
+    lb = per_slice(f"{out}/lenet-bf16", s, lambda p: rows(p)["eager-bf16"])
+    lt = per_slice(f"{out}/lenet-torch", s, lambda p: rows(p)["pytorch-bf16"])
+    lf = rows(f"{out}/lenet-f32.{s}")
+    speed.add(f"{lenet}, training", lb, lt)
+    f32.add(f"{lenet}, training", lf["eager"], lt)
+    bf16_bytes = rows(f"{out}/lenet-bf16.{s}.1")["activation_bytes-eager-bf16"]
+    memory.setdefault(lenet, []).append((bf16_bytes, lf["activation_bytes-eager"]))
 for s in range(1, n + 1):
-    if not os.path.exists(f"{out}/tf-bf16.{s}"):
+    if not os.path.exists(f"{out}/tf-f32.{s}"):
         break
-    tb, tfl, tt = (f"{out}/tf-{m}.{s}" for m in ("bf16", "f32", "torch"))
-    speed.add(f"{tf}, training", 32e3 / field(tb, "step_ms"), 32e3 / field(tt, "step_ms"))
-    f32.add(f"{tf}, training", 32e3 / field(tfl, "step_ms"), 32e3 / field(tt, "step_ms"))
-    memory.setdefault(tf, []).append((field(tb, "activation_bytes"), field(tfl, "activation_bytes")))
+    tb = per_slice(f"{out}/tf-bf16", s, lambda p: 32e3 / field(p, "step_ms"))
+    tt = per_slice(f"{out}/tf-torch", s, lambda p: 32e3 / field(p, "step_ms"))
+    tfl = f"{out}/tf-f32.{s}"
+    speed.add(f"{tf}, training", tb, tt)
+    f32.add(f"{tf}, training", 32e3 / field(tfl, "step_ms"), tt)
+    memory.setdefault(tf, []).append((field(f"{out}/tf-bf16.{s}.1", "activation_bytes"), field(tfl, "activation_bytes")))
 speed.print()
+print(f"\n(each set's figure per side: the median over its {slices} slice(s) of alternating runs)")
 f32.print(with_header=False)
 # Memory is not a speed: its own table, ratio bf16 / f32 (below 1: autocast holds less).
 print("\nactivation bytes of one training step (peak live tensor bytes above parameters, gradients")

@@ -120,7 +120,7 @@ def machine():
     flags = set(cpu.get("Flags", "").split())
     model = cpu.get("Model name", "unknown CPU")
     vcpus = cpu.get("CPU(s)", str(os.cpu_count()))
-    avx = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx512_bf16", "avx512_fp16"))
+    avx = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx512_bf16", "avx512_fp16", "amx_bf16"))
     return f"{model}, {vcpus} vCPUs ({avx})"
 
 

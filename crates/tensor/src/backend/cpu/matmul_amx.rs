@@ -267,9 +267,16 @@ unsafe fn pack_b(dst: *mut TileBuf, b: Bits, kc: usize, nc: usize) {
                     _mm512_storeu_si512(out.cast(), _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi)));
                     continue;
                 }
-                if pair && b.rs == 1 {
+                if pair && b.rs == 1 && width == TILE_ROWS && b.cs.unsigned_abs() < (i32::MAX as usize) / TILE_ROWS {
                     // A transposed `b`: each column's pair is already one `u32` (the low
-                    // half first, on this little-endian target).
+                    // half first, on this little-endian target), gathered 16 at once.
+                    let columns = _mm512_mullo_epi32(_mm512_set1_epi32(b.cs as i32), column_numbers());
+                    let pairs = _mm512_i32gather_epi32::<2>(columns, r0.cast());
+                    _mm512_storeu_si512(out.cast(), pairs);
+                    continue;
+                }
+                if pair && b.rs == 1 {
+                    // As above, one column at a time.
                     for j in 0..width {
                         *out.add(j) = std::ptr::read_unaligned(r0.offset(j as isize * b.cs).cast::<u32>());
                     }
@@ -315,6 +322,36 @@ unsafe fn pack_a(dst: *mut TileBuf, a: Bits, mc: usize, kc: usize) {
                     _mm512_storeu_si512(row_of(i, t).cast(), run);
                 }
             }
+        } else if a.rs == 1 && a.cs.unsigned_abs() < (i32::MAX as usize) / TILE_ROWS {
+            // A transposed `a`: 16 rows of a column are contiguous. Columns `2q` and
+            // `2q + 1` of a group make one `u32` per row, scattered down the tile's rows.
+            let rows = _mm512_mullo_epi32(_mm512_set1_epi32(TILE_DEPTH as i32 / 2), column_numbers());
+            let mut run = [0u16; 2 * TILE_ROWS];
+            for g in 0..groups {
+                let height = (mc - g * TILE_ROWS).min(TILE_ROWS);
+                let load = |col: *const u16, run: &mut [u16; 2 * TILE_ROWS]| {
+                    if height == TILE_ROWS {
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256(col.cast()))
+                    } else {
+                        std::ptr::copy_nonoverlapping(col, run.as_mut_ptr(), height);
+                        run[height..TILE_ROWS].fill(0);
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256(run.as_ptr().cast()))
+                    }
+                };
+                for t in 0..kt {
+                    let tile = dst.wrapping_add(g * kt + t).cast::<u32>();
+                    for q in 0..TILE_DEPTH / 2 {
+                        let kk = t * TILE_DEPTH + 2 * q;
+                        let col = a.ptr.offset(g as isize * TILE_ROWS as isize + kk as isize * a.cs);
+                        let lo = if kk < kc { load(col, &mut run) } else { _mm512_setzero_si512() };
+                        let hi = if kk + 1 < kc { load(col.offset(a.cs), &mut run) } else { _mm512_setzero_si512() };
+                        let pairs = _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi));
+                        _mm512_i32scatter_epi32::<4>(tile.add(q).cast(), rows, pairs);
+                    }
+                }
+            }
+            // The scattered groups are whole, padding rows included.
+            return;
         } else {
             if !kc.is_multiple_of(TILE_DEPTH) {
                 for i in 0..mc {
@@ -336,6 +373,12 @@ unsafe fn pack_a(dst: *mut TileBuf, a: Bits, mc: usize, kc: usize) {
             }
         }
     }
+}
+
+/// The lane numbers 0..16 as `i32`s.
+#[target_feature(enable = "avx512f")]
+fn column_numbers() -> __m512i {
+    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 }
 
 /// Where a micro-kernel's block of sums goes: `rows x cols` of `c` (cut to the kernel's

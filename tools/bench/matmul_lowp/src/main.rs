@@ -37,14 +37,17 @@ struct Shape {
 fn shape(spec: &str) -> std::result::Result<Shape, String> {
     let dims = spec.trim_end_matches(['a', 'b']);
     let flags = &spec[dims.len()..];
-    let parts: Vec<usize> =
-        dims.split('x').map(|d| d.parse::<usize>().map_err(|e| format!("--shapes {spec}: {e}"))).collect::<std::result::Result<_, _>>()?;
+    let parts: Vec<usize> = dims
+        .split('x')
+        .map(|d| d.parse::<usize>().map_err(|e| format!("--shapes {spec}: {e}")))
+        .collect::<std::result::Result<_, _>>()?;
     let [m, k, n] = parts[..] else { return Err(format!("--shapes {spec}: want MxKxN")) };
     Ok(Shape { spec: spec.into(), m, k, n, ta: flags.contains('a'), tb: flags.contains('b') })
 }
 
 fn parse() -> std::result::Result<Args, String> {
-    let mut args = Args { kind: "bf16".into(), threads: 1, sizes: vec![256, 512, 1024, 2048], shapes: Vec::new(), reps: 7 };
+    let mut args =
+        Args { kind: "bf16".into(), threads: 1, sizes: vec![256, 512, 1024, 2048], shapes: Vec::new(), reps: 7 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -81,7 +84,11 @@ fn ember(n: usize, dtype: DType, reps: usize) -> Result<Vec<f64>> {
 
 /// An `[rows, cols]` operand of `dtype`, stored transposed (`[cols, rows]`) when `transposed`.
 fn operand(rows: usize, cols: usize, transposed: bool, dtype: DType) -> Result<Tensor> {
-    Ok(if transposed { Tensor::randn([cols, rows])?.to_dtype(dtype).t()? } else { Tensor::randn([rows, cols])?.to_dtype(dtype) })
+    Ok(if transposed {
+        Tensor::randn([cols, rows])?.to_dtype(dtype).t()?
+    } else {
+        Tensor::randn([rows, cols])?.to_dtype(dtype)
+    })
 }
 
 fn ember_shape(s: &Shape, dtype: DType, reps: usize) -> Result<Vec<f64>> {
@@ -147,7 +154,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let mut secs = ember_shape(s, dtype, args.reps)?;
         secs.sort_by(f64::total_cmp);
         let gflops = |t: f64| 2.0 * (s.m * s.k * s.n) as f64 / t / 1e9;
-        println!("{}\t{}\t{}\t{:.2}\t{:.2}", args.kind, args.threads, s.spec, gflops(secs[secs.len() / 2]), gflops(secs[secs.len() - 1]));
+        println!(
+            "{}\t{}\t{}\t{:.2}\t{:.2}",
+            args.kind,
+            args.threads,
+            s.spec,
+            gflops(secs[secs.len() / 2]),
+            gflops(secs[secs.len() - 1])
+        );
     }
     if !args.shapes.is_empty() {
         return Ok(());
@@ -163,7 +177,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         };
         secs.sort_by(f64::total_cmp);
         let gflops = |s: f64| 2.0 * (n as f64).powi(3) / s / 1e9;
-        println!("{}\t{}\t{n}\t{:.2}\t{:.2}", args.kind, args.threads, gflops(secs[secs.len() / 2]), gflops(secs[secs.len() - 1]));
+        println!(
+            "{}\t{}\t{n}\t{:.2}\t{:.2}",
+            args.kind,
+            args.threads,
+            gflops(secs[secs.len() / 2]),
+            gflops(secs[secs.len() - 1])
+        );
     }
     Ok(())
 }

@@ -31,6 +31,7 @@
 // obscure them.
 #![allow(clippy::needless_range_loop)]
 
+pub mod amx_settings;
 pub mod backend;
 pub mod conv_settings;
 pub mod device;
@@ -47,6 +48,7 @@ pub mod storage;
 mod tensor;
 pub mod threading;
 
+pub use amx_settings::{matmul_amx, set_matmul_amx};
 pub use backend::{CmpOp, DeviceTimer, ReduceOp};
 pub use conv_settings::{conv_winograd, set_conv_winograd};
 pub use device::{Device, DeviceMemory};

@@ -6,6 +6,11 @@
 //! `--threads` threads), `f16-via-f32` (f16 operands cast whole to `f32`, multiplied and
 //! the product cast back) and `gemm-f16` (`gemm::gemm` on `half::f16` slices on the calling
 //! thread, the alternative to ember's own f16 kernel; only with `--threads 1`).
+//!
+//! `--shapes MxKxN[a][b],...` times `[M, K] @ [K, N]` products of ember's kinds instead of
+//! square ones (the line's size column is the shape); a trailing `a` or `b` makes that
+//! operand a transposed view (`[K, M]` stored, as the gradient products of a linear layer
+//! read theirs). With `EMBER_AMX=0` bf16 products skip the AMX kernel.
 
 use ember_tensor::{DType, Result, Tensor, threading};
 use std::time::Instant;
@@ -14,11 +19,35 @@ struct Args {
     kind: String,
     threads: usize,
     sizes: Vec<usize>,
+    shapes: Vec<Shape>,
     reps: usize,
 }
 
+/// One product of `--shapes`: `[m, k] @ [k, n]`, each operand possibly a transposed view.
+#[derive(Clone)]
+struct Shape {
+    spec: String,
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: bool,
+    tb: bool,
+}
+
+fn shape(spec: &str) -> std::result::Result<Shape, String> {
+    let dims = spec.trim_end_matches(['a', 'b']);
+    let flags = &spec[dims.len()..];
+    let parts: Vec<usize> = dims
+        .split('x')
+        .map(|d| d.parse::<usize>().map_err(|e| format!("--shapes {spec}: {e}")))
+        .collect::<std::result::Result<_, _>>()?;
+    let [m, k, n] = parts[..] else { return Err(format!("--shapes {spec}: want MxKxN")) };
+    Ok(Shape { spec: spec.into(), m, k, n, ta: flags.contains('a'), tb: flags.contains('b') })
+}
+
 fn parse() -> std::result::Result<Args, String> {
-    let mut args = Args { kind: "bf16".into(), threads: 1, sizes: vec![256, 512, 1024, 2048], reps: 7 };
+    let mut args =
+        Args { kind: "bf16".into(), threads: 1, sizes: vec![256, 512, 1024, 2048], shapes: Vec::new(), reps: 7 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -28,6 +57,7 @@ fn parse() -> std::result::Result<Args, String> {
             "--threads" => args.threads = number(&value)?,
             "--reps" => args.reps = number(&value)?.max(1),
             "--sizes" => args.sizes = value.split(',').map(number).collect::<std::result::Result<_, _>>()?,
+            "--shapes" => args.shapes = value.split(',').map(shape).collect::<std::result::Result<_, _>>()?,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -49,6 +79,21 @@ fn time(reps: usize, mut product: impl FnMut() -> Result<()>) -> Result<Vec<f64>
 fn ember(n: usize, dtype: DType, reps: usize) -> Result<Vec<f64>> {
     let a = Tensor::randn([n, n])?.to_dtype(dtype);
     let b = Tensor::randn([n, n])?.to_dtype(dtype);
+    time(reps, || a.matmul(&b).map(drop))
+}
+
+/// An `[rows, cols]` operand of `dtype`, stored transposed (`[cols, rows]`) when `transposed`.
+fn operand(rows: usize, cols: usize, transposed: bool, dtype: DType) -> Result<Tensor> {
+    Ok(if transposed {
+        Tensor::randn([cols, rows])?.to_dtype(dtype).t()?
+    } else {
+        Tensor::randn([rows, cols])?.to_dtype(dtype)
+    })
+}
+
+fn ember_shape(s: &Shape, dtype: DType, reps: usize) -> Result<Vec<f64>> {
+    let a = operand(s.m, s.k, s.ta, dtype)?;
+    let b = operand(s.k, s.n, s.tb, dtype)?;
     time(reps, || a.matmul(&b).map(drop))
 }
 
@@ -99,6 +144,28 @@ fn gemm_f16(n: usize, reps: usize) -> Result<Vec<f64>> {
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     threading::set_num_threads(args.threads)?;
+    for s in &args.shapes {
+        let dtype = match args.kind.as_str() {
+            "bf16" => DType::BF16,
+            "f16" => DType::F16,
+            "f32" => DType::F32,
+            other => return Err(format!("--shapes needs kind bf16, f16 or f32, not {other}").into()),
+        };
+        let mut secs = ember_shape(s, dtype, args.reps)?;
+        secs.sort_by(f64::total_cmp);
+        let gflops = |t: f64| 2.0 * (s.m * s.k * s.n) as f64 / t / 1e9;
+        println!(
+            "{}\t{}\t{}\t{:.2}\t{:.2}",
+            args.kind,
+            args.threads,
+            s.spec,
+            gflops(secs[secs.len() / 2]),
+            gflops(secs[secs.len() - 1])
+        );
+    }
+    if !args.shapes.is_empty() {
+        return Ok(());
+    }
     for &n in &args.sizes {
         let mut secs = match args.kind.as_str() {
             "bf16" => ember(n, DType::BF16, args.reps)?,
@@ -110,7 +177,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         };
         secs.sort_by(f64::total_cmp);
         let gflops = |s: f64| 2.0 * (n as f64).powi(3) / s / 1e9;
-        println!("{}\t{}\t{n}\t{:.2}\t{:.2}", args.kind, args.threads, gflops(secs[secs.len() / 2]), gflops(secs[secs.len() - 1]));
+        println!(
+            "{}\t{}\t{n}\t{:.2}\t{:.2}",
+            args.kind,
+            args.threads,
+            gflops(secs[secs.len() / 2]),
+            gflops(secs[secs.len() - 1])
+        );
     }
     Ok(())
 }

@@ -5,6 +5,9 @@
 //! (`matmul::gemm_parallel`); each block sums into an `f32` scratch block and rounds it into
 //! the output. The sums come from one of two kernels:
 //!
+//! - [`Kernel::Amx`]: bf16 on processors with AMX-BF16 whose operating system grants the
+//!   tile registers (`matmul_amx`), unless `set_matmul_amx(false)` (or `EMBER_AMX=0`)
+//!   forbids it.
 //! - [`Kernel::NativeBf16`]: bf16 on processors with AVX-512 BF16 (`matmul_bf16`), which
 //!   multiplies bf16 pairs directly.
 //! - [`Kernel::Widened`]: everywhere else, `KC`-deep slices of both operands are widened to
@@ -46,6 +49,10 @@ impl LowpFloat for bf16 {
 
     fn best_kernel() -> Kernel {
         #[cfg(target_arch = "x86_64")]
+        if crate::amx_settings::matmul_amx() && super::matmul_amx::available() {
+            return Kernel::Amx;
+        }
+        #[cfg(target_arch = "x86_64")]
         if super::matmul_bf16::available() {
             return Kernel::NativeBf16;
         }
@@ -80,6 +87,8 @@ fn round_bf16(x: u32) -> u16 {
 /// Which kernel sums a low-precision product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kernel {
+    /// AMX tiles (`tdpbf16ps`); bf16 only, where the processor and system allow it.
+    Amx,
     /// AVX-512 BF16 (`vdpbf16ps`); bf16 only, on processors that have it.
     NativeBf16,
     /// Slices widened to `f32` and multiplied by `gemm`.
@@ -137,10 +146,19 @@ pub(super) unsafe fn sum_f32<T: LowpFloat>(
             // processor has it; the matrices are valid as the caller guarantees.
             unsafe { product(m, n, k, bits(a), bits(b), sums.as_mut_ptr(), n) }
         }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Amx => {
+            use super::matmul_amx::product;
+            use super::matmul_bf16::Bits;
+            debug_assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<bf16>());
+            let bits = |x: &Mat<T>| Bits { ptr: x.ptr.cast(), rs: x.rs, cs: x.cs };
+            // SAFETY: as for the native kernel; AMX is only chosen where it is available.
+            unsafe { product(m, n, k, bits(a), bits(b), sums.as_mut_ptr(), n) }
+        }
         // Never chosen off x86-64; the portable kernel would stand in if it were.
         #[cfg(not(target_arch = "x86_64"))]
         // SAFETY: guaranteed by the caller.
-        Kernel::NativeBf16 => unsafe { sum_widened(m, n, k, a, b, sums) },
+        Kernel::NativeBf16 | Kernel::Amx => unsafe { sum_widened(m, n, k, a, b, sums) },
         // SAFETY: guaranteed by the caller.
         Kernel::Widened => unsafe { sum_widened(m, n, k, a, b, sums) },
     }
@@ -278,9 +296,19 @@ mod tests {
 
     const SIZES: [usize; 6] = [1, 3, 17, 33, 100, 257];
 
+    /// Every kernel this processor runs for `T`, whichever the settings choose.
     fn kernels<T: LowpFloat>() -> Vec<Kernel> {
         let mut all = vec![Kernel::Widened];
-        if T::best_kernel() != Kernel::Widened {
+        #[cfg(target_arch = "x86_64")]
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<bf16>() {
+            if crate::backend::cpu::matmul_bf16::available() {
+                all.push(Kernel::NativeBf16);
+            }
+            if crate::backend::cpu::matmul_amx::available() {
+                all.push(Kernel::Amx);
+            }
+        }
+        if !all.contains(&T::best_kernel()) {
             all.push(T::best_kernel());
         }
         all
@@ -335,8 +363,8 @@ mod tests {
             // SAFETY: as above.
             unsafe { sum_f32(kernel, m, n, k, &a.mat(), &b.mat(), &mut sums) };
             assert!(worst_error(m, n, k, &a, &b, bf16::to_f32, &sums) <= 1.0, "{kernel:?}");
-            if kernel == Kernel::NativeBf16 {
-                // The native kernel adds each element's terms in the same order whatever the
+            if matches!(kernel, Kernel::NativeBf16 | Kernel::Amx) {
+                // The native and AMX kernels add each element's terms in the same order whatever the
                 // block it falls in, so the split product is exactly the sums rounded once.
                 let rounded: Vec<bf16> = sums.iter().map(|&s| bf16::from_f32(s)).collect();
                 assert_eq!(out, rounded);
@@ -347,6 +375,39 @@ mod tests {
                     let (o, s) = (o.to_f32(), *s);
                     let slack = 2f32.powi(-9) * s.abs() * 2.0;
                     assert!((o - s).abs() <= slack, "{kernel:?} element {i}: {o} against {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn amx_sums_agree_with_the_native_kernel_across_slices_and_blocks() {
+        let available: Vec<Kernel> = kernels::<bf16>().into_iter().filter(|k| *k != Kernel::Widened).collect();
+        // Deeper than two AMX slices, wider than one packed block of `b`, with edges in every
+        // dimension; both kernels within the f32 bound of the exact sums and so within twice
+        // it of each other.
+        let (m, n, k) = (70, 530, 1100);
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a = Operand::new(m, k, ta, 3, bf16::from_f32);
+            let b = Operand::new(k, n, tb, 4, bf16::from_f32);
+            let mut results = Vec::new();
+            for &kernel in &available {
+                let mut sums = vec![f32::NAN; m * n];
+                // SAFETY: the operands are `m x k` and `k x n` with their strides.
+                unsafe { sum_f32(kernel, m, n, k, &a.mat(), &b.mat(), &mut sums) };
+                let worst = worst_error(m, n, k, &a, &b, bf16::to_f32, &sums);
+                assert!(worst <= 1.0, "{kernel:?} transposed ({ta}, {tb}): {worst}");
+                results.push(sums);
+            }
+            if let [native, amx] = &results[..] {
+                for i in 0..m {
+                    for j in 0..n {
+                        let magnitude: f64 =
+                            (0..k).map(|p| (a.at(i, p, bf16::to_f32) * b.at(p, j, bf16::to_f32)).abs()).sum();
+                        let bound = 2.0002 * k as f64 * f64::powi(2.0, -24) * magnitude;
+                        let (x, y) = (native[i * n + j] as f64, amx[i * n + j] as f64);
+                        assert!((x - y).abs() <= bound, "({i}, {j}) transposed ({ta}, {tb}): {x} against {y}");
+                    }
                 }
             }
         }

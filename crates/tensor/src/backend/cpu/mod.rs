@@ -22,6 +22,8 @@ mod lstm;
 mod lstm_sequence;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
+mod matmul_amx;
+#[cfg(target_arch = "x86_64")]
 mod matmul_bf16;
 mod matmul_lowp;
 mod norm;

@@ -26,11 +26,22 @@ pub struct DdpOptions {
     /// the graph each forward). Without it, a parameter left without gradient is an error
     /// at the next forward that names it.
     pub find_unused_parameters: bool,
+    /// Make each parameter's `.grad` a view of its slice of the bucket (PyTorch's
+    /// `gradient_as_bucket_view`; on here, off in PyTorch): backward writes the gradients
+    /// into the buckets and the all-reduce averages them where they lie, with no copies.
+    /// Off, each gradient is a tensor of its own, copied into the bucket when it is ready
+    /// and the average copied back after the all-reduce. Either way the values are the same.
+    pub gradient_as_bucket_view: bool,
 }
 
 impl Default for DdpOptions {
     fn default() -> Self {
-        DdpOptions { bucket_cap_mb: 25.0, broadcast_buffers: true, find_unused_parameters: false }
+        DdpOptions {
+            bucket_cap_mb: 25.0,
+            broadcast_buffers: true,
+            find_unused_parameters: false,
+            gradient_as_bucket_view: true,
+        }
     }
 }
 
@@ -152,7 +163,13 @@ impl<M: Module> DistributedDataParallel<M> {
         let mut seen = HashSet::new();
         let params: Vec<(String, Var)> =
             module.named_parameters().into_iter().filter(|(_, p)| p.requires_grad() && seen.insert(p.id())).collect();
-        let reducer = Arc::new(Reducer::new(group, params, options.bucket_cap_mb, options.find_unused_parameters)?);
+        let reducer = Arc::new(Reducer::new(
+            group,
+            params,
+            options.bucket_cap_mb,
+            options.find_unused_parameters,
+            options.gradient_as_bucket_view,
+        )?);
         let mut hooks = Vec::new();
         for (i, (_, p)) in reducer.params.iter().enumerate() {
             // A weak handle: the parameter's node holds the hook, and the reducer holds the

@@ -16,8 +16,12 @@ fn two_layers() -> Result<Sequential> {
     Ok(Sequential::new().add(lin(3, 4)?).add(lin(4, 2)?))
 }
 
-const TINY_BUCKETS: DdpOptions =
-    DdpOptions { bucket_cap_mb: 1e-5, broadcast_buffers: true, find_unused_parameters: false };
+const TINY_BUCKETS: DdpOptions = DdpOptions {
+    bucket_cap_mb: 1e-5,
+    broadcast_buffers: true,
+    find_unused_parameters: false,
+    gradient_as_bucket_view: true,
+};
 
 /// Rank `rank`'s input: its rows differ between ranks.
 fn input(rank: usize) -> Result<Var> {

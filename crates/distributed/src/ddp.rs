@@ -86,10 +86,12 @@ impl DdpStats {
 /// * **Gradients are bucket views** (PyTorch's `gradient_as_bucket_view`): each bucket is
 ///   one flat buffer, and each parameter's `.grad` is a view of its slice of it. Backward
 ///   adds into the views in place ([`Var::set_grad_in_place`]), the all-reduce averages the
-///   buffer where it lies, and nothing is copied out. After `zero_grad` (which sets the
-///   gradients to none) backward gives a parameter a new gradient tensor, copied into its
-///   view once when it is ready; so is a gradient the user replaced with
-///   [`Var::set_grad`].
+///   buffer where it lies, and nothing is copied out. Each view is also the parameter's
+///   gradient buffer ([`Var::set_grad_buffer`]), so after `zero_grad` (which sets the
+///   gradients to none) backward writes the first gradient into the view: a linear layer
+///   computes its weight's gradient there directly, other operations' gradients are copied
+///   in by the engine. A gradient the user replaced with [`Var::set_grad`] is copied into
+///   its view when it is ready. [`DdpOptions::gradient_as_bucket_view`] turns views off.
 /// * **One rank**: the average over a group of one rank is the rank's own gradient, so
 ///   there are no buffers, copies or collectives: the gradients stay the tensors backward
 ///   made, exactly as in the plain model, and a step costs what the plain step costs (the

@@ -393,9 +393,10 @@ impl Packed {
         Ok(Packed { flats, views, as_views })
     }
 
-    /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
-    /// when the gradient already is one; after `zero_grad` set it to none (or the user
-    /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
+    /// Puts parameter `i`'s gradient into its bucket view. Backward writes and accumulates
+    /// into the view when it is the gradient buffer; a gradient the user replaced, or any
+    /// gradient on the copy path (`gradient_as_bucket_view` off), is copied in, and on the
+    /// view path the view becomes the gradient again.
     fn make_grad_view(&self, p: &Var, i: usize) -> Result<()> {
         let view = &self.views[i];
         let view_tensor = view.value();

@@ -5,7 +5,8 @@
 //! copy, say): the engine hands each context a [`SavedSource`] to ask, and the context asks
 //! only about nodes that carry an extension flag.
 
-use crate::node::{NodeRef, VALUE_AWAY};
+use crate::grad_buffer::grad_buffer;
+use crate::node::{GRAD_IN_PLACE, NodeRef, VALUE_AWAY};
 use crate::var::Var;
 use ember_tensor::{Error, Result, Shape};
 use smallvec::SmallVec;
@@ -26,12 +27,33 @@ pub struct BackwardCtx<'a> {
     pub(crate) node: &'a NodeRef,
     pub(crate) needs: SmallVec<[bool; 2]>,
     pub(crate) saved: &'a dyn SavedSource,
+    /// Per input: it is a leaf whose whole gradient of this backward comes from this node
+    /// and is accumulated into its `.grad` (no `create_graph`, no `grad()` targets). Empty
+    /// when no input is.
+    pub(crate) sole: SmallVec<[bool; 2]>,
 }
 
 impl BackwardCtx<'_> {
     /// Whether input `i` needs a gradient; an operation may skip computing the others.
     pub fn needs_input_grad(&self, i: usize) -> bool {
         self.needs.get(i).copied().unwrap_or(false)
+    }
+
+    /// Where the gradient of input `i` may be written in place of a new tensor: the
+    /// gradient buffer of a leaf ([`Var::set_grad_buffer`]) whose `.grad` is none, when this
+    /// node gives the leaf its only gradient of this backward and backward accumulates it
+    /// into `.grad`. An operation that writes its gradient for input `i` into the buffer
+    /// (overwriting it) and returns the buffer spares the engine copying the gradient in;
+    /// one that ignores it loses nothing. `None` otherwise.
+    pub fn grad_destination(&self, i: usize) -> Option<Var> {
+        if !self.sole.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        let input = self.node.inputs.get(i)?;
+        if !input.has(GRAD_IN_PLACE) || input.grad_slot().is_some() {
+            return None;
+        }
+        grad_buffer(input)
     }
 
     /// The number of inputs.

@@ -34,6 +34,7 @@
 
 use crate::backward_ctx::BackwardCtx;
 use crate::extension::{self, Dispatch, Running};
+use crate::grad_buffer::grad_buffer;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
 use crate::node::{GRAD_IN_PLACE, HAS_GRAD, NodeRef, RETAINS_GRAD, structure_epoch};
 use crate::op::Grads;
@@ -434,7 +435,21 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                     if create_graph && !node.op.backward_differentiable() {
                         return Err(not_differentiable(node));
                     }
-                    let ctx = BackwardCtx { node, needs, saved: &Dispatch };
+                    // Inputs that may take their gradient in their buffer: leaves whose only
+                    // gradient comes from here and is accumulated.
+                    let sole: SmallVec<[bool; 2]> = if accumulate && !create_graph {
+                        graph.edges[i]
+                            .iter()
+                            .map(|e| {
+                                e.is_some_and(|j| {
+                                    needed[j] && prepared.deps[j] == 1 && graph.nodes[j].has(GRAD_IN_PLACE)
+                                })
+                            })
+                            .collect()
+                    } else {
+                        SmallVec::new()
+                    };
+                    let ctx = BackwardCtx { node, needs, saved: &Dispatch, sole };
                     if features != 0 {
                         extension::backward_node(features, node, &ctx, g)?
                     } else {
@@ -572,13 +587,25 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
         }
         _ => g,
     };
+    // Taken before the gradient's lock (the engine never holds both the other way round).
+    let buffer = if !create_graph && node.has(GRAD_IN_PLACE) { grad_buffer(node) } else { None };
     let mut slot = node.grad_slot();
     let new = match slot.take() {
         None if create_graph => g,
-        None => {
-            let t = g.value();
-            if t.is_contiguous() && g.is_leaf() { g } else { Var::new(t.contiguous()) }
-        }
+        None => match buffer {
+            // The first gradient goes into the buffer, unless the operation wrote it there.
+            Some(buffer) => {
+                let (t, b) = (g.value(), buffer.value());
+                if !(t.shares_storage(&b) && t.layout() == b.layout()) {
+                    b.copy_(&t)?;
+                }
+                buffer
+            }
+            None => {
+                let t = g.value();
+                if t.is_contiguous() && g.is_leaf() { g } else { Var::new(t.contiguous()) }
+            }
+        },
         Some(old) if create_graph || old.requires_grad() || g.requires_grad() => old.add(&g)?,
         Some(old) => {
             let t = old.value();

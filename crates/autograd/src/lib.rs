@@ -344,6 +344,7 @@ mod engine;
 pub mod export;
 mod extension;
 pub mod function;
+mod grad_buffer;
 mod grad_mode;
 mod gradcheck;
 mod graph_view;

@@ -230,7 +230,7 @@ impl Var {
     }
 
     /// An error unless `g` fits as this value's gradient (same shape and device).
-    fn check_grad(&self, op: &'static str, g: &Tensor) -> Result<()> {
+    pub(crate) fn check_grad(&self, op: &'static str, g: &Tensor) -> Result<()> {
         if g.shape() != self.shape().dims() {
             return Err(Error::shape(
                 op,

@@ -26,8 +26,8 @@ impl Bucket {
     /// on the buffer in place, and nothing is copied in or out. The views are `Var`s kept for
     /// the bucket's life, so that making one the gradient again allocates nothing. A
     /// gradient the parameters already hold is copied into its view, which becomes the
-    /// gradient.
-    pub(crate) fn pack(&self, params: &[(String, Var)]) -> Result<(Tensor, Vec<Var>)> {
+    /// gradient with `as_views`.
+    pub(crate) fn pack(&self, params: &[(String, Var)], as_views: bool) -> Result<(Tensor, Vec<Var>)> {
         let first = &params[self.members[0]].1;
         let numel: usize = self.members.iter().map(|&i| params[i].1.numel()).sum();
         let flat = Tensor::zeros([numel], first.dtype())?.to_device(first.device())?;
@@ -36,7 +36,7 @@ impl Bucket {
         for &i in &self.members {
             let p = &params[i].1;
             let view = Var::new(flat.narrow(0, offset, p.numel())?.reshape(p.shape().dims())?);
-            if let Some(g) = p.grad() {
+            if as_views && let Some(g) = p.grad() {
                 view.value().copy_(&g)?;
                 p.set_grad_var(Some(view.clone()))?;
             }

@@ -26,11 +26,22 @@ pub struct DdpOptions {
     /// the graph each forward). Without it, a parameter left without gradient is an error
     /// at the next forward that names it.
     pub find_unused_parameters: bool,
+    /// Make each parameter's `.grad` a view of its slice of the bucket (PyTorch's
+    /// `gradient_as_bucket_view`; on here, off in PyTorch): backward writes the gradients
+    /// into the buckets and the all-reduce averages them where they lie, with no copies.
+    /// Off, each gradient is a tensor of its own, copied into the bucket when it is ready
+    /// and the average copied back after the all-reduce. Either way the values are the same.
+    pub gradient_as_bucket_view: bool,
 }
 
 impl Default for DdpOptions {
     fn default() -> Self {
-        DdpOptions { bucket_cap_mb: 25.0, broadcast_buffers: true, find_unused_parameters: false }
+        DdpOptions {
+            bucket_cap_mb: 25.0,
+            broadcast_buffers: true,
+            find_unused_parameters: false,
+            gradient_as_bucket_view: true,
+        }
     }
 }
 
@@ -75,10 +86,12 @@ impl DdpStats {
 /// * **Gradients are bucket views** (PyTorch's `gradient_as_bucket_view`): each bucket is
 ///   one flat buffer, and each parameter's `.grad` is a view of its slice of it. Backward
 ///   adds into the views in place ([`Var::set_grad_in_place`]), the all-reduce averages the
-///   buffer where it lies, and nothing is copied out. After `zero_grad` (which sets the
-///   gradients to none) backward gives a parameter a new gradient tensor, copied into its
-///   view once when it is ready; so is a gradient the user replaced with
-///   [`Var::set_grad`].
+///   buffer where it lies, and nothing is copied out. Each view is also the parameter's
+///   gradient buffer ([`Var::set_grad_buffer`]), so after `zero_grad` (which sets the
+///   gradients to none) backward writes the first gradient into the view: a linear layer
+///   computes its weight's gradient there directly, other operations' gradients are copied
+///   in by the engine. A gradient the user replaced with [`Var::set_grad`] is copied into
+///   its view when it is ready. [`DdpOptions::gradient_as_bucket_view`] turns views off.
 /// * **One rank**: the average over a group of one rank is the rank's own gradient, so
 ///   there are no buffers, copies or collectives: the gradients stay the tensors backward
 ///   made, exactly as in the plain model, and a step costs what the plain step costs (the
@@ -152,7 +165,13 @@ impl<M: Module> DistributedDataParallel<M> {
         let mut seen = HashSet::new();
         let params: Vec<(String, Var)> =
             module.named_parameters().into_iter().filter(|(_, p)| p.requires_grad() && seen.insert(p.id())).collect();
-        let reducer = Arc::new(Reducer::new(group, params, options.bucket_cap_mb, options.find_unused_parameters)?);
+        let reducer = Arc::new(Reducer::new(
+            group,
+            params,
+            options.bucket_cap_mb,
+            options.find_unused_parameters,
+            options.gradient_as_bucket_view,
+        )?);
         let mut hooks = Vec::new();
         for (i, (_, p)) in reducer.params.iter().enumerate() {
             // A weak handle: the parameter's node holds the hook, and the reducer holds the

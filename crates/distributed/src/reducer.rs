@@ -66,8 +66,11 @@ impl IterState {
 struct Packed {
     /// Per bucket, the buffer its all-reduce averages in place.
     flats: Vec<Tensor>,
-    /// Per parameter, its view into its bucket: what its `.grad` is.
+    /// Per parameter, its view into its bucket: what its `.grad` is, with `as_views`.
     views: Vec<Var>,
+    /// The gradients are the views (`DdpOptions::gradient_as_bucket_view`); otherwise they
+    /// are copied into the views and the averages copied back.
+    as_views: bool,
 }
 
 /// The gradient reduction shared by a `DistributedDataParallel` and its hooks.
@@ -95,6 +98,7 @@ impl Reducer {
         params: Vec<(String, Var)>,
         bucket_cap_mb: f64,
         find_unused: bool,
+        as_views: bool,
     ) -> Result<Reducer> {
         let sizes: Vec<(usize, usize)> =
             params.iter().map(|(_, p)| (p.numel(), p.value().dtype().size_in_bytes())).collect();
@@ -116,7 +120,7 @@ impl Reducer {
                 b.ok_or_else(|| Error::invalid("DistributedDataParallel", format!("internal: {name} has no bucket")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let packed = if group.world_size() > 1 { Some(Packed::new(&buckets, &params)?) } else { None };
+        let packed = if group.world_size() > 1 { Some(Packed::new(&buckets, &params, as_views)?) } else { None };
         Ok(Reducer {
             state: Mutex::new(IterState::new(params.len(), &buckets)),
             stats: Mutex::new(DdpStats { buckets: buckets.len(), ..Default::default() }),
@@ -252,8 +256,17 @@ impl Reducer {
         for (i, (_, p)) in self.params.iter().enumerate() {
             if used.as_ref().is_none_or(|u| u[i] > 0.0) {
                 let view = &packed.views[i];
-                if p.grad().is_none_or(|g| !is_view(&g, &view.value())) {
-                    p.set_grad_var(Some(view.clone()))?;
+                if packed.as_views {
+                    if p.grad().is_none_or(|g| !is_view(&g, &view.value())) {
+                        p.set_grad_var(Some(view.clone()))?;
+                    }
+                } else {
+                    // The copy path: the average goes back into the gradient backward made
+                    // (a parameter this rank did not use gets a tensor of its own).
+                    match p.grad() {
+                        Some(g) if !st.unused[i] => g.copy_(&view.value())?,
+                        _ => p.set_grad(Some(view.value().copy()))?,
+                    }
                 }
             }
         }
@@ -347,43 +360,50 @@ impl Reducer {
             return;
         }
         for (_, p) in &self.params {
-            // Only leaves were given the flag, and they stay leaves.
+            // Only leaves were given a buffer, and they stay leaves.
+            let _ = p.set_grad_buffer(None);
             let _ = p.set_grad_in_place(false);
         }
     }
 }
 
 impl Packed {
-    /// The buckets' buffers and views; the parameters' gradients become the views.
-    fn new(buckets: &[Bucket], params: &[(String, Var)]) -> Result<Packed> {
+    /// The buckets' buffers and views; with `as_views`, the parameters' gradients become the
+    /// views.
+    fn new(buckets: &[Bucket], params: &[(String, Var)], as_views: bool) -> Result<Packed> {
         let mut flats = Vec::with_capacity(buckets.len());
         let mut views: Vec<Option<Var>> = vec![None; params.len()];
         for bucket in buckets {
-            let (flat, bucket_views) = bucket.pack(params)?;
+            let (flat, bucket_views) = bucket.pack(params, as_views)?;
             for (&i, view) in bucket.members.iter().zip(bucket_views) {
                 views[i] = Some(view);
             }
             flats.push(flat);
         }
-        for (_, p) in params {
-            // The gradients are views into the buckets (their storage is shared): backward
-            // must add into them rather than replace them.
-            p.set_grad_in_place(true)?;
-        }
         // Every parameter is in a bucket (the reducer checked), so every view is set.
-        Ok(Packed { flats, views: views.into_iter().flatten().collect() })
+        let views: Vec<Var> = views.into_iter().flatten().collect();
+        if as_views {
+            for ((_, p), view) in params.iter().zip(&views) {
+                // Backward writes each first gradient into its view (the operation that
+                // computes it, or the engine with a copy) and adds later ones into it in
+                // place, so the gradients are the views.
+                p.set_grad_buffer(Some(view.clone()))?;
+            }
+        }
+        Ok(Packed { flats, views, as_views })
     }
 
-    /// Makes parameter `i`'s gradient its bucket view. Backward accumulates into the view
-    /// when the gradient already is one; after `zero_grad` set it to none (or the user
-    /// replaced it), backward left a new tensor, which is copied in once (as PyTorch does).
+    /// Puts parameter `i`'s gradient into its bucket view. Backward writes and accumulates
+    /// into the view when it is the gradient buffer; a gradient the user replaced, or any
+    /// gradient on the copy path (`gradient_as_bucket_view` off), is copied in, and on the
+    /// view path the view becomes the gradient again.
     fn make_grad_view(&self, p: &Var, i: usize) -> Result<()> {
         let view = &self.views[i];
         let view_tensor = view.value();
         match p.grad() {
             Some(g) if !is_view(&g, &view_tensor) => {
                 view_tensor.copy_(&g)?;
-                p.set_grad_var(Some(view.clone()))
+                if self.as_views { p.set_grad_var(Some(view.clone())) } else { Ok(()) }
             }
             _ => Ok(()),
         }

@@ -16,8 +16,12 @@ fn two_layers() -> Result<Sequential> {
     Ok(Sequential::new().add(lin(3, 4)?).add(lin(4, 2)?))
 }
 
-const TINY_BUCKETS: DdpOptions =
-    DdpOptions { bucket_cap_mb: 1e-5, broadcast_buffers: true, find_unused_parameters: false };
+const TINY_BUCKETS: DdpOptions = DdpOptions {
+    bucket_cap_mb: 1e-5,
+    broadcast_buffers: true,
+    find_unused_parameters: false,
+    gradient_as_bucket_view: true,
+};
 
 /// Rank `rank`'s input: its rows differ between ranks.
 fn input(rank: usize) -> Result<Var> {
@@ -250,4 +254,54 @@ fn gradients_held_before_wrapping_move_into_the_buckets() -> Result<()> {
         Ok(())
     });
     out.into_iter().collect()
+}
+
+/// With `gradient_as_bucket_view` off, gradients are tensors of their own that receive the
+/// averages: through `no_sync` accumulation, and for a parameter one rank left unused.
+#[test]
+fn the_copy_path_gives_the_same_averages_in_gradients_of_their_own() -> Result<()> {
+    let init: Vec<Tensor> = two_layers()?.parameters().iter().map(|p| p.value().copy()).collect();
+    let expected = expected_grads_from(&init, 3)?;
+    let copies = DdpOptions { gradient_as_bucket_view: false, ..TINY_BUCKETS };
+    let out = LocalGroup::spawn(2, |g| {
+        let rank = g.rank();
+        let model = two_layers()?;
+        for (p, v) in model.parameters().iter().zip(&init) {
+            p.value().copy_(v)?;
+        }
+        let ddp = DistributedDataParallel::with_options(model, Arc::new(g), copies.clone())?;
+        assert!(ddp.parameters().iter().all(|p| !p.grad_in_place() && p.grad_buffer().is_none()));
+        {
+            let _accumulate = ddp.no_sync();
+            for _ in 0..2 {
+                ddp.forward(&input(rank)?)?.sum_all().backward()?;
+            }
+        }
+        ddp.forward(&input(rank)?)?.sum_all().backward()?;
+        let grads: Vec<Tensor> = ddp.parameters().iter().map(|p| p.grad().expect("a gradient")).collect();
+        for (i, a) in grads.iter().enumerate() {
+            assert!(grads[i + 1..].iter().all(|b| !a.shares_storage(b)), "gradient {i} shares a buffer");
+        }
+        values(&ddp)
+    });
+    for r in out {
+        assert_close(&r?, &expected);
+    }
+    let unused = LocalGroup::spawn(2, |g| {
+        let rank = g.rank();
+        let opts = LinearOptions { bias: false, dtype: DType::F64 };
+        let heads =
+            Heads { a: Linear::with_options(2, 1, opts)?, b: Linear::with_options(2, 1, opts)?, use_b: rank == 0 };
+        let options = DdpOptions { find_unused_parameters: true, gradient_as_bucket_view: false, ..TINY_BUCKETS };
+        let ddp = DistributedDataParallel::with_options(heads, Arc::new(g), options)?;
+        let x = Var::new(Tensor::full([1, 2], rank as f64 + 1.0, DType::F64)?);
+        ddp.forward(&x)?.sum_all().backward()?;
+        let b = ddp.module().b.weight().grad().expect("b was used on rank 0");
+        let a = ddp.module().a.weight().grad().expect("a gradient");
+        Ok((b.to_vec::<f64>()?, a.to_vec::<f64>()?))
+    });
+    for r in unused {
+        assert_eq!(r?, (vec![0.5, 0.5], vec![1.5, 1.5]));
+    }
+    Ok(())
 }

@@ -39,12 +39,24 @@ type Trained = (Vec<Vec<f32>>, Vec<Vec<f32>>);
 
 /// The parameters after `steps` Adam steps of `model`, and the gradients of the last step.
 fn train(model: &dyn Module, steps: usize) -> Result<Trained> {
+    train_zeroing(model, steps, false)
+}
+
+/// [`train`], zeroing the gradients in place from the second step on (PyTorch's
+/// `zero_grad(set_to_none=False)`) when `in_place`, else setting them to none.
+fn train_zeroing(model: &dyn Module, steps: usize, in_place: bool) -> Result<Trained> {
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-2, ..Default::default() })?;
     let mut grads = Vec::new();
     for s in 0..steps {
         let (x, y) = batch(s)?;
         let loss = cross_entropy(&model.forward(&x)?, &y, CrossEntropyOptions::default())?;
-        opt.zero_grad();
+        if in_place && s > 0 {
+            for p in model.parameters() {
+                p.grad().expect("a gradient").zero_()?;
+            }
+        } else {
+            opt.zero_grad();
+        }
         loss.backward()?;
         grads =
             model.parameters().iter().map(|p| p.grad().expect("a gradient").to_vec::<f32>()).collect::<Result<_>>()?;
@@ -73,19 +85,36 @@ fn one_rank_trains_bit_identically_to_the_plain_model_and_to_two_ranks_on_the_sa
     assert_eq!(ddp.stats().steps, STEPS as u64);
 
     // Two ranks with the same batches average two equal gradients, (g + g) / 2 = g exactly,
-    // through the bucket views and the all-reduce: the normal path gives the same bits.
-    let ranks = LocalGroup::spawn(2, |g| {
-        let model = mlp()?;
-        model.load_state_dict(&init)?;
-        let options = DdpOptions { bucket_cap_mb: 1e-3, ..Default::default() };
-        let ddp = DistributedDataParallel::with_options(model, Arc::new(g), options)?;
-        assert!(ddp.bucket_names().len() > 1, "{:?}", ddp.bucket_names());
-        train(&ddp, STEPS)
-    });
-    for r in ranks {
-        assert_eq!(r?, expected, "two-rank DDP on equal data against the plain model");
+    // through the bucket views (which the linear layers write their weight gradients into)
+    // and the all-reduce, or through the copy path: both give the plain model's bits,
+    // whether the gradients are set to none or zeroed in place between steps.
+    for (as_views, in_place) in [(true, false), (true, true), (false, false), (false, true)] {
+        let ranks = LocalGroup::spawn(2, |g| {
+            let model = mlp()?;
+            model.load_state_dict(&init)?;
+            let options = DdpOptions { bucket_cap_mb: 1e-3, gradient_as_bucket_view: as_views, ..Default::default() };
+            let ddp = DistributedDataParallel::with_options(model, Arc::new(g), options)?;
+            assert!(ddp.bucket_names().len() > 1, "{:?}", ddp.bucket_names());
+            let trained = train_zeroing(&ddp, STEPS, in_place)?;
+            // The gradients are views of their bucket, or tensors of their own (the first
+            // layer's weight and bias share a bucket).
+            let grad = |i: usize| ddp.parameters()[i].grad().expect("a gradient");
+            assert_eq!(grad(0).shares_storage(&grad(1)), as_views);
+            Ok(trained)
+        });
+        for r in ranks {
+            assert_eq!(r?, expected, "two-rank DDP on equal data against the plain model (views {as_views})");
+        }
     }
+    assert_eq!(train_zeroing(&plain_from(&init)?, STEPS, true)?, expected, "zeroing in place, plain");
     Ok(())
+}
+
+/// A fresh MLP holding `init`.
+fn plain_from(init: &StateDict) -> Result<Sequential> {
+    let model = mlp()?;
+    model.load_state_dict(init)?;
+    Ok(model)
 }
 
 #[test]

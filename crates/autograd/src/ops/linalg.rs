@@ -68,7 +68,16 @@ impl Op for Linear {
         let gw = if ctx.needs_input_grad(1) {
             let x = ctx.input(0)?;
             let inn = x.shape()[x.rank() - 1];
-            Some(g2.t()?.matmul(&x.reshape([-1, inn as i64])?)?)
+            let x2 = x.reshape([-1, inn as i64])?;
+            match ctx.grad_destination(1) {
+                // The weight's gradient buffer (a bucket view under data-parallel training)
+                // takes the product directly: no new tensor, no copy into the buffer.
+                Some(dst) if dst.dtype() == g.dtype() => {
+                    g2.value().t()?.matmul_into(&x2.value(), &dst.value())?;
+                    Some(dst)
+                }
+                _ => Some(g2.t()?.matmul(&x2)?),
+            }
         } else {
             None
         };

@@ -14,7 +14,7 @@ pub(super) mod pool;
 pub(super) mod unscale;
 
 use super::kernels::Kernels;
-use super::{BinaryOp, ReduceOp, UnaryOp, View, validate};
+use super::{BinaryOp, ReduceOp, Target, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};
 use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::shape::Shape;
@@ -68,6 +68,12 @@ pub(super) fn matmul<B: Kernels + ?Sized>(b: &B, (sa, la): View<'_>, (sb, lb): V
     let products = b.binary(BinaryOp::Mul, (sa, &a4), (sb, &b4))?;
     // `[batch.., m, 1, n]` in row-major order is `[batch.., m, n]`.
     b.reduce(ReduceOp::Sum, (&products, &Layout::contiguous(shape)), &[r - 1])
+}
+
+/// `a @ b` copied into `dst`: the product, then one copy.
+pub(super) fn matmul_into<B: Kernels + ?Sized>(b: &B, x: View<'_>, y: View<'_>, (dst, ld): Target<'_>) -> Result<()> {
+    let product = b.matmul(x, y)?;
+    b.copy_inplace(dst, ld, (&product, &Layout::contiguous(ld.shape().clone())))
 }
 
 /// `value` where the mask is set, as `where(mask, full(value), src)`.

@@ -190,6 +190,14 @@ macro_rules! backend_methods {
             fn matmul(&self, a: View<'_>, b: View<'_>) -> Result<Storage> {
                 compose::matmul(self, a, b)
             }
+            /// [`Backend::matmul`] written into the elements `dst`'s layout addresses (`[batch..,
+            /// m, n]`, the operands' dtype, storage shared with neither operand): for a product
+            /// whose home already exists, such as a gradient that lands in a communication bucket.
+            ///
+            /// The default computes the product with `matmul` and copies it into `dst`.
+            fn matmul_into(&self, a: View<'_>, b: View<'_>, dst: Target<'_>) -> Result<()> {
+                compose::matmul_into(self, a, b, dst)
+            }
             /// Selects entries `index` (`i64`, 1-d) along `dim`.
             fn index_select(&self, src: View<'_>, dim: usize, index: View<'_>) -> Result<Storage>;
             /// `out[i][j] = src[index[i][j]][j]` along `dim`; the result has `index`'s shape.

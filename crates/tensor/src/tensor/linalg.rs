@@ -84,6 +84,59 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// Writes the product of two matrices (`self` `[m, k]`, `other` `[k, n]`, one float
+    /// dtype) into `out` (`[m, n]`, the same dtype, sharing storage with neither operand),
+    /// overwriting it: the bits of [`Tensor::matmul`]'s result, with no new tensor. On the
+    /// CPU an `f32` or `f64` `out` that is contiguous is written directly; otherwise the
+    /// product is copied in.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?;
+    /// let bucket = Tensor::zeros([6], DType::F32)?;
+    /// a.matmul_into(&a, &bucket.narrow(0, 2, 4)?.reshape([2, 2])?)?;
+    /// assert_eq!(bucket.to_vec::<f32>()?, vec![0.0, 0.0, 7.0, 10.0, 15.0, 22.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn matmul_into(&self, other: &Tensor, out: &Tensor) -> Result<()> {
+        const OP: &str = "matmul_into";
+        self.same_device(OP, other)?;
+        self.same_device(OP, out)?;
+        out.check_writable(OP)?;
+        let fits = self.rank() == 2
+            && other.rank() == 2
+            && self.shape()[1] == other.shape()[0]
+            && out.shape().dims() == [self.shape()[0], other.shape()[1]];
+        if !fits {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected [m, k] @ [k, n] into [m, n], got {:?} @ {:?} into {:?}",
+                    self.shape(),
+                    other.shape(),
+                    out.shape()
+                ),
+            ));
+        }
+        if self.dtype != other.dtype || out.dtype != self.dtype || !self.dtype.is_float() {
+            return Err(Error::dtype(
+                OP,
+                format!(
+                    "expected float operands and output of one dtype, got {} @ {} into {}",
+                    self.dtype, other.dtype, out.dtype
+                ),
+            ));
+        }
+        if out.shares_storage(self) || out.shares_storage(other) {
+            return Err(Error::invalid(OP, "the output shares storage with an operand"));
+        }
+        let (mut dst, reads) = super::locks::write_and_read(&out.storage, &[&**self.storage, &**other.storage]);
+        let (a, b) = (reads.get(&self.storage), reads.get(&other.storage));
+        self.backend().matmul_into((a, &self.layout), (b, &other.layout), (&mut dst, &out.layout))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +150,36 @@ mod tests {
             }
         }
         c
+    }
+
+    /// A product written into a view of a larger buffer has `matmul`'s bits and leaves the
+    /// rest of the buffer alone: directly (contiguous f32, f64, a transposed operand) and
+    /// through the copy (a strided destination, f16).
+    #[test]
+    fn matmul_into_writes_matmuls_bits_into_the_destination() -> Result<()> {
+        let (m, k, n) = (37, 53, 29);
+        for dtype in [DType::F32, DType::F64, DType::F16] {
+            let a = Tensor::randn([k, m])?.to_dtype(dtype).t()?;
+            let b = Tensor::randn([k, n])?.to_dtype(dtype);
+            let want = a.matmul(&b)?.to_dtype(DType::F64).to_vec::<f64>()?;
+            let buffer = Tensor::full([m * n + 3], 7.0, dtype)?;
+            a.matmul_into(&b, &buffer.narrow(0, 3, m * n)?.reshape([m, n])?)?;
+            let got = buffer.to_dtype(DType::F64).to_vec::<f64>()?;
+            assert_eq!(&got[..3], &[7.0; 3]);
+            assert_eq!(&got[3..], &want[..], "{dtype}");
+            // A strided destination: the transpose of an [n, m] block.
+            let strided = Tensor::zeros([n, m], dtype)?;
+            a.matmul_into(&b, &strided.t()?)?;
+            assert_eq!(strided.t()?.to_dtype(DType::F64).to_vec::<f64>()?, want, "{dtype} strided");
+        }
+        let a = Tensor::ones([2, 3], DType::F32)?;
+        let out = Tensor::zeros([2, 2], DType::F32)?;
+        assert!(a.matmul_into(&a, &out).is_err()); // [2, 3] @ [2, 3]
+        assert!(a.matmul_into(&a.t()?, &Tensor::zeros([3, 3], DType::F32)?).is_err()); // wrong output shape
+        assert!(a.matmul_into(&a.t()?, &Tensor::zeros([2, 2], DType::F64)?).is_err()); // wrong dtype
+        let square = Tensor::ones([2, 2], DType::F32)?;
+        assert!(square.matmul_into(&square, &square).is_err()); // aliasing
+        Ok(())
     }
 
     #[test]

@@ -322,14 +322,36 @@ fn folded_row_stride(la: &Layout, m: usize, ars: isize) -> Option<isize> {
 fn typed<T: Element, P: BlockProduct<T>>(a: &[T], la: &Layout, b: &[T], lb: &Layout, block: &P) -> Result<Buffer<T>> {
     let rank = la.rank();
     let (m, k, n) = (la.shape()[rank - 2], la.shape()[rank - 1], lb.shape()[rank - 1]);
-    let batch_shape = &la.shape()[..rank - 2];
-    let batch: usize = batch_shape.iter().product();
+    let batch: usize = la.shape()[..rank - 2].iter().product();
     if batch * m * n == 0 || k == 0 {
         return Buffer::zeros("matmul", batch * m * n);
     }
     // `gemm` is told not to read `dst` (alpha 0, `read_dst` false), so every element is
     // overwritten: zeroing first would be one more pass over the whole output.
     let mut out = Buffer::<T>::uninit("matmul", batch * m * n)?;
+    // SAFETY: `out` holds `batch * m * n` elements, and `k > 0`.
+    unsafe { product_into(a, la, b, lb, out.as_mut_ptr(), block) };
+    Ok(out)
+}
+
+/// Writes the product of two validated views of one dtype (`k > 0`) into `out`, row-major
+/// `[batch.., m, n]`, overwriting every element.
+///
+/// # Safety
+/// `out` must be valid for writes of `batch * m * n` elements that nothing else reads or
+/// writes meanwhile.
+unsafe fn product_into<T: Element, P: BlockProduct<T>>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    out: *mut T,
+    block: &P,
+) {
+    let rank = la.rank();
+    let (m, k, n) = (la.shape()[rank - 2], la.shape()[rank - 1], lb.shape()[rank - 1]);
+    let batch_shape = &la.shape()[..rank - 2];
+    let batch: usize = batch_shape.iter().product();
     // The stride of a dimension of extent 1 is never used to reach another element, so it
     // may be anything a layout says (even past `isize::MAX`); `gemm` gets a harmless one.
     let stride = |extent: usize, s: usize| if extent > 1 { s as isize } else { 1 };
@@ -347,9 +369,9 @@ fn typed<T: Element, P: BlockProduct<T>>(a: &[T], la: &Layout, b: &[T], lb: &Lay
         let am = Mat { ptr: a[la.offset()..].as_ptr(), rs: rows, cs: acs };
         let bm = Mat { ptr: b[lb.offset()..].as_ptr(), rs: brs, cs: bcs };
         // SAFETY: the backend validated both layouts against their storages, and the folded
-        // rows are exactly the rows of the batch; `out` is fresh.
-        unsafe { gemm_parallel(batch * m, n, k, out.as_mut_ptr(), &am, &bm, threads, block) };
-        return Ok(out);
+        // rows are exactly the rows of the batch; the caller vouches for `out`.
+        unsafe { gemm_parallel(batch * m, n, k, out, &am, &bm, threads, block) };
+        return;
     }
 
     let batch_offsets = |i: usize| -> (usize, usize) {
@@ -363,7 +385,7 @@ fn typed<T: Element, P: BlockProduct<T>>(a: &[T], la: &Layout, b: &[T], lb: &Lay
         }
         (oa, ob)
     };
-    let dst = SendPtr(out.as_mut_ptr());
+    let dst = SendPtr(out);
     let run = |i: usize, threads: usize| {
         let (oa, ob) = batch_offsets(i);
         let am = Mat { ptr: a[oa..].as_ptr(), rs: ars, cs: acs };
@@ -379,7 +401,6 @@ fn typed<T: Element, P: BlockProduct<T>>(a: &[T], la: &Layout, b: &[T], lb: &Lay
             run(i, threads);
         }
     }
-    Ok(out)
 }
 
 /// `[batch.., m, k] @ [batch.., k, n]` for float storages of one dtype; bf16 and f16 sum in
@@ -395,6 +416,40 @@ pub(crate) fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -
             format!("matmul needs two operands of one float dtype, got {} and {}", a.dtype(), b.dtype()),
         )),
     }
+}
+
+/// [`matmul`] written into the contiguous elements `ld` addresses in `dst` (validated, of
+/// the product's shape and the operands' dtype, another storage than theirs). Returns
+/// false, writing nothing, for dtypes this path does not take (the caller copies a product
+/// in then).
+pub(crate) fn matmul_into(
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+    dst: &mut CpuStorage,
+    ld: &Layout,
+) -> bool {
+    fn go<T: Element>(a: &[T], la: &Layout, b: &[T], lb: &Layout, d: &mut [T], ld: &Layout) {
+        let rank = la.rank();
+        let k = la.shape()[rank - 1];
+        let out = &mut d[ld.offset()..ld.offset() + ld.numel()];
+        if out.is_empty() {
+            return;
+        }
+        if k == 0 {
+            out.fill(T::from_f64(0.0));
+            return;
+        }
+        // SAFETY: `out` is the `batch * m * n` elements of the destination, borrowed mutably.
+        unsafe { product_into(a, la, b, lb, out.as_mut_ptr(), &Gemm) }
+    }
+    match (a, b, dst) {
+        (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(d)) => go(x, la, y, lb, d, ld),
+        (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(d)) => go(x, la, y, lb, d, ld),
+        _ => return false,
+    }
+    true
 }
 
 #[cfg(test)]

@@ -421,6 +421,32 @@ impl Backend for CpuBackend {
         wrap(matmul::matmul(cpu(a)?, &la, cpu(b)?, &lb))
     }
 
+    fn matmul_into(&self, (a, la): View<'_>, (b, lb): View<'_>, (dst, ld): Target<'_>) -> Result<()> {
+        // Written in place for f32 and f64 into a contiguous destination; anything else is
+        // the product copied in.
+        if ld.is_contiguous() && matches!(dst.dtype(), DType::F32 | DType::F64) {
+            let _mode = float_mode::enter();
+            let (la, lb) = (validate::view("matmul", a, la)?, validate::view("matmul", b, lb)?);
+            validate::matmul(&la, &lb)?;
+            let ldv = validate::view("matmul", dst, ld)?;
+            let r = la.rank();
+            let fits = ldv.rank() == r
+                && ldv.shape()[..r - 1] == la.shape()[..r - 1]
+                && ldv.shape()[r - 1] == lb.shape()[r - 1];
+            if !fits {
+                return Err(Error::shape(
+                    "matmul_into",
+                    format!("the product of {:?} and {:?} does not fit {:?}", la.shape(), lb.shape(), ldv.shape()),
+                ));
+            }
+            if matmul::matmul_into(cpu(a)?, &la, cpu(b)?, &lb, cpu_mut(dst)?, &ldv) {
+                return Ok(());
+            }
+        }
+        let product = self.matmul((a, la), (b, lb))?;
+        self.copy_inplace(dst, ld, (&product, &Layout::contiguous(ld.shape().clone())))
+    }
+
     fn index_select(&self, (s, l): View<'_>, dim: usize, (i, li): View<'_>) -> Result<Storage> {
         let (l, li) = (validate::view("index_select", s, l)?, validate::view("index_select", i, li)?);
         validate::dim("index_select", &l, dim)?;

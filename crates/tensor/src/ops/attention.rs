@@ -136,8 +136,7 @@ pub fn check_attention(
 /// Checks the views a backend's attention kernel gets: `q` `[batch.., L, E]`, `k`
 /// `[batch.., S, E]`, `v` `[batch.., S, Ev]` with one batch shape (already broadcast), a
 /// mask of the scores' shape, and for the backward the output and incoming gradient
-/// `[batch.., L, Ev]` and log-sum-exp `[batch.., L]` of the query's dtype (the
-/// log-sum-exp may be `f32` for a 16-bit query).
+/// `[batch.., L, Ev]` and log-sum-exp `[batch.., L]` of the query's dtype.
 pub(crate) fn check_views(
     [q, k, v]: [(DType, &Layout); 3],
     mask: Option<(DType, &Layout)>,
@@ -159,9 +158,7 @@ pub(crate) fn check_views(
         expect("mask", m.shape(), shapes.scores())?;
     }
     if let Some([(od, o), (ld, l), (gd, g)]) = saved {
-        // A 16-bit attention keeps its log-sum-exp in f32, as PyTorch does.
-        let lse_ok = ld == q.0 || (q.0.is_half() && ld == DType::F32);
-        if od != q.0 || !lse_ok || gd != q.0 {
+        if od != q.0 || ld != q.0 || gd != q.0 {
             return Err(Error::dtype(
                 OP,
                 format!("expected the saved tensors and gradient in {}, got {od}, {ld} and {gd}", q.0),

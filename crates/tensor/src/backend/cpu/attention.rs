@@ -17,23 +17,20 @@
 //! strided view is copied first, which costs no more memory than the operand); the mask
 //! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
 
-use super::attention_lowp;
 use super::block::block_product;
 use super::contiguous::Contiguous;
-use super::matmul_lowp::{Lowp, LowpFloat};
-use crate::dtype::{Element, FloatElement};
+use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_CHEAP, par_for, par_for_heavy, threads};
 use crate::layout::Layout;
 use crate::ops::attention::{Attention, OP};
 use crate::storage::{Buffer, CpuStorage};
-use crate::{DType, Error, Result};
-use half::bf16;
+use crate::{Error, Result};
 use multiversion::multiversion;
 
 /// Query rows per block.
-pub(super) const BQ: usize = 64;
+const BQ: usize = 64;
 /// Keys per block.
-pub(super) const BK: usize = 256;
+const BK: usize = 256;
 
 /// Multiply-adds below which a call runs on the calling thread: waking helpers costs tens
 /// of microseconds, more than a few small heads take.
@@ -47,7 +44,7 @@ const HEAVY_TASK: usize = 1 << 18;
 /// Runs `task` for `0..n`: on the calling thread for small calls (`work` multiply-adds in
 /// all), else in parallel, always shared with the helpers when each task does
 /// `task_work` multiply-adds or more.
-pub(super) fn run_tasks(n: usize, work: usize, task_work: usize, task: impl Fn(usize) + Sync) {
+fn run_tasks(n: usize, work: usize, task_work: usize, task: impl Fn(usize) + Sync) {
     if n <= 1 || threads() <= 1 || work < PARALLEL_WORK {
         (0..n).for_each(task);
     } else if task_work >= HEAVY_TASK {
@@ -58,7 +55,7 @@ pub(super) fn run_tasks(n: usize, work: usize, task_work: usize, task: impl Fn(u
 }
 
 /// The mask as the kernel reads it.
-pub(super) enum Mask<'a, T> {
+enum Mask<'a, T> {
     None,
     /// Non-zero where the key takes part.
     Bool(&'a [u8], &'a Layout),
@@ -78,20 +75,11 @@ fn batch_offset(l: &Layout, mut b: usize) -> usize {
     off
 }
 
-impl<T: Copy> Mask<'_, T> {
+impl<T: FloatElement> Mask<'_, T> {
     /// Applies the mask (and the causal triangle) to block `s` (`rows x cols`, row stride
-    /// `cols`) of batch `b` starting at query `i0` and key `j0`; a float mask's entries are
-    /// read into the scores' type by `widen`.
-    pub(super) fn apply<S: FloatElement>(
-        &self,
-        s: &mut [S],
-        b: usize,
-        (i0, rows): (usize, usize),
-        (j0, cols): (usize, usize),
-        causal: bool,
-        widen: impl Fn(T) -> S,
-    ) {
-        let neg = S::from_f64(f64::NEG_INFINITY);
+    /// `cols`) of batch `b` starting at query `i0` and key `j0`.
+    fn apply(&self, s: &mut [T], b: usize, (i0, rows): (usize, usize), (j0, cols): (usize, usize), causal: bool) {
+        let neg = T::from_f64(f64::NEG_INFINITY);
         match self {
             Mask::None => {}
             Mask::Bool(m, l) => {
@@ -110,7 +98,7 @@ impl<T: Copy> Mask<'_, T> {
                 for r in 0..rows {
                     let base = off + (i0 + r) * rs + j0 * cs;
                     for (c, x) in s[r * cols..(r + 1) * cols].iter_mut().enumerate() {
-                        *x = *x + widen(m[base + c * cs]);
+                        *x = *x + m[base + c * cs];
                     }
                 }
             }
@@ -127,7 +115,7 @@ impl<T: Copy> Mask<'_, T> {
 
 /// The largest element of a row (`-inf` for an empty one).
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-pub(super) fn row_max<T: FloatElement>(row: &[T]) -> T {
+fn row_max<T: FloatElement>(row: &[T]) -> T {
     let mut acc = [T::from_f64(f64::NEG_INFINITY); 16];
     let (chunks, tail) = row.as_chunks::<16>();
     for c in chunks {
@@ -144,7 +132,7 @@ pub(super) fn row_max<T: FloatElement>(row: &[T]) -> T {
 
 /// `row[j] = e^(row[j] - shift)` in place, returning the sum. `-inf` entries give 0.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-pub(super) fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
+fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
     let mut acc = [T::ZERO; 16];
     let (chunks, tail) = row.as_chunks_mut::<16>();
     for c in chunks {
@@ -163,7 +151,7 @@ pub(super) fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
 
 /// `ds[j] = p[j] * (ds[j] - d)` in place.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-pub(super) fn score_grad<T: FloatElement>(ds: &mut [T], p: &[T], d: T) {
+fn score_grad<T: FloatElement>(ds: &mut [T], p: &[T], d: T) {
     for (x, &pv) in ds.iter_mut().zip(p) {
         *x = pv * (*x - d);
     }
@@ -171,29 +159,29 @@ pub(super) fn score_grad<T: FloatElement>(ds: &mut [T], p: &[T], d: T) {
 
 /// The sizes of one call.
 #[derive(Clone, Copy)]
-pub(super) struct Dims {
-    pub batch: usize,
-    pub l: usize,
-    pub s: usize,
-    pub e: usize,
-    pub ev: usize,
+struct Dims {
+    batch: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
 }
 
 impl Dims {
     /// Multiply-adds of the forward's two products.
-    pub(super) fn work(&self) -> usize {
+    fn work(&self) -> usize {
         self.batch.saturating_mul(self.l).saturating_mul(self.s).saturating_mul(self.e + self.ev)
     }
 
     /// The keys query block `i0..i0 + rows` can see.
-    pub(super) fn keys(&self, i0: usize, rows: usize, causal: bool) -> usize {
+    fn keys(&self, i0: usize, rows: usize, causal: bool) -> usize {
         if causal { self.s.min(i0 + rows) } else { self.s }
     }
 }
 
 /// A raw pointer handed to parallel tasks that write disjoint parts of its buffer.
 #[derive(Clone, Copy)]
-pub(super) struct Out<T>(pub *mut T);
+struct Out<T>(*mut T);
 // SAFETY: every task writes only the rows of its own (batch, query block) or its own
 // partial sum, as the callers say at each use.
 unsafe impl<T> Send for Out<T> {}
@@ -205,7 +193,7 @@ impl<T> Out<T> {
     /// # Safety
     /// The range lies in the buffer, and no other task touches it meanwhile.
     #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
+    unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
         // SAFETY: guaranteed by the caller.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
@@ -243,7 +231,7 @@ fn forward_typed<T: FloatElement>(
             let s = &mut s[..rows * cols];
             let km = &k[(b * d.s + j0) * d.e..];
             block_product(rows, cols, d.e, s, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
-            mask.apply(s, b, (i0, rows), (j0, cols), spec.causal, |x| x);
+            mask.apply(s, b, (i0, rows), (j0, cols), spec.causal);
             for r in 0..rows {
                 let row = &mut s[r * cols..(r + 1) * cols];
                 let top = row_max(row);
@@ -342,7 +330,7 @@ fn backward_typed<T: FloatElement>(
                 let km = &x.k[(b * d.s + j0) * d.e..];
                 let vm = &x.v[(b * d.s + j0) * d.ev..];
                 block_product(rows, cols, d.e, p, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
-                mask.apply(p, b, (i0, rows), (j0, cols), spec.causal, |x| x);
+                mask.apply(p, b, (i0, rows), (j0, cols), spec.causal);
                 for r in 0..rows {
                     let row = &mut p[r * cols..(r + 1) * cols];
                     if lse[r] == T::from_f64(f64::NEG_INFINITY) {
@@ -372,7 +360,7 @@ fn backward_typed<T: FloatElement>(
 }
 
 /// `[batch * chunks, len]` partial sums added up over the chunks: `[batch, len]`.
-pub(super) fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: usize) -> Result<Buffer<T>> {
+fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: usize) -> Result<Buffer<T>> {
     if chunks == 1 {
         return Ok(parts);
     }
@@ -390,12 +378,12 @@ pub(super) fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: 
 }
 
 /// `[batch.., rows, cols]` as its batch count and the contiguous elements.
-pub(super) fn contiguous<'a, T: Element>(s: &'a CpuStorage, l: &Layout) -> Result<Contiguous<'a, T>> {
+fn contiguous<'a, T: FloatElement>(s: &'a CpuStorage, l: &Layout) -> Result<Contiguous<'a, T>> {
     let data = s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected dtype {}", s.dtype())))?;
     Contiguous::of(OP, data, l, GRAIN_CHEAP)
 }
 
-pub(super) fn mask_of<'a, T: Element>(m: Option<(&'a CpuStorage, &'a Layout)>) -> Result<Mask<'a, T>> {
+fn mask_of<'a, T: FloatElement>(m: Option<(&'a CpuStorage, &'a Layout)>) -> Result<Mask<'a, T>> {
     Ok(match m {
         None => Mask::None,
         Some((s, l)) => match s.as_slice::<u8>() {
@@ -408,7 +396,7 @@ pub(super) fn mask_of<'a, T: Element>(m: Option<(&'a CpuStorage, &'a Layout)>) -
     })
 }
 
-pub(super) fn dims(q: &Layout, k: &Layout, v: &Layout) -> Dims {
+fn dims(q: &Layout, k: &Layout, v: &Layout) -> Dims {
     let r = q.rank();
     Dims {
         batch: q.shape()[..r - 2].iter().product(),
@@ -443,27 +431,10 @@ pub(crate) fn forward(
         let (out, lse) = forward_typed(cq.slice(), ck.slice(), cv.slice(), &mask_of::<T>(mask)?, d, spec)?;
         Ok([out.into(), lse.into()])
     }
-    fn lowp<T: LowpFloat + Element>(
-        q: (&CpuStorage, &Layout),
-        k: (&CpuStorage, &Layout),
-        v: (&CpuStorage, &Layout),
-        mask: Option<(&CpuStorage, &Layout)>,
-        spec: &Attention,
-    ) -> Result<[CpuStorage; 2]>
-    where
-        Buffer<T>: Into<CpuStorage>,
-    {
-        let (cq, ck, cv) = (contiguous::<T>(q.0, q.1)?, contiguous::<T>(k.0, k.1)?, contiguous::<T>(v.0, v.1)?);
-        let d = dims(q.1, k.1, v.1);
-        let operands = (cq.slice(), ck.slice(), cv.slice());
-        let (out, lse) = attention_lowp::forward(operands, &mask_of::<T>(mask)?, d, spec, Lowp::best::<T>().kernel)?;
-        Ok([out.into(), lse.into()])
-    }
     match q {
         CpuStorage::F32(_) => go::<f32>((q, lq), (k, lk), (v, lv), mask, spec),
         CpuStorage::F64(_) => go::<f64>((q, lq), (k, lk), (v, lv), mask, spec),
-        CpuStorage::BF16(_) => lowp::<bf16>((q, lq), (k, lk), (v, lv), mask, spec),
-        _ => Err(Error::dtype(OP, format!("the query must be f32, f64 or bf16, got {}", q.dtype()))),
+        _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.dtype()))),
     }
 }
 
@@ -495,45 +466,10 @@ pub(crate) fn backward(
         let [dq, dk, dv] = backward_typed(&saved, &mask_of::<T>(mask)?, d, spec)?;
         Ok([dq.into(), dk.into(), dv.into()])
     }
-    fn lowp<T: LowpFloat + Element>(
-        ops: [(&CpuStorage, &Layout); 6],
-        mask: Option<(&CpuStorage, &Layout)>,
-        spec: &Attention,
-    ) -> Result<[CpuStorage; 3]>
-    where
-        Buffer<T>: Into<CpuStorage>,
-    {
-        let c: Vec<Contiguous<'_, T>> =
-            [0, 1, 2, 3, 5].iter().map(|&i| contiguous::<T>(ops[i].0, ops[i].1)).collect::<Result<_>>()?;
-        let lse = contiguous::<f32>(ops[4].0, ops[4].1)?;
-        let saved = attention_lowp::Saved {
-            q: c[0].slice(),
-            k: c[1].slice(),
-            v: c[2].slice(),
-            out: c[3].slice(),
-            lse: lse.slice(),
-            grad: c[4].slice(),
-        };
-        let d = dims(ops[0].1, ops[1].1, ops[2].1);
-        let kernel = Lowp::best::<T>().kernel;
-        let [dq, dk, dv] = attention_lowp::backward(&saved, &mask_of::<T>(mask)?, d, spec, kernel)?;
-        Ok([dq.into(), dk.into(), dv.into()])
-    }
     let ops = [q, k, v, out, lse, grad];
     match q.0 {
         CpuStorage::F32(_) => go::<f32>(ops, mask, spec),
         CpuStorage::F64(_) => go::<f64>(ops, mask, spec),
-        CpuStorage::BF16(_) => lowp::<bf16>(ops, mask, spec),
-        _ => Err(Error::dtype(OP, format!("the query must be f32, f64 or bf16, got {}", q.0.dtype()))),
+        _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.0.dtype()))),
     }
-}
-
-/// Whether [`forward`] and [`backward`] read these operands as they are: 16-bit ones only
-/// as bf16 (f16 is widened whole, as its matrix products are), with a bool or bf16 mask
-/// and, for the backward (`saved`: output, log-sum-exp, gradient), an `f32` log-sum-exp.
-pub(super) fn reads_bf16(qkv: [DType; 3], mask: Option<DType>, saved: Option<[DType; 3]>) -> bool {
-    let bf16 = |d: DType| d == DType::BF16;
-    qkv.into_iter().all(bf16)
-        && mask.is_none_or(|m| m == DType::U8 || bf16(m))
-        && saved.is_none_or(|[o, l, g]| bf16(o) && l == DType::F32 && bf16(g))
 }

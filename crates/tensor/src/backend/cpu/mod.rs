@@ -5,7 +5,6 @@
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
 mod attention;
-mod attention_lowp;
 pub(crate) mod binary;
 mod block;
 mod channel_norm;
@@ -353,8 +352,7 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
-        let native = attention::reads_bf16([q.0.dtype(), k.0.dtype(), v.0.dtype()], mask.map(|(s, _)| s.dtype()), None);
-        if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))).filter(|_| !native) {
+        if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))) {
             let [q, k, v] = operands(self, [q, k, v])?;
             let mask = Operand::optional(self, mask)?;
             let [out, lse] = self.attention([q.view(), k.view(), v.view()], mask.as_ref().map(Operand::view), spec)?;
@@ -382,9 +380,7 @@ impl Backend for CpuBackend {
         spec: &Attention,
     ) -> Result<[Storage; 3]> {
         let all = [q, k, v, o, lse, g];
-        let d = |i: usize| all[i].0.dtype();
-        let native = attention::reads_bf16([d(0), d(1), d(2)], mask.map(|(s, _)| s.dtype()), Some([d(3), d(4), d(5)]));
-        if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))).filter(|_| !native) {
+        if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))) {
             let [q, k, v, o, lse, g] = operands(self, all)?;
             let mask = Operand::optional(self, mask)?;
             let m = mask.as_ref().map(Operand::view);
@@ -396,6 +392,7 @@ impl Backend for CpuBackend {
         let op = crate::ops::attention::OP;
         let ls: Vec<_> = [q, k, v, o, lse, g].iter().map(|(s, l)| validate::view(op, s, l)).collect::<Result<_>>()?;
         let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
+        let d = |i: usize| [q, k, v, o, lse, g][i].0.dtype();
         check_attention_views(
             [(d(0), &*ls[0]), (d(1), &*ls[1]), (d(2), &*ls[2])],
             mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)),

@@ -26,7 +26,7 @@
 //! thread and releases the tiles at the end, so that a context switch between products
 //! does not save them.
 
-use super::matmul_bf16::Bits;
+use super::matmul_bf16::{Bits, pack_pairs};
 use core::arch::asm;
 use core::arch::x86_64::*;
 use std::cell::RefCell;
@@ -275,22 +275,7 @@ unsafe fn pack_b(dst: *mut TileBuf, b: Bits, kc: usize, nc: usize) {
                     _mm512_storeu_si512(out.cast(), pairs);
                     continue;
                 }
-                if pair && b.rs == 1 {
-                    // As above, one column at a time.
-                    for j in 0..width {
-                        *out.add(j) = std::ptr::read_unaligned(r0.offset(j as isize * b.cs).cast::<u32>());
-                    }
-                } else {
-                    for j in 0..width {
-                        let at = r0.offset(j as isize * b.cs);
-                        let lo = *at as u32;
-                        let hi = if pair { *at.offset(b.rs) as u32 } else { 0 };
-                        *out.add(j) = lo | hi << 16;
-                    }
-                }
-                for j in width..TILE_ROWS {
-                    *out.add(j) = 0;
-                }
+                pack_pairs(out, r0, b, pair, width, TILE_ROWS);
             }
         }
     }

@@ -144,24 +144,39 @@ unsafe fn pack_b(dst: *mut u32, b: Bits, kc: usize, nc: usize) {
                     }
                     continue;
                 }
-                if pair && b.rs == 1 {
-                    // A transposed `b`: each column's pair is already one `u32` (the low
-                    // half first, on this little-endian target).
-                    for j in 0..width {
-                        *out.add(j) = ptr::read_unaligned(r0.offset(j as isize * b.cs).cast::<u32>());
-                    }
-                } else {
-                    for j in 0..width {
-                        let at = r0.offset(j as isize * b.cs);
-                        let lo = *at as u32;
-                        let hi = if pair { *at.offset(b.rs) as u32 } else { 0 };
-                        *out.add(j) = lo | hi << 16;
-                    }
-                }
-                for j in width..NR {
-                    *out.add(j) = 0;
-                }
+                pack_pairs(out, r0, b, pair, width, NR);
             }
+        }
+    }
+}
+
+/// Writes one row of k-pairs of a packed panel, element by element: `width` columns of `b`
+/// from `r0` (row `2p`; row `2p + 1` is the high half when `pair`, else zero), then zeros
+/// up to `panel` columns. The vector paths of the packers handle the common layouts; this
+/// handles the rest (transposed or strided `b`, a partial panel, an odd depth's last pair).
+///
+/// # Safety
+/// `r0` must address `width` elements `b.cs` apart (and, when `pair`, the row `b.rs` below
+/// them), and `out` must hold `panel >= width` `u32`s.
+pub(super) unsafe fn pack_pairs(out: *mut u32, r0: *const u16, b: Bits, pair: bool, width: usize, panel: usize) {
+    // SAFETY: every address is inside the rows or the panel the caller guarantees.
+    unsafe {
+        if pair && b.rs == 1 {
+            // A transposed `b`: each column's pair is already one `u32` (the low half first,
+            // on this little-endian target).
+            for j in 0..width {
+                *out.add(j) = ptr::read_unaligned(r0.offset(j as isize * b.cs).cast::<u32>());
+            }
+        } else {
+            for j in 0..width {
+                let at = r0.offset(j as isize * b.cs);
+                let lo = *at as u32;
+                let hi = if pair { *at.offset(b.rs) as u32 } else { 0 };
+                *out.add(j) = lo | hi << 16;
+            }
+        }
+        for j in width..panel {
+            *out.add(j) = 0;
         }
     }
 }

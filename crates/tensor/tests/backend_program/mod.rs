@@ -449,6 +449,7 @@ pub const STEPS: &[StepFn] = &[
     steps::attention,
     steps::lstm,
     steps::matmul,
+    steps::matmul_into,
     steps::index,
     steps::masked_fill,
     steps::triangle,

@@ -349,6 +349,23 @@ pub(super) fn matmul(p: &mut Program<'_>) {
     p.record("matmul", None, format!("{dtype} {sa:?} @ {sb:?}"), sums(dtype, k), r);
 }
 
+pub(super) fn matmul_into(p: &mut Program<'_>) {
+    let dtype = dt(p, &FLOATS);
+    let (m, k, n) = (p.rng.random_range(1..6), p.rng.random_range(0..6), p.rng.random_range(1..6));
+    let (a, b) = (p.operand(dtype, &[m, k]), p.operand(dtype, &[k, n]));
+    // The destination may be strided or offset: the product must land in its elements only.
+    let mut x = p.destination(dtype, &[m, n]);
+    let r = p.b.matmul_into(a.view(), b.view(), (&mut x.s, &x.l));
+    let result = r.map_err(|e| e.to_string()).and_then(|_| whole(p, &x.s));
+    p.steps.push(Step {
+        method: "matmul_into",
+        variant: None,
+        what: format!("{dtype} [{m}, {k}] @ [{k}, {n}]"),
+        result,
+        tol: sums(dtype, k),
+    });
+}
+
 pub(super) fn index(p: &mut Program<'_>) {
     let dtype = dt(p, &ALL);
     let shape = p.shape(2, 4);

@@ -65,6 +65,32 @@ fn probe_kernels(flush: bool) {
         // A subnormal operand: read as zero with flushing, kept without.
         let s = filled(n, sub);
         check(&format!("subnormal operand n={n}"), &values(&s.mul_scalar(1.0)), flush, Some(sub));
+        // `ceil` of a subnormal (a quarter of the smallest normal, subnormal in f32 and bf16
+        // alike) in every layout: the rounding instruction reads it as zero with flushing
+        // (0), and as itself without (1). The broadcast and stepped loops must be the same
+        // instruction as the contiguous one, not a call into the C library, which ignores
+        // the flush mode.
+        let quarter = black_box(TINY) / 4.0;
+        let f32s = |len: usize| Tensor::from_vec(vec![quarter; len], [len]).expect("f32 operand");
+        let bf16s = |len: usize| {
+            Tensor::from_vec(vec![ember_tensor::bf16::from_f32(quarter); len], [len]).expect("bf16 operand")
+        };
+        for (dtype, make) in [("f32", &f32s as &dyn Fn(usize) -> Tensor), ("bf16", &bf16s)] {
+            let views = [
+                ("contiguous", make(n)),
+                ("broadcast", make(1).expand([n]).expect("expand")),
+                ("stepped", make(2 * n).slice(0, 0, 2 * n, 2).expect("slice")),
+            ];
+            for (layout, v) in views {
+                let got = values(&v.ceil().to_dtype(DType::F32));
+                let want = if flush { 0.0 } else { 1.0 };
+                assert!(
+                    got.iter().all(|&g| g == want),
+                    "ceil {layout} {dtype} n={n}: {:?}, want {want}",
+                    &got[..4.min(n)]
+                );
+            }
+        }
         // exp of a large negative number (the fast vectorised exp, which may differ from the
         // standard library's in the last bits).
         let e = filled(n, -100.0);

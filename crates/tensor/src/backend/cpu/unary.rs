@@ -108,6 +108,13 @@ fn map_stepped<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], step: usize, dst: &mu
     }
 }
 
+/// One value's result repeated over a run of a broadcast (stride 0) view; multiversioned for
+/// the same reason as [`map_stepped`].
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn map_broadcast<T: Copy, U: Copy, F: Fn(T) -> U>(value: T, dst: &mut [U], f: F) {
+    dst.fill(f(value));
+}
+
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 fn map_stepped_in_place<T: Copy, F: Fn(T) -> T>(dst: &mut [T], step: usize, len: usize, f: F) {
     for i in 0..len {
@@ -138,7 +145,7 @@ pub(crate) fn map<T: Element, U: Element>(
             let dst = &mut chunk[pos - start..pos - start + len];
             match s {
                 1 => map_contig(&src[o..o + len], dst, f),
-                0 => dst.fill(f(src[o])),
+                0 => map_broadcast(src[o], dst, f),
                 _ => map_stepped(&src[o..], s, dst, f),
             }
         });

@@ -678,6 +678,9 @@ pub trait FloatElement:
     /// `|x| x.by_type(f32::asinh, f64::asinh)`. The function is known at compile time in
     /// every kernel instance, so it inlines like a method of this trait.
     fn by_type(self, for_f32: fn(f32) -> f32, for_f64: fn(f64) -> f64) -> Self;
+    /// `self * a + b` with one rounding: one instruction in kernels compiled for a target
+    /// with fused multiply-add (AVX2+FMA, AVX-512, AArch64), a library call elsewhere.
+    fn fused_mul_add(self, a: Self, b: Self) -> Self;
 }
 
 impl FloatElement for f32 {
@@ -746,6 +749,10 @@ impl FloatElement for f32 {
     fn by_type(self, for_f32: fn(f32) -> f32, _: fn(f64) -> f64) -> Self {
         for_f32(self)
     }
+    #[inline(always)]
+    fn fused_mul_add(self, a: Self, b: Self) -> Self {
+        f32::mul_add(self, a, b)
+    }
 }
 
 impl FloatElement for f64 {
@@ -809,6 +816,10 @@ impl FloatElement for f64 {
     #[inline(always)]
     fn by_type(self, _: fn(f32) -> f32, for_f64: fn(f64) -> f64) -> Self {
         for_f64(self)
+    }
+    #[inline(always)]
+    fn fused_mul_add(self, a: Self, b: Self) -> Self {
+        f64::mul_add(self, a, b)
     }
 }
 

@@ -25,7 +25,7 @@ use multiversion::multiversion;
 
 /// Output columns per register block: one AVX2 register of `f32` (two of `f64`), and exactly
 /// one output row of LeNet's second convolution.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// Output rows per register block: each weight read serves this many rows.
 const ROWS: usize = 2;
@@ -72,28 +72,28 @@ fn shape_eligible(geom: &ConvGeometry) -> bool {
 /// placed `pad` rows and columns in from the corner of the first of `planes` (at least
 /// `channels`) planes of `padded` extents.
 #[derive(Clone, Copy)]
-struct Padding {
+pub(super) struct Padding {
     /// Planes copied.
-    channels: usize,
+    pub(super) channels: usize,
     /// Planes of the scratch block, the ones past `channels` all zero.
-    planes: usize,
+    pub(super) planes: usize,
     /// Extents of the planes copied.
-    source: [usize; 2],
+    pub(super) source: [usize; 2],
     /// Zero rows above and zero columns left of the copied planes.
-    pad: [usize; 2],
+    pub(super) pad: [usize; 2],
     /// Extents of the scratch planes.
-    padded: [usize; 2],
+    pub(super) padded: [usize; 2],
 }
 
 impl Padding {
     /// Elements of the padded planes.
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.planes * self.padded[0] * self.padded[1]
     }
 
     /// Writes `src`'s planes into `dst` (at least [`Padding::len`] long; everything past the
     /// copied planes is zeroed).
-    fn copy<T: FloatElement>(&self, src: Planes<'_, T>, dst: &mut [T]) {
+    pub(super) fn copy<T: FloatElement>(&self, src: Planes<'_, T>, dst: &mut [T]) {
         dst.fill(T::ZERO);
         let [hp, wp] = self.padded;
         let [pt, pl] = self.pad;
@@ -345,8 +345,9 @@ mod tests {
         }
     }
 
-    /// The forward kernel against the definition, for `T`, with and without bias, with the
-    /// input read through a strided (width-major) layout when `strided`.
+    /// The forward kernel (with and without bias) and the weight gradient against the
+    /// definition, for `T`, with the input read through a strided (width-major) layout when
+    /// `strided`.
     fn check<T: FloatElement + Into<f64> + From<f32>>(strided: bool) {
         let cast = |v: &[f64]| v.iter().map(|&e| T::from(e as f32)).collect::<Vec<T>>();
         for case in &CASES {
@@ -386,6 +387,16 @@ mod tests {
                 }
                 assert_close("forward", case, &forward(&xs, &lx, &wt, b, &g, n).unwrap(), &want);
             }
+            // The weight gradient (`conv_direct_grad.rs`) for an output gradient of the same
+            // values, against the definition.
+            let dy = round(values(n * o * oh * ow, 4));
+            let mut want = vec![0.0; o * c * kh * kw];
+            each_product(case, |[i, oc, ch, oy, ox, ky, kx, iy, ix]| {
+                want[((oc * c + ch) * kh + ky) * kw + kx] +=
+                    dy[((i * o + oc) * oh + oy) * ow + ox] * x[((i * c + ch) * h + iy) * wd + ix];
+            });
+            let got = super::super::conv_direct_grad::weight_grad(&xs, &lx, &cast(&dy), &g, n).unwrap();
+            assert_close("weight gradient", case, &got, &want);
         }
     }
 

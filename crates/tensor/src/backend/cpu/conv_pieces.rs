@@ -4,7 +4,7 @@
 
 use super::binary;
 use crate::dtype::FloatElement;
-use crate::host::iter::{par_for, threads};
+use crate::host::iter::{fill_chunks, par_for, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
@@ -66,6 +66,22 @@ impl<T: FloatElement> Scratch<T> {
         self.0.lock().push(block);
         r
     }
+}
+
+/// `out` set to the sum of `chunks` partial results laid end to end in `partial`, added in
+/// chunk order whatever thread computed them (so the result does not depend on the thread
+/// count).
+pub(super) fn sum_partials<T: FloatElement>(out: &mut [T], partial: &[T], chunks: usize) {
+    let size = out.len();
+    fill_chunks(out, 1 << 14, |at, part| {
+        for (k, e) in part.iter_mut().enumerate() {
+            let mut s = partial[at + k];
+            for chunk in 1..chunks {
+                s = s + partial[chunk * size + at + k];
+            }
+            *e = s;
+        }
+    });
 }
 
 /// A bias view: element `i` is at `data[offset + i * stride]`.

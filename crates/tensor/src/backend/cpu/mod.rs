@@ -12,6 +12,7 @@ mod class_loss;
 mod contiguous;
 mod conv;
 mod conv_direct;
+mod conv_direct_grad;
 mod conv_pieces;
 mod conv_winograd;
 mod im2col;

@@ -425,8 +425,13 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 node.set(HAS_GRAD, grad.is_some());
             }
         }
-        let needs: SmallVec<[bool; 2]> = graph.edges[i].iter().map(|e| e.is_some_and(|j| needed[j])).collect();
-        let grads: Grads = match &grad {
+        // Built by pushing rather than collected: `SmallVec`'s `extend` reserves through a
+        // call that cost more than the one or two flags most nodes have.
+        let mut needs: SmallVec<[bool; 2]> = SmallVec::new();
+        for e in &graph.edges[i] {
+            needs.push(e.is_some_and(|j| needed[j]));
+        }
+        let mut grads: Grads = match &grad {
             Some(g) if needs.iter().any(|&b| b) => {
                 if flags != 0 && graph.redirects.contains_key(&key(node)) {
                     // A redirect passes its gradient on unchanged.
@@ -437,18 +442,14 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                     }
                     // Inputs that may take their gradient in their buffer: leaves whose only
                     // gradient comes from here and is accumulated.
-                    let sole: SmallVec<[bool; 2]> = if accumulate && !create_graph {
-                        graph.edges[i]
-                            .iter()
-                            .map(|e| {
-                                e.is_some_and(|j| {
-                                    needed[j] && prepared.deps[j] == 1 && graph.nodes[j].has(GRAD_IN_PLACE)
-                                })
-                            })
-                            .collect()
-                    } else {
-                        SmallVec::new()
-                    };
+                    let mut sole: SmallVec<[bool; 2]> = SmallVec::new();
+                    if accumulate && !create_graph {
+                        for e in &graph.edges[i] {
+                            sole.push(e.is_some_and(|j| {
+                                needed[j] && prepared.deps[j] == 1 && graph.nodes[j].has(GRAD_IN_PLACE)
+                            }));
+                        }
+                    }
                     let ctx = BackwardCtx { node, needs, saved: &Dispatch, sole };
                     if features != 0 {
                         extension::backward_node(features, node, &ctx, g)?
@@ -464,15 +465,17 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             if !needed[j] {
                 continue;
             }
-            if let Some(Some(gk)) = grads.get(k) {
+            // Moved out rather than cloned: a clone and the drop of `grads` were two atomic
+            // updates of the gradient's count per edge.
+            if let Some(gk) = grads.get_mut(k).and_then(Option::take) {
                 // Built-in operations are covered by gradcheck tests; the check costs two
                 // locks per edge, so release builds leave it to operations that ask for it.
                 if cfg!(debug_assertions) || node.op.validates_grads() {
-                    check_grad_shape(node, k, &graph.nodes[j], gk)?;
+                    check_grad_shape(node, k, &graph.nodes[j], &gk)?;
                 }
                 buffers[j] = Some(match buffers[j].take() {
-                    None => gk.clone(),
-                    Some(prev) => prev.add(gk)?,
+                    None => gk,
+                    Some(prev) => prev.add(&gk)?,
                 });
             }
             deps[j] -= 1;

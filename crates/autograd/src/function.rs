@@ -216,7 +216,7 @@ impl FunctionCtx {
                     &self.name,
                     &format!("saved tensor {k}"),
                     p.clone(),
-                    linked.as_ref().map(|v| &v.node),
+                    linked.as_ref().map(|v| &*v.node),
                 )?,
                 (None, Some(linked), _) => linked,
                 (None, None, Some(t)) => Var::new(t.clone()),

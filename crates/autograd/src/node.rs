@@ -263,10 +263,12 @@ pub(crate) fn new_node<O: Op>(
             note_consumer(input, f, saves.saves_input(i));
         }
     }
-    let state = NodeState::new(value, input_versions, reactive::epochs());
+    let epochs = reactive::epochs();
     // Written straight into the allocation (one a freed node left, when this thread has
     // one: see `node_cache`): `Arc::new` builds the node on the stack and copies it over, a
-    // `memcpy` of the whole node that was a measurable share of a recorded operation.
+    // `memcpy` of the whole node that was a measurable share of a recorded operation. The
+    // state is built inside the write, after the allocation, for the same reason: built
+    // before it, it was copied twice.
     let slot = node_cache::alloc::<Node<O>>();
     let p = Arc::as_ptr(&slot) as *mut std::mem::MaybeUninit<Node<O>>;
     // SAFETY: `slot` was just allocated and is the only handle to it, so writing through
@@ -277,14 +279,14 @@ pub(crate) fn new_node<O: Op>(
             seq,
             flags: AtomicU32::new(flags),
             edges: AtomicU32::new(0),
-            state: Mutex::new(state),
+            state: Mutex::new(NodeState::new(value, input_versions, epochs)),
             grad: Mutex::new(None),
             extras: Mutex::new(None),
             op,
         });
         slot.assume_init()
     };
-    Var { node }
+    Var::from_node(node)
 }
 
 /// A consumer of `input` (whose flags were `flags`) is being made: its edge is counted, and

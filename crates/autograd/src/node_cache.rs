@@ -156,6 +156,17 @@ pub(crate) unsafe fn recycle<T: ?Sized>(n: Arc<T>) {
     }
 }
 
+/// Drops a handle `n` (a node's): when it is the last, as [`recycle`] does, else as usual.
+#[inline]
+pub(crate) fn release<T: ?Sized>(mut n: Arc<T>) {
+    // The plain count first: a handle that is not the last pays one load, not `get_mut`'s
+    // read-modify-write of the weak count.
+    if Arc::strong_count(&n) == 1 && Arc::get_mut(&mut n).is_some() {
+        // SAFETY: `get_mut` just found `n` the only handle to its value.
+        unsafe { recycle(n) };
+    }
+}
+
 /// The bytes of node allocations the calling thread holds.
 #[cfg(test)]
 pub(crate) fn thread_bytes() -> usize {
@@ -198,6 +209,30 @@ mod tests {
                 assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![1024.0, 1024.0]);
                 x.zero_grad();
             }
+        });
+    }
+
+    /// A leaf's node (a result made outside grad mode, a gradient passed along in backward)
+    /// goes to the cache when its last handle drops, and serves the next leaf; a handle that
+    /// is not the last leaves the node alone.
+    #[test]
+    fn the_last_handle_to_a_leaf_lends_its_node_to_the_next_one() {
+        on_new_thread(|| {
+            let x = Var::new(Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap());
+            let y = crate::no_grad(|| x.mul_scalar(3.0));
+            let other = y.clone();
+            let at = Arc::as_ptr(&y.node) as *const u8;
+            drop(y);
+            assert_eq!(thread_bytes(), 0, "another handle still holds the node");
+            assert_eq!(other.value().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
+            drop(other);
+            let kept = thread_bytes();
+            assert!(kept > 0);
+            let z = crate::no_grad(|| x.add_scalar(1.0));
+            assert_eq!(Arc::as_ptr(&z.node) as *const u8, at);
+            assert_eq!(thread_bytes(), 0);
+            assert_eq!(z.value().to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+            assert!(z.is_leaf() && !z.requires_grad());
         });
     }
 

@@ -4,11 +4,14 @@ use crate::node::{
     DETACHED, EXTENSION_SHIFT, FROZEN, GRAD_IN_PLACE, IS_LEAF, NodeRef, REQUIRES_GRAD, RETAINS_GRAD, UNREAD,
     bump_structure_epoch, new_node, release_unread,
 };
+use crate::node_cache;
 use crate::op::Leaf;
 use crate::reactive::{self, Mode};
 use crate::thread_mask::{self, ids};
 use ember_tensor::{DType, Device, Error, Result, Shape, Tensor};
 use smallvec::SmallVec;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// The thread-mask bit of inference mode (`inference_mode.rs` holds the mode and its
@@ -50,7 +53,30 @@ fn inference_leaf(value: Tensor) -> Var {
 /// # Ok::<(), ember_tensor::Error>(())
 /// ```
 pub struct Var {
-    pub(crate) node: NodeRef,
+    pub(crate) node: NodeHandle,
+}
+
+/// A `Var`'s reference to its node. `Var`'s `Drop` takes the `Arc` out, so that the last
+/// handle to a node hands the node's allocation to the node cache (see `node_cache`)
+/// instead of the system allocator: results made outside grad mode, and the gradients
+/// backward passes along, are leaves that no teardown loop reaches. Everything else sees a
+/// `NodeRef` (it dereferences to one, and is deliberately not `Clone`, so that
+/// `var.node.clone()` clones the `Arc`).
+pub(crate) struct NodeHandle(ManuallyDrop<NodeRef>);
+
+impl NodeHandle {
+    #[inline]
+    pub(crate) fn new(node: NodeRef) -> NodeHandle {
+        NodeHandle(ManuallyDrop::new(node))
+    }
+}
+
+impl Deref for NodeHandle {
+    type Target = NodeRef;
+    #[inline]
+    fn deref(&self) -> &NodeRef {
+        &self.0
+    }
 }
 
 // `Var` is documented as `Send + Sync` and graphs are shared between threads: a field that
@@ -62,7 +88,7 @@ const _: fn() = || {
 
 impl Clone for Var {
     fn clone(&self) -> Self {
-        Var { node: self.node.clone() }
+        Var { node: NodeHandle::new(self.node.clone()) }
     }
 }
 
@@ -74,13 +100,16 @@ impl Drop for Var {
         if self.node.has(UNREAD) {
             release_unread(&self.node);
         }
+        // SAFETY: the field is taken once, here, and not used afterwards.
+        let node = unsafe { ManuallyDrop::take(&mut self.node.0) };
+        node_cache::release(node);
     }
 }
 
 impl Var {
     /// A handle to a node whose value is present (the caller guarantees it).
     pub(crate) fn from_node(node: NodeRef) -> Var {
-        Var { node }
+        Var { node: NodeHandle::new(node) }
     }
 
     /// A handle to a node, recomputing its value first if it was freed. The caller's

@@ -126,13 +126,23 @@ fn coalesce_dyn(shape: &[usize], strides: &[&[usize]]) -> (Strides, SmallVec<[St
 
 /// Fills `out` by calling `f(chunk_start, chunk)` on disjoint chunks, in parallel when `out`
 /// has at least `grain` elements.
+///
+/// Inlined, so that the call of small work is the caller's own loop: a kernel of a few
+/// elements otherwise paid a call and a closure for every tensor.
+#[inline]
 pub(crate) fn fill_chunks<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize, &mut [T]) + Sync) {
-    let n = out.len();
     // Small work never asks rayon for its thread count (a thread-local lookup per call).
-    if n < grain {
+    if out.len() < grain {
         f(0, out);
         return;
     }
+    fill_chunks_parallel(out, grain, f);
+}
+
+/// [`fill_chunks`] of at least `grain` elements.
+#[inline(never)]
+fn fill_chunks_parallel<T: Send>(out: &mut [T], grain: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let n = out.len();
     let threads = threads();
     if threads <= 1 {
         f(0, out);

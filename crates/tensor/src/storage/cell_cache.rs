@@ -85,8 +85,10 @@ pub(crate) fn refill(cell: &Arc<StorageCell>, storage: Storage) {
     debug_assert!(Arc::strong_count(cell) == 1 && cell.version.load(Ordering::Relaxed) == 0);
     // SAFETY: a cached cell is unique (checked by `get_mut` when it entered, and the cache
     // hands out no second handle), and it is not locked, so nothing else reads or writes
-    // its data while it is replaced.
-    unsafe { *cell.data.data_ptr() = storage };
+    // its data while it is replaced. What it held is the empty inline buffer `keep` put
+    // there, which owns nothing: written over without dropping it, the refill calls no drop
+    // glue.
+    unsafe { std::ptr::write(cell.data.data_ptr(), storage) };
 }
 
 /// How many cells the calling thread holds.

@@ -92,12 +92,24 @@ fn fits_nonempty(layout: &Layout, len: usize) -> bool {
 /// Views of nothing are re-anchored at offset 0: the tensor layer produces empty views
 /// whose offset lies past the end of their (possibly empty) storage, and a kernel that
 /// slices `offset..offset` must not trip over them.
+///
+/// Inlined into every kernel's entry, with everything but the accepting check kept out of
+/// line: called, the function's frame and the error paths it carries were most of what
+/// checking a small tensor's layout cost.
+#[inline]
 pub(crate) fn view<'l>(op: &'static str, s: &Storage, l: &'l Layout) -> Result<Cow<'l, Layout>> {
-    let len = s.len();
-    if fits_nonempty(l, len) {
+    if fits_nonempty(l, s.len()) {
         // Not empty: nothing to re-anchor.
         return Ok(Cow::Borrowed(l));
     }
+    view_checked(op, s.len(), l)
+}
+
+/// [`view`] of a layout [`fits_nonempty`] did not accept: the full checks, with their
+/// errors, and the re-anchoring of empty views.
+#[cold]
+#[inline(never)]
+fn view_checked<'l>(op: &'static str, len: usize, l: &'l Layout) -> Result<Cow<'l, Layout>> {
     layout_fits(op, l, len)?;
     if l.numel() == 0 && l.offset() != 0 {
         return Ok(Cow::Owned(Layout::contiguous(l.shape().clone())));

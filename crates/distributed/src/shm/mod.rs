@@ -22,8 +22,7 @@ mod sync;
 
 pub(crate) use elem::ShmElem;
 use elem::reduce_chunk;
-use std::time::Duration;
-use sync::{CONTROL_BYTES, Control, SPIN_ENTRY, SPIN_PHASE};
+use sync::{CONTROL_BYTES, Control};
 
 use crate::header::WORDS;
 use crate::reduce_op::ReduceOp;
@@ -106,16 +105,11 @@ impl ShmComm {
 
     /// Waits until every rank has reached this barrier.
     pub(crate) fn barrier(&mut self) {
-        self.meet(SPIN_ENTRY);
-    }
-
-    /// A barrier whose waits spin for at most `spin` before sleeping.
-    fn meet(&mut self, spin: Duration) {
         self.generation += 1;
         let g = self.generation;
         self.control(self.rank).arrive(g);
         for q in (0..self.world_size()).filter(|&q| q != self.rank) {
-            self.control(q).wait_for(g, spin);
+            self.control(q).wait_for(g);
         }
     }
 
@@ -159,7 +153,7 @@ impl ShmComm {
             // within this rank's buffer, which no other rank reads before the barrier.
             unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(c.start), mine.add(c.start), c.len()) };
         }
-        self.meet(SPIN_PHASE);
+        self.barrier();
         let c = self.chunk::<T>(v.len(), r);
         // SAFETY: the peers wrote their copies of chunk `r` before the barrier and do not
         // write them again before the next barrier (the next piece uses the other buffer);
@@ -171,7 +165,7 @@ impl ShmComm {
             unsafe { std::slice::from_raw_parts(self.buffer::<T>(q, set).add(c.start), c.len()) }
         };
         reduce_chunk(op, p, r, &mut v[c.clone()], peer, out);
-        self.meet(SPIN_PHASE);
+        self.barrier();
         for q in (0..p).filter(|&q| q != r) {
             let c = self.chunk::<T>(v.len(), q);
             // SAFETY: rank `q` wrote its results into chunk `q` of its buffer before the

@@ -33,14 +33,12 @@ pub(crate) struct Control {
 pub(crate) const CONTROL_BYTES: usize = 4096;
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 
-/// How long a rank entering a collective spins for its peers before it sleeps: briefly,
-/// since a peer may still be in backward for milliseconds, and a spinning thread takes a
-/// core from the computation when the host has no core to spare (two single-threaded ranks
-/// on two cores, 5 µs against 0, 50 and 500 µs in `ddp_scaling.sh`'s MLP).
-pub(crate) const SPIN_ENTRY: Duration = Duration::from_micros(5);
-/// How long a rank spins between the phases of one all-reduce, where its peers are working
-/// on the same piece and arrive within the time of a copy.
-pub(crate) const SPIN_PHASE: Duration = Duration::from_micros(20);
+/// How long a waiter spins before it sleeps. A spinning thread takes a core from the
+/// computation when the host has none to spare (two single-threaded ranks and their
+/// communication threads on two cores), and a sleeping one pays a wake-up when its peer
+/// arrives: in `ddp_scaling.sh`'s MLP, 30 µs trained faster than 0, 5, 100 and 300 µs
+/// (alternating runs on a loaded host).
+const SPIN: Duration = Duration::from_micros(30);
 /// A sleeper wakes up at least this often to look again (a missed wake-up cannot hang it).
 const NAP: Duration = Duration::from_millis(5);
 
@@ -56,15 +54,15 @@ impl Control {
         }
     }
 
-    /// Waits until this rank (a peer) reached barrier `generation`, spinning for at most
-    /// `spin` before sleeping. Acquires the peer's writes before its arrival.
-    pub(crate) fn wait_for(&self, generation: u64, spin: Duration) {
+    /// Waits until this rank (a peer) reached barrier `generation`. Acquires the peer's
+    /// writes before its arrival.
+    pub(crate) fn wait_for(&self, generation: u64) {
         if self.arrived.load(Ordering::Acquire) >= generation {
             return;
         }
         let start = Instant::now();
         let mut spins = 0u32;
-        while start.elapsed() < spin {
+        while start.elapsed() < SPIN {
             for _ in 0..64 {
                 if self.arrived.load(Ordering::Acquire) >= generation {
                     return;

@@ -7,6 +7,9 @@
 //! backward. A thread that sits in the blocking call progresses it on its own (what
 //! PyTorch's Gloo backend does too). MPI is therefore initialised with
 //! `MPI_THREAD_MULTIPLE`, since sub-groups have their own communication threads.
+//!
+//! Where every rank runs on one host, `all_reduce`, `barrier` and the header comparison go
+//! through a shared-memory window instead of MPI's messages ([`crate::mpi_shm`]).
 
 use crate::comm::{Comm, forward_process_group};
 use crate::header::{Header, WORDS};
@@ -35,6 +38,9 @@ use std::sync::Arc;
 /// ends the job instead of leaving the others hanging. Mismatched collectives, shapes or
 /// dtypes are caught before any data moves and give errors on every rank, like
 /// [`LocalGroup`](crate::LocalGroup)'s.
+///
+/// Ranks on one host all-reduce through shared memory ([`MpiOptions::shared_memory`]);
+/// freeing its window is collective, so every rank drops its groups in the same order.
 pub struct MpiGroup {
     comm: Comm<MpiTransport>,
     /// Whether `all_reduce` goes through shared memory.

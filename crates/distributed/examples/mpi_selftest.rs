@@ -3,13 +3,19 @@
 //! * `mpi_selftest` runs every collective over `MpiGroup`, checks that mismatched shapes
 //!   are an error on every rank, and trains the MNIST MLP (784-256-128-10, f64) for a few
 //!   steps data-parallel with per-rank batch B, comparing with one process trained with
-//!   batch 2B on the same samples (parameters agree to 1e-6). Exits 0 on success.
+//!   batch 2B on the same samples (parameters agree to 1e-6, and are bit-identical across
+//!   ranks). All of it twice: through the shared-memory all-reduce (the default when the
+//!   ranks share a host, which `mpirun` on one machine gives) and through MPI's
+//!   (`MpiOptions::shared_memory` off). The shared-memory all-reduce is also checked
+//!   element by element against a reduction in rank order, for sums, maxima and minima of
+//!   `f32`, `f64` and `i64`, at odd lengths and lengths many times its buffer. Exits 0 on
+//!   success.
 //! * `mpi_selftest fail` makes rank 1 exit with an error while rank 0 waits in an
 //!   all-reduce: `mpirun` must end the whole job with a non-zero status instead of
 //!   hanging (the caller bounds it with a timeout).
 
 use ember_autograd::Var;
-use ember_distributed::{DdpOptions, DistributedDataParallel, MpiGroup, ProcessGroup, ReduceOp};
+use ember_distributed::{DdpOptions, DistributedDataParallel, MpiGroup, MpiOptions, ProcessGroup, ReduceOp};
 use ember_nn::{CrossEntropyOptions, Linear, LinearOptions, Module, ReLU, Sequential, StateDict, cross_entropy};
 use ember_optim::{Optimizer, Sgd, SgdConfig};
 use ember_tensor::{DType, Error, Result, Tensor, manual_seed};
@@ -52,6 +58,74 @@ fn collectives(g: &dyn ProcessGroup) -> Result<()> {
     Ok(())
 }
 
+/// Rank `r`'s element `i`: distinct per rank, spread so that a float sum's order shows.
+fn value(r: usize, i: usize) -> f64 {
+    ((i * 31 + r * 17) % 97) as f64 * 1e-3 + ((r + i) % 7) as f64 * 1e5 - 3e5
+}
+
+/// `all_reduce` of every rank's [`value`]s against the same reduction in rank order, bit
+/// for bit, for each dtype and op, at lengths around and far above `window` bytes.
+/// Errors name the group's path.
+fn all_reduce_exact(g: &MpiGroup, window: usize) -> Result<()> {
+    let (rank, world) = (g.rank(), g.world_size());
+    let path = if g.uses_shared_memory() { "shared memory" } else { "MPI" };
+    let longest = 3 * window / 4 + 1; // f32 elements over three windows, odd
+    for n in [1, 2, 3, 63, 1001, window / 8 - 1, longest] {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg] {
+            let fold = |f: &dyn Fn(f64, f64) -> f64, x: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+                (0..n).map(|i| (1..world).fold(x(0, i), |a, r| f(a, x(r, i)))).collect()
+            };
+            let combine = |a: f64, b: f64| match op {
+                ReduceOp::Max => a.max(b),
+                ReduceOp::Min => a.min(b),
+                _ => a + b,
+            };
+            // f32: combined in f32, in rank order.
+            let x32 = |r: usize, i: usize| value(r, i) as f32 as f64;
+            let f32_combine = |a: f64, b: f64| combine(a, b) as f32 as f64;
+            let mut want32: Vec<f32> = fold(&f32_combine, &x32).into_iter().map(|v| v as f32).collect();
+            if op == ReduceOp::Avg {
+                want32.iter_mut().for_each(|v| *v = (f64::from(*v) * (1.0 / world as f64)) as f32);
+            }
+            let t = Tensor::from_vec((0..n).map(|i| x32(rank, i) as f32).collect::<Vec<_>>(), [n])?;
+            g.all_reduce(&t, op)?;
+            let got: Vec<u32> = t.to_vec::<f32>()?.iter().map(|v| v.to_bits()).collect();
+            check(
+                got == want32.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                &format!("{path}: all_reduce f32 {op:?} of {n}"),
+            )?;
+            let mut want64 = fold(&combine, &value);
+            if op == ReduceOp::Avg {
+                want64.iter_mut().for_each(|v| *v *= 1.0 / world as f64);
+            }
+            let t = Tensor::from_vec((0..n).map(|i| value(rank, i)).collect::<Vec<_>>(), [n])?;
+            g.all_reduce(&t, op)?;
+            let got: Vec<u64> = t.to_vec::<f64>()?.iter().map(|v| v.to_bits()).collect();
+            check(
+                got == want64.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                &format!("{path}: all_reduce f64 {op:?} of {n}"),
+            )?;
+            if op == ReduceOp::Avg {
+                continue;
+            }
+            let xi = |r: usize, i: usize| value(r, i) as i64;
+            let wanti: Vec<i64> = (0..n)
+                .map(|i| {
+                    (1..world).fold(xi(0, i), |a, r| match op {
+                        ReduceOp::Max => a.max(xi(r, i)),
+                        ReduceOp::Min => a.min(xi(r, i)),
+                        _ => a + xi(r, i),
+                    })
+                })
+                .collect();
+            let t = Tensor::from_vec((0..n).map(|i| xi(rank, i)).collect::<Vec<_>>(), [n])?;
+            g.all_reduce(&t, op)?;
+            check(t.to_vec::<i64>()? == wanti, &format!("{path}: all_reduce i64 {op:?} of {n}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn mlp() -> Result<Sequential> {
     let lin = |i, o| Linear::with_options(i, o, LinearOptions { bias: true, dtype: DType::F64 });
     Ok(Sequential::new().add(lin(784, 256)?).add(ReLU).add(lin(256, 128)?).add(ReLU).add(lin(128, 10)?))
@@ -68,6 +142,7 @@ fn ddp_parity(g: Arc<dyn ProcessGroup>) -> Result<f64> {
     const STEPS: usize = 3;
     const B: usize = 8;
     let (rank, world) = (g.rank(), g.world_size());
+    let group = g.clone();
     let n = STEPS * B * world;
     let x: Vec<f64> = (0..n * 784).map(|k| ((k * 7919) % 1009) as f64 / 1009.0 - 0.5).collect();
     let x = Tensor::from_vec(x, [n, 784])?;
@@ -100,6 +175,11 @@ fn ddp_parity(g: Arc<dyn ProcessGroup>) -> Result<f64> {
         for (u, v) in a.value().to_vec::<f64>()?.iter().zip(b.value().to_vec::<f64>()?) {
             worst = worst.max((u - v).abs());
         }
+        // The replicas are bit-identical: the maximum over the ranks is every rank's value.
+        let mine = a.value().copy();
+        let most = mine.copy();
+        group.all_reduce(&most, ReduceOp::Max)?;
+        check(most.to_vec::<f64>()? == mine.to_vec::<f64>()?, "the ranks' parameters are bit-identical")?;
     }
     Ok(worst)
 }
@@ -116,15 +196,34 @@ fn main() -> Result<()> {
         group.all_reduce(&Tensor::ones([1], DType::F32)?, ReduceOp::Sum)?;
         return Err(Error::invalid("mpi_selftest", "the all-reduce with a dead rank returned"));
     }
-    collectives(&group)?;
-    let group: Arc<dyn ProcessGroup> = Arc::new(group);
-    let worst = ddp_parity(group.clone())?;
-    check(
-        worst < 1e-6,
-        &format!("rank {rank}: DDP parameters differ from one process with the whole batch by {worst}"),
-    )?;
-    if rank == 0 {
-        println!("mpi_selftest: {} ranks: collectives ok; DDP matches one process to {worst:.1e}", group.world_size());
+    // mpirun on one machine: every rank shares the host, so the default is shared memory.
+    check(group.uses_shared_memory(), "the ranks share a host but the shared-memory all-reduce is off")?;
+    // A window of one page: the longer all-reduces go through it in many pieces.
+    let small = group.duplicate(MpiOptions { shared_memory_bytes: 4096, ..Default::default() })?;
+    check(small.uses_shared_memory(), "the one-page window")?;
+    let plain = group.duplicate(MpiOptions { shared_memory: false, ..Default::default() })?;
+    check(!plain.uses_shared_memory(), "shared memory turned off")?;
+    all_reduce_exact(&group, 4 << 20)?;
+    all_reduce_exact(&small, 4096)?;
+    // MPI sums in an order of its choosing: on more than two ranks, float sums may differ
+    // from rank order in the last bits.
+    if group.world_size() == 2 {
+        all_reduce_exact(&plain, 4096)?;
     }
+    let world = group.world_size();
+    let plain: Arc<dyn ProcessGroup> = Arc::new(plain);
+    let group: Arc<dyn ProcessGroup> = Arc::new(group);
+    for (path, g) in [("shared memory", &group), ("MPI", &plain)] {
+        collectives(&**g)?;
+        let worst = ddp_parity(g.clone())?;
+        check(
+            worst < 1e-6,
+            &format!("rank {rank}, {path}: DDP parameters differ from one process with the whole batch by {worst}"),
+        )?;
+        if rank == 0 {
+            println!("mpi_selftest: {world} ranks, {path}: collectives ok; DDP matches one process to {worst:.1e}");
+        }
+    }
+    drop((small, plain));
     Ok(())
 }

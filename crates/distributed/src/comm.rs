@@ -76,6 +76,21 @@ impl<T: Transport> Comm<T> {
         Ok(Work::new(rx, what))
     }
 
+    /// Queues `f` on the communication thread after the ranks agreed on `header` (for
+    /// collectives a transport adds, such as copying a communicator).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn call<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        header: Header,
+        f: impl FnOnce(&mut T) -> Result<R> + Send + 'static,
+    ) -> Result<Work<R>> {
+        self.submit(op, move |t| {
+            agree(t, op, &header)?;
+            f(t)
+        })
+    }
+
     /// Numbers the next collective.
     fn issue(&self, op: &'static str) -> Issued {
         let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;

@@ -48,15 +48,19 @@ mod host_buf;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_group;
+#[cfg(feature = "mpi")]
+mod mpi_shm;
 mod reduce_op;
 mod reducer;
 mod sampler;
+#[cfg(any(feature = "mpi", test))]
+mod shm;
 mod transport;
 
 pub use ddp::{DdpOptions, DdpStats, DistributedDataParallel, NoSyncGuard};
 pub use group::{ProcessGroup, Work};
 pub use local::LocalGroup;
 #[cfg(feature = "mpi")]
-pub use mpi_group::MpiGroup;
+pub use mpi_group::{MpiGroup, MpiOptions};
 pub use reduce_op::ReduceOp;
 pub use sampler::DistributedSampler;

@@ -7,11 +7,16 @@
 //! backward. A thread that sits in the blocking call progresses it on its own (what
 //! PyTorch's Gloo backend does too). MPI is therefore initialised with
 //! `MPI_THREAD_MULTIPLE`, since sub-groups have their own communication threads.
+//!
+//! Where every rank runs on one host, `all_reduce`, `barrier` and the header comparison go
+//! through a shared-memory window instead of MPI's messages ([`crate::mpi_shm`]).
 
 use crate::comm::{Comm, forward_process_group};
-use crate::header::WORDS;
+use crate::header::{Header, WORDS};
 use crate::host_buf::{HostBuf, HostSlice};
+use crate::mpi_shm::MpiShm;
 use crate::reduce_op::ReduceOp;
+use crate::shm::ShmElem;
 use crate::transport::Transport;
 use ember_tensor::{Error, Result};
 use mpi::Threading;
@@ -33,8 +38,13 @@ use std::sync::Arc;
 /// ends the job instead of leaving the others hanging. Mismatched collectives, shapes or
 /// dtypes are caught before any data moves and give errors on every rank, like
 /// [`LocalGroup`](crate::LocalGroup)'s.
+///
+/// Ranks on one host all-reduce through shared memory ([`MpiOptions::shared_memory`]);
+/// freeing its window is collective, so every rank drops its groups in the same order.
 pub struct MpiGroup {
     comm: Comm<MpiTransport>,
+    /// Whether `all_reduce` goes through shared memory.
+    shared_memory: bool,
     /// Finalises MPI after the communication thread stopped (fields drop in order), on the
     /// thread that initialised it.
     _universe: Arc<Universe>,
@@ -49,11 +59,38 @@ impl std::fmt::Debug for MpiGroup {
     }
 }
 
+/// How an [`MpiGroup`] moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MpiOptions {
+    /// When every rank of the group runs on one host, `all_reduce`, `barrier` and the
+    /// ranks' header comparison go through a shared-memory window (`MPI_Win_allocate_shared`)
+    /// that every rank maps, instead of MPI's messages: each rank combines its share of the
+    /// elements straight from the others' buffers, in rank order, so every rank gets
+    /// bit-identical results. On by default; ranks on several hosts always use MPI. Every
+    /// rank must pass the same value or it is off for all.
+    pub shared_memory: bool,
+    /// The bytes of each of the two shared buffers per rank (rounded up to a page): larger
+    /// all-reduces go through in pieces of this size. 4 MiB by default; the ranks use the
+    /// smallest any of them asks for.
+    pub shared_memory_bytes: usize,
+}
+
+impl Default for MpiOptions {
+    fn default() -> MpiOptions {
+        MpiOptions { shared_memory: true, shared_memory_bytes: 4 << 20 }
+    }
+}
+
 impl MpiGroup {
     /// Initialises MPI (with `MPI_THREAD_MULTIPLE`) and returns the group of every process
-    /// of the job. Once per process: an error if MPI is already initialised, or if the MPI
-    /// library does not support threads.
+    /// of the job, with the default [`MpiOptions`]. Once per process: an error if MPI is
+    /// already initialised, or if the MPI library does not support threads.
     pub fn world() -> Result<MpiGroup> {
+        MpiGroup::world_with_options(MpiOptions::default())
+    }
+
+    /// [`MpiGroup::world`] with `options` (every rank must pass the same).
+    pub fn world_with_options(options: MpiOptions) -> Result<MpiGroup> {
         let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or_else(|| Error::invalid("MpiGroup::world", "MPI is already initialised in this process"))?;
         if threading != Threading::Multiple {
@@ -63,8 +100,28 @@ impl MpiGroup {
             ));
         }
         let universe = Arc::new(universe);
-        let transport = MpiTransport::new(universe.world(), universe.clone());
-        Ok(MpiGroup { comm: Comm::start(transport, "mpi")?, _universe: universe })
+        let transport = MpiTransport::new(universe.world(), universe.clone(), options);
+        let shared_memory = transport.shm.is_some();
+        Ok(MpiGroup { comm: Comm::start(transport, "mpi")?, shared_memory, _universe: universe })
+    }
+
+    /// A group of the same ranks in the same order, with other options: collective, like
+    /// [`new_group`](crate::ProcessGroup::new_group) with every rank. Drop it before the
+    /// world group.
+    pub fn duplicate(&self, options: MpiOptions) -> Result<MpiGroup> {
+        use crate::ProcessGroup;
+        const OP: &str = "new_group";
+        let ranks: Vec<usize> = (0..self.comm.world_size()).collect();
+        let header = Header::new(OP, None, ranks.len() as u64, &ranks);
+        let transport = self.comm.call(OP, header, move |t| Ok(t.duplicate(options)))?.wait()?;
+        let shared_memory = transport.shm.is_some();
+        Ok(MpiGroup { comm: Comm::start(transport, "mpi")?, shared_memory, _universe: self._universe.clone() })
+    }
+
+    /// Whether `all_reduce` goes through shared memory ([`MpiOptions::shared_memory`]):
+    /// asked for, every rank on one host, and MPI made the window.
+    pub fn uses_shared_memory(&self) -> bool {
+        self.shared_memory
     }
 }
 
@@ -78,12 +135,17 @@ unsafe impl Send for SendComm {}
 
 /// One process's end of an MPI communicator.
 pub(crate) struct MpiTransport {
+    /// The shared-memory path, where the ranks share a host; dropped (a collective
+    /// `MPI_Win_free`) before the communicator.
+    shm: Option<MpiShm>,
     comm: SendComm,
     rank: usize,
     size: usize,
     /// The receive buffers of in-place all-reduces, kept from one to the next so that a
     /// training step allocates nothing (rsmpi has no `MPI_IN_PLACE`).
     scratch: Scratch,
+    /// What sub-groups are made with.
+    options: MpiOptions,
     /// Keeps MPI initialised while the communicator lives (dropped after `comm`).
     _universe: Arc<Universe>,
 }
@@ -112,9 +174,38 @@ fn all_reduce_through<T: Equivalence + Copy + Default>(
 }
 
 impl MpiTransport {
-    fn new(comm: SimpleCommunicator, universe: Arc<Universe>) -> MpiTransport {
+    /// Collective over `comm` (the shared window).
+    fn new(comm: SimpleCommunicator, universe: Arc<Universe>, options: MpiOptions) -> MpiTransport {
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        MpiTransport { comm: SendComm(comm), rank, size, scratch: Scratch::default(), _universe: universe }
+        let shm = MpiShm::create(&comm, options.shared_memory, options.shared_memory_bytes);
+        MpiTransport {
+            shm,
+            comm: SendComm(comm),
+            rank,
+            size,
+            scratch: Scratch::default(),
+            options,
+            _universe: universe,
+        }
+    }
+
+    /// A transport over a copy of the communicator (collective).
+    fn duplicate(&self, options: MpiOptions) -> MpiTransport {
+        MpiTransport::new(self.comm.0.duplicate(), self._universe.clone(), options)
+    }
+}
+
+/// All-reduces `v` in shared memory if there is a window, else through MPI.
+fn all_reduce_in<T: Equivalence + ShmElem + Default>(
+    shm: &mut Option<MpiShm>,
+    c: &SimpleCommunicator,
+    v: &mut [T],
+    scratch: &mut Vec<T>,
+    reduce: ReduceOp,
+) {
+    match shm {
+        Some(shm) => shm.shm.all_reduce(v, reduce),
+        None => all_reduce_through(c, v, scratch, system_op(reduce)),
     }
 }
 
@@ -138,41 +229,31 @@ impl Transport for MpiTransport {
     }
 
     fn exchange_headers(&mut self, _op: &'static str, header: [u64; WORDS]) -> Result<Vec<[u64; WORDS]>> {
+        if let Some(shm) = &mut self.shm {
+            return Ok(shm.shm.exchange_headers(header));
+        }
         let mut all = vec![0u64; WORDS * self.size];
         self.comm.0.all_gather_into(&header[..], &mut all[..]);
         Ok(all.chunks_exact(WORDS).map(|c| std::array::from_fn(|i| c[i])).collect())
     }
 
     fn all_reduce_slice(&mut self, _op: &'static str, buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
-        let (c, s) = (&self.comm.0, &mut self.scratch);
+        let (shm, c, s) = (&mut self.shm, &self.comm.0, &mut self.scratch);
         match buf {
-            HostSlice::F32(v) => all_reduce_through(c, v, &mut s.f32, system_op(reduce)),
-            HostSlice::F64(v) => all_reduce_through(c, v, &mut s.f64, system_op(reduce)),
-            HostSlice::I64(v) => all_reduce_through(c, v, &mut s.i64, system_op(reduce)),
+            HostSlice::F32(v) => all_reduce_in(shm, c, v, &mut s.f32, reduce),
+            HostSlice::F64(v) => all_reduce_in(shm, c, v, &mut s.f64, reduce),
+            HostSlice::I64(v) => all_reduce_in(shm, c, v, &mut s.i64, reduce),
         }
         Ok(())
     }
 
-    fn all_reduce(&mut self, _op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()> {
-        let c = &self.comm.0;
-        match buf {
-            HostBuf::F32(v) => {
-                let mut out = vec![0f32; v.len()];
-                c.all_reduce_into(&v[..], &mut out[..], system_op(reduce));
-                *v = out;
-            }
-            HostBuf::F64(v) => {
-                let mut out = vec![0f64; v.len()];
-                c.all_reduce_into(&v[..], &mut out[..], system_op(reduce));
-                *v = out;
-            }
-            HostBuf::I64(v) => {
-                let mut out = vec![0i64; v.len()];
-                c.all_reduce_into(&v[..], &mut out[..], system_op(reduce));
-                *v = out;
-            }
-        }
-        Ok(())
+    fn all_reduce(&mut self, op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()> {
+        let slice = match buf {
+            HostBuf::F32(v) => HostSlice::F32(v),
+            HostBuf::F64(v) => HostSlice::F64(v),
+            HostBuf::I64(v) => HostSlice::I64(v),
+        };
+        self.all_reduce_slice(op, slice, reduce)
     }
 
     fn broadcast(&mut self, _op: &'static str, buf: &mut HostBuf, root: usize) -> Result<()> {
@@ -233,7 +314,10 @@ impl Transport for MpiTransport {
     }
 
     fn barrier(&mut self, _op: &'static str) -> Result<()> {
-        self.comm.0.barrier();
+        match &mut self.shm {
+            Some(shm) => shm.shm.barrier(),
+            None => self.comm.0.barrier(),
+        }
         Ok(())
     }
 
@@ -241,6 +325,6 @@ impl Transport for MpiTransport {
         let pos = ranks.iter().position(|&r| r == self.rank);
         let color = if pos.is_some() { Color::with_value(0) } else { Color::undefined() };
         let sub = self.comm.0.split_by_color_with_key(color, pos.unwrap_or(0) as i32);
-        Ok(sub.map(|c| MpiTransport::new(c, self._universe.clone())))
+        Ok(sub.map(|c| MpiTransport::new(c, self._universe.clone(), self.options)))
     }
 }

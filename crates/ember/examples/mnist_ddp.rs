@@ -7,7 +7,7 @@
 //! cargo build --release --features mpi --example mnist_ddp
 //! mpirun -np 2 target/release/examples/mnist_ddp [--epochs 1] [--batch-size 64] [--lr 1e-3]
 //!     [--model mlp|cnn] [--bucket-cap-mb 25] [--data data/mnist] [--out runs/mnist_ddp]
-//!     [--train-images N] [--steps N] [--synthetic] [--bench] [--plain]
+//!     [--train-images N] [--steps N] [--synthetic] [--bench] [--plain] [--mpi-all-reduce]
 //! ```
 //!
 //! `--batch-size` is per rank: two ranks with 64 train like one process with 128.
@@ -15,11 +15,12 @@
 //! epoch early; `--bench` prints one `key=value` line of throughput and overlap figures
 //! (used by `tools/bench/ddp_scaling.sh`). `--plain` trains the same model in this one
 //! process without MPI or DDP (run it without `mpirun`): the baseline that data-parallel
-//! training has to beat.
+//! training has to beat. `--mpi-all-reduce` turns off the shared-memory all-reduce that
+//! ranks on one host use (`MpiOptions::shared_memory`), for comparison.
 
 use clap::Parser;
 use ember::data::{DataLoader, TensorDataset};
-use ember::distributed::{DdpOptions, DistributedDataParallel, DistributedSampler, MpiGroup, ProcessGroup};
+use ember::distributed::{DdpOptions, DistributedDataParallel, DistributedSampler, MpiGroup, MpiOptions, ProcessGroup};
 use ember::mnist;
 use ember::nn::{Module, ModuleExt};
 use ember::optim::{Adam, AdamConfig};
@@ -69,6 +70,9 @@ struct Args {
     /// Train the plain model in this process, without MPI or DDP.
     #[arg(long)]
     plain: bool,
+    /// All-reduce through MPI's messages even where the ranks share a host.
+    #[arg(long)]
+    mpi_all_reduce: bool,
 }
 
 /// The model being trained: plain, or wrapped for data-parallel training.
@@ -96,7 +100,10 @@ impl Trained {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let group: Option<Arc<dyn ProcessGroup>> = if args.plain { None } else { Some(Arc::new(MpiGroup::world()?)) };
+    let mpi = MpiOptions { shared_memory: !args.mpi_all_reduce, ..Default::default() };
+    let group = if args.plain { None } else { Some(MpiGroup::world_with_options(mpi)?) };
+    let shared_memory = group.as_ref().is_some_and(MpiGroup::uses_shared_memory);
+    let group = group.map(|g| Arc::new(g) as Arc<dyn ProcessGroup>);
     let (rank, world) = group.as_ref().map_or((0, 1), |g| (g.rank(), g.world_size()));
     ember::manual_seed(args.seed);
     let train = if args.synthetic {
@@ -187,7 +194,7 @@ fn main() -> Result<()> {
         let steps = stats.steps.max(1) as f64;
         println!(
             "ranks={world} model={} batch_per_rank={} step_ms={:.3} samples_per_s={:.1} allreduce_ms_per_step={:.3} \
-             exposed_ms_per_step={:.3} hidden_fraction={:.3} buckets={} mb_per_step={:.3}",
+             exposed_ms_per_step={:.3} hidden_fraction={:.3} buckets={} mb_per_step={:.3} shared_memory={}",
             args.model,
             args.batch_size,
             step_s * 1e3,
@@ -197,6 +204,7 @@ fn main() -> Result<()> {
             stats.hidden_fraction(),
             stats.buckets,
             stats.bytes_reduced as f64 / steps / 1e6,
+            u8::from(shared_memory),
         );
     }
     if rank == 0 && !args.bench {

@@ -30,6 +30,11 @@ pub(super) const LANES: usize = 8;
 /// Output rows per register block: each weight read serves this many rows.
 const ROWS: usize = 2;
 
+/// Output rows per register block of the AVX-512 loop for `f32` (`x86` below): with
+/// `CHANNELS` this keeps 16 vectors of sums, which AVX-512's 32 registers hold beside the
+/// operands. A multiple of `ROWS`, so planes padded for it serve both loops.
+const WIDE_ROWS: usize = 4;
+
 /// Output channels per register block: each input vector read serves this many channels;
 /// with `ROWS` this keeps 8 AVX2 accumulators of `f32`.
 const CHANNELS: usize = 4;
@@ -142,7 +147,7 @@ impl Correlation {
         // Whole register blocks everywhere: rows and columns past the output read zeros
         // instead of being bounds-tested, and are not stored.
         let padded =
-            [output[0].next_multiple_of(ROWS) + kernel[0] - 1, output[1].next_multiple_of(LANES) + kernel[1] - 1];
+            [output[0].next_multiple_of(WIDE_ROWS) + kernel[0] - 1, output[1].next_multiple_of(LANES) + kernel[1] - 1];
         Correlation {
             input: Padding { channels: inputs, planes: inputs, source, pad, padded },
             outputs,
@@ -189,11 +194,30 @@ impl Correlation {
             let out = unsafe { std::slice::from_raw_parts_mut(dst.get().add(image * size), size) };
             scratch.with(op, self.input.len(), |block| {
                 self.input.copy(planes(image), block);
-                correlate(block, self, packed, bias, out);
+                correlate_any(block, self, packed, bias, out);
             });
         });
         Ok(out)
     }
+}
+
+/// [`correlate`], or for `f32` on a processor with AVX-512 the explicit-vector loop of
+/// `x86`, which keeps twice the sums in registers (the compiler's vectors of `correlate`
+/// stop at 8 sums).
+fn correlate_any<T: FloatElement>(x: &[T], c: &Correlation, packed: &[T], bias: Option<Bias<'_, T>>, out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if T::DTYPE == crate::DType::F32 && x86::available() {
+        // SAFETY: `T` is `f32` (its dtype says so), so every slice is an `f32` slice; the
+        // processor has the features `available` checked.
+        unsafe {
+            let f = |s: &[T]| std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len());
+            let bias = bias.map(|b| Bias { data: f(b.data), offset: b.offset, stride: b.stride });
+            let out = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len());
+            x86::correlate(f(x), c, f(packed), bias, out);
+        }
+        return;
+    }
+    correlate(x, c, packed, bias, out)
 }
 
 /// One image's correlation: `x` holds the padded planes, `out` the `[outputs, oh, ow]`
@@ -247,6 +271,105 @@ fn correlate<T: FloatElement>(x: &[T], c: &Correlation, packed: &[T], bias: Opti
                                 }
                             }
                             None => row.copy_from_slice(&a[..width]),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Bias, CHANNELS, Correlation, LANES, WIDE_ROWS};
+    use std::arch::x86_64::*;
+
+    /// Whether the processor runs [`correlate`].
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("fma")
+    }
+
+    /// `super::correlate` for `f32`: a register block of `WIDE_ROWS` output rows by
+    /// `CHANNELS` output channels by `LANES` columns, each input vector serving `CHANNELS`
+    /// channels and each broadcast weight `WIDE_ROWS` rows; sums are fused multiply-adds in
+    /// one fixed order of taps.
+    ///
+    /// # Safety
+    /// The processor must have what [`available`] checks.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+    pub(super) unsafe fn correlate(
+        x: &[f32],
+        c: &Correlation,
+        packed: &[f32],
+        bias: Option<Bias<'_, f32>>,
+        out: &mut [f32],
+    ) {
+        let [kh, kw] = c.kernel;
+        let [oh, ow] = c.output;
+        let [hp, wp] = c.input.padded;
+        let reach = c.reach();
+        // Every load below lies inside the padded planes and the packed weights: rows
+        // `oy + ky + r < oh` rounded up to `WIDE_ROWS`, plus `kh - 1`; columns
+        // `ox + kx + LANES <=` `ow` rounded up to `LANES`, plus `kw - 1`.
+        assert!(
+            x.len() >= c.input.len()
+                && hp >= oh.next_multiple_of(WIDE_ROWS) + kh - 1
+                && wp >= ow.next_multiple_of(LANES) + kw - 1
+                && packed.len() >= c.outputs.div_ceil(CHANNELS) * CHANNELS * reach
+                && out.len() >= c.outputs * oh * ow,
+            "conv2d: padded planes smaller than the plan"
+        );
+        for (block, weights) in packed.chunks_exact(reach * CHANNELS).enumerate() {
+            for oy in (0..oh).step_by(WIDE_ROWS) {
+                // Kernel rows that read only padding rows for every row of the block add
+                // zero: skipped, as in the portable loop.
+                let first = (c.input.pad[0] + 1).saturating_sub(oy + WIDE_ROWS).min(kh);
+                let end = (c.input.pad[0] + c.input.source[0]).saturating_sub(oy).clamp(first, kh);
+                for ox in (0..ow).step_by(LANES) {
+                    // SAFETY: the loads lie inside `x` and `weights` (checked above), the
+                    // features are the caller's guarantee.
+                    let acc = unsafe {
+                        let mut acc = [[_mm256_setzero_ps(); CHANNELS]; WIDE_ROWS];
+                        for ch in 0..c.input.channels {
+                            for ky in first..end {
+                                let xp = x.as_ptr().add((ch * hp + oy + ky) * wp + ox);
+                                let wq = weights.as_ptr().add((ch * kh + ky) * kw * CHANNELS);
+                                for kx in 0..kw {
+                                    let mut w = [_mm256_setzero_ps(); CHANNELS];
+                                    for (k, wv) in w.iter_mut().enumerate() {
+                                        *wv = _mm256_broadcast_ss(&*wq.add(kx * CHANNELS + k));
+                                    }
+                                    for (r, acc) in acc.iter_mut().enumerate() {
+                                        let xv = _mm256_loadu_ps(xp.add(r * wp + kx));
+                                        for (a, &wv) in acc.iter_mut().zip(&w) {
+                                            *a = _mm256_fmadd_ps(wv, xv, *a);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        acc
+                    };
+                    let width = LANES.min(ow - ox);
+                    for (r, acc) in acc.iter().enumerate().take(oh - oy) {
+                        for (k, &a) in acc.iter().enumerate() {
+                            let o = block * CHANNELS + k;
+                            if o >= c.outputs {
+                                break;
+                            }
+                            let mut lanes = [0f32; LANES];
+                            // SAFETY: `lanes` holds `LANES` values.
+                            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+                            let row = &mut out[(o * oh + oy + r) * ow + ox..][..width];
+                            match bias {
+                                Some(b) => {
+                                    let b = b.get(o);
+                                    for (d, &s) in row.iter_mut().zip(&lanes) {
+                                        *d = s + b;
+                                    }
+                                }
+                                None => row.copy_from_slice(&lanes[..width]),
+                            }
                         }
                     }
                 }

@@ -174,6 +174,27 @@ impl Correlation {
         Ok(packed)
     }
 
+    /// Whether the padded planes cover every position a register block reads (rows up to
+    /// the output's rounded up to `WIDE_ROWS`, columns up to its rounded up to `LANES`, plus
+    /// the kernel's reach) and `packed` (of `packed` elements) holds every block's weights:
+    /// true by construction, checked once here because the explicit-vector loop reads
+    /// without bounds tests.
+    fn check(&self, op: &'static str, packed: usize) -> Result<()> {
+        let [kh, kw] = self.kernel;
+        let [oh, ow] = self.output;
+        let [hp, wp] = self.input.padded;
+        let fits = kh > 0
+            && kw > 0
+            && hp >= oh.next_multiple_of(WIDE_ROWS) + kh - 1
+            && wp >= ow.next_multiple_of(LANES) + kw - 1
+            && packed >= self.outputs.div_ceil(CHANNELS) * CHANNELS * self.reach();
+        if fits {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid(op, format!("padded planes {hp}x{wp} too small for the direct kernel's blocks")))
+        }
+    }
+
     /// Runs the correlation on `n` images: image `i`'s planes are `planes(i)`, its output the
     /// `outputs * oh * ow` elements from `i * outputs * oh * ow` of `out`.
     fn run<'a, T: FloatElement>(
@@ -186,6 +207,7 @@ impl Correlation {
     ) -> Result<Buffer<T>> {
         let plane = self.output[0] * self.output[1];
         let size = self.outputs * plane;
+        self.check(op, packed.len())?;
         let mut out = Buffer::<T>::uninit(op, n * size)?;
         let scratch = Scratch::<T>::new(op, n, self.input.len())?;
         let dst = Out(out.as_mut_ptr());
@@ -208,7 +230,8 @@ fn correlate_any<T: FloatElement>(x: &[T], c: &Correlation, packed: &[T], bias: 
     #[cfg(target_arch = "x86_64")]
     if T::DTYPE == crate::DType::F32 && x86::available() {
         // SAFETY: `T` is `f32` (its dtype says so), so every slice is an `f32` slice; the
-        // processor has the features `available` checked.
+        // processor has the features `available` checked; `run` checked the plan against
+        // `packed` and hands over the image's whole padded block and output planes.
         unsafe {
             let f = |s: &[T]| std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len());
             let bias = bias.map(|b| Bias { data: f(b.data), offset: b.offset, stride: b.stride });
@@ -295,7 +318,9 @@ mod x86 {
     /// one fixed order of taps.
     ///
     /// # Safety
-    /// The processor must have what [`available`] checks.
+    /// The processor must have what [`available`] checks, and `c` must have passed
+    /// `Correlation::check` with `packed`, `x` holding its padded planes and `out` its
+    /// output planes.
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
     pub(super) unsafe fn correlate(
         x: &[f32],
@@ -308,17 +333,12 @@ mod x86 {
         let [oh, ow] = c.output;
         let [hp, wp] = c.input.padded;
         let reach = c.reach();
-        // Every load below lies inside the padded planes and the packed weights: rows
+        // Every load below lies inside the padded planes and the packed weights (rows
         // `oy + ky + r < oh` rounded up to `WIDE_ROWS`, plus `kh - 1`; columns
-        // `ox + kx + LANES <=` `ow` rounded up to `LANES`, plus `kw - 1`.
-        assert!(
-            x.len() >= c.input.len()
-                && hp >= oh.next_multiple_of(WIDE_ROWS) + kh - 1
-                && wp >= ow.next_multiple_of(LANES) + kw - 1
-                && packed.len() >= c.outputs.div_ceil(CHANNELS) * CHANNELS * reach
-                && out.len() >= c.outputs * oh * ow,
-            "conv2d: padded planes smaller than the plan"
-        );
+        // `ox + kx + LANES <=` `ow` rounded up to `LANES`, plus `kw - 1`): `Correlation::run`
+        // checked the plan, and gives `x` and `out` their full lengths.
+        debug_assert!(x.len() >= c.input.len() && out.len() >= c.outputs * oh * ow);
+        debug_assert!(packed.len() >= c.outputs.div_ceil(CHANNELS) * CHANNELS * reach);
         for (block, weights) in packed.chunks_exact(reach * CHANNELS).enumerate() {
             for oy in (0..oh).step_by(WIDE_ROWS) {
                 // Kernel rows that read only padding rows for every row of the block add

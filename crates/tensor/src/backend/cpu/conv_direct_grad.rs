@@ -71,6 +71,26 @@ impl Plan {
         if self.width == self.cols { 0 } else { self.outputs * self.rows * self.width }
     }
 
+    /// Whether the padded input planes cover every position a register block reads (rows
+    /// `ky..ky + oh`, columns `kx..kx + width + K - 1`) and the gradient rows are whole
+    /// vectors: true by construction, checked once because the explicit-vector loops read
+    /// without bounds tests.
+    fn check(&self, op: &'static str) -> Result<()> {
+        let [kh, kw] = self.kernel;
+        let [hp, wp] = self.input.padded;
+        let fits = kh > 0
+            && kw > 0
+            && hp >= self.rows + kh - 1
+            && wp >= self.width + kw - 1
+            && self.width.is_multiple_of(LANES)
+            && self.width >= self.cols;
+        if fits {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid(op, format!("padded planes {hp}x{wp} too small for the direct kernel's blocks")))
+        }
+    }
+
     /// Elements of the weight gradient.
     fn size(&self) -> usize {
         self.outputs * self.input.channels * self.kernel[0] * self.kernel[1]
@@ -100,6 +120,7 @@ pub(super) fn weight_grad<T: FloatElement>(
         cols,
         width,
     };
+    plan.check(op)?;
     let size = plan.size();
     let mut out = Buffer::<T>::uninit(op, size)?;
     if size == 0 {
@@ -158,17 +179,11 @@ fn accumulate<T: FloatElement>(xs: &[T], grads: &[T], glen: usize, images: usize
     let [kh, kw] = plan.kernel;
     let c = plan.input.channels;
     let plane = plan.rows * plan.width;
-    // Every read of the kernels below lies inside the chunk's planes: kernel rows and
-    // columns stay inside the padded input planes, gradient rows inside their planes.
-    assert!(
-        xs.len() >= images * plan.input.len()
-            && grads.len() >= images * glen
-            && glen >= plan.outputs * plane
-            && plan.input.padded[0] >= plan.rows + kh - 1
-            && plan.input.padded[1] >= plan.width + kw - 1
-            && plan.width.is_multiple_of(LANES),
-        "conv2d_weight_grad: scratch planes smaller than the plan"
-    );
+    // Every read of the kernels below lies inside the chunk's planes (kernel rows and
+    // columns inside the padded input planes, gradient rows inside their planes):
+    // `weight_grad` checked the plan and sized the chunk's slices from it.
+    debug_assert!(xs.len() >= images * plan.input.len() && grads.len() >= images * glen);
+    debug_assert!(glen >= plan.outputs * plane);
     let kernel = Kernel::for_type::<T>();
     for first in (0..plan.outputs).step_by(CHANNELS) {
         // Channels past the last read the last one's gradient; their sums are dropped.
@@ -330,8 +345,8 @@ impl Block<'_, f32> {
     /// once per tap for all channels. `avx512` selects the AVX-512 build of the same loop
     /// (its 32 registers hold all 20 partial sums beside the operands).
     fn sums_x86<const K: usize>(&self, avx512: bool) -> [[f32; K]; CHANNELS] {
-        // SAFETY: `accumulate` chose the kernel after detecting these features, and checked
-        // that the planes hold every position the loop reads.
+        // SAFETY: `accumulate` chose the kernel after detecting these features, and
+        // `weight_grad` checked that the planes hold every position the loop reads.
         unsafe { if avx512 { x86::sums_avx512::<K>(self) } else { x86::sums_avx2::<K>(self) } }
     }
 }
@@ -345,7 +360,7 @@ mod x86 {
     ///
     /// # Safety
     /// The processor must have AVX-512F and VL, and `b`'s planes must hold every position
-    /// the loop reads (as `accumulate` checks).
+    /// the loop reads (as `weight_grad` checks).
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
     pub(super) unsafe fn sums_avx512<const K: usize>(b: &Block<'_, f32>) -> [[f32; K]; CHANNELS] {
         // SAFETY: as this function's.

@@ -9,7 +9,9 @@
 //! kernel then reads those planes directly: a register block of `ROWS` output rows by
 //! `CHANNELS` output channels by `LANES` output columns accumulates
 //! `w[o, c, ky, kx] * x[c, y + ky, x + kx ..]` over every tap, each input vector serving
-//! `CHANNELS` channels and each weight `ROWS` rows.
+//! `CHANNELS` channels and each weight `ROWS` rows. For `f32` on processors with AVX-512
+//! an explicit-vector loop (`x86` below) takes `WIDE_ROWS` rows per block instead, which
+//! its 32 registers hold.
 //!
 //! Each output element is summed over its taps in one fixed order, so results do not
 //! depend on the number of threads (pieces are images).

@@ -25,23 +25,32 @@ use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use std::ops::Range;
 
-/// The fewest rows in a piece: narrower products would waste the kernels' registers.
+/// The rows a piece has when the batch allows several such pieces: narrower products
+/// would waste the kernels' registers.
 const PIECE_ROWS: usize = 16;
+
+/// The fewest rows in a piece. A batch of 16 to 31 rows is cut into two pieces of 8 to 15
+/// rows rather than run as one: one thread running the whole recurrence while the other
+/// waits cost more than the narrower products (an `LSTM(28, 256)` step at batch 16 took 1.45x
+/// as long as one piece at 2 threads).
+const MIN_PIECE_ROWS: usize = 8;
 
 /// The most pieces a batch is cut into (enough to balance 16 threads).
 const MAX_PIECES: usize = 16;
 
-/// The batch rows of piece `p` of a batch of `b`: near-equal pieces of at least
-/// [`PIECE_ROWS`] rows (one piece for smaller batches).
+/// The batch rows of piece `p` of a batch of `b`: near-equal pieces (see [`pieces`]).
 fn piece(b: usize, p: usize) -> Range<usize> {
     let count = pieces(b);
     let start = |p: usize| if p >= count { b } else { p * b / count };
     start(p)..start(p + 1)
 }
 
-/// How many pieces a batch of `b` rows is cut into.
+/// How many pieces a batch of `b` rows is cut into: pieces of at least [`PIECE_ROWS`] rows,
+/// but at least two pieces where each keeps [`MIN_PIECE_ROWS`]. The count depends on the
+/// batch alone, never on the thread count, so that every row's arithmetic, and with it
+/// the result, is the same on any number of threads.
 fn pieces(b: usize) -> usize {
-    (b / PIECE_ROWS).clamp(1, MAX_PIECES)
+    (b / PIECE_ROWS).max((b / MIN_PIECE_ROWS).min(2)).clamp(1, MAX_PIECES)
 }
 
 /// Where row `r` of slot `k` of step `t` starts in a contiguous `[T, 7, B, H]` buffer.
@@ -213,11 +222,13 @@ pub(crate) fn backward([y, gy, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
 
 #[cfg(test)]
 mod tests {
+    use super::{MIN_PIECE_ROWS, piece, pieces};
     use crate::backend::compose;
     use crate::backend::cpu::CpuBackend;
     use crate::ops::lstm::LstmRun;
     use crate::storage::Storage;
     use crate::{Result, Tensor};
+    use std::ops::Range;
 
     /// A tensor of varied values in about `[-1.5, 1.5]`.
     fn values(shape: &[usize], seed: f64) -> Result<Tensor> {
@@ -270,6 +281,19 @@ mod tests {
     }
 
     /// The pieces follow the batch alone, so one thread and several give the same bits.
+    #[test]
+    fn pieces_cover_the_batch_with_two_pieces_from_sixteen_rows() {
+        let counts: Vec<usize> = [1, 8, 15, 16, 31, 32, 50, 64, 1000].iter().map(|&b| pieces(b)).collect();
+        assert_eq!(counts, [1, 1, 1, 2, 2, 2, 3, 4, 16]);
+        for b in 1..300 {
+            let cut: Vec<Range<usize>> = (0..pieces(b)).map(|p| piece(b, p)).collect();
+            assert_eq!(cut.first().map(|r| r.start), Some(0), "batch {b}");
+            assert_eq!(cut.last().map(|r| r.end), Some(b), "batch {b}");
+            assert!(cut.windows(2).all(|w| w[0].end == w[1].start), "batch {b}: {cut:?}");
+            assert!(cut.len() == 1 || cut.iter().all(|r| r.len() >= MIN_PIECE_ROWS), "batch {b}: {cut:?}");
+        }
+    }
+
     #[test]
     fn results_do_not_depend_on_the_number_of_threads() -> Result<()> {
         let (steps, batch, hidden) = (3, 50, 8);

@@ -17,9 +17,13 @@
 # The 1-process run trains the plain model (mnist_ddp --plain), so the ratio charges data
 # parallelism with everything it costs. BUCKET_MB (default 0.1) sets the bucket size: the MLP's
 # first layer holds 85% of its 0.94 MB of gradients and is computed last, so only smaller
-# buckets let the rest go out during backward. Open MPI's waiting threads spin; with
-# ranks x threads at the core count they would take the compute threads' cores, so they are
-# told to yield (mpi_yield_when_idle). Needs Open MPI; not part of CI.
+# buckets let the rest go out during backward. Each rank is bound to a core (Open MPI's
+# default for two ranks, spelled out): unbound, the two ranks' training, communication and
+# data threads wander between the cores, and the MLP's step took 1.50-1.76 ms against
+# 1.37-1.38 ms bound (alternating runs on the quiet machine). Open MPI's waiting threads
+# spin; with ranks x threads at the core count they would take the compute threads' cores,
+# so they are told to yield (mpi_yield_when_idle). Every configuration trains STEPS steps (the synthetic
+# training set holds 2 x B x STEPS images). Needs Open MPI; not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps="${1:-60}" batch="${2:-64}" sets="${3:-3}"
@@ -30,13 +34,13 @@ trap 'rm -rf "$out"' EXIT
 
 cargo build --release -q -p ember --features mpi --example mnist_ddp
 bin="${CARGO_TARGET_DIR:-target}/release/examples/mnist_ddp"
-common=(--synthetic --train-images 20000 --steps "$steps" --bench --bucket-cap-mb "$bucket")
+common=(--synthetic --train-images $((2 * batch * steps)) --steps "$steps" --bench --bucket-cap-mb "$bucket")
 
 one_process() { # MODEL SET
     RAYON_NUM_THREADS=2 "$bin" --plain --model "$1" --batch-size $((2 * batch)) "${common[@]}" >"$out/$1-1x2.$2"
 }
 two_processes() { # MODEL SET
-    RAYON_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 "$bin" --model "$1" --batch-size "$batch" \
+    RAYON_NUM_THREADS=1 mpirun --bind-to core -np 2 "$bin" --model "$1" --batch-size "$batch" \
         "${common[@]}" >"$out/$1-2x1.$2"
 }
 

@@ -175,19 +175,13 @@ impl<T: Transport> ProcessGroup for Comm<T> {
             return Ok(Work::ready(Ok(()), self.issue(OP)));
         }
         let header = Header::new(OP, Some(tensor.dtype()), op.code(), tensor.shape().dims());
-        let prim = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
+        let prim = op.summed();
         if T::IN_PLACE && HostSlice::fits(tensor) {
             // The tensor's own elements, without a copy in or out (DDP's gradient buckets).
             let tensor = tensor.clone();
             return self.submit(OP, move |t| {
                 agree(t, OP, &header)?;
-                HostSlice::with(OP, &tensor, |mut slice| {
-                    t.all_reduce_slice(OP, slice.reborrow(), prim)?;
-                    if op == ReduceOp::Avg {
-                        slice.scale(1.0 / world as f64);
-                    }
-                    Ok(())
-                })
+                HostSlice::with(OP, &tensor, |slice| t.all_reduce_slice(OP, slice, op))
             });
         }
         let mut buf = HostBuf::read(OP, self.rank, tensor)?;
@@ -263,7 +257,7 @@ impl<T: Transport> ProcessGroup for Comm<T> {
         let (dtype, device) = (first.dtype(), first.device());
         self.submit(OP, move |t| {
             agree(t, OP, &header)?;
-            let prim = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
+            let prim = op.summed();
             let mut out = t.reduce_scatter(OP, &buf, prim)?;
             if op == ReduceOp::Avg {
                 out.scale(1.0 / world as f64);

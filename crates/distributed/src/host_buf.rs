@@ -179,6 +179,7 @@ impl HostSlice<'_> {
     }
 
     /// The same elements, borrowed again for a shorter time.
+    #[cfg(feature = "mpi")]
     pub(crate) fn reborrow(&mut self) -> HostSlice<'_> {
         match self {
             HostSlice::F32(v) => HostSlice::F32(v),
@@ -208,6 +209,7 @@ impl HostSlice<'_> {
     }
 
     /// Multiplies every element by `factor` (averaging after a sum; floats only).
+    #[cfg(feature = "mpi")]
     pub(crate) fn scale(&mut self, factor: f64) {
         match self {
             HostSlice::F32(v) => v.iter_mut().for_each(|x| *x = (f64::from(*x) * factor) as f32),

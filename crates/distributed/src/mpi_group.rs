@@ -237,12 +237,16 @@ impl Transport for MpiTransport {
         Ok(all.chunks_exact(WORDS).map(|c| std::array::from_fn(|i| c[i])).collect())
     }
 
-    fn all_reduce_slice(&mut self, _op: &'static str, buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
+    fn all_reduce_slice(&mut self, _op: &'static str, mut buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
         let (shm, c, s) = (&mut self.shm, &self.comm.0, &mut self.scratch);
-        match buf {
+        match buf.reborrow() {
             HostSlice::F32(v) => all_reduce_in(shm, c, v, &mut s.f32, reduce),
             HostSlice::F64(v) => all_reduce_in(shm, c, v, &mut s.f64, reduce),
             HostSlice::I64(v) => all_reduce_in(shm, c, v, &mut s.i64, reduce),
+        }
+        // The shared-memory path divides as it reduces; MPI's sum is divided here.
+        if reduce == ReduceOp::Avg && self.shm.is_none() {
+            buf.scale(1.0 / self.size as f64);
         }
         Ok(())
     }
@@ -253,7 +257,7 @@ impl Transport for MpiTransport {
             HostBuf::F64(v) => HostSlice::F64(v),
             HostBuf::I64(v) => HostSlice::I64(v),
         };
-        self.all_reduce_slice(op, slice, reduce)
+        self.all_reduce_slice(op, slice, reduce.summed())
     }
 
     fn broadcast(&mut self, _op: &'static str, buf: &mut HostBuf, root: usize) -> Result<()> {

@@ -27,6 +27,11 @@ impl ReduceOp {
         }
     }
 
+    /// `Sum` for `Avg` (whose division comes after the sum), the op itself otherwise.
+    pub(crate) fn summed(self) -> ReduceOp {
+        if self == ReduceOp::Avg { ReduceOp::Sum } else { self }
+    }
+
     pub(crate) fn code(self) -> u64 {
         match self {
             ReduceOp::Sum => 0,

@@ -23,10 +23,15 @@ pub(crate) trait Transport: Send + 'static {
     const IN_PLACE: bool;
     /// In place; `op` is `Sum`, `Max` or `Min` (averages are sums divided afterwards).
     fn all_reduce(&mut self, op: &'static str, buf: &mut HostBuf, reduce: ReduceOp) -> Result<()>;
-    /// [`Transport::all_reduce`] on a tensor's own elements; by default through a copy.
+    /// [`Transport::all_reduce`] on a tensor's own elements, where `reduce` may also be `Avg`
+    /// (the sum divided by the world size, rounded as [`HostBuf::scale`] rounds it); by
+    /// default through a copy, divided after the sum.
     fn all_reduce_slice(&mut self, op: &'static str, mut buf: HostSlice<'_>, reduce: ReduceOp) -> Result<()> {
         let mut copy = buf.to_buf();
-        self.all_reduce(op, &mut copy, reduce)?;
+        self.all_reduce(op, &mut copy, reduce.summed())?;
+        if reduce == ReduceOp::Avg {
+            copy.scale(1.0 / self.world_size() as f64);
+        }
         buf.copy_from(op, &copy)
     }
     fn broadcast(&mut self, op: &'static str, buf: &mut HostBuf, root: usize) -> Result<()>;

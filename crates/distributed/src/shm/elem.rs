@@ -7,11 +7,19 @@ use crate::reduce_op::ReduceOp;
 /// An element of a shared-memory all-reduce: plain old data of a fixed size.
 pub(crate) trait ShmElem: Copy + PartialOrd + std::ops::Add<Output = Self> + Send + Sync + 'static {
     fn is_nan(self) -> bool;
+    /// `self * factor`, rounded as [`HostBuf::scale`](crate::host_buf::HostBuf::scale) rounds
+    /// it, so that an average taken here equals a sum divided afterwards, bit for
+    /// bit.
+    fn scaled(self, factor: f64) -> Self;
 }
 
 impl ShmElem for f32 {
     fn is_nan(self) -> bool {
         f32::is_nan(self)
+    }
+    #[inline(always)]
+    fn scaled(self, factor: f64) -> f32 {
+        (f64::from(self) * factor) as f32
     }
 }
 
@@ -19,11 +27,19 @@ impl ShmElem for f64 {
     fn is_nan(self) -> bool {
         f64::is_nan(self)
     }
+    #[inline(always)]
+    fn scaled(self, factor: f64) -> f64 {
+        self * factor
+    }
 }
 
 impl ShmElem for i64 {
     fn is_nan(self) -> bool {
         false
+    }
+    /// Integer averages are refused when a collective is issued; never reached.
+    fn scaled(self, _factor: f64) -> i64 {
+        self
     }
 }
 
@@ -47,7 +63,7 @@ fn min<T: ShmElem>(a: T, b: T) -> T {
 /// Combines one chunk of every rank's values in rank order, `((x0 ∘ x1) ∘ x2) ∘ ...`.
 /// `peer(q)` holds rank `q`'s values for the `p` ranks other than `rank`, whose values are
 /// `own`; the result replaces `own` and is also written to `out` (where the other ranks
-/// copy it from).
+/// copy it from). `Avg` divides the sum by `p` in the same pass.
 pub(crate) fn reduce_chunk<'a, T: ShmElem>(
     op: ReduceOp,
     p: usize,
@@ -56,18 +72,25 @@ pub(crate) fn reduce_chunk<'a, T: ShmElem>(
     peer: impl Fn(usize) -> &'a [T] + Copy,
     out: &mut [T],
 ) {
+    let same = |x: T| x;
     match op {
-        ReduceOp::Sum | ReduceOp::Avg => combine_all(sum, p, rank, own, peer, out),
-        ReduceOp::Max => combine_all(max, p, rank, own, peer, out),
-        ReduceOp::Min => combine_all(min, p, rank, own, peer, out),
+        ReduceOp::Sum => combine_all(sum, same, p, rank, own, peer, out),
+        ReduceOp::Avg => {
+            let factor = 1.0 / p as f64;
+            combine_all(sum, |x: T| x.scaled(factor), p, rank, own, peer, out)
+        }
+        ReduceOp::Max => combine_all(max, same, p, rank, own, peer, out),
+        ReduceOp::Min => combine_all(min, same, p, rank, own, peer, out),
     }
 }
 
-/// [`reduce_chunk`] for one combining function, in whole-slice passes (which vectorise)
-/// rather than a loop over ranks per element. Two ranks take one fused pass.
+/// [`reduce_chunk`] for one combining function `f`, whose final result goes through
+/// `finish` (the average's division), in whole-slice passes (which vectorise) rather than a
+/// loop over ranks per element. Two ranks take one fused pass.
 #[inline(always)]
 fn combine_all<'a, T: ShmElem>(
     f: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
     p: usize,
     rank: usize,
     own: &mut [T],
@@ -75,7 +98,10 @@ fn combine_all<'a, T: ShmElem>(
     out: &mut [T],
 ) {
     if p == 1 {
-        out.copy_from_slice(own);
+        for (o, d) in own.iter_mut().zip(out.iter_mut()) {
+            *o = finish(*o);
+            *d = *o;
+        }
         return;
     }
     if p == 2 {
@@ -83,13 +109,13 @@ fn combine_all<'a, T: ShmElem>(
         // Two loops rather than a branch per element, so that each vectorises.
         if rank == 0 {
             for ((o, &x), d) in own.iter_mut().zip(other).zip(out.iter_mut()) {
-                let s = f(*o, x);
+                let s = finish(f(*o, x));
                 *o = s;
                 *d = s;
             }
         } else {
             for ((o, &x), d) in own.iter_mut().zip(other).zip(out.iter_mut()) {
-                let s = f(x, *o);
+                let s = finish(f(x, *o));
                 *o = s;
                 *d = s;
             }
@@ -112,13 +138,13 @@ fn combine_all<'a, T: ShmElem>(
     let last = p - 1;
     if last == rank {
         for (o, d) in own.iter_mut().zip(out.iter_mut()) {
-            let s = f(*d, *o);
+            let s = finish(f(*d, *o));
             *o = s;
             *d = s;
         }
     } else {
         for ((o, d), &b) in own.iter_mut().zip(out.iter_mut()).zip(peer(last)) {
-            let s = f(*d, b);
+            let s = finish(f(*d, b));
             *o = s;
             *d = s;
         }

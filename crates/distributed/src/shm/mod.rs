@@ -125,8 +125,9 @@ impl ShmComm {
             .collect()
     }
 
-    /// All-reduces `v` in place with `op` (`Sum`, `Max` or `Min`; `Avg` sums). Every rank
-    /// must call it with the same length.
+    /// All-reduces `v` in place with `op` (`Avg` divides the sum by the number of ranks as
+    /// it writes it, rounded as a sum divided afterwards would be). Every rank must call it
+    /// with the same length.
     pub(crate) fn all_reduce<T: ShmElem>(&mut self, v: &mut [T], op: ReduceOp) {
         let piece = self.capacity / std::mem::size_of::<T>();
         for start in (0..v.len()).step_by(piece.max(1)) {

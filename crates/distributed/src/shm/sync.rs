@@ -33,12 +33,14 @@ pub(crate) struct Control {
 pub(crate) const CONTROL_BYTES: usize = 4096;
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 
-/// How long a waiter spins before it sleeps. A spinning thread takes a core from the
-/// computation when the host has none to spare (two single-threaded ranks and their
-/// communication threads on two cores), and a sleeping one pays a wake-up when its peer
-/// arrives: in `ddp_scaling.sh`'s MLP, 30 µs trained faster than 0, 5, 100 and 300 µs
-/// (alternating runs on a loaded host).
-const SPIN: Duration = Duration::from_micros(30);
+/// How long a waiter spins before it sleeps. A sleeping waiter pays a wake-up when its
+/// peer arrives (35-55 µs on a virtual machine, measured per barrier), and the ranks of a
+/// training step reach the all-reduce hundreds of microseconds apart. A spinning one yields
+/// every few microseconds, so a computation sharing its core still runs (ranks bound to
+/// cores, Open MPI's default for two ranks, keep each rank's threads on one core): in
+/// `ddp_scaling.sh`'s MLP with ranks bound to cores, 300 µs left 0.20-0.36 ms of exposed
+/// all-reduce per step against 0.29-0.39 ms at 30 µs (alternating runs).
+const SPIN: Duration = Duration::from_micros(300);
 /// A sleeper wakes up at least this often to look again (a missed wake-up cannot hang it).
 const NAP: Duration = Duration::from_millis(5);
 

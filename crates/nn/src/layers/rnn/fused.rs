@@ -205,7 +205,11 @@ impl LstmSequence {
                     (_, true) => Tensor::cat(&[&hs.slice(0, 1, steps, 1)?, &h0.unsqueeze(0)?], 0)?,
                 };
                 let gates = d_gi.reshape([steps * batch, 4 * hidden])?;
-                Some(Var::new(gates.t()?.matmul(&before.reshape([steps * batch, hidden])?)?))
+                let before = before.reshape([steps * batch, hidden])?;
+                // `(before^T gates)^T`: the product's output is `[H, 4H]`, whose wider side
+                // is split into tiles that each pack only their own columns of `gates`;
+                // as `gates^T before` every tile packed all of `before`.
+                Some(Var::new(before.t()?.matmul(&gates)?.t()?.contiguous()))
             } else {
                 None
             };

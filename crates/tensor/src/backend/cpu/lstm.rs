@@ -129,9 +129,34 @@ struct Grads<'a, T> {
     c: &'a [T],
 }
 
+/// The elements of a row the backward handles as one block of fixed-size arrays: 16 `f32`
+/// fill one AVX-512 register.
+const BACKWARD_BLOCK: usize = 16;
+
+/// One element's backward: from its slot values `y` and their gradients `gy`, `dh`, `dc`
+/// and the previous cell state `c`, the four gate gradients and `dc_prev`.
+#[inline(always)]
+fn backward_element<T: FloatElement>(y: [T; LSTM_SLOTS], gy: [T; LSTM_SLOTS], dh: T, dc: T, c: T) -> [T; 5] {
+    let [i, f, g, o, _, _, tc] = y;
+    let [gi, gf, gg, go, gc, gh, gtc] = gy;
+    let dh_t = dh + gh;
+    let dc_t = dc + gc + (dh_t * o + gtc) * (T::ONE - tc * tc);
+    [
+        (dc_t * g + gi) * i * (T::ONE - i),
+        (dc_t * c + gf) * f * (T::ONE - f),
+        (dc_t * i + gg) * (T::ONE - g * g),
+        (dh_t * tc + go) * o * (T::ONE - o),
+        dc_t * f,
+    ]
+}
+
 /// One row of the backward: the slot rows `y`, their gradients `gy` (zeros if none), `dh`, `dc`
-/// and `c`, into the `4h` gate gradients `dp` and `dc_prev`. Every operand is cut to length
-/// `h` first, so the loop has no bounds checks left and vectorises.
+/// and `c`, into the `4h` gate gradients `dp` and `dc_prev`.
+///
+/// The row runs in blocks of [`BACKWARD_BLOCK`] elements computed into local arrays and
+/// then stored: written as one loop over the seventeen input and five output slices, the
+/// compiler guarded its vector loop with overlap checks between them and ran much of the
+/// row in its scalar copy instead. Each element's arithmetic is the same either way.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 pub(super) fn backward_row<T: FloatElement>(
     y: [&[T]; LSTM_SLOTS],
@@ -140,21 +165,40 @@ pub(super) fn backward_row<T: FloatElement>(
     dp: &mut [T],
     dc_prev: &mut [T],
 ) {
+    const B: usize = BACKWARD_BLOCK;
     let h = c.len();
-    let [i, f, g, o, _, _, tc] = y.map(|s| &s[..h]);
-    let [gi, gf, gg, go, gc, gh, gtc] = gy.map(|s| &s[..h]);
-    let (dh, dc, dc_prev) = (&dh[..h], &dc[..h], &mut dc_prev[..h]);
+    let (y, gy) = (y.map(|s| &s[..h]), gy.map(|s| &s[..h]));
+    let (dh, dc) = (&dh[..h], &dc[..h]);
     let (dp_i, rest) = dp[..4 * h].split_at_mut(h);
     let (dp_f, rest) = rest.split_at_mut(h);
     let (dp_g, dp_o) = rest.split_at_mut(h);
-    for j in 0..h {
-        let dh_t = dh[j] + gh[j];
-        let dc_t = dc[j] + gc[j] + (dh_t * o[j] + gtc[j]) * (T::ONE - tc[j] * tc[j]);
-        dp_i[j] = (dc_t * g[j] + gi[j]) * i[j] * (T::ONE - i[j]);
-        dp_f[j] = (dc_t * c[j] + gf[j]) * f[j] * (T::ONE - f[j]);
-        dp_g[j] = (dc_t * i[j] + gg[j]) * (T::ONE - g[j] * g[j]);
-        dp_o[j] = (dh_t * tc[j] + go[j]) * o[j] * (T::ONE - o[j]);
-        dc_prev[j] = dc_t * f[j];
+    let mut outs = [dp_i, dp_f, dp_g, dp_o, &mut dc_prev[..h]];
+    let blocks = h / B;
+    {
+        let yb = y.map(|s| s.as_chunks::<B>().0);
+        let gb = gy.map(|s| s.as_chunks::<B>().0);
+        let (dhb, dcb, cb) = (dh.as_chunks::<B>().0, dc.as_chunks::<B>().0, c.as_chunks::<B>().0);
+        let mut ob = outs.each_mut().map(|s| s.as_chunks_mut::<B>().0);
+        for q in 0..blocks {
+            let (yq, gq) = (yb.map(|s| &s[q]), gb.map(|s| &s[q]));
+            let (dhq, dcq, cq) = (&dhb[q], &dcb[q], &cb[q]);
+            let mut o = [[T::ZERO; B]; 5];
+            for l in 0..B {
+                let r = backward_element(yq.map(|s| s[l]), gq.map(|s| s[l]), dhq[l], dcq[l], cq[l]);
+                for (k, v) in r.into_iter().enumerate() {
+                    o[k][l] = v;
+                }
+            }
+            for (dst, v) in ob.iter_mut().zip(o) {
+                dst[q] = v;
+            }
+        }
+    }
+    for j in blocks * B..h {
+        let r = backward_element(y.map(|s| s[j]), gy.map(|s| s[j]), dh[j], dc[j], c[j]);
+        for (dst, v) in outs.iter_mut().zip(r) {
+            dst[j] = v;
+        }
     }
 }
 

@@ -20,10 +20,11 @@
 //! second (see docs/design.md, 'Accumulation rules'). Leaves accumulate across calls until
 //! `zero_grad`.
 //!
-//! Without `retain_graph`, a node's value is freed as soon as its backward has run, unless
-//! a user handle still holds the node or the value was written in place since it was
-//! computed; a later backward through freed nodes recomputes them from the leaves. Nothing
-//! here recurses, so chains of millions of nodes are fine.
+//! Without `retain_graph`, a node's value is freed as soon as its backward has run (the
+//! memory of small ones in batches, see [`Released`]), unless a user handle still holds the
+//! node or the value was written in place since it was computed; a later backward through
+//! freed nodes recomputes them from the leaves. Nothing here recurses, so chains of
+//! millions of nodes are fine.
 //!
 //! Optional features take part through the hook points of [`crate::extension`]: around the
 //! whole call and each node's backward when one is active on the thread, and, for nodes
@@ -36,16 +37,18 @@ use crate::backward_ctx::BackwardCtx;
 use crate::extension::{self, Dispatch, Running};
 use crate::grad_buffer::grad_buffer;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
-use crate::node::{GRAD_IN_PLACE, HAS_GRAD, NodeRef, RETAINS_GRAD, structure_epoch};
+use crate::node::{GRAD_IN_PLACE, HAS_GRAD, NodeRef, RELEASE_MIN_BYTES, RETAINS_GRAD, structure_epoch};
 use crate::op::Grads;
 use crate::reactive::{self, Mode};
 use crate::var::Var;
-use ember_tensor::{Error, Result};
+use ember_tensor::{Error, Result, Tensor};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::BinaryHeap;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,14 +56,51 @@ fn key(n: &NodeRef) -> usize {
     Arc::as_ptr(n) as *const u8 as usize
 }
 
+/// A node as the graph refers to it: its handle, copied without a count of its own.
+///
+/// Taking a counted reference to every node discovered, and dropping it afterwards, was two
+/// atomic updates per node of a backward, each on a line the forward had long left. The
+/// nodes need none: every node a backward reaches is held, for the whole call, by the
+/// roots its caller holds through the inputs of the nodes in between (a node's inputs are
+/// fixed until the node itself is dropped), or by the graph's `redirects`. A plan that
+/// outlives its call, or that extensions see (they may count a node's references), also
+/// holds counted references (`Graph::held`).
+struct GraphNode(ManuallyDrop<NodeRef>);
+
+impl GraphNode {
+    /// `n` without a count of its own.
+    ///
+    /// # Safety
+    /// The node must stay alive as long as the alias is used (see the type's docs).
+    #[inline]
+    unsafe fn alias(n: &NodeRef) -> GraphNode {
+        // SAFETY: a bitwise copy of the handle that is never dropped (`ManuallyDrop`), so
+        // the node's count stays its owners'; the caller keeps the node alive meanwhile.
+        GraphNode(ManuallyDrop::new(unsafe { std::ptr::read(n) }))
+    }
+}
+
+impl Deref for GraphNode {
+    type Target = NodeRef;
+    #[inline]
+    fn deref(&self) -> &NodeRef {
+        &self.0
+    }
+}
+
 /// The part of the graph one backward call works on.
 struct Graph {
-    nodes: Vec<NodeRef>,
+    nodes: Vec<GraphNode>,
+    /// Counted references to `nodes`, for a plan that extensions keep or see (empty
+    /// otherwise, see [`GraphNode`]).
+    held: Vec<NodeRef>,
+    hold: bool,
     /// Per node, per input: the local index of the input if a gradient can flow to it.
     edges: Vec<SmallVec<[Option<usize>; 2]>>,
-    /// Per node: how many input edges of discovered nodes point to it. With the engine's
-    /// own reference, that accounts for every strong reference the graph itself holds; any
-    /// other is a handle held outside this backward, whose value must be kept.
+    /// Per node: how many input edges of discovered nodes point to it. With the graph's own
+    /// reference (when it holds one, [`Graph::own_refs`]), that accounts for every strong
+    /// reference the graph itself holds; any other is a handle held outside this backward,
+    /// whose value must be kept.
     graph_refs: Vec<usize>,
     index: FxHashMap<usize, usize>,
     /// The nodes whose gradient an extension redirects, with their target for this
@@ -69,43 +109,56 @@ struct Graph {
 }
 
 impl Graph {
-    fn add(&mut self, n: &NodeRef) -> (usize, bool) {
-        let k = key(n);
+    fn add(&mut self, n: GraphNode) -> (usize, bool) {
+        let k = key(&n);
         if let Some(&i) = self.index.get(&k) {
             return (i, false);
         }
-        let i = self.push(n.clone());
+        let i = self.push(n);
         self.index.insert(k, i);
         (i, true)
     }
 
     /// Adds `n` without indexing it, for a node that no other edge of the graph reaches
     /// (see [`reached_once`]); its local index.
-    fn push(&mut self, n: NodeRef) -> usize {
+    fn push(&mut self, n: GraphNode) -> usize {
         let i = self.nodes.len();
+        if self.hold {
+            self.held.push(NodeRef::clone(&n));
+        }
         self.nodes.push(n);
         self.edges.push(SmallVec::new());
         self.graph_refs.push(0);
         i
     }
+
+    /// The strong references to each node that the graph holds itself (see [`GraphNode`]).
+    fn own_refs(&self) -> usize {
+        self.hold as usize
+    }
 }
 
-/// Whether `input`, a reference just taken from one edge of the graph (a recorded input or
-/// a redirect's target), is reached by no other: every edge that leads to a node holds a
-/// strong reference to it, so a node reached twice has at least three (two edges and the
-/// one in hand). Edges are fixed once recorded and new consumers never join a graph that
-/// already exists, so the count cannot hide a second edge. Such a node is not indexed:
-/// in a chain, hashing every node was half of what discovering it cost.
+/// Whether `input`, a node just reached through one edge of the graph (a recorded input or
+/// a redirect's target) and not yet added to it, is reached by no other: every edge that
+/// leads to a node holds a strong reference to it, so a node reached twice has at least
+/// two. (A redirect's target also has the reference in `redirects`, and is indexed.) Edges
+/// are fixed once recorded and new consumers never join a graph that already exists, so
+/// the count cannot hide a second edge. Such a node is not indexed: in a chain, hashing
+/// every node was half of what discovering it cost.
 fn reached_once(input: &NodeRef) -> bool {
-    Arc::strong_count(input) <= 2
+    Arc::strong_count(input) <= 1
 }
 
 /// The inputs a gradient flows to: the recorded inputs, or a redirected node's target.
-fn grad_input(n: &NodeRef, redirects: &FxHashMap<usize, Option<NodeRef>>, pos: usize) -> Option<NodeRef> {
-    if let Some(target) = redirects.get(&key(n)) {
-        return if pos == 0 { target.clone() } else { None };
-    }
-    n.inputs.get(pos).cloned()
+fn grad_input(n: &NodeRef, redirects: &FxHashMap<usize, Option<NodeRef>>, pos: usize) -> Option<GraphNode> {
+    let input = match redirects.get(&key(n)) {
+        Some(target) if pos == 0 => target.as_ref(),
+        Some(_) => None,
+        None => n.inputs.get(pos),
+    };
+    // SAFETY: `n` (alive, see `GraphNode`) holds its inputs, and `redirects` its targets,
+    // for as long as the graph is used.
+    input.map(|i| unsafe { GraphNode::alias(i) })
 }
 
 #[inline]
@@ -141,13 +194,17 @@ fn flagged_grad_input_count(n: &NodeRef, flags: u8, redirects: &mut FxHashMap<us
 /// With `complete`, every node is indexed (a plan kept for later is asked which nodes it
 /// holds, see [`plan_holds`]); otherwise only those that can be reached more than once
 /// (and the roots) are, which is all that discovery needs to find a node again.
-fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
+///
+/// With `hold`, the graph holds counted references to its nodes (see [`GraphNode`]).
+fn discover(roots: &[NodeRef], complete: bool, hold: bool) -> (Graph, Vec<usize>) {
     // Sized for the graph this thread's last backward discovered: a training loop runs the
     // same graph every step, and growing the lists node by node was close to half of what
     // adding a node to them cost.
     let hint = LAST_GRAPH_SIZE.with(Cell::get);
     let mut g = Graph {
         nodes: Vec::with_capacity(hint),
+        held: Vec::new(),
+        hold,
         edges: Vec::with_capacity(hint),
         graph_refs: Vec::with_capacity(hint),
         index: FxHashMap::default(),
@@ -157,7 +214,8 @@ fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
     // (node, number of inputs, next input to visit)
     let mut stack: Vec<(usize, usize, usize)> = Vec::new();
     for r in roots {
-        let (i, new) = g.add(r);
+        // SAFETY: the caller holds the roots while the graph is used.
+        let (i, new) = g.add(unsafe { GraphNode::alias(r) });
         if new {
             let n = grad_input_count(r, &mut g.redirects);
             stack.push((i, n, 0));
@@ -174,7 +232,7 @@ fn discover(roots: &[NodeRef], complete: bool) -> (Graph, Vec<usize>) {
                     g.edges[i].push(None);
                     continue;
                 }
-                let (j, new) = if !complete && reached_once(&input) { (g.push(input), true) } else { g.add(&input) };
+                let (j, new) = if !complete && reached_once(&input) { (g.push(input), true) } else { g.add(input) };
                 g.edges[i].push(Some(j));
                 // A redirect's target is no recorded input: it holds no reference to it.
                 if !g.redirects.contains_key(&key(&g.nodes[i])) {
@@ -213,10 +271,11 @@ pub(crate) struct Prepared {
     stamp: u64,
 }
 
-/// `keep`: the plan may be kept for later backward calls (see [`discover`]).
-fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>, keep: bool) -> Prepared {
+/// `keep`: the plan may be kept for later backward calls (see [`discover`]); it then holds
+/// its nodes, and so it does with `hold`.
+fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>, keep: bool, hold: bool) -> Prepared {
     let accumulate = targets.is_none();
-    let (graph, post) = discover(roots, keep);
+    let (graph, post) = discover(roots, keep, keep || hold);
     let n = graph.nodes.len();
     let mut target_slot: Vec<Option<usize>> = vec![None; n];
     if let Some(ts) = targets {
@@ -254,8 +313,9 @@ fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>, keep: bool) -> Prepar
 
 /// The prepared graph for a backward from `roots`: reused when an extension flagged on the
 /// single root keeps one and nothing structural
-/// changed since, computed otherwise and offered to those extensions.
-fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Arc<dyn Any + Send + Sync> {
+/// changed since, computed otherwise and offered to those extensions. `hold`: the graph
+/// holds counted references to its nodes (extensions are active, see [`GraphNode`]).
+fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>, hold: bool) -> Arc<dyn Any + Send + Sync> {
     let flags = if targets.is_none() && roots.len() == 1 { roots[0].extensions() } else { 0 };
     if flags != 0
         && let Some(p) = extension::cached_plan(flags, &roots[0])
@@ -263,7 +323,7 @@ fn prepared_for(roots: &[NodeRef], targets: Option<&[NodeRef]>) -> Arc<dyn Any +
     {
         return p;
     }
-    let p: Arc<dyn Any + Send + Sync> = Arc::new(prepare(roots, targets, flags != 0));
+    let p: Arc<dyn Any + Send + Sync> = Arc::new(prepare(roots, targets, flags != 0, hold));
     if flags != 0 {
         extension::keep_plan(flags, &roots[0], &p);
     }
@@ -352,8 +412,9 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     let features = extension::active();
     let _running = (features != 0).then(|| Running::begin(features));
 
+    // Held until the plan is gone: they hold the graph's nodes (see `GraphNode`).
     let root_nodes: Vec<NodeRef> = run.roots.iter().map(|(n, _)| n.clone()).collect();
-    let plan = prepared_for(&root_nodes, run.targets);
+    let plan = prepared_for(&root_nodes, run.targets, features != 0);
     let Some(prepared) = plan.downcast_ref::<Prepared>() else {
         return Err(Error::autograd("ember internal error: a kept backward plan has another type"));
     };
@@ -390,6 +451,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     }
 
     let mut captured: Vec<Option<Var>> = vec![None; run.targets.map_or(0, |t| t.len())];
+    let mut released = Released::new();
     while let Some((_, i)) = heap.pop() {
         let node = &graph.nodes[i];
         let flags = node.extensions();
@@ -491,10 +553,63 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             if flags != 0 {
                 extension::on_release(flags, node);
             }
-            release(node, graph.graph_refs[i]);
+            release(node, graph.own_refs() + graph.graph_refs[i], &mut released);
         }
     }
     Ok(captured)
+}
+
+/// How many small released values [`Released`] holds before it frees them together.
+const RELEASED_BATCH: usize = 32;
+
+/// Values of this many bytes or fewer live inside their storage cell (ember-tensor's
+/// inline buffers), so freeing them returns no block.
+const CELL_INLINE_BYTES: usize = 32;
+
+/// Values backward released from their nodes, freed in batches rather than one at a time.
+///
+/// A released value was computed during the forward, so its block has long left the
+/// cache. Freed at once, it becomes the newest block of its size in the per-thread cache,
+/// and the next gradient of that size (allocated a node later) is written into that cold
+/// block instead of into the gradient freed just before, which is still in cache: on a
+/// chain of 64-element values that was most of what backward cost beyond a chain of
+/// 1-element ones. Held back and freed a batch at a time, the released blocks go under
+/// the gradients' hot ones, and their frees (independent writes) overlap. Only values
+/// below [`RELEASE_MIN_BYTES`] wait, so at most a batch of them (under 128 KiB) is held;
+/// larger values are freed at once, as memory matters there.
+struct Released {
+    values: SmallVec<[Tensor; RELEASED_BATCH]>,
+}
+
+impl Released {
+    fn new() -> Released {
+        Released { values: SmallVec::new() }
+    }
+
+    /// Frees the held values if the batch is full, so that there is room for one more.
+    #[inline]
+    fn make_room(&mut self) {
+        if self.values.len() == RELEASED_BATCH {
+            self.values.clear();
+        }
+    }
+
+    /// Takes `value` out of its node: freed now if it is large or lives inside its storage
+    /// cell (no block to keep apart), else held with the batch (which must have room, see
+    /// [`Released::make_room`]).
+    #[inline]
+    fn take(&mut self, value: &mut Option<Tensor>) {
+        let small = value.as_ref().is_some_and(|v| {
+            let bytes = v.numel() * v.dtype().size_in_bytes();
+            bytes > CELL_INLINE_BYTES && bytes < RELEASE_MIN_BYTES
+        });
+        if small && let Some(v) = value.take() {
+            self.values.push(v);
+        } else {
+            // Dropped in place: moving a tensor out costs a copy of it.
+            *value = None;
+        }
+    }
 }
 
 /// The error for `create_graph` through a node whose backward is not differentiable.
@@ -544,17 +659,20 @@ fn readable_grad(g: &Var, create_graph: bool) -> Var {
 }
 
 /// Frees the value of a node that backward no longer needs and nothing outside the graph
-/// holds (no `Var` of the user's, no other graph that was not part of this backward).
-fn release(node: &NodeRef, graph_refs: usize) {
+/// holds (no `Var` of the user's, no other graph that was not part of this backward), or
+/// hands it to `released` to free later. `graph_refs`: the strong references to the node
+/// that the graph accounts for.
+fn release(node: &NodeRef, graph_refs: usize, released: &mut Released) {
     if node.inputs.is_empty() || !node.op.recomputable() {
         return;
     }
+    released.make_room();
     // The handle count is read under the state lock: a thread that takes a handle and then
     // reads the value (through the lock) either finishes before this and is counted, or
     // reads after the value is gone and recomputes it. Read before the lock, a handle taken
     // in between would find the value present, then lose it.
     let mut st = node.state();
-    if Arc::strong_count(node) > 1 + graph_refs {
+    if Arc::strong_count(node) > graph_refs {
         return;
     }
     // A value written in place since it was computed is kept: recomputing it would give the
@@ -565,7 +683,7 @@ fn release(node: &NodeRef, graph_refs: usize) {
     }
     #[cfg(test)]
     tests::at_release(node);
-    st.value = None;
+    released.take(&mut st.value);
 }
 
 /// Adds `g` into a leaf's (or a retaining node's) `.grad`.
@@ -630,7 +748,6 @@ fn accumulate_grad(node: &NodeRef, g: Var, create_graph: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ember_tensor::Tensor;
     use parking_lot::Mutex;
     use std::sync::mpsc::{Sender, channel};
 
@@ -673,6 +790,62 @@ mod tests {
         result?;
         let read = reader.join().map_err(|_| Error::autograd("the reading thread panicked"))??;
         assert_eq!(read, vec![0.5f64.exp(), 1.0f64.exp()]);
+        Ok(())
+    }
+
+    /// Backward frees small released values in batches (`Released`): by the time it
+    /// returns, every value it released is gone, in a chain longer than several batches, at
+    /// sizes that live in a block (64 elements), inside their cell (one) and in the pool
+    /// (2,048, released in the forward already), and the gradient is unchanged.
+    #[test]
+    fn every_value_backward_releases_is_freed_by_its_end() -> Result<()> {
+        for n in [1usize, 64, 2048] {
+            let x = Var::param(Tensor::ones([n], ember_tensor::DType::F32)?);
+            let mut y = x.clone();
+            let mut values = Vec::new();
+            for _ in 0..3 * RELEASED_BATCH {
+                y = y.mul_scalar(2.0);
+                values.push(Arc::downgrade(y.value().storage()));
+            }
+            let loss = y.sum_all();
+            drop(y);
+            if n * 4 < RELEASE_MIN_BYTES {
+                // (Larger values nothing reads went when their last `Var` did.)
+                assert!(values.iter().all(|v| v.strong_count() == 1), "every value is alive before backward");
+            }
+            loss.backward()?;
+            let alive = values.iter().filter(|v| v.strong_count() > 0).count();
+            assert_eq!(alive, 0, "numel {n}: {alive} values outlived backward");
+            let want = 2f32.powi(3 * RELEASED_BATCH as i32);
+            assert_eq!(x.grad().ok_or_else(|| Error::autograd("no gradient"))?.to_vec::<f32>()?, vec![want; n]);
+        }
+        Ok(())
+    }
+
+    /// A plain backward's graph holds no counted references to its nodes, one run while an
+    /// extension is active does (see `GraphNode`): either way backward frees the same
+    /// values, keeping one a user's handle holds and freeing one nothing holds.
+    #[test]
+    fn backward_frees_the_same_values_whether_or_not_the_graph_holds_its_nodes() -> Result<()> {
+        let run = || -> Result<(bool, bool)> {
+            let x = Var::param(Tensor::ones([64], ember_tensor::DType::F32)?);
+            let held = x.mul_scalar(2.0);
+            let unheld = held.mul_scalar(3.0);
+            let held_value = Arc::downgrade(held.value().storage());
+            let unheld_value = Arc::downgrade(unheld.value().storage());
+            let loss = unheld.mul_scalar(4.0).sum_all();
+            drop(unheld);
+            loss.backward()?;
+            assert_eq!(x.grad().ok_or_else(|| Error::autograd("no gradient"))?.to_vec::<f32>()?, vec![24.0; 64]);
+            Ok((held_value.strong_count() > 0, unheld_value.strong_count() > 0))
+        };
+        assert_eq!(run()?, (true, false), "plain backward");
+        assert!(crate::extension::active() == 0);
+        let with_extension = crate::detect_anomaly(|| {
+            assert!(crate::extension::active() != 0);
+            run()
+        })?;
+        assert_eq!(with_extension, (true, false), "backward under anomaly mode");
         Ok(())
     }
 

@@ -132,8 +132,17 @@ impl Backend for CpuBackend {
     fn unary(&self, op: UnaryOp, (s, l): View<'_>) -> Result<Storage> {
         let op = if s.dtype().is_half() { widen::scalar_as_pytorch(op, s.dtype()) } else { op };
         let _mode = float_mode::enter();
-        let l = validate::view(op.name(), s, l)?;
-        wrap(unary::unary(op, cpu(s)?, &l))
+        // The layout stays a plain reference when it fits (see `validate::fits`): moving the
+        // `Cow` that `validate::view` returns stalled on its own just-written words, a
+        // measurable share of an operation on a small tensor.
+        let anchored;
+        let l = if validate::fits(s, l) {
+            l
+        } else {
+            anchored = validate::view(op.name(), s, l)?;
+            &*anchored
+        };
+        unary::unary(op, cpu(s)?, l)
     }
 
     fn binary(&self, op: BinaryOp, (a, la): View<'_>, (b, lb): View<'_>) -> Result<Storage> {

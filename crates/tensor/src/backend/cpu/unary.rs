@@ -9,7 +9,7 @@ use crate::backend::UnaryOp;
 use crate::dtype::{Element, FloatElement, HalfElement};
 use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
 use crate::layout::Layout;
-use crate::storage::{Buffer, CpuStorage};
+use crate::storage::{Buffer, CpuStorage, Storage};
 use multiversion::multiversion;
 
 /// A loop that applies a per-element function of one operand to a view: the out-of-place
@@ -231,22 +231,27 @@ impl<T: Element> MapFn<T> for MapInPlace<'_, T> {
 }
 
 /// `op` applied to the view `(src, layout)`.
-pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<CpuStorage> {
+///
+/// It returns the backend's `Storage` itself, so that the result is written where the
+/// caller's caller wants it rather than copied there (the copy read words just written, and
+/// stalled).
+pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, layout: &Layout) -> Result<Storage> {
     let name = op.name();
-    match src {
-        CpuStorage::F32(b) => Ok(float_kernel(op, Map { name, src: b, layout })?.into()),
-        CpuStorage::F64(b) => Ok(float_kernel(op, Map { name, src: b, layout })?.into()),
+    let out: CpuStorage = match src {
+        CpuStorage::F32(b) => float_kernel(op, Map { name, src: b, layout })?.into(),
+        CpuStorage::F64(b) => float_kernel(op, Map { name, src: b, layout })?.into(),
         CpuStorage::I64(b) => match int_kernel(op, Map { name, src: b, layout })? {
-            Some(out) => Ok(out?.into()),
-            None => Err(op.not_for_ints(src.dtype())),
+            Some(out) => out?.into(),
+            None => return Err(op.not_for_ints(src.dtype())),
         },
         CpuStorage::U8(b) => match int_kernel(op, Map { name, src: b, layout })? {
-            Some(out) => Ok(out?.into()),
-            None => Err(op.not_for_ints(src.dtype())),
+            Some(out) => out?.into(),
+            None => return Err(op.not_for_ints(src.dtype())),
         },
-        CpuStorage::F16(b) => Ok(float_kernel(op, MapHalf { name, src: b, layout })?.into()),
-        CpuStorage::BF16(b) => Ok(float_kernel(op, MapHalf { name, src: b, layout })?.into()),
-    }
+        CpuStorage::F16(b) => float_kernel(op, MapHalf { name, src: b, layout })?.into(),
+        CpuStorage::BF16(b) => float_kernel(op, MapHalf { name, src: b, layout })?.into(),
+    };
+    Ok(Storage::Cpu(out))
 }
 
 /// `op` applied in place to the elements of `dst` that `layout` addresses.

@@ -117,6 +117,14 @@ fn view_checked<'l>(op: &'static str, len: usize, l: &'l Layout) -> Result<Cow<'
     Ok(Cow::Borrowed(l))
 }
 
+/// Whether [`view`] would hand `l` back unchanged without an error (a layout with no
+/// empty dimension that fits `s`), for a kernel that keeps the layout a plain reference in
+/// that case.
+#[inline]
+pub(crate) fn fits(s: &Storage, l: &Layout) -> bool {
+    fits_nonempty(l, s.len())
+}
+
 /// An error unless `a` and `b` have one shape (operands of elementwise kernels arrive
 /// already broadcast).
 pub(crate) fn same_shape(op: &'static str, a: &Layout, b: &Layout) -> Result<()> {
@@ -302,8 +310,32 @@ pub(crate) fn cat<'l>(srcs: &[(&Storage, &'l Layout)], dim: usize) -> Result<(Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{Backend, UnaryOp};
     use crate::layout::Strides;
     use crate::shape::Shape;
+    use crate::{Scalar, Tensor};
+
+    /// `fits` accepts exactly the layouts `view` hands back unchanged; a kernel that skips
+    /// `view` for them (the CPU `unary`) still refuses one reaching outside its storage and
+    /// re-anchors an empty one whose offset lies past the end.
+    #[test]
+    fn fits_is_views_unchanged_case() -> Result<()> {
+        let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4])?;
+        let s = t.storage().read();
+        let ok = Layout::new(Shape::from([2]), Strides::from_slice(&[2]), 1)?;
+        let outside = Layout::new(Shape::from([2]), Strides::from_slice(&[2]), 2)?;
+        let empty_past_end = Layout::new(Shape::from([0]), Strides::from_slice(&[1]), 9)?;
+        assert!(fits(&s, &ok) && matches!(view("t", &s, &ok)?, Cow::Borrowed(l) if std::ptr::eq(l, &ok)));
+        assert!(!fits(&s, &outside) && view("t", &s, &outside).is_err());
+        assert!(!fits(&s, &empty_past_end) && matches!(view("t", &s, &empty_past_end)?, Cow::Owned(_)));
+        let double = UnaryOp::MulScalar(Scalar::Float(2.0));
+        let out = CpuBackend.unary(double, (&s, &ok))?;
+        assert_eq!(out.as_cpu().and_then(|c| c.as_slice::<f32>()), Some(&[4.0f32, 8.0][..]));
+        assert!(CpuBackend.unary(double, (&s, &outside)).is_err());
+        assert_eq!(CpuBackend.unary(double, (&s, &empty_past_end))?.len(), 0);
+        Ok(())
+    }
 
     #[test]
     fn extents_are_checked_without_overflow() {

@@ -7,7 +7,7 @@
 //!     lstm step_ms=... samples_per_s=...
 //!
 //! Run: `cargo run --release -p ember-nn --example lstm_bench -- [--hidden H] [--batch B]
-//! [--reps R] [--device D]` (defaults 128, 64, 20 timed steps, `cpu`; `torch-cpu` needs
+//! [--reps R] [--threads N] [--device D]` (defaults 128, 64, 20 timed steps, 2 threads, `cpu`; `torch-cpu` needs
 //! `--features ember-tensor/libtorch`; tools/bench/lstm_torch.py takes the same shape options).
 //! With `EMBER_PROFILE=1`, also a per-operation profile of one step.
 
@@ -20,23 +20,26 @@ const STEPS: usize = 28;
 const INPUT: usize = 28;
 const WARMUP: usize = 3;
 
-/// The shape and length of the run: `--hidden`, `--batch`, `--reps`.
+/// The shape and length of the run: `--hidden`, `--batch`, `--reps`, and the worker
+/// threads, `--threads` (2 unless given: the comparison's setting).
 struct Args {
     hidden: usize,
     batch: usize,
     reps: usize,
+    threads: usize,
 }
 
 impl Args {
-    /// Reads `--hidden H --batch B --reps R` (any order, each optional).
+    /// Reads `--hidden H --batch B --reps R --threads N` (any order, each optional).
     fn parse() -> Result<Args> {
-        let mut args = Args { hidden: 128, batch: 64, reps: 20 };
+        let mut args = Args { hidden: 128, batch: 64, reps: 20, threads: 2 };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
             let slot = match flag.as_str() {
                 "--hidden" => &mut args.hidden,
                 "--batch" => &mut args.batch,
                 "--reps" => &mut args.reps,
+                "--threads" => &mut args.threads,
                 // Read by `device_arg`.
                 "--device" => {
                     it.next();
@@ -45,7 +48,7 @@ impl Args {
                 _ => {
                     return Err(Error::invalid(
                         "lstm_bench",
-                        format!("unknown argument {flag:?} (--hidden, --batch, --reps, --device)"),
+                        format!("unknown argument {flag:?} (--hidden, --batch, --reps, --threads, --device)"),
                     ));
                 }
             };
@@ -76,9 +79,9 @@ fn device_arg() -> Result<Device> {
 }
 
 fn main() -> Result<()> {
-    let Args { hidden, batch, reps } = Args::parse()?;
+    let Args { hidden, batch, reps, threads } = Args::parse()?;
     let device = device_arg()?;
-    ember_tensor::threading::set_num_threads(2)?;
+    ember_tensor::threading::set_num_threads(threads)?;
     manual_seed(0);
     let lstm = LSTM::with_options(INPUT, hidden, RnnOptions::default().batch_first(true))?;
     let head = Linear::new(hidden, 10)?;

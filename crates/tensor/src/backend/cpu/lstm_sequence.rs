@@ -16,7 +16,7 @@
 
 use super::block::block_product;
 use super::contiguous::Contiguous;
-use super::lstm::{Out, backward_row, forward_row, slices};
+use super::lstm::{Out, backward_rows, forward_row, slices};
 use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_COSTLY, par_for};
 use crate::layout::Layout;
@@ -149,36 +149,24 @@ struct GradsOut<T> {
 
 /// Runs the rows `rows` back through every step, writing their gate gradients into `d_gi`
 /// and their initial state's gradients into `dh0` and `dc0`.
-fn backward_piece<T: FloatElement>(s: &Grads<'_, T>, out: GradsOut<T>, rows: Range<usize>) {
+fn backward_piece<'a, T: FloatElement>(s: &Grads<'a, T>, out: GradsOut<T>, rows: Range<usize>) {
     let (b, h, g) = (s.run.batch, s.run.hidden, 4 * s.run.hidden);
     let (r0, n) = (rows.start, rows.len());
     let (mut dh, mut dc, mut dc_prev) = (vec![T::ZERO; n * h], vec![T::ZERO; n * h], vec![T::ZERO; n * h]);
     let order: Vec<usize> = s.run.order().collect();
-    // Row `r` of slot `k` of step `t` in `y` and `gy`.
-    let row = |t: usize, k: usize, r: usize| slot_at(s.run, t, k, r)..slot_at(s.run, t, k, r) + h;
+    // The piece's rows of slot `k` of step `t` in `y` or `gy`: one contiguous block.
+    let slot_rows = |all: &'a [T], t: usize, k: usize| &all[slot_at(s.run, t, k, r0)..slot_at(s.run, t, k, r0) + n * h];
     for (m, &t) in order.iter().enumerate().rev() {
         let c_prev = match m {
             0 => &s.c0[r0 * h..(r0 + n) * h],
-            _ => {
-                let at = slot_at(s.run, order[m - 1], 4, r0);
-                &s.y[at..at + n * h]
-            }
+            _ => slot_rows(s.y, order[m - 1], 4),
         };
         // SAFETY: rows `r0..r0 + n` of step `t` of the `[T, B, 4H]` gradient are one
         // contiguous block inside the buffer that belongs to this piece alone.
         let dp = unsafe { std::slice::from_raw_parts_mut(out.d_gi.at((t * b + r0) * g), n * g) };
-        for r in 0..n {
-            let y = std::array::from_fn(|k| &s.y[row(t, k, r0 + r)]);
-            let gy = std::array::from_fn(|k| &s.gy[row(t, k, r0 + r)]);
-            let one = r * h..(r + 1) * h;
-            backward_row(
-                y,
-                gy,
-                (&dh[one.clone()], &dc[one.clone()], &c_prev[one.clone()]),
-                &mut dp[r * g..(r + 1) * g],
-                &mut dc_prev[one],
-            );
-        }
+        let y = std::array::from_fn(|k| slot_rows(s.y, t, k));
+        let gy = std::array::from_fn(|k| slot_rows(s.gy, t, k));
+        backward_rows(h, y, gy, (&dh, &dc, c_prev), dp, &mut dc_prev);
         std::mem::swap(&mut dc, &mut dc_prev);
         block_product(n, h, g, &mut dh, h, false, (dp, g, 1), (s.w, h, 1), T::ONE);
     }

@@ -3,7 +3,8 @@
 //! mean over the sequence, a `Linear(128, 10)` head, cross-entropy, backward and an Adam
 //! step, at 2 threads. The counterpart of tools/bench/transformer_torch.py, which takes the
 //! same shape options: `--d-model D` (heads D / 32, feed-forward 4 D), `--seq`, `--batch`,
-//! `--layers`, and `--reps` (timed steps; tools/bench/transformer_grid.sh sets it per shape).
+//! `--layers`, and `--reps` (timed steps; tools/bench/transformer_grid.sh sets it per shape);
+//! `--threads N` changes the 2 threads.
 //!
 //! Prints the median step time, the training throughput and the step's activation memory:
 //!
@@ -64,6 +65,9 @@ struct Args {
     /// Timed steps (after 3 untimed ones); the median is reported.
     #[arg(long, default_value_t = 15)]
     reps: usize,
+    /// Worker threads (1 for a per-operation profile against PyTorch's on one thread).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
 }
 
 fn main() -> Result<()> {
@@ -78,7 +82,7 @@ fn main() -> Result<()> {
     let heads = (d_model / 32).max(1);
     // The scaler is left out: the timed step is autocast's, as in the PyTorch counterpart.
     let amp = Amp::new(args.amp.amp, device).without_scaler();
-    ember::tensor::threading::set_num_threads(2)?;
+    ember::tensor::threading::set_num_threads(args.threads)?;
     manual_seed(0);
     let options =
         TransformerLayerOptions { dim_feedforward: 4 * d_model, dropout: 0.0, batch_first: true, ..Default::default() };

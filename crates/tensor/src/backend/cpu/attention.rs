@@ -13,9 +13,11 @@
 //! chunk's `dk` and `dv` are private partial sums, added up at the end, so chunks of one
 //! matrix run in parallel.
 //!
-//! Query, key, value, output and gradient are read as contiguous `[B, rows, cols]` (a
-//! strided view is copied first, which costs no more memory than the operand); the mask
-//! is read through its own strides, so a broadcast `[L, S]` mask is never expanded.
+//! Query, key, value, output and gradient are read as `[B, rows, cols]` matrices through
+//! their strides whenever each row's elements are adjacent: the heads of a `[B, T, H, D]`
+//! projection viewed as `[B, H, T, D]` are read in place, their rows `H * D` apart, with no
+//! copy. Any other view is copied first (no more memory than the operand). The mask is read
+//! through its own strides, so a broadcast `[L, S]` mask is never expanded.
 
 use super::block::block_product;
 use super::contiguous::Contiguous;
@@ -73,6 +75,48 @@ fn batch_offset(l: &Layout, mut b: usize) -> usize {
         b /= n;
     }
     off
+}
+
+/// An operand as `[B, rows, cols]` matrices whose rows are `rs` apart with adjacent
+/// elements: the storage itself when its view has unit column stride, else a contiguous
+/// copy.
+struct Matrices<'a, T: FloatElement> {
+    data: Contiguous<'a, T>,
+    /// The view read in place; `None` for a copy, whose matrices follow one another.
+    layout: Option<&'a Layout>,
+    rows: usize,
+    rs: usize,
+}
+
+impl<'a, T: FloatElement> Matrices<'a, T> {
+    /// `l`'s view of `s`, read in place when its rows have adjacent elements.
+    fn of(s: &'a CpuStorage, l: &'a Layout) -> Result<Self> {
+        let data = s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected dtype {}", s.dtype())))?;
+        let r = l.rank();
+        let (rows, cols) = (l.shape()[r - 2], l.shape()[r - 1]);
+        let adjacent = cols <= 1 || l.strides()[r - 1] == 1;
+        let in_place = adjacent && l.numel() > 0 && l.contiguous_range().is_none();
+        Ok(if in_place {
+            let rs = if rows <= 1 { cols } else { l.strides()[r - 2] };
+            Matrices { data: Contiguous::Borrowed(data), layout: Some(l), rows, rs }
+        } else {
+            Matrices { data: Contiguous::of(OP, data, l, GRAIN_CHEAP)?, layout: None, rows, rs: cols }
+        })
+    }
+
+    /// Row `row` of batch matrix `b` and everything after it.
+    fn rows_from(&self, b: usize, row: usize) -> &[T] {
+        let start = match self.layout {
+            Some(l) => batch_offset(l, b),
+            None => b * self.rows * self.rs,
+        };
+        &self.data.slice()[start + row * self.rs..]
+    }
+
+    /// Row `row` of batch matrix `b`, `cols` elements.
+    fn row(&self, b: usize, row: usize, cols: usize) -> &[T] {
+        &self.rows_from(b, row)[..cols]
+    }
 }
 
 impl<T: FloatElement> Mask<'_, T> {
@@ -200,9 +244,9 @@ impl<T> Out<T> {
 }
 
 fn forward_typed<T: FloatElement>(
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    q: &Matrices<'_, T>,
+    k: &Matrices<'_, T>,
+    v: &Matrices<'_, T>,
     mask: &Mask<'_, T>,
     d: Dims,
     spec: &Attention,
@@ -219,7 +263,7 @@ fn forward_typed<T: FloatElement>(
         let rows = BQ.min(d.l - i0);
         // SAFETY: task (b, qb) alone writes rows i0..i0 + rows of batch b.
         let (acc, lrow) = unsafe { (po.part((b * d.l + i0) * d.ev, rows * d.ev), pl.part(b * d.l + i0, rows)) };
-        let qm = &q[(b * d.l + i0) * d.e..];
+        let qm = q.rows_from(b, i0);
         // Only as many columns as there are keys: a short sequence's block is small, and a
         // full `BK`-wide one would be zeroed for nothing.
         let mut s = vec![T::ZERO; rows * BK.min(d.s)];
@@ -229,8 +273,8 @@ fn forward_typed<T: FloatElement>(
         for j0 in (0..keys).step_by(BK) {
             let cols = BK.min(keys - j0);
             let s = &mut s[..rows * cols];
-            let km = &k[(b * d.s + j0) * d.e..];
-            block_product(rows, cols, d.e, s, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
+            let km = k.rows_from(b, j0);
+            block_product(rows, cols, d.e, s, cols, false, (qm, q.rs, 1), (km, 1, k.rs), scale);
             mask.apply(s, b, (i0, rows), (j0, cols), spec.causal);
             for r in 0..rows {
                 let row = &mut s[r * cols..(r + 1) * cols];
@@ -252,8 +296,8 @@ fn forward_typed<T: FloatElement>(
                 }
                 sum[r] = sum[r] + add;
             }
-            let vm = &v[(b * d.s + j0) * d.ev..];
-            block_product(rows, d.ev, cols, acc, d.ev, true, (s, cols, 1), (vm, d.ev, 1), T::ONE);
+            let vm = v.rows_from(b, j0);
+            block_product(rows, d.ev, cols, acc, d.ev, true, (s, cols, 1), (vm, v.rs, 1), T::ONE);
         }
         for r in 0..rows {
             if sum[r] > T::ZERO {
@@ -274,14 +318,14 @@ fn forward_typed<T: FloatElement>(
     Ok((out, lse))
 }
 
-/// The operands of the backward, contiguous.
-struct Saved<'a, T> {
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
-    out: &'a [T],
+/// The operands of the backward.
+struct Saved<'a, T: FloatElement> {
+    q: Matrices<'a, T>,
+    k: Matrices<'a, T>,
+    v: Matrices<'a, T>,
+    out: Matrices<'a, T>,
     lse: &'a [T],
-    grad: &'a [T],
+    grad: Matrices<'a, T>,
 }
 
 fn backward_typed<T: FloatElement>(
@@ -315,21 +359,20 @@ fn backward_typed<T: FloatElement>(
             let rows = BQ.min(d.l - i0);
             // SAFETY: query block qb of batch b belongs to this chunk alone.
             let dqm = unsafe { pq.part((b * d.l + i0) * d.e, rows * d.e) };
-            let qm = &x.q[(b * d.l + i0) * d.e..(b * d.l + i0 + rows) * d.e];
-            let gm = &x.grad[(b * d.l + i0) * d.ev..(b * d.l + i0 + rows) * d.ev];
-            let om = &x.out[(b * d.l + i0) * d.ev..(b * d.l + i0 + rows) * d.ev];
+            let (qm, gm) = (x.q.rows_from(b, i0), x.grad.rows_from(b, i0));
+            let (qrs, grs) = (x.q.rs, x.grad.rs);
             let lse = &x.lse[b * d.l + i0..b * d.l + i0 + rows];
             for r in 0..rows {
-                let (g, o) = (&gm[r * d.ev..(r + 1) * d.ev], &om[r * d.ev..(r + 1) * d.ev]);
+                let (g, o) = (x.grad.row(b, i0 + r, d.ev), x.out.row(b, i0 + r, d.ev));
                 dd[r] = g.iter().zip(o).fold(T::ZERO, |a, (&g, &o)| a + g * o);
             }
             let keys = d.keys(i0, rows, spec.causal);
             for j0 in (0..keys).step_by(BK) {
                 let cols = BK.min(keys - j0);
                 let (p, ds) = (&mut p[..rows * cols], &mut ds[..rows * cols]);
-                let km = &x.k[(b * d.s + j0) * d.e..];
-                let vm = &x.v[(b * d.s + j0) * d.ev..];
-                block_product(rows, cols, d.e, p, cols, false, (qm, d.e, 1), (km, 1, d.e), scale);
+                let (km, vm) = (x.k.rows_from(b, j0), x.v.rows_from(b, j0));
+                let (krs, vrs) = (x.k.rs, x.v.rs);
+                block_product(rows, cols, d.e, p, cols, false, (qm, qrs, 1), (km, 1, krs), scale);
                 mask.apply(p, b, (i0, rows), (j0, cols), spec.causal);
                 for r in 0..rows {
                     let row = &mut p[r * cols..(r + 1) * cols];
@@ -341,15 +384,15 @@ fn backward_typed<T: FloatElement>(
                 }
                 // dv[j0..] += P^T dO
                 let dvm = &mut dvp[j0 * d.ev..(j0 + cols) * d.ev];
-                block_product(cols, d.ev, rows, dvm, d.ev, true, (p, 1, cols), (gm, d.ev, 1), T::ONE);
+                block_product(cols, d.ev, rows, dvm, d.ev, true, (p, 1, cols), (gm, grs, 1), T::ONE);
                 // dS = P * (dO v^T - D)
-                block_product(rows, cols, d.ev, ds, cols, false, (gm, d.ev, 1), (vm, 1, d.ev), T::ONE);
+                block_product(rows, cols, d.ev, ds, cols, false, (gm, grs, 1), (vm, 1, vrs), T::ONE);
                 for r in 0..rows {
                     score_grad(&mut ds[r * cols..(r + 1) * cols], &p[r * cols..(r + 1) * cols], dd[r]);
                 }
-                block_product(rows, d.e, cols, dqm, d.e, true, (ds, cols, 1), (km, d.e, 1), scale);
+                block_product(rows, d.e, cols, dqm, d.e, true, (ds, cols, 1), (km, krs, 1), scale);
                 let dkm = &mut dkp[j0 * d.e..(j0 + cols) * d.e];
-                block_product(cols, d.e, rows, dkm, d.e, true, (ds, 1, cols), (qm, d.e, 1), scale);
+                block_product(cols, d.e, rows, dkm, d.e, true, (ds, 1, cols), (qm, qrs, 1), scale);
             }
         }
     };
@@ -377,7 +420,7 @@ fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: usize) -> R
     Ok(out)
 }
 
-/// `[batch.., rows, cols]` as its batch count and the contiguous elements.
+/// A view's elements in row-major order (the log-sum-exp rows).
 fn contiguous<'a, T: FloatElement>(s: &'a CpuStorage, l: &Layout) -> Result<Contiguous<'a, T>> {
     let data = s.as_slice::<T>().ok_or_else(|| Error::dtype(OP, format!("unexpected dtype {}", s.dtype())))?;
     Contiguous::of(OP, data, l, GRAIN_CHEAP)
@@ -426,9 +469,9 @@ pub(crate) fn forward(
     where
         Buffer<T>: Into<CpuStorage>,
     {
-        let (cq, ck, cv) = (contiguous::<T>(q.0, q.1)?, contiguous::<T>(k.0, k.1)?, contiguous::<T>(v.0, v.1)?);
+        let (mq, mk, mv) = (Matrices::of(q.0, q.1)?, Matrices::of(k.0, k.1)?, Matrices::of(v.0, v.1)?);
         let d = dims(q.1, k.1, v.1);
-        let (out, lse) = forward_typed(cq.slice(), ck.slice(), cv.slice(), &mask_of::<T>(mask)?, d, spec)?;
+        let (out, lse) = forward_typed(&mq, &mk, &mv, &mask_of::<T>(mask)?, d, spec)?;
         Ok([out.into(), lse.into()])
     }
     match q {
@@ -453,14 +496,14 @@ pub(crate) fn backward(
     where
         Buffer<T>: Into<CpuStorage>,
     {
-        let c: Vec<Contiguous<'_, T>> = ops.iter().map(|(s, l)| contiguous::<T>(s, l)).collect::<Result<_>>()?;
+        let lse = contiguous::<T>(ops[4].0, ops[4].1)?;
         let saved = Saved {
-            q: c[0].slice(),
-            k: c[1].slice(),
-            v: c[2].slice(),
-            out: c[3].slice(),
-            lse: c[4].slice(),
-            grad: c[5].slice(),
+            q: Matrices::of(ops[0].0, ops[0].1)?,
+            k: Matrices::of(ops[1].0, ops[1].1)?,
+            v: Matrices::of(ops[2].0, ops[2].1)?,
+            out: Matrices::of(ops[3].0, ops[3].1)?,
+            lse: lse.slice(),
+            grad: Matrices::of(ops[5].0, ops[5].1)?,
         };
         let d = dims(ops[0].1, ops[1].1, ops[2].1);
         let [dq, dk, dv] = backward_typed(&saved, &mask_of::<T>(mask)?, d, spec)?;
@@ -471,5 +514,55 @@ pub(crate) fn backward(
         CpuStorage::F32(_) => go::<f32>(ops, mask, spec),
         CpuStorage::F64(_) => go::<f64>(ops, mask, spec),
         _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.0.dtype()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::attention::Attention;
+    use crate::{DType, Tensor};
+
+    /// The heads of `[B, T, H, D]` data viewed as `[B, H, T, D]`, as multi-head attention
+    /// splits its projections.
+    fn heads(b: usize, t: usize, h: usize, d: usize) -> Tensor {
+        Tensor::randn([b, t, h, d]).unwrap().to_dtype(DType::F64).permute(&[0, 2, 1, 3]).unwrap()
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    }
+
+    /// Views whose rows are strided (read in place), a broadcast key and value, and a
+    /// transposed query (copied) give what their contiguous copies give, forward and
+    /// backward, with and without the causal triangle, over several query and key blocks.
+    #[test]
+    fn strided_views_match_contiguous_copies() {
+        crate::manual_seed(11);
+        let (b, h, l, s, d) = (2, 3, 150, 300, 8);
+        let q = heads(b, l, h, d);
+        // One key and value head shared by every head: batch stride 0.
+        let k = heads(b, s, 1, d).expand([b, h, s, d]).unwrap();
+        let v = heads(b, s, 1, d).expand([b, h, s, d]).unwrap();
+        let qt = Tensor::randn([b, h, d, l]).unwrap().to_dtype(DType::F64).transpose(2, 3).unwrap();
+        let g = heads(b, l, h, d);
+        for query in [&q, &qt] {
+            for causal in [false, true] {
+                let spec = Attention { scale: 0.3, causal };
+                let (qc, kc, vc, gc) = (query.contiguous(), k.contiguous(), v.contiguous(), g.contiguous());
+                let (out, lse) = query.attention(&k, &v, None, &spec).unwrap();
+                let (out_c, lse_c) = qc.attention(&kc, &vc, None, &spec).unwrap();
+                assert!(max_diff(&out, &out_c) < 1e-12 && max_diff(&lse, &lse_c) < 1e-12);
+                // The output read back through a strided view of itself, as the backward
+                // of the heads' merge hands it over.
+                let out_view = out.permute(&[0, 2, 1, 3]).unwrap().contiguous().permute(&[0, 2, 1, 3]).unwrap();
+                let grads = query.attention_backward(&k, &v, None, &out_view, &lse, &g, &spec).unwrap();
+                let grads_c = qc.attention_backward(&kc, &vc, None, &out_c, &lse_c, &gc, &spec).unwrap();
+                for (x, y) in [(&grads.0, &grads_c.0), (&grads.1, &grads_c.1), (&grads.2, &grads_c.2)] {
+                    assert!(max_diff(x, y) < 1e-11, "causal {causal}: {}", max_diff(x, y));
+                }
+            }
+        }
     }
 }

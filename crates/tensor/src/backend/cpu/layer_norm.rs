@@ -3,9 +3,11 @@
 //! Forward makes, rows in parallel, two passes per row for the statistics (the sum, then
 //! the sum of squared deviations from the mean, in `f64` lanes, so that data far from
 //! zero does not cancel) and one that writes `(x - mean) * rstd * w + b`. Backward makes,
-//! rows in parallel, one pass per row for its two sums and one that writes the input's
-//! gradient; then, columns in parallel, one pass down the rows for the parameters'
-//! gradients, so that each column sum is taken in row order whatever the thread count.
+//! blocks of rows in parallel, one pass per row for its two sums, which also adds the row
+//! to its block's `f64` column sums for the parameters' gradients, and one that writes the
+//! input's gradient; the blocks' column sums are then added in block order. The blocks
+//! are fixed by the shape, never by the thread count, so the parameters' gradients come
+//! out bitwise the same on any number of threads.
 //!
 //! The 16-bit floats are read and written directly: each element is widened to `f32` as
 //! it is loaded and each result rounded once, so no widened copy of an operand is made.
@@ -19,6 +21,7 @@ use crate::ops::layer_norm::OP;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{DType, Error, Result};
 use multiversion::multiversion;
+use std::sync::OnceLock;
 
 /// Accumulator lanes of the sum loops.
 const LANES: usize = 8;
@@ -81,15 +84,45 @@ fn normalize_row<T: Element, A: Compute>(out: &mut [T], x: &[T], [mean, rstd]: [
     }
 }
 
-/// `sum(g * w)` and `sum(g * w * xhat)` of one row, in `f64` lanes.
+/// `sum(g * w)` and `sum(g * w * xhat)` of one row, in `f64` lanes; adds the row's
+/// `g * xhat` to the column sums `gw` and its `g` to `gb` on the way, so the parameters'
+/// gradients cost no second pass over the operands.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
-fn grad_row_sums<T: Element, A: Compute>(x: &[T], g: &[T], [mean, rstd]: [A; 2], w: &[A]) -> [f64; 2] {
+fn grad_row_sums<T: Element, A: Compute>(
+    x: &[T],
+    g: &[T],
+    [mean, rstd]: [A; 2],
+    w: &[A],
+    gw: &mut [f64],
+    gb: &mut [f64],
+) -> [f64; 2] {
+    let n = x.len();
     let mut acc = [[0.0f64; LANES]; 2];
-    for (j, ((&xv, &gv), &wj)) in x.iter().zip(g).zip(w).enumerate() {
-        let gh = (A::load(gv) * wj).to_f64();
-        let xhat = ((A::load(xv) - mean) * rstd).to_f64();
-        acc[0][j % LANES] += gh;
-        acc[1][j % LANES] += gh * xhat;
+    let (xc, xt) = x.as_chunks::<LANES>();
+    let (gc, gt) = g[..n].as_chunks::<LANES>();
+    let (wc, wt) = w[..n].as_chunks::<LANES>();
+    let (gwc, gwt) = gw[..n].as_chunks_mut::<LANES>();
+    let (gbc, gbt) = gb[..n].as_chunks_mut::<LANES>();
+    for ((((xb, gv), wb), gwb), gbb) in xc.iter().zip(gc).zip(wc).zip(gwc).zip(gbc) {
+        for i in 0..LANES {
+            let gi = A::load(gv[i]);
+            let xhat = (A::load(xb[i]) - mean) * rstd;
+            let gh = (gi * wb[i]).to_f64();
+            acc[0][i] += gh;
+            acc[1][i] += gh * xhat.to_f64();
+            gwb[i] += (gi * xhat).to_f64();
+            gbb[i] += gi.to_f64();
+        }
+    }
+    let tail = xt.iter().zip(gt).zip(wt).zip(gwt.iter_mut()).zip(gbt.iter_mut());
+    for (i, ((((&xv, &gv), &wj), gwj), gbj)) in tail.enumerate() {
+        let gi = A::load(gv);
+        let xhat = (A::load(xv) - mean) * rstd;
+        let gh = (gi * wj).to_f64();
+        acc[0][i] += gh;
+        acc[1][i] += gh * xhat.to_f64();
+        *gwj += (gi * xhat).to_f64();
+        *gbj += gi.to_f64();
     }
     [acc[0].iter().sum(), acc[1].iter().sum()]
 }
@@ -180,6 +213,16 @@ fn forward_typed<T: Element, A: Compute>(x: &[T], n: usize, [w, b]: [&[A]; 2], e
     Ok([T::into_storage(out), A::into_storage(mean), A::into_storage(rstd)])
 }
 
+/// Rows per block of the backward: enough for a cheap task's grain, and no more than
+/// [`MAX_BLOCKS`] blocks, whose column sums are held until they are added up. Fixed by the
+/// shape alone.
+fn rows_per_block(rows: usize, n: usize) -> usize {
+    (GRAIN_CHEAP / n.max(1)).max(rows.div_ceil(MAX_BLOCKS)).max(1)
+}
+
+/// The most blocks (and column-sum partials) of one backward.
+const MAX_BLOCKS: usize = 64;
+
 fn backward_typed<T: Element, A: Compute>(
     x: &[T],
     g: &[T],
@@ -188,36 +231,33 @@ fn backward_typed<T: Element, A: Compute>(
     w: &[A],
     param_dtype: DType,
 ) -> Result<[CpuStorage; 3]> {
-    let rows = x.len() / n;
+    let rows = x.len() / n.max(1);
     let stats = |r: usize| [mean[r], rstd[r]];
+    let per_block = rows_per_block(rows, n);
+    // Each block's column sums `[gw.., gb..]`, set once by the task that owns the block.
+    let partials: Vec<OnceLock<Vec<f64>>> = (0..rows.div_ceil(per_block)).map(|_| OnceLock::new()).collect();
     let mut gx = Buffer::<T>::uninit(OP, x.len())?;
-    by_rows(&mut gx, n, rows, |first, chunk| {
+    par_chunks(&mut gx, per_block * n.max(1), |b, chunk| {
+        let mut cols = vec![0.0f64; 2 * n];
+        let (gw, gb) = cols.split_at_mut(n);
         for (k, o) in chunk.chunks_mut(n).enumerate() {
-            let r = first + k;
+            let r = b * per_block + k;
             let (xr, gr) = (&x[r * n..(r + 1) * n], &g[r * n..(r + 1) * n]);
-            let [s1, s2] = grad_row_sums(xr, gr, stats(r), w);
+            let [s1, s2] = grad_row_sums(xr, gr, stats(r), w, gw, gb);
             let c = [A::from_f64(s1 / n as f64), A::from_f64(s2 / n as f64)];
             grad_row(o, xr, gr, stats(r), w, c);
         }
+        // The block is this task's alone, so the cell is empty.
+        let _ = partials[b].set(cols);
     });
-    // Column sums: each task owns a block of columns and walks every row in order.
-    let mut sums = vec![[0.0f64; 2]; n];
-    let per_task = rows_per_task(n, rows, GRAIN_CHEAP);
-    par_chunks(&mut sums, per_task, |i, block| {
-        let first = i * per_task;
-        for r in 0..rows {
-            let [m, s] = stats(r);
-            let base = r * n + first;
-            for (j, acc) in block.iter_mut().enumerate() {
-                let gv = A::load(g[base + j]);
-                let xhat = (A::load(x[base + j]) - m) * s;
-                acc[0] += (gv * xhat).to_f64();
-                acc[1] += gv.to_f64();
-            }
+    let mut sums = vec![0.0f64; 2 * n];
+    for part in partials.iter().filter_map(OnceLock::get) {
+        for (s, &p) in sums.iter_mut().zip(part) {
+            *s += p;
         }
-    });
-    let gw = storage_of(sums.iter().map(|s| s[0]), param_dtype)?;
-    let gb = storage_of(sums.iter().map(|s| s[1]), param_dtype)?;
+    }
+    let gw = storage_of(sums[..n].iter().copied(), param_dtype)?;
+    let gb = storage_of(sums[n..].iter().copied(), param_dtype)?;
     Ok([T::into_storage(gx), gw, gb])
 }
 
@@ -365,6 +405,25 @@ mod tests {
                 });
             }
         }
+    }
+
+    /// With rows enough for several blocks of column sums (and a ragged last block), the
+    /// parameters' gradients still match the composition's sums down every row.
+    #[test]
+    fn parameter_gradients_over_several_blocks() {
+        let (rows, n) = (9001usize, 12usize);
+        assert!(rows.div_ceil(super::rows_per_block(rows, n)) > 2);
+        let randn = |shape: &[usize]| Tensor::randn(shape.to_vec()).unwrap().to_dtype(DType::F64);
+        let (x, g, w) = (randn(&[rows, n]).add_scalar(5.0), randn(&[rows, n]), randn(&[n]));
+        let mean = x.mean(1, false).unwrap();
+        let var = x.sub(&mean.unsqueeze(1).unwrap()).unwrap().square().mean(1, false).unwrap();
+        let rstd = var.add_scalar(1e-5).rsqrt();
+        let all = [&x, &g, &mean, &rstd, &w].map(|t| t.storage().read());
+        let (xv, gv, mv) = ((&*all[0], x.layout()), (&*all[1], g.layout()), (&*all[2], mean.layout()));
+        let (rv, wv) = ((&*all[3], rstd.layout()), (&*all[4], w.layout()));
+        let fused = CpuBackend.layer_norm_backward(xv, gv, n, mv, rv, Some(wv)).unwrap();
+        let composed = compose::layer_norm::layer_norm_backward(&CpuBackend, xv, gv, n, mv, rv, Some(wv)).unwrap();
+        close(fused, composed, 1e-10);
     }
 
     /// Wrong operands are errors naming the operation, never reads out of bounds.

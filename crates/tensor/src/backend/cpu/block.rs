@@ -35,6 +35,13 @@ pub(super) trait BlockProduct<T>: Sync {
     fn splits_depth(&self) -> bool {
         false
     }
+
+    /// Whether the product is cut by what `gemm` packs and streams for each block
+    /// (`Plan::for_gemm`) rather than by the shape's fixed cut (`Tiles::new`): only for
+    /// kernels that block and pack their operands as `gemm` does.
+    fn cuts_for_gemm(&self) -> bool {
+        false
+    }
 }
 
 /// One block product on the calling thread for kernels that tile their own work (attention):

@@ -42,8 +42,63 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// Blocks computed by `gemm` in the operands' own dtype.
 struct Gemm;
 
+/// Whether `gemm` is faster computing a block as its transpose `b^T a^T` into a scratch
+/// block that is then transposed into place: where `a` is a transposed view (its rows
+/// adjacent, so `gemm` packs it) at least twice as tall as `b` is wide and `b` is read in
+/// place, as in a Linear weight gradient `g^T @ x` with more outputs than inputs. `gemm`
+/// then packs the smaller operand (`[768, 2048] @ [2048, 256]`: 129 against 144 GFLOP per
+/// CPU-second, `[1024, 2048] @ [2048, 256]`: 123 against 137, the transpose included).
+/// Narrow or shallow blocks are left alone: the transpose would cost more than it saves.
+fn transposed_is_faster<T>(m: usize, n: usize, k: usize, a: &Mat<T>, b: &Mat<T>) -> bool {
+    a.cs != 1 && b.cs == 1 && m >= 2 * n && n >= 128 && k >= MIN_DEPTH_PART
+}
+
+/// Side of the square blocks [`Gemm::product`] transposes a scratch block in, so that both
+/// the rows read and the rows written stay in the L1 cache.
+const TRANSPOSE_BLOCK: usize = 32;
+
 impl<T: Element> BlockProduct<T> for Gemm {
     unsafe fn product(&self, m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>) {
+        if transposed_is_faster(m, n, k, a, b) {
+            let mut scratch = vec![T::ZERO; m * n];
+            // SAFETY: `scratch` is `n x m` row-major; `b^T` (`n x k`) and `a^T` (`k x m`)
+            // address exactly the elements the caller vouches for as `b` and `a`.
+            unsafe {
+                gemm::gemm(
+                    n,
+                    m,
+                    k,
+                    scratch.as_mut_ptr(),
+                    1,
+                    m as isize,
+                    false,
+                    b.ptr,
+                    b.rs,
+                    b.cs,
+                    a.ptr,
+                    a.rs,
+                    a.cs,
+                    T::ZERO,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                )
+            };
+            for r0 in (0..m).step_by(TRANSPOSE_BLOCK) {
+                for c0 in (0..n).step_by(TRANSPOSE_BLOCK) {
+                    for r in r0..(r0 + TRANSPOSE_BLOCK).min(m) {
+                        for c in c0..(c0 + TRANSPOSE_BLOCK).min(n) {
+                            // SAFETY: `dst` is `m x n` with rows `dst_rs` apart (the caller's
+                            // contract), and `r < m`, `c < n`.
+                            unsafe { *dst.add(r * dst_rs + c) = scratch[c * m + r] };
+                        }
+                    }
+                }
+            }
+            return;
+        }
         // SAFETY: guaranteed by the caller.
         unsafe {
             gemm::gemm(
@@ -71,6 +126,10 @@ impl<T: Element> BlockProduct<T> for Gemm {
     }
 
     fn splits_depth(&self) -> bool {
+        true
+    }
+
+    fn cuts_for_gemm(&self) -> bool {
         true
     }
 }
@@ -175,11 +234,90 @@ fn block_start(dim: usize, count: usize, p: usize) -> usize {
     if p >= count { dim } else { (p * dim / count) / SPLIT_ALIGN * SPLIT_ALIGN }
 }
 
+/// How many of ember's output columns `gemm` packs `b` for at a time (its row block of the
+/// transposed product it computes, `mc`: eight 64-row kernels for `f32` on AVX-512): a
+/// tile wider than this reads its rows of `a` once per such block.
+const GEMM_PACKED_COLUMNS: usize = 512;
+
+/// The most partial-output elements a product split along its depth may allocate
+/// (16 MiB of `f32`): past that, writing and summing the parts costs more than the repacking
+/// it saves.
+const MAX_PARTIAL: usize = 1 << 22;
+
+/// A product's cut into tasks: output [`Tiles`], each computed in `parts` slices of the
+/// inner dimension (summed afterwards, [`depth_split`]) where `parts > 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    tiles: Tiles,
+    parts: usize,
+}
+
+impl Plan {
+    /// The cut for `gemm` blocks: of all grids of at most [`SPLIT_PIECES`] blocks each way
+    /// (none narrower than [`MIN_SPLIT`]) and depth splits into parts of at least
+    /// [`MIN_DEPTH_PART`] steps, the one with the least memory traffic among those giving
+    /// [`MIN_TILES`] tasks (or as many as the shape allows).
+    ///
+    /// The traffic counted, in elements: every row block packs its columns of `b` (read and
+    /// written: 2 per element); every column block reads its rows of `a` in place once per
+    /// [`GEMM_PACKED_COLUMNS`] columns where `a`'s columns are adjacent (`a_in_place`: `gemm`
+    /// streams it unpacked), else packs them (2 per element); every part after the first
+    /// writes, zeroes and sums a partial output (4 per element). Narrow tall tiles repack
+    /// `b` for few rows (a forward `[2048, 256] @ [256, 768]` in 16 row blocks of 128 ran at
+    /// 150 against 190 GFLOP per CPU-second in 4x2 tiles) and a weight gradient's row tiles
+    /// each pack all of the activations (`[768, 16384] @ [16384, 256]` in 12 row tiles: 128
+    /// against 160 in three depth parts), so both are avoided.
+    ///
+    /// Depth splits only where `splits_depth` (the kernel sums in `T`). Like [`Tiles::new`]
+    /// the plan follows the shape (and whether `a` is read in place) alone, never the thread
+    /// count, so results are bitwise the same on any number of threads.
+    fn for_gemm(m: usize, n: usize, k: usize, a_in_place: bool, splits_depth: bool) -> Plan {
+        let (m64, n64, k64) = (m as f64, n as f64, k as f64);
+        let max_parts = if splits_depth { (k / MIN_DEPTH_PART).clamp(1, MIN_TILES) } else { 1 };
+        let mut best: Option<(usize, f64, Plan)> = None;
+        for parts in 1..=max_parts {
+            if (parts - 1).saturating_mul(m).saturating_mul(n) > MAX_PARTIAL {
+                break;
+            }
+            for row_blocks in 1..=split_count(m, SPLIT_PIECES) {
+                for col_blocks in 1..=split_count(n, SPLIT_PIECES) {
+                    let tasks = (row_blocks * col_blocks * parts).min(MIN_TILES);
+                    let width = n.div_ceil(col_blocks);
+                    let a_reads = if a_in_place { width.div_ceil(GEMM_PACKED_COLUMNS) as f64 } else { 2.0 };
+                    let traffic = 2.0 * row_blocks as f64 * n64 * k64
+                        + col_blocks as f64 * a_reads * m64 * k64
+                        + 4.0 * (parts - 1) as f64 * m64 * n64;
+                    let better = match best {
+                        None => true,
+                        Some((t, c, _)) => tasks > t || (tasks == t && traffic < c),
+                    };
+                    if better {
+                        let tiles = Tiles { m, n, row_blocks, col_blocks, columns_first: n >= m };
+                        best = Some((tasks, traffic, Plan { tiles, parts }));
+                    }
+                }
+            }
+        }
+        best.map_or(Plan { tiles: Tiles::new(m, n), parts: 1 }, |(_, _, plan)| plan)
+    }
+
+    /// The fixed cut by the shape ([`Tiles::new`], then [`depth_parts`] where the kernel
+    /// sums in `T`), for kernels that do not block as `gemm` does.
+    fn by_shape(m: usize, n: usize, k: usize, splits_depth: bool) -> Plan {
+        let tiles = Tiles::new(m, n);
+        Plan { tiles, parts: if splits_depth { depth_parts(tiles.count(), k) } else { 1 } }
+    }
+
+    fn tasks(&self) -> usize {
+        self.tiles.count() * self.parts
+    }
+}
+
 /// `dst[m, n] = a[m, k] @ b[k, n]` (`dst` contiguous) on up to `threads` threads.
 ///
-/// Large products are cut into [`Tiles`] run by [`par_for`] (or [`par_for_heavy`] from
-/// [`HEAVY_PRODUCT`] multiply-adds), each index one tile claimed by whichever thread comes
-/// next, never parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller
+/// Large products are cut by a [`Plan`] into tiles (and depth parts, [`depth_split`]) run
+/// by [`par_for`] (or [`par_for_heavy`] from [`HEAVY_PRODUCT`] multiply-adds), each index
+/// one task claimed by whichever thread comes next, never parallelised by `gemm` itself: `gemm`'s `rayon` entry puts the caller
 /// to sleep and pays two thread wake-ups (tens of microseconds on a virtual machine, as long
 /// as a whole 256x256 product), and its tasks would run on `rayon`'s threads without the
 /// kernels' float mode (see `float_mode`), which only tasks that ember starts can set. The
@@ -204,12 +342,20 @@ pub(super) unsafe fn gemm_parallel<T: Element, P: BlockProduct<T>>(
     block: &P,
 ) {
     let work = m.saturating_mul(n).saturating_mul(k);
-    let tiles = Tiles::new(m, n);
-    let parts = if block.splits_depth() { depth_parts(tiles.count(), k) } else { 1 };
-    if work < SERIAL_PRODUCT || tiles.count() * parts < 2 {
+    if work < SERIAL_PRODUCT {
         // SAFETY: guaranteed by the caller.
         return unsafe { block.product(m, n, k, dst, n, a, b) };
     }
+    let plan = if block.cuts_for_gemm() {
+        Plan::for_gemm(m, n, k, a.cs == 1, block.splits_depth())
+    } else {
+        Plan::by_shape(m, n, k, block.splits_depth())
+    };
+    if plan.tasks() < 2 {
+        // SAFETY: guaranteed by the caller.
+        return unsafe { block.product(m, n, k, dst, n, a, b) };
+    }
+    let (tiles, parts) = (plan.tiles, plan.parts);
     if parts > 1 {
         // SAFETY: guaranteed by the caller.
         return unsafe { depth_split(m, n, k, dst, a, b, (tiles, parts), threads, block) };
@@ -515,7 +661,7 @@ mod tests {
                 out
             };
             let one = product(1);
-            assert!(Tiles::new(m, n).count() > 1, "{m}x{n} is split");
+            assert!(Plan::for_gemm(m, n, k, true, true).tasks() > 1, "{m}x{n} is split");
             assert_eq!(product(2), one, "{m}x{k} @ {k}x{n}");
             assert_eq!(product(8), one, "{m}x{k} @ {k}x{n}");
             // And the product is right: one element against a plain sum.
@@ -547,7 +693,7 @@ mod tests {
                 out
             };
             let one = product(1);
-            assert!(depth_parts(Tiles::new(m, n).count(), k) > 1, "{m}x{k} @ {k}x{n} is split along k");
+            assert!(Plan::for_gemm(m, n, k, false, true).parts > 1, "{m}x{k} @ {k}x{n} is split along k");
             assert_eq!(product(2), one, "{m}x{k} @ {k}x{n}");
             assert_eq!(product(8), one, "{m}x{k} @ {k}x{n}");
             for (r, c) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
@@ -555,6 +701,73 @@ mod tests {
                 assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n} at ({r}, {c})");
             }
         }
+    }
+
+    #[test]
+    fn gemm_plans_cover_every_output_element_once_in_enough_tasks() {
+        for (m, n, k) in [(256, 256, 256), (2048, 2048, 2048), (100, 3000, 50), (3000, 100, 4096), (129, 65, 999)] {
+            for a_in_place in [true, false] {
+                let plan = Plan::for_gemm(m, n, k, a_in_place, true);
+                assert!(coverage(&plan.tiles).iter().all(|&h| h == 1), "{m}x{n}: {plan:?}");
+                // Never fewer tasks than the fixed cut gives, so the threads share as evenly.
+                let fixed = Plan::by_shape(m, n, k, true).tasks().min(MIN_TILES);
+                assert!(plan.tasks() >= fixed, "{m}x{n}x{k}: {plan:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_plans_keep_tiles_wide_and_split_weight_gradients_along_k() {
+        let cut = |m, n, k, a_in_place| {
+            let p = Plan::for_gemm(m, n, k, a_in_place, true);
+            (p.tiles.row_blocks, p.tiles.col_blocks, p.parts)
+        };
+        // Square products: 2x4 tiles (1024x512 at 2048), not 16 column blocks that each
+        // read all of `a`.
+        assert_eq!(cut(2048, 2048, 2048, true), (2, 4, 1));
+        assert_eq!(cut(256, 256, 256, true), (2, 4, 1));
+        // A Linear forward over 2048 tokens, [2048, 256] @ [256, 768]: 512-row tiles, not 16
+        // row blocks that each repack the whole weight.
+        assert_eq!(cut(2048, 768, 256, true), (4, 2, 1));
+        // Its weight gradient [768, 16384] @ [16384, 256], `a` a transposed view: the whole
+        // output in eight depth parts, not row tiles that each pack all the activations.
+        assert_eq!(cut(768, 256, 16384, false), (1, 1, 8));
+        // Without depth splits (a kernel that does not sum in `T`), tiles only.
+        assert_eq!(Plan::for_gemm(768, 256, 16384, false, false).parts, 1);
+        // No partial outputs past the bound: a large deep product is cut into tiles.
+        assert_eq!(Plan::for_gemm(4096, 4096, 65536, false, true).parts, 1);
+    }
+
+    #[test]
+    fn tall_weight_gradients_computed_transposed_match_the_sum_bitwise_on_any_threads() {
+        // `[m, k] @ [k, n]` with `a` a transposed view and m >= 2n: each block is computed as
+        // its transpose and copied into place.
+        let (m, n, k) = (384, 128, 1024);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 1999) as f32 / 999.0 - 1.0).collect();
+        let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+        let am = Mat { ptr: at.as_ptr(), rs: 1, cs: m as isize };
+        let bm = Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+        assert!(transposed_is_faster(m, n, k, &am, &bm));
+        let product = |threads: usize| {
+            let mut out = vec![0f32; m * n];
+            // SAFETY: `at` is `m x k` column-major, `b` is `k x n` row-major; `out` is `m x n`.
+            unsafe { gemm_parallel(m, n, k, out.as_mut_ptr(), &am, &bm, threads, &Gemm) };
+            out
+        };
+        let one = product(1);
+        assert_eq!(product(2), one);
+        assert_eq!(product(8), one);
+        for r in [0, 1, m / 2, m - 1] {
+            for c in [0, 1, n / 3, n - 1] {
+                let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
+                assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "({r}, {c})");
+            }
+        }
+        // Where `a` is read in place, or the block is narrow, the block is computed directly.
+        let ar = Mat { ptr: a.as_ptr(), rs: k as isize, cs: 1 };
+        assert!(!transposed_is_faster(m, n, k, &ar, &bm));
+        assert!(!transposed_is_faster(m, 64, k, &am, &bm));
     }
 
     #[test]

@@ -21,6 +21,9 @@
 
 use ember_tensor::{Result, Tensor, threading};
 use std::time::Instant;
+#[path = "bench_util/mod.rs"]
+mod bench_util;
+use bench_util::{median, process_cpu};
 
 struct Args {
     threads: usize,
@@ -63,28 +66,8 @@ fn parse() -> std::result::Result<Args, String> {
     Ok(args)
 }
 
-/// The process's user plus system CPU time in seconds (`getrusage(RUSAGE_SELF)`).
-fn process_cpu() -> f64 {
-    // SAFETY: `getrusage` writes one `rusage` into the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return f64::NAN;
-        }
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
 /// One of the timed products, over tensors made beforehand.
 type Product<'a> = Box<dyn Fn() -> Result<Tensor> + 'a>;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
-}
 
 /// (median GFLOP/s, GFLOP per CPU-second) of `reps` runs of `product` after one untimed.
 fn time(flops: f64, reps: usize, product: impl Fn() -> Result<Tensor>) -> Result<(f64, f64)> {

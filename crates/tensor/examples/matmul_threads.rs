@@ -27,6 +27,9 @@
 
 use ember_tensor::{Result, Tensor, threading};
 use std::time::Instant;
+#[path = "bench_util/mod.rs"]
+mod bench_util;
+use bench_util::{median, process_cpu};
 
 struct Args {
     threads: usize,
@@ -49,20 +52,6 @@ fn parse() -> std::result::Result<Args, String> {
         }
     }
     Ok(args)
-}
-
-/// The process's user plus system CPU time in seconds (`getrusage(RUSAGE_SELF)`).
-fn process_cpu() -> f64 {
-    // SAFETY: `getrusage` writes one `rusage` into the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return f64::NAN;
-        }
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// Per thread of this process: (whether it is one of ember's helpers, nanoseconds on a CPU),
@@ -100,12 +89,6 @@ fn machine_times() -> (f64, f64, f64) {
     }
     let busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6];
     (busy / 100.0, ticks[7] / 100.0, vcpus)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
 }
 
 fn main() -> Result<()> {

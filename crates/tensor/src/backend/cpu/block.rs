@@ -8,6 +8,7 @@ use crate::dtype::Element;
 use gemm::Parallelism;
 
 /// A matrix addressed by its first element and its row and column strides in elements.
+#[derive(Clone, Copy)]
 pub(super) struct Mat<T> {
     pub ptr: *const T,
     pub rs: isize,
@@ -83,22 +84,41 @@ pub(super) fn block_product<T: Element>(
     let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
     // SAFETY: the assertions above keep every addressed element inside its slice, and `dst`
     // is a unique borrow, so it overlaps neither input.
+    unsafe { gemm_block((m, n, k), (dst.as_mut_ptr(), dst_rs), &am, &bm, accumulate, scale) }
+}
+
+/// `dst[m, n] = scale * a[m, k] @ b[k, n]` (`+=` where `accumulate`) on the calling thread
+/// through `gemm`, `dst` with rows `dst_rs` apart and adjacent columns.
+///
+/// # Safety
+/// `a`, `b` and `dst` must address `m x k`, `k x n` and `m x n` valid elements through
+/// their strides, and `dst` must not overlap the operands.
+pub(super) unsafe fn gemm_block<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut T, usize),
+    a: &Mat<T>,
+    b: &Mat<T>,
+    accumulate: bool,
+    scale: T,
+) {
+    let keep = if accumulate { T::ONE } else { T::ZERO };
+    // SAFETY: guaranteed by the caller.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             dst_rs as isize,
             accumulate,
-            am.ptr,
-            am.cs,
-            am.rs,
-            bm.ptr,
-            bm.cs,
-            bm.rs,
-            if accumulate { T::ONE } else { T::ZERO },
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            keep,
             scale,
             false,
             false,

@@ -8,7 +8,6 @@ use crate::host::iter::{fill_chunks, par_for, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
-use gemm::Parallelism;
 use parking_lot::Mutex;
 
 /// Multiply-adds below which a kernel runs on the calling thread only.
@@ -98,17 +97,7 @@ impl<T: Copy> Bias<'_, T> {
     }
 }
 
-/// A matrix for `gemm`: a pointer and row and column strides in elements.
-#[derive(Clone, Copy)]
-pub(super) struct Mat<T> {
-    pub(super) ptr: *const T,
-    pub(super) rs: isize,
-    pub(super) cs: isize,
-}
-
-// SAFETY: a `Mat` only reads memory that outlives the loop using it.
-unsafe impl<T> Send for Mat<T> {}
-unsafe impl<T> Sync for Mat<T> {}
+pub(super) use super::block::Mat;
 
 /// `dst[m, n] = a[m, k] @ b[k, n]`, plus the previous `dst` when `accumulate`; `dst` has rows
 /// `dst_rs` apart and unit column stride.
@@ -139,31 +128,8 @@ pub(super) unsafe fn product<T: FloatElement>(
         }
         return;
     }
-    let keep = if accumulate { T::ONE } else { T::ZERO };
     // SAFETY: guaranteed by the caller.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            1,
-            dst_rs as isize,
-            accumulate,
-            a.ptr,
-            a.cs,
-            a.rs,
-            b.ptr,
-            b.cs,
-            b.rs,
-            keep,
-            T::ONE,
-            false,
-            false,
-            false,
-            Parallelism::None,
-        )
-    }
+    unsafe { super::block::gemm_block((m, n, k), (dst, dst_rs), &a, &b, accumulate, T::ONE) }
 }
 
 /// The layout's data as a contiguous slice starting at its first element: the view itself

@@ -5,14 +5,13 @@
 //! copy. With the workspace's `x86-v4` feature it dispatches to AVX-512 kernels at run time
 //! on machines that have them and to AVX2/FMA elsewhere.
 
-use super::block::{BlockProduct, Mat};
+use super::block::{BlockProduct, Mat, gemm_block};
 use super::matmul_lowp::Lowp;
 use crate::dtype::Element;
 use crate::host::iter::{par_for, par_for_heavy, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
-use gemm::Parallelism;
 use half::{bf16, f16};
 
 /// Products with fewer multiply-adds than this run batches in parallel instead of
@@ -61,31 +60,10 @@ impl<T: Element> BlockProduct<T> for Gemm {
     unsafe fn product(&self, m: usize, n: usize, k: usize, dst: *mut T, dst_rs: usize, a: &Mat<T>, b: &Mat<T>) {
         if transposed_is_faster(m, n, k, a, b) {
             let mut scratch = vec![T::ZERO; m * n];
+            let (bt, at) = (Mat { ptr: b.ptr, rs: b.cs, cs: b.rs }, Mat { ptr: a.ptr, rs: a.cs, cs: a.rs });
             // SAFETY: `scratch` is `n x m` row-major; `b^T` (`n x k`) and `a^T` (`k x m`)
             // address exactly the elements the caller vouches for as `b` and `a`.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    m,
-                    k,
-                    scratch.as_mut_ptr(),
-                    1,
-                    m as isize,
-                    false,
-                    b.ptr,
-                    b.rs,
-                    b.cs,
-                    a.ptr,
-                    a.rs,
-                    a.cs,
-                    T::ZERO,
-                    T::ONE,
-                    false,
-                    false,
-                    false,
-                    Parallelism::None,
-                )
-            };
+            unsafe { gemm_block((n, m, k), (scratch.as_mut_ptr(), m), &bt, &at, false, T::ONE) };
             for r0 in (0..m).step_by(TRANSPOSE_BLOCK) {
                 for c0 in (0..n).step_by(TRANSPOSE_BLOCK) {
                     for r in r0..(r0 + TRANSPOSE_BLOCK).min(m) {
@@ -100,29 +78,7 @@ impl<T: Element> BlockProduct<T> for Gemm {
             return;
         }
         // SAFETY: guaranteed by the caller.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst,
-                1,
-                dst_rs as isize,
-                false,
-                a.ptr,
-                a.cs,
-                a.rs,
-                b.ptr,
-                b.cs,
-                b.rs,
-                T::ZERO,
-                T::ONE,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            )
-        }
+        unsafe { gemm_block((m, n, k), (dst, dst_rs), a, b, false, T::ONE) }
     }
 
     fn splits_depth(&self) -> bool {

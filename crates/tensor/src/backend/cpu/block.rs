@@ -1,8 +1,9 @@
 //! One block of a matrix product on the calling thread: the strided matrix operand
 //! ([`Mat`]), the trait by which the split product hands a block to its kernel
-//! ([`BlockProduct`]), and `gemm`'s product of one block (`block_product`), which the
-//! attention and LSTM kernels call directly. Below both the `f32`/`f64` product
-//! (`matmul.rs`) and the low-precision one (`matmul_lowp.rs`).
+//! ([`BlockProduct`]), and `gemm`'s product of one block: [`gemm_block`] on raw operands,
+//! which the split product and the convolutions call, and `block_product` on slices, which
+//! the attention and LSTM kernels call. Below both the `f32`/`f64` product (`matmul.rs`)
+//! and the low-precision one (`matmul_lowp.rs`).
 
 use crate::dtype::Element;
 use gemm::Parallelism;

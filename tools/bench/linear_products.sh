@@ -21,13 +21,8 @@ runs="${1:-6}"
 tokens="${TOKENS:-2048,16384}"
 layers="${LAYERS:-256:768,256:256,256:1024,1024:256}"
 reps="${REPS:-11}"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-    for candidate in /work/venv-torch/bin/python .venv-torch/bin/python; do
-        [[ -x "$candidate" ]] && python="$candidate" && break
-    done
-fi
-[[ -n "$python" ]] || { echo "linear_products.sh: no PyTorch interpreter: set PYTHON" >&2; exit 1; }
+source tools/bench/three_way.sh
+find_python linear_products.sh
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -35,22 +30,7 @@ cargo build --release -q -p ember-tensor --example linear_products
 bin="${CARGO_TARGET_DIR:-target}/release/examples/linear_products"
 args=(--tokens "$tokens" --layers "$layers" --reps "$reps")
 
-ember() { # THREADS RUN
-    "$bin" --threads "$1" "${args[@]}" >"$out/ember$1.$2"
-}
-torch() { # RUN
-    "$python" tools/bench/linear_products_torch.py --threads 2 "${args[@]}" >"$out/torch.$1"
-}
-
-for r in $(seq 1 "$runs"); do
-    python3 tools/bench/sets.py probe >"$out/probe.$r"
-    if (( r % 2 )); then
-        ember 2 "$r"; ember 1 "$r"; torch "$r"
-    else
-        torch "$r"; ember 1 "$r"; ember 2 "$r"
-    fi
-    echo "run $r of $runs done" >&2
-done
+three_way_runs "$out" "$runs" "$bin" tools/bench/linear_products_torch.py "${args[@]}"
 
 python3 - "$out" "$runs" "tools/bench/linear_products.sh $runs" <<'PY'
 import sys

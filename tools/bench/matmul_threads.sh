@@ -24,13 +24,8 @@ cd "$(dirname "$0")/../.."
 runs="${1:-10}"
 sizes="${SIZES:-256,512,1024,2048}"
 reps="${REPS:-11}"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-    for candidate in /work/venv-torch/bin/python .venv-torch/bin/python; do
-        [[ -x "$candidate" ]] && python="$candidate" && break
-    done
-fi
-[[ -n "$python" ]] || { echo "matmul_threads.sh: no PyTorch interpreter: set PYTHON" >&2; exit 1; }
+source tools/bench/three_way.sh
+find_python matmul_threads.sh
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -38,22 +33,7 @@ cargo build --release -q -p ember-tensor --example matmul_threads
 bin="${CARGO_TARGET_DIR:-target}/release/examples/matmul_threads"
 args=(--sizes "$sizes" --reps "$reps")
 
-ember() { # THREADS RUN
-    "$bin" --threads "$1" "${args[@]}" >"$out/ember$1.$2"
-}
-torch() { # RUN
-    "$python" tools/bench/matmul_threads_torch.py --threads 2 "${args[@]}" >"$out/torch.$1"
-}
-
-for r in $(seq 1 "$runs"); do
-    python3 tools/bench/sets.py probe >"$out/probe.$r"
-    if (( r % 2 )); then
-        ember 2 "$r"; ember 1 "$r"; torch "$r"
-    else
-        torch "$r"; ember 1 "$r"; ember 2 "$r"
-    fi
-    echo "run $r of $runs done" >&2
-done
+three_way_runs "$out" "$runs" "$bin" tools/bench/matmul_threads_torch.py "${args[@]}"
 
 command="tools/bench/matmul_threads.sh $runs"
 [[ "$sizes" == 256,512,1024,2048 && "$reps" == 11 ]] || command="SIZES=$sizes REPS=$reps $command"

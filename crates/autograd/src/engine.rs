@@ -37,7 +37,10 @@ use crate::backward_ctx::BackwardCtx;
 use crate::extension::{self, Dispatch, Running};
 use crate::grad_buffer::grad_buffer;
 use crate::grad_mode::{GradModeGuard, is_grad_enabled};
-use crate::node::{GRAD_IN_PLACE, HAS_GRAD, NodeRef, RELEASE_MIN_BYTES, RETAINS_GRAD, structure_epoch};
+use crate::node::{
+    EXTENSION_FLAGS, EXTENSION_SHIFT, GRAD_IN_PLACE, HAS_GRAD, IS_LEAF, NodeRef, RELEASE_MIN_BYTES, REQUIRES_GRAD,
+    RETAINS_GRAD, any_kept_grad, structure_epoch,
+};
 use crate::op::Grads;
 use crate::reactive::{self, Mode};
 use crate::var::Var;
@@ -102,6 +105,10 @@ struct Graph {
     /// reference the graph itself holds; any other is a handle held outside this backward,
     /// whose value must be kept.
     graph_refs: Vec<usize>,
+    /// Per node: its flags as discovery read them (the flags a plan depends on change only
+    /// with the structure epoch, see [`Prepared`]), so that pruning does not visit every
+    /// node again.
+    flags: Vec<u32>,
     index: FxHashMap<usize, usize>,
     /// The nodes whose gradient an extension redirects, with their target for this
     /// backward (read once, so that it cannot change mid-pass).
@@ -126,6 +133,7 @@ impl Graph {
         if self.hold {
             self.held.push(NodeRef::clone(&n));
         }
+        self.flags.push(n.flags.load(Ordering::Relaxed));
         self.nodes.push(n);
         self.edges.push(SmallVec::new());
         self.graph_refs.push(0);
@@ -207,6 +215,7 @@ fn discover(roots: &[NodeRef], complete: bool, hold: bool) -> (Graph, Vec<usize>
         hold,
         edges: Vec::with_capacity(hint),
         graph_refs: Vec::with_capacity(hint),
+        flags: Vec::with_capacity(hint),
         index: FxHashMap::default(),
         redirects: FxHashMap::default(),
     };
@@ -287,12 +296,12 @@ fn prepare(roots: &[NodeRef], targets: Option<&[NodeRef]>, keep: bool, hold: boo
     }
     let mut needed = vec![false; n];
     for &i in &post {
-        let node = &graph.nodes[i];
         let own = if accumulate {
-            let flags = node.extensions();
-            (node.is_leaf() && node.requires_grad())
-                || node.has(RETAINS_GRAD)
-                || (flags != 0 && extension::wants_grad(flags, node))
+            let f = graph.flags[i];
+            let extensions = ((f & EXTENSION_FLAGS) >> EXTENSION_SHIFT) as u8;
+            (f & IS_LEAF != 0 && f & REQUIRES_GRAD != 0)
+                || f & RETAINS_GRAD != 0
+                || (extensions != 0 && extension::wants_grad(extensions, &graph.nodes[i]))
         } else {
             target_slot[i].is_some()
         };
@@ -420,7 +429,9 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
     };
     let (graph, needed, target_slot) = (&prepared.graph, &prepared.needed, &prepared.target_slot);
     let n = graph.nodes.len();
-    if accumulate {
+    // Only a backward that retained its graph leaves gradients on nodes on the way: until
+    // one has run, no node can hold one, and the pass over every node is skipped.
+    if accumulate && any_kept_grad() {
         for node in &graph.nodes {
             // A node on the way stops holding the previous backward's gradient (see docs/design.md,
             // 'Accumulation rules').
@@ -484,7 +495,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                 }
             } else if retain_graph {
                 *node.grad_slot() = grad.as_ref().map(|g| readable_grad(g, create_graph));
-                node.set(HAS_GRAD, grad.is_some());
+                node.set_kept_grad(grad.is_some());
             }
         }
         // Built by pushing rather than collected: `SmallVec`'s `extend` reserves through a
@@ -532,7 +543,7 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
             if let Some(gk) = grads.get_mut(k).and_then(Option::take) {
                 // Built-in operations are covered by gradcheck tests; the check costs two
                 // locks per edge, so release builds leave it to operations that ask for it.
-                if cfg!(debug_assertions) || node.op.validates_grads() {
+                if cfg!(debug_assertions) || node.checks_grads() {
                     check_grad_shape(node, k, &graph.nodes[j], &gk)?;
                 }
                 buffers[j] = Some(match buffers[j].take() {
@@ -663,7 +674,7 @@ fn readable_grad(g: &Var, create_graph: bool) -> Var {
 /// hands it to `released` to free later. `graph_refs`: the strong references to the node
 /// that the graph accounts for.
 fn release(node: &NodeRef, graph_refs: usize, released: &mut Released) {
-    if node.inputs.is_empty() || !node.op.recomputable() {
+    if node.inputs.is_empty() || !node.recomputable() {
         return;
     }
     released.make_room();

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A shared reference to a node, as held by the graph (not counted as a user handle).
 pub(crate) type NodeRef = Arc<Node<dyn Op>>;
@@ -55,6 +55,12 @@ pub(crate) const UNREAD: u32 = 1024;
 /// handles outside the graph can be told from them. Set at creation, never cleared, so
 /// that counting up and down stays symmetric.
 pub(crate) const COUNTS_EDGES: u32 = 2048;
+/// The operation cannot be re-executed ([`Op::recomputable`] is false, read once when the
+/// node is made): backward never frees its value.
+pub(crate) const NOT_RECOMPUTABLE: u32 = 4096;
+/// Backward checks the shapes of the gradients the operation returns in release builds too
+/// ([`Op::validates_grads`], read once when the node is made).
+pub(crate) const CHECKS_GRADS: u32 = 8192;
 /// Values smaller than this are never released early: they are below what
 /// `ember_tensor::storage::memory_stats` counts, and releasing them would cost a lock per
 /// operation to save next to nothing.
@@ -127,12 +133,18 @@ impl Extras {
 }
 
 /// A graph node; see the module docs.
+///
+/// The fields are laid out in the order written (`repr(C)`): what discovery and the
+/// backward loop read of every node (flags, sequence number, inputs) comes first, beside
+/// the reference counts, so that those reads touch one or two cache lines of a node rather
+/// than lines at both of its ends.
+#[repr(C)]
 pub struct Node<O: ?Sized> {
-    pub(crate) inputs: SmallVec<[NodeRef; 2]>,
-    pub(crate) seq: u64,
     pub(crate) flags: AtomicU32,
     /// How many nodes hold this one as an input, counted only with [`COUNTS_EDGES`].
     pub(crate) edges: AtomicU32,
+    pub(crate) seq: u64,
+    pub(crate) inputs: SmallVec<[NodeRef; 2]>,
     pub(crate) state: Mutex<NodeState>,
     pub(crate) grad: Mutex<Option<Var>>,
     pub(crate) extras: Mutex<Option<Box<Extras>>>,
@@ -263,6 +275,9 @@ pub(crate) fn new_node<O: Op>(
             note_consumer(input, f, saves.saves_input(i));
         }
     }
+    let flags = flags
+        | if op.recomputable() { 0 } else { NOT_RECOMPUTABLE }
+        | if op.validates_grads() { CHECKS_GRADS } else { 0 };
     let epochs = reactive::epochs();
     // Written straight into the allocation (one a freed node left, when this thread has
     // one: see `node_cache`): `Arc::new` builds the node on the stack and copies it over, a
@@ -275,10 +290,10 @@ pub(crate) fn new_node<O: Op>(
     // its pointer races with nothing; after the write the node is initialised.
     let node: NodeRef = unsafe {
         (*p).write(Node {
-            inputs,
-            seq,
             flags: AtomicU32::new(flags),
             edges: AtomicU32::new(0),
+            seq,
+            inputs,
             state: Mutex::new(NodeState::new(value, input_versions, epochs)),
             grad: Mutex::new(None),
             extras: Mutex::new(None),
@@ -347,7 +362,25 @@ pub(crate) fn release_unread(node: &NodeRef) {
     drop(taken);
 }
 
+/// Whether any node has held a kept gradient ([`HAS_GRAD`]) since the program started.
+static ANY_KEPT_GRAD: AtomicBool = AtomicBool::new(false);
+
+/// Whether any node may hold a kept gradient ([`HAS_GRAD`]): false until the first backward
+/// that retains its graph keeps one, so that the others need not look at every node.
+#[inline]
+pub(crate) fn any_kept_grad() -> bool {
+    ANY_KEPT_GRAD.load(Ordering::Acquire)
+}
+
 impl<O: ?Sized + Op> Node<O> {
+    /// Sets or clears [`HAS_GRAD`]; the only way to set it, so that [`any_kept_grad`] knows.
+    pub(crate) fn set_kept_grad(&self, on: bool) {
+        if on && !ANY_KEPT_GRAD.load(Ordering::Relaxed) {
+            ANY_KEPT_GRAD.store(true, Ordering::Release);
+        }
+        self.set(HAS_GRAD, on);
+    }
+
     pub(crate) fn has(&self, flag: u32) -> bool {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
@@ -384,6 +417,16 @@ impl<O: ?Sized + Op> Node<O> {
 
     pub(crate) fn requires_grad(&self) -> bool {
         self.has(REQUIRES_GRAD)
+    }
+
+    /// Whether the value can be recomputed from the inputs ([`Op::recomputable`]).
+    pub(crate) fn recomputable(&self) -> bool {
+        !self.has(NOT_RECOMPUTABLE)
+    }
+
+    /// Whether backward checks the gradients' shapes in release builds ([`Op::validates_grads`]).
+    pub(crate) fn checks_grads(&self) -> bool {
+        self.has(CHECKS_GRADS)
     }
 
     /// The node's name if one was set.
@@ -451,5 +494,76 @@ impl NodeState {
     /// `(value_version, storage_version)` of the current value, as consumers record it.
     pub(crate) fn versions(&self) -> (u64, u64) {
         (self.value_version, self.value.as_ref().map_or(self.storage_version, |v| v.version()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backward_ctx::BackwardCtx;
+    use crate::op::{Grads, Leaf};
+    use ember_tensor::{DType, Result};
+
+    /// An operation that answers the engine's questions the other way from the defaults.
+    struct Unusual;
+
+    impl Op for Unusual {
+        fn name(&self) -> &str {
+            "unusual"
+        }
+        fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+            Ok(inputs[0].clone())
+        }
+        fn backward(&self, _: &BackwardCtx<'_>, g: &Var) -> Result<Grads> {
+            Ok(smallvec::smallvec![Some(g.clone())])
+        }
+        fn recomputable(&self) -> bool {
+            false
+        }
+        fn validates_grads(&self) -> bool {
+            true
+        }
+    }
+
+    /// `new_node` writes the operation's answers into the flags, and the node's accessors
+    /// read them there.
+    #[test]
+    fn a_node_keeps_its_operations_answers_in_its_flags() -> Result<()> {
+        let x = Var::param(Tensor::ones([2], DType::F32)?);
+        let plain = x.exp();
+        assert!(plain.node.recomputable() && !plain.node.checks_grads());
+        let unusual = Var::apply_op(Unusual, &[&x])?;
+        assert!(!unusual.node.recomputable() && unusual.node.checks_grads());
+        assert!(unusual.node.has(NOT_RECOMPUTABLE | CHECKS_GRADS));
+        Ok(())
+    }
+
+    /// What backward reads of every node sits at the front, beside the reference counts;
+    /// the value state and the operation come after it.
+    #[test]
+    fn the_fields_backward_reads_of_every_node_come_first() {
+        type N = Node<Leaf>;
+        let front = [
+            std::mem::offset_of!(N, flags),
+            std::mem::offset_of!(N, edges),
+            std::mem::offset_of!(N, seq),
+            std::mem::offset_of!(N, inputs),
+        ];
+        let state = std::mem::offset_of!(N, state);
+        assert!(front.iter().all(|&f| f < state), "{front:?} against the state at {state}");
+        assert!(state < std::mem::offset_of!(N, grad) && std::mem::offset_of!(N, extras) < std::mem::offset_of!(N, op));
+        // With the two counts of the `Arc`, these fields span two cache lines at most.
+        assert!(2 * size_of::<usize>() + state <= 2 * 64, "the front takes {state} bytes");
+    }
+
+    /// Keeping a gradient on a node is what turns on the pass that drops kept gradients.
+    #[test]
+    fn a_kept_gradient_is_noted() -> Result<()> {
+        let h = Var::param(Tensor::ones([2], DType::F32)?).exp();
+        h.node.set_kept_grad(true);
+        assert!(any_kept_grad() && h.node.has(HAS_GRAD));
+        h.node.set_kept_grad(false);
+        assert!(!h.node.has(HAS_GRAD));
+        Ok(())
     }
 }

@@ -56,13 +56,15 @@ pub trait Op: std::any::Any + Send + Sync + 'static {
         Saves::INPUTS
     }
     /// Whether the forward can be run again to recompute a freed value. Operations that are
-    /// not (they draw random numbers, say) keep their values after backward.
+    /// not (they draw random numbers, say) keep their values after backward. Read once, when
+    /// the operation's node is made.
     fn recomputable(&self) -> bool {
         true
     }
     /// Whether the engine checks, in release builds too, that backward's gradients have the
     /// inputs' shapes (debug builds always check). Built-in operations are verified by
-    /// gradcheck tests and skip the check; custom functions opt in.
+    /// gradcheck tests and skip the check; custom functions opt in. Read once, when the
+    /// operation's node is made.
     fn validates_grads(&self) -> bool {
         false
     }

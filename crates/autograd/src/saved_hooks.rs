@@ -288,7 +288,7 @@ pub(crate) fn pack_tensor(t: &Tensor) -> Option<PackedValue> {
 /// consume which, and may drop values only the graph holds.
 fn pack_node(var: &Var) {
     let node = &var.node;
-    if !node.op.recomputable() {
+    if !node.recomputable() {
         // A node that cannot be re-executed (a custom function's) keeps its own saved
         // values, and is not watched: what it uses is never dropped.
         return;
@@ -393,7 +393,7 @@ fn addr(n: &NodeRef) -> usize {
 /// Whether a node's value could ever be dropped: a re-executable operation's result (not a
 /// leaf, not a router whose value comes from outside).
 fn droppable_kind(n: &NodeRef) -> bool {
-    !n.inputs.is_empty() && !n.is_leaf() && n.op.recomputable()
+    !n.inputs.is_empty() && !n.is_leaf() && n.recomputable()
 }
 
 /// The position of `n` among the candidates, adding it if it may ever be dropped.

@@ -97,12 +97,16 @@ fn compute<O: Op>(
         [x] => {
             // The common case (elementwise, scalar, reductions, views): one lock, no
             // bookkeeping.
+            // The forward's result is unwrapped only on the way into `finish`: unwrapped
+            // inside the block, the tensor was copied from one stack slot to the next on
+            // each step out of it.
             let (out, versions) = {
                 let st = x.node.state();
                 let v = value_of(&st, &op)?;
-                (op.forward(&[v])?, smallvec::smallvec![st.versions()])
+                let versions = smallvec::smallvec![st.versions()];
+                (op.forward(&[v]), versions)
             };
-            finish(op, inputs, out, versions)
+            finish(op, inputs, out?, versions)
         }
         [a, b] if Arc::ptr_eq(&a.node, &b.node) => {
             let (out, versions) = {

@@ -339,9 +339,9 @@ pub(super) unsafe fn gemm_parallel<T: Element, P: BlockProduct<T>>(
 
 /// [`gemm_parallel`] for a product whose output has too few tiles to share: every tile is
 /// computed in `parts` slices of the inner dimension ([`depth_parts`]), the first into
-/// `dst` and the others into partial outputs, which are then added to `dst` in part order.
-/// Which thread computes a part never changes the sum, so results are the same on any
-/// number of threads.
+/// `dst` and the others into partial outputs, which are then added to `dst` in part order
+/// ([`sum_parts`]). Which thread computes a part or sums a block never changes the sum, so
+/// results are the same on any number of threads.
 ///
 /// # Safety
 /// As for [`gemm_parallel`].
@@ -358,7 +358,10 @@ unsafe fn depth_split<T: Element, P: BlockProduct<T>>(
     block: &P,
 ) {
     let len = m * n;
-    let mut partial = vec![T::ZERO; (parts - 1) * len];
+    // Not zeroed: every task overwrites its whole tile (`gemm` is told not to read it), and
+    // the tiles of each part cover its output, so nothing is read before it is written.
+    // Zeroing was a serial pass over all the partial outputs before any task started.
+    let mut partial: Vec<T> = Vec::with_capacity((parts - 1) * len);
     let (out, spare) = (SendPtr(dst), SendPtr(partial.as_mut_ptr()));
     let depth = |p: usize| p * k / parts;
     let run = |i: usize| {
@@ -368,7 +371,7 @@ unsafe fn depth_split<T: Element, P: BlockProduct<T>>(
         let (o, s) = (out, spare);
         // SAFETY: task (t, p) reads rows `rows` and steps `k0..k1` of `a`, steps `k0..k1`
         // and columns `cols` of `b`, and writes only tile `t` of output `p`: `dst` for the
-        // first part, else its own `m x n` slice of `partial`.
+        // first part, else its own `m x n` slice of `partial`'s capacity.
         unsafe {
             let target = if p == 0 { o.0 } else { s.0.add((p - 1) * len) };
             let am = Mat { ptr: a.ptr.offset(rows.start as isize * a.rs + k0 as isize * a.cs), rs: a.rs, cs: a.cs };
@@ -377,20 +380,58 @@ unsafe fn depth_split<T: Element, P: BlockProduct<T>>(
         }
     };
     let tasks = tiles.count() * parts;
+    let heavy = m.saturating_mul(n).saturating_mul(k) >= HEAVY_PRODUCT;
     if threads <= 1 {
         (0..tasks).for_each(run);
-    } else if m.saturating_mul(n).saturating_mul(k) >= HEAVY_PRODUCT {
+    } else if heavy {
         par_for_heavy(tasks, run);
     } else {
         par_for(tasks, run);
     }
-    // SAFETY: `dst` is `m x n` and contiguous (the caller's contract), and no task runs now.
-    let sum = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-    for part in partial.chunks_exact(len.max(1)) {
-        for (x, &y) in sum.iter_mut().zip(part) {
-            // In f64, then rounded once: the same as adding in `T` for `f32` and `f64`.
-            *x = T::from_f64(x.to_f64() + y.to_f64());
+    // SAFETY: no task runs now; the tasks wrote all `(parts - 1) * len` partial elements,
+    // and `dst` is `m x n` and contiguous (the caller's contract).
+    unsafe { sum_parts(dst, spare.0, len, parts - 1, threads, heavy) };
+}
+
+/// Elements of a depth-split product's output that one task of [`sum_parts`] sums, at the
+/// least: fewer would cost more to hand out than to add.
+const SUM_BLOCK: usize = 1 << 14;
+
+/// `dst[i] += partial[p * len + i]` for the parts `p` in order, in blocks of `dst` shared
+/// over the threads: each element is added in the same order whoever sums its block.
+///
+/// # Safety
+/// `dst` must be `len` writable elements and `partial` `parts * len` initialised ones,
+/// neither used elsewhere meanwhile.
+unsafe fn sum_parts<T: Element>(dst: *mut T, partial: *const T, len: usize, parts: usize, threads: usize, heavy: bool) {
+    let blocks = (len / SUM_BLOCK).clamp(1, MIN_TILES);
+    // Blocks start at multiples of SPLIT_ALIGN, so that each fills whole SIMD registers.
+    let start = |b: usize| block_start(len, blocks, b);
+    let (dst, partial) = (SendPtr(dst), SendPtr(partial.cast_mut()));
+    let sum = |b: usize| {
+        let (lo, hi) = (start(b), start(b + 1));
+        let (d, q) = (dst, partial);
+        // SAFETY: block `b` is elements `lo..hi` of `dst` and of each part, disjoint from
+        // every other block's, and inside the bounds the caller vouches for.
+        let (out, parts) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(d.0.add(lo), hi - lo),
+                std::slice::from_raw_parts(q.0.cast_const(), parts * len),
+            )
+        };
+        for part in parts.chunks_exact(len.max(1)) {
+            // Added in `T`: one rounding per addition, as the single longer sum would have.
+            for (x, &y) in out.iter_mut().zip(&part[lo..hi]) {
+                *x = x.wadd(y);
+            }
         }
+    };
+    if threads <= 1 || blocks == 1 {
+        (0..blocks).for_each(sum);
+    } else if heavy {
+        par_for_heavy(blocks, sum);
+    } else {
+        par_for(blocks, sum);
     }
 }
 
@@ -655,6 +696,27 @@ mod tests {
             for (r, c) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
                 let exact: f64 = (0..k).map(|p| a[r * k + p] as f64 * b[p * n + c] as f64).sum();
                 assert!((one[r * n + c] as f64 - exact).abs() <= 1e-4 * k as f64, "{m}x{k} @ {k}x{n} at ({r}, {c})");
+            }
+        }
+    }
+
+    #[test]
+    fn partial_outputs_are_summed_in_part_order_whoever_sums_a_block() {
+        // Lengths below one block, of several blocks, and not a multiple of the alignment.
+        for (len, parts) in [(100, 1), (SUM_BLOCK * 3 + 37, 3), (SUM_BLOCK * 20 + 5, 7)] {
+            // Values of very different sizes, so that another order of the additions would
+            // round differently.
+            let value = |i: usize| ((i * 7919) % 2003) as f32 * 10f32.powi((i % 9) as i32 - 4) - 1.0;
+            let first: Vec<f32> = (0..len).map(value).collect();
+            let partial: Vec<f32> =
+                (0..parts * len).map(|i| value(i + 17) * if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+            let want: Vec<f32> =
+                (0..len).map(|i| (0..parts).fold(first[i], |acc, p| acc + partial[p * len + i])).collect();
+            for threads in [1, 2, 8] {
+                let mut dst = first.clone();
+                // SAFETY: `dst` holds `len` elements and `partial` `parts * len`.
+                unsafe { sum_parts(dst.as_mut_ptr(), partial.as_ptr(), len, parts, threads, true) };
+                assert_eq!(dst, want, "len {len}, {parts} parts, {threads} threads");
             }
         }
     }

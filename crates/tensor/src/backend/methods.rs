@@ -166,21 +166,22 @@ macro_rules! backend_methods {
                 compose::lstm::sequence(self, gi, w_hh, h0, c0, run)
             }
             /// The gradients of [`Backend::lstm_sequence`] with respect to the input projection
-            /// (`[T, B, 4H]`), `h0` and `c0` (`[B, H]`), from its output `y`, the gradient arriving
-            /// at it `gy` (both `[T, 7, B, H]`), `w_hh` and `c0`. The recurrent weight's gradient is
-            /// one product the caller forms from the first of these.
+            /// (`[T, B, 4H]`), `h0` and `c0` (`[B, H]`), from its output `y` (`[T, 7, B, H]`), the
+            /// gradient arriving at every step's state `gs` (`[T, 2, B, H]`: `c_t`, `h_t`), `w_hh`
+            /// and `c0`. The recurrent weight's gradient is one product the caller forms from the
+            /// first of these.
             ///
             /// The default runs one [`Backend::lstm_cell_backward`] and one [`Backend::matmul`] per
             /// step.
             fn lstm_sequence_backward(
                 &self,
                 y: View<'_>,
-                gy: View<'_>,
+                gs: View<'_>,
                 w_hh: View<'_>,
                 c0: View<'_>,
                 run: &LstmRun,
             ) -> Result<[Storage; 3]> {
-                compose::lstm::sequence_backward(self, y, gy, w_hh, c0, run)
+                compose::lstm::sequence_backward(self, y, gs, w_hh, c0, run)
             }
             /// Batched matrix product. `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with
             /// identical (already broadcast) batch dimensions; the result is `[batch.., m, n]`.

@@ -33,6 +33,12 @@ use crate::{DType, Error, Result};
 /// The slots of a step's output, in order.
 pub const LSTM_SLOTS: usize = 7;
 
+/// The first of a step's state slots, `c'` (4), followed by `h'` (5): adjacent, so that the
+/// `[T, 2, B, H]` view `narrow(1, LSTM_STATE_SLOT, 2)` of a whole sequence's output holds
+/// every step's state, the only slots a user of the layer reads (and so the only ones a
+/// gradient can arrive at).
+pub const LSTM_STATE_SLOT: usize = 4;
+
 /// Checks the forward's operands (`a` and `gi` `[B, 4H]`, `c` `[B, H]`, one float dtype)
 /// and returns `(B, H)`.
 pub(crate) fn check_forward(a: (DType, &Layout), gi: (DType, &Layout), c: (DType, &Layout)) -> Result<(usize, usize)> {
@@ -163,11 +169,12 @@ pub(crate) fn check_sequence(
     Ok(LstmRun { steps, batch, hidden, reverse })
 }
 
-/// Checks the whole-sequence backward's operands (`y` and `gy` `[T, 7, B, H]`, `w_hh`
-/// `[4H, H]`, `c0` `[B, H]`, one float dtype) and returns the run, `reverse` as given.
+/// Checks the whole-sequence backward's operands (`y` `[T, 7, B, H]`, the state gradient
+/// `gs` `[T, 2, B, H]`, `w_hh` `[4H, H]`, `c0` `[B, H]`, one float dtype) and returns the
+/// run, `reverse` as given.
 pub(crate) fn check_sequence_backward(
     y: (DType, &Layout),
-    gy: (DType, &Layout),
+    gs: (DType, &Layout),
     w_hh: (DType, &Layout),
     c0: (DType, &Layout),
     reverse: bool,
@@ -180,7 +187,7 @@ pub(crate) fn check_sequence_backward(
     };
     let slots = [steps, LSTM_SLOTS, batch, hidden];
     expect_dims(op, "the output", y, &slots, w_hh.0)?;
-    expect_dims(op, "the output's gradient", gy, &slots, w_hh.0)?;
+    expect_dims(op, "the state gradient", gs, &[steps, 2, batch, hidden], w_hh.0)?;
     expect_dims(op, "c0", c0, &[batch, hidden], w_hh.0)?;
     Ok(LstmRun { steps, batch, hidden, reverse })
 }

@@ -2,9 +2,12 @@
 
 use super::Tensor;
 use super::locks::ReadSet;
-use crate::Result;
-use crate::ops::lstm::{LSTM_SLOTS, check_backward, check_forward, check_sequence, check_sequence_backward};
+use crate::layout::Layout;
+use crate::ops::lstm::{
+    LSTM_SLOTS, LSTM_STATE_SLOT, check_backward, check_forward, check_sequence, check_sequence_backward,
+};
 use crate::shape::Shape;
+use crate::{Error, Result};
 
 /// `t` read through the locks of `set`, which must hold its storage.
 fn view<'a>(set: &'a ReadSet<'_>, t: &'a Tensor) -> crate::backend::View<'a> {
@@ -106,37 +109,87 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Shape::from([run.steps, LSTM_SLOTS, run.batch, run.hidden])))
     }
 
-    /// The gradients of one [`Tensor::lstm_sequence`]: from its output `y` and the gradient
-    /// arriving at it `gy` (both `[T, 7, B, H]`), the recurrent weight `w_hh` and the initial
-    /// cell state `c0`, the gradients of the input projection (`[T, B, 4H]`), of `h0` and of
-    /// `c0` (`[B, H]` each). The recurrent weight's gradient is `sum_t dgi_t^T h_{t-1}`, one
-    /// product of the first with the hidden states each step started from.
+    /// The gradients of one [`Tensor::lstm_sequence`]: from its output `y` (`[T, 7, B, H]`),
+    /// the gradient arriving at every step's state `gs` (`[T, 2, B, H]`: `c_t` and `h_t`, the
+    /// slots of `y.narrow(1, LSTM_STATE_SLOT, 2)`), the recurrent weight `w_hh` and the
+    /// initial cell state `c0`, the gradients of the input projection (`[T, B, 4H]`), of `h0`
+    /// and of `c0` (`[B, H]` each). The recurrent weight's gradient is
+    /// `sum_t dgi_t^T h_{t-1}`, one product of the first with the hidden states each step
+    /// started from.
+    ///
+    /// The gates and `tanh(c_t)` are not part of a layer's result, so no gradient arrives at
+    /// them; taking only the state's spares the caller a gradient of `y`'s size that is
+    /// zero in five of its seven slots.
     pub fn lstm_sequence_backward(
         y: &Tensor,
-        gy: &Tensor,
+        gs: &Tensor,
         w_hh: &Tensor,
         c0: &Tensor,
         reverse: bool,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let op = "lstm_sequence_backward";
-        for t in [gy, w_hh, c0] {
+        for t in [gs, w_hh, c0] {
             y.same_device(op, t)?;
         }
         let run = check_sequence_backward(
             (y.dtype, &y.layout),
-            (gy.dtype, &gy.layout),
+            (gs.dtype, &gs.layout),
             (w_hh.dtype, &w_hh.layout),
             (c0.dtype, &c0.layout),
             reverse,
         )?;
-        let set = ReadSet::new(&[&**y.storage, &**gy.storage, &**w_hh.storage, &**c0.storage]);
+        let set = ReadSet::new(&[&**y.storage, &**gs.storage, &**w_hh.storage, &**c0.storage]);
         let v = |t| view(&set, t);
-        let [d_gi, dh0, dc0] = y.backend().lstm_sequence_backward(v(y), v(gy), v(w_hh), v(c0), &run)?;
+        let [d_gi, dh0, dc0] = y.backend().lstm_sequence_backward(v(y), v(gs), v(w_hh), v(c0), &run)?;
         let (b, h) = (run.batch, run.hidden);
         Ok((
             Tensor::from_storage(d_gi, Shape::from([run.steps, b, 4 * h])),
             Tensor::from_storage(dh0, Shape::from([b, h])),
             Tensor::from_storage(dc0, Shape::from([b, h])),
         ))
+    }
+
+    /// The whole [`Tensor::lstm_sequence`] output (`[T, 7, B, H]`) that the state view
+    /// `states` was taken from: `states` must be `y.narrow(1, LSTM_STATE_SLOT, 2)` of such an
+    /// output `y` (any other tensor is an error), and the result is `y`, on the same storage.
+    ///
+    /// A recorded LSTM keeps only this view as its value, so that gradients arrive at the
+    /// state slots alone, while its backward still reads the gates stored around it.
+    ///
+    /// ```
+    /// use ember_tensor::{DType, Tensor};
+    /// use ember_tensor::ops::lstm::LSTM_STATE_SLOT;
+    /// let gi = Tensor::zeros([3, 2, 4], DType::F32)?;
+    /// let (w_hh, s0) = (Tensor::zeros([4, 1], DType::F32)?, Tensor::ones([2, 1], DType::F32)?);
+    /// let y = Tensor::lstm_sequence(&gi, &w_hh, &s0, &s0, false)?;
+    /// let states = y.narrow(1, LSTM_STATE_SLOT, 2)?;
+    /// let again = Tensor::lstm_sequence_slots(&states)?;
+    /// assert!(again.shares_storage(&y) && again.layout() == y.layout());
+    /// assert!(Tensor::lstm_sequence_slots(&states.contiguous()).is_err());
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn lstm_sequence_slots(states: &Tensor) -> Result<Tensor> {
+        let op = "lstm_sequence_slots";
+        let wrong = || {
+            Error::invalid(
+                op,
+                format!(
+                    "expected the [T, 2, B, H] state view narrow(1, {LSTM_STATE_SLOT}, 2) of an lstm_sequence output, got \
+                     shape {:?}, strides {:?}",
+                    states.shape().dims(),
+                    states.layout.strides()
+                ),
+            )
+        };
+        let &[steps, 2, batch, hidden] = states.shape().dims() else { return Err(wrong()) };
+        let whole = Layout::contiguous(Shape::from([steps, LSTM_SLOTS, batch, hidden]));
+        let slot = batch * hidden;
+        let offset = states.layout.offset().checked_sub(LSTM_STATE_SLOT * slot).ok_or_else(wrong)?;
+        let end = offset + steps * LSTM_SLOTS * slot;
+        if states.layout.strides() != whole.strides() || end > states.read(|v| v.0.len()) {
+            return Err(wrong());
+        }
+        let layout = Layout::new(whole.shape().clone(), whole.strides().iter().copied().collect(), offset)?;
+        Ok(states.with_layout(layout))
     }
 }

@@ -7,27 +7,34 @@
 //! the recurrent weight's gradient is a single matrix product over all steps, and the
 //! per-step work is a handful of tensor kernels.
 //!
-//! The node's output holds, for every step `t`, the activated gates, the state after the
+//! The recurrence computes, for every step `t`, the activated gates, the state after the
 //! step and `tanh(c_t)`, `[i, f, g, o, c_t, h_t, tanh(c_t)]` as `[T, 7, B, H]`, so that
-//! every slot of a step is one contiguous `[B, H]` block. Without lengths the forward is one
-//! `Tensor::lstm_sequence` kernel (on the CPU each piece of the batch runs through all steps
-//! on one thread), and the backward one `Tensor::lstm_sequence_backward` plus the recurrent
-//! weight's product. With lengths each step is one matrix product and one fused gate kernel
-//! (`Tensor::lstm_cell`), the backward one `Tensor::lstm_cell_backward` and a product per
-//! step. The backward reads the output (no recomputation); under `create_graph` it is
-//! written with `Var` operations, so it is recorded and differentiable again. Gradients
-//! arriving at the gate slots (which happens only when a backward through this node is
-//! itself differentiated) are included.
+//! every slot of a step is one contiguous `[B, H]` block. The node's value is the view of
+//! the state slots alone, `[T, 2, B, H]` (`c_t`, `h_t`; the slots a layer's results are
+//! read from), so that the gradient arriving at it has that size instead of seven slots
+//! mostly of zeros; the backward widens the view again
+//! ([`Tensor::lstm_sequence_slots`]) to read the gates kept around it. Without lengths the
+//! forward is one `Tensor::lstm_sequence` kernel (on the CPU each piece of the batch runs
+//! through all steps on one thread), and the backward one `Tensor::lstm_sequence_backward`
+//! plus the recurrent weight's product. With lengths each step is one matrix product and
+//! one fused gate kernel (`Tensor::lstm_cell`), the backward one
+//! `Tensor::lstm_cell_backward` and a product per step. The backward reads the saved slots
+//! (no recomputation); under `create_graph` it is written with `Var` operations, so it is
+//! recorded and differentiable again, and it computes the gates again from the input
+//! projection and the state (they are not part of the node's value, so they must be
+//! functions of the graph for the second derivative to reach the inputs through them).
 //!
 //! With lengths, a sequence's padded steps carry its state unchanged and its gate and
 //! `tanh(c)` slots are zero there (constants, so that nothing flows through them).
 
 use super::lengths::step_is_padding;
 use ember_autograd::{BackwardCtx, Grads, Op, Saves, Var, is_grad_enabled};
+use ember_tensor::ops::lstm::LSTM_STATE_SLOT;
 use ember_tensor::{Device, Result, Tensor};
 
 /// One LSTM direction over `T` steps: inputs `gi` `[T, B, 4H]` (the input projection with
-/// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output `[T, 7, B, H]`.
+/// both biases), `w_hh` `[4H, H]`, `h0` and `c0` `[B, H]`; output the states `[T, 2, B, H]`
+/// (`c_t`, `h_t`), a view of the `[T, 7, B, H]` slots.
 pub(crate) struct LstmSequence {
     /// Run from the last step to the first.
     pub(crate) reverse: bool,
@@ -35,7 +42,11 @@ pub(crate) struct LstmSequence {
     pub(crate) lengths: Option<Vec<usize>>,
 }
 
-/// The slots of the output's second dimension.
+/// The slots of the node's value, `[T, 2, B, H]`.
+const STATE_C: usize = 0;
+const STATE_H: usize = 1;
+
+/// The slots of the whole `[T, 7, B, H]` output the value is a view of.
 const I: usize = 0;
 const F: usize = 1;
 const G: usize = 2;
@@ -84,7 +95,7 @@ impl Op for LstmSequence {
     fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let (gi, w_hh, h0, c0) = (inputs[0], inputs[1], inputs[2], inputs[3]);
         if self.lengths.is_none() {
-            return Tensor::lstm_sequence(gi, w_hh, h0, c0, self.reverse);
+            return Tensor::lstm_sequence(gi, w_hh, h0, c0, self.reverse)?.narrow(1, LSTM_STATE_SLOT, 2);
         }
         let steps = gi.shape()[0];
         // Each step multiplies by the transpose: lay it out once.
@@ -110,43 +121,48 @@ impl Op for LstmSequence {
             ys[t] = Some(y);
         }
         let ys: Vec<Tensor> = ys.into_iter().flatten().collect();
-        Tensor::stack(&ys.iter().collect::<Vec<_>>(), 0)
+        Tensor::stack(&ys.iter().collect::<Vec<_>>(), 0)?.narrow(1, LSTM_STATE_SLOT, 2)
     }
 
     fn backward(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
         if !is_grad_enabled() {
             return self.backward_kernels(ctx, grad);
         }
-        let (w_hh, h0, c0, y) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.output()?);
-        let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
-        let vslot = |v: &Var, k: usize| v.select(0, k);
+        let (gi, w_hh, h0, c0) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.input(3)?);
+        let states = ctx.output()?;
+        let (steps, hidden) = (states.shape()[0], w_hh.shape()[1]);
+        let batch = states.shape()[2];
+        let w_t = w_hh.t()?;
         let (mut dh, mut dc) = (Var::new(h0.value().zeros_like()), Var::new(c0.value().zeros_like()));
         let mut da: Vec<Option<Var>> = vec![None; steps];
         let mut h_prev_of: Vec<Option<Var>> = vec![None; steps];
         let order = self.order(steps);
         for (n, &t) in order.iter().enumerate().rev() {
-            let (yt, gt) = (y.select(0, t)?, grad.select(0, t)?);
+            let (st, gt) = (states.select(0, t)?, grad.select(0, t)?);
             let (h_prev, c_prev) = match n {
                 0 => (h0.clone(), c0.clone()),
                 _ => {
-                    let yp = y.select(0, order[n - 1])?;
-                    (vslot(&yp, H)?, vslot(&yp, C)?)
+                    let sp = states.select(0, order[n - 1])?;
+                    (sp.select(0, STATE_H)?, sp.select(0, STATE_C)?)
                 }
             };
-            let (i, f, g, o) = (vslot(&yt, I)?, vslot(&yt, F)?, vslot(&yt, G)?, vslot(&yt, O)?);
-            let dh_t = dh.add(&vslot(&gt, H)?)?;
-            let dc_in = dc.add(&vslot(&gt, C)?)?;
-            let tc = vslot(&yt, TC)?;
-            // d tanh(c) = 1 - tanh(c)^2, for the path through h and for the tanh(c) slot.
-            let dtc = dh_t.mul(&o)?.add(&vslot(&gt, TC)?)?;
-            let dc_t = dc_in.add(&dtc.mul(&tc.square().rsub_scalar(1.0))?)?;
-            let d_i = dc_t.mul(&g)?.add(&vslot(&gt, I)?)?;
-            let d_f = dc_t.mul(&c_prev)?.add(&vslot(&gt, F)?)?;
-            let d_g = dc_t.mul(&i)?.add(&vslot(&gt, G)?)?;
-            let d_o = dh_t.mul(&tc)?.add(&vslot(&gt, O)?)?;
+            // The gates again, as the forward computed them.
+            let pre = gi.select(0, t)?.add(&h_prev.matmul(&w_t)?)?;
+            let gate = |k: usize| pre.narrow(1, k * hidden, hidden);
+            let (i, f, g, o) = (gate(0)?.sigmoid(), gate(1)?.sigmoid(), gate(2)?.tanh(), gate(3)?.sigmoid());
+            let tc = st.select(0, STATE_C)?.tanh();
+            let dh_t = dh.add(&gt.select(0, STATE_H)?)?;
+            let dc_in = dc.add(&gt.select(0, STATE_C)?)?;
+            // d tanh(c) = 1 - tanh(c)^2.
+            let dc_t = dc_in.add(&dh_t.mul(&o)?.mul(&tc.square().rsub_scalar(1.0))?)?;
             let sig = |d: &Var, s: &Var| -> Result<Var> { d.mul(&s.mul(&s.rsub_scalar(1.0))?) };
             let a = Var::cat(
-                &[&sig(&d_i, &i)?, &sig(&d_f, &f)?, &d_g.mul(&g.square().rsub_scalar(1.0))?, &sig(&d_o, &o)?],
+                &[
+                    &sig(&dc_t.mul(&g)?, &i)?,
+                    &sig(&dc_t.mul(&c_prev)?, &f)?,
+                    &dc_t.mul(&i)?.mul(&g.square().rsub_scalar(1.0))?,
+                    &sig(&dh_t.mul(&tc)?, &o)?,
+                ],
                 1,
             )?;
             let dh_prev = a.matmul(&w_hh)?;
@@ -181,7 +197,9 @@ impl Op for LstmSequence {
     }
 
     fn saves(&self) -> Saves {
-        Saves { inputs: 0b1110, output: true }
+        // The input projection only for the recorded backward, which computes the gates
+        // again from it.
+        Saves { inputs: 0b1111, output: true }
     }
 }
 
@@ -190,8 +208,9 @@ impl LstmSequence {
     /// arithmetic as [`Op::backward`]'s, with each step's elementwise part in one
     /// [`Tensor::lstm_cell_backward`] pass instead of some thirty tensor kernels.
     fn backward_kernels(&self, ctx: &BackwardCtx<'_>, grad: &Var) -> Result<Grads> {
-        let (w_hh, h0, c0, y) =
-            (ctx.input(1)?.value(), ctx.input(2)?.value(), ctx.input(3)?.value(), ctx.output()?.value());
+        let (w_hh, h0, c0) = (ctx.input(1)?.value(), ctx.input(2)?.value(), ctx.input(3)?.value());
+        // The value is the state view; the gates lie around it.
+        let y = Tensor::lstm_sequence_slots(&ctx.output()?.value())?;
         let g = grad.value();
         let (steps, batch, hidden) = (y.shape()[0], y.shape()[2], w_hh.shape()[1]);
         if self.lengths.is_none() {
@@ -228,13 +247,13 @@ impl LstmSequence {
                     (yp.select(0, H)?, yp.select(0, C)?)
                 }
             };
-            let (a, dc_prev) = Tensor::lstm_cell_backward(&yt, Some(&gt), &dh, &dc, &c_prev)?;
+            let dh_t = dh.add(&gt.select(0, STATE_H)?)?;
+            let dc_in = dc.add(&gt.select(0, STATE_C)?)?;
+            let (a, dc_prev) = Tensor::lstm_cell_backward(&yt, None, &dh_t, &dc_in, &c_prev)?;
             let dh_prev = a.matmul(&w_hh)?;
             match self.padding(t, dh.device())? {
                 Some(pad) => {
                     // Padded rows passed the state through: their gradient goes on as it is.
-                    let dh_t = dh.add(&gt.select(0, H)?)?;
-                    let dc_in = dc.add(&gt.select(0, C)?)?;
                     dh = pad.where_cond(&dh_t, &dh_prev)?;
                     dc = pad.where_cond(&dc_in, &dc_prev)?;
                     da[t] = Some(a.masked_fill(&pad, 0.0)?);
@@ -279,12 +298,12 @@ pub(crate) fn lstm_sequence(
         }
         None => None,
     };
-    let y = Var::apply_op(LstmSequence { reverse, lengths }, &[gi, w_hh, h0, c0])?;
-    let hs = y.select(1, H)?;
-    // The final state straight from the output, not through `hs`: its gradient then lands
-    // in the output's gradient without first filling a `[T, B, H]` one.
-    let last = y.select(0, if reverse { 0 } else { steps - 1 })?;
-    let (h_n, c_n) = (last.select(0, H)?, last.select(0, C)?);
+    let states = Var::apply_op(LstmSequence { reverse, lengths }, &[gi, w_hh, h0, c0])?;
+    let hs = states.select(1, STATE_H)?;
+    // The final state straight from the states, not through `hs`: its gradient then lands
+    // in theirs without first filling a `[T, B, H]` one.
+    let last = states.select(0, if reverse { 0 } else { steps - 1 })?;
+    let (h_n, c_n) = (last.select(0, STATE_H)?, last.select(0, STATE_C)?);
     let output = match padding_mask {
         Some(m) => hs.masked_fill(Var::new(m), 0.0)?,
         None => hs,

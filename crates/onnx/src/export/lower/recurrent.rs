@@ -1,7 +1,7 @@
 //! ember's fused LSTM recurrence (`lstm_sequence`), unrolled into ONNX operators step by
-//! step: its output `[T, 7, B, H]` holds every step's gates `i, f, g, o`, the states `c`
-//! and `h`, and `tanh(c)`, which the layer then reads `h` from. ONNX's `LSTM` operator
-//! keeps none of these, so the unrolled form is the exact one.
+//! step: its output `[T, 2, B, H]` holds every step's states `c` and `h`, which the layer
+//! then reads `h`, `h_n` and `c_n` from. ONNX's `LSTM` operator returns the states in
+//! another layout, so the unrolled form is the exact one.
 
 use super::{Writer, int, int_attr, ints_attr};
 use ember_autograd::Var;
@@ -46,10 +46,8 @@ impl Writer {
             c = self.node("Add", &[&fc, &ig], vec![]);
             let tc = self.node("Tanh", &[&c], vec![]);
             h = self.node("Mul", &[&o, &tc], vec![]);
-            let slots: Vec<String> = [&i, &f, &g, &o, &c, &h, &tc]
-                .iter()
-                .map(|v| self.node("Unsqueeze", &[v.as_str(), &axis0], vec![]))
-                .collect();
+            let slots: Vec<String> =
+                [&c, &h].iter().map(|v| self.node("Unsqueeze", &[v.as_str(), &axis0], vec![])).collect();
             let slots: Vec<&str> = slots.iter().map(String::as_str).collect();
             let y = self.node("Concat", &slots, vec![int_attr("axis", 0)]);
             ys[t as usize] = Some(self.node("Unsqueeze", &[&y, &axis0], vec![]));

@@ -113,7 +113,7 @@ pub(crate) fn backward<B: Kernels + ?Sized>(
 }
 
 /// `[B, W]` rows of step `t` of a `[T, .., B, W]` view, skipping `skip` blocks of its
-/// second dimension (a slot of `[T, 7, B, H]`; 0 for `[T, B, W]`).
+/// second dimension (a slot of `[T, 7, B, H]` or `[T, 2, B, H]`; 0 for `[T, B, W]`).
 fn step_rows(l: &Layout, t: usize, skip: usize) -> Result<Layout> {
     let (s, d) = (l.strides(), l.shape().dims());
     let r = l.rank();
@@ -158,12 +158,13 @@ pub(crate) fn sequence<B: Kernels + ?Sized>(
 }
 
 /// The default whole-sequence backward (see [`Backend::lstm_sequence_backward`](crate::backend::Backend::lstm_sequence_backward)): per step
-/// from the last to run, one [`Backend::lstm_cell_backward`](crate::backend::Backend::lstm_cell_backward) and the product of its gate
-/// gradients with `w_hh`.
+/// from the last to run, the state gradient `gs` (`[T, 2, B, H]`) added to the one from the
+/// next step, one [`Backend::lstm_cell_backward`](crate::backend::Backend::lstm_cell_backward) and the product of its gate gradients with
+/// `w_hh`.
 pub(crate) fn sequence_backward<B: Kernels + ?Sized>(
     be: &B,
     y: View<'_>,
-    gy: View<'_>,
+    gs: View<'_>,
     w_hh: View<'_>,
     c0: View<'_>,
     run: &LstmRun,
@@ -181,14 +182,15 @@ pub(crate) fn sequence_backward<B: Kernels + ?Sized>(
     // In the reverse of the order the steps ran.
     let mut da: Vec<Storage> = Vec::with_capacity(run.steps);
     for (n, &t) in order.iter().enumerate().rev() {
-        let (yl, gl) = (slots(y, t)?, slots(gy, t)?);
+        let yl = slots(y, t)?;
         let c_prev = match n {
             0 => None,
             _ => Some(step_rows(y.1, order[n - 1], 4)?),
         };
         let cv = c_prev.as_ref().map_or(c0, |l| (y.0, l));
-        let [a, dcp] =
-            be.lstm_cell_backward((y.0, &yl), Some((gy.0, &gl)), (&dh, &fr.bh), (&dc, &fr.bh), cv, (b, h))?;
+        let dc_t = be.binary(BinaryOp::Add, (&dc, &fr.bh), (gs.0, &step_rows(gs.1, t, 0)?))?;
+        let dh_t = be.binary(BinaryOp::Add, (&dh, &fr.bh), (gs.0, &step_rows(gs.1, t, 1)?))?;
+        let [a, dcp] = be.lstm_cell_backward((y.0, &yl), None, (&dh_t, &fr.bh), (&dc_t, &fr.bh), cv, (b, h))?;
         dh = be.matmul((&a, &gates), w_hh)?;
         dc = dcp;
         da.push(a);

@@ -133,25 +133,35 @@ struct Grads<'a, T> {
 /// fill one AVX-512 register.
 const BACKWARD_BLOCK: usize = 16;
 
-/// One element's backward: from its slot values `y` and their gradients `gy`, `dh`, `dc`
-/// and the previous cell state `c`, the four gate gradients and `dc_prev`.
+/// One element's backward: from its slot values `y` and their gradients `gy` (all zero,
+/// and not read, unless `GY`), `dh`, `dc` and the previous cell state `c`, the four gate
+/// gradients and `dc_prev`.
 #[inline(always)]
-fn backward_element<T: FloatElement>(y: [T; LSTM_SLOTS], gy: [T; LSTM_SLOTS], dh: T, dc: T, c: T) -> [T; 5] {
+fn backward_element<T: FloatElement, const GY: bool>(
+    y: [T; LSTM_SLOTS],
+    gy: [T; LSTM_SLOTS],
+    dh: T,
+    dc: T,
+    c: T,
+) -> [T; 5] {
     let [i, f, g, o, _, _, tc] = y;
     let [gi, gf, gg, go, gc, gh, gtc] = gy;
-    let dh_t = dh + gh;
-    let dc_t = dc + gc + (dh_t * o + gtc) * (T::ONE - tc * tc);
+    // Without slot gradients the additions are left out rather than made with zeros: the
+    // compiler may not drop `x + 0` (it turns -0 into +0).
+    let plus = |x: T, g: T| if GY { x + g } else { x };
+    let dh_t = plus(dh, gh);
+    let dc_t = plus(dc, gc) + plus(dh_t * o, gtc) * (T::ONE - tc * tc);
     [
-        (dc_t * g + gi) * i * (T::ONE - i),
-        (dc_t * c + gf) * f * (T::ONE - f),
-        (dc_t * i + gg) * (T::ONE - g * g),
-        (dh_t * tc + go) * o * (T::ONE - o),
+        plus(dc_t * g, gi) * i * (T::ONE - i),
+        plus(dc_t * c, gf) * f * (T::ONE - f),
+        plus(dc_t * i, gg) * (T::ONE - g * g),
+        plus(dh_t * tc, go) * o * (T::ONE - o),
         dc_t * f,
     ]
 }
 
 /// The backward of a block of batch rows of one step, `c.len() / h` rows of `h` elements:
-/// each slot's rows `y[k]` and their gradients `gy[k]` (zeros if none), `dh`, `dc` and the
+/// each slot's rows `y[k]` and their gradients `gy[k]` (if any), `dh`, `dc` and the
 /// previous cell state `c`, all `[rows, h]`, into the `[rows, 4h]` gate gradients `dp` and
 /// `dc_prev`.
 ///
@@ -162,12 +172,14 @@ fn backward_element<T: FloatElement>(y: [T; LSTM_SLOTS], gy: [T; LSTM_SLOTS], dh
 /// [`BACKWARD_BLOCK`] elements computed into local arrays and then stored: written as one
 /// loop over the seventeen input and five output slices, the compiler guarded its vector
 /// loop with overlap checks between them and ran much of the row in its scalar copy
-/// instead. Each element's arithmetic is the same either way.
+/// instead. Each element's arithmetic is the same either way. Without slot gradients (a
+/// whole sequence's backward adds the state's own into `dh` and `dc` first) a separate
+/// copy of the loop reads none.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
 pub(super) fn backward_rows<T: FloatElement>(
     h: usize,
     y: [&[T]; LSTM_SLOTS],
-    gy: [&[T]; LSTM_SLOTS],
+    gy: Option<[&[T]; LSTM_SLOTS]>,
     (dh, dc, c): (&[T], &[T], &[T]),
     dp: &mut [T],
     dc_prev: &mut [T],
@@ -176,40 +188,43 @@ pub(super) fn backward_rows<T: FloatElement>(
         return;
     }
     let [yi, yf, yg, yo, _, _, ytc] = y;
-    let [gi, gf, gg, go, gc, gh, gtc] = gy;
     for (r, (dpr, dcr)) in dp.chunks_exact_mut(4 * h).zip(dc_prev.chunks_exact_mut(h)).enumerate() {
         let at = r * h..(r + 1) * h;
         let (pi, rest) = dpr.split_at_mut(h);
         let (pf, rest) = rest.split_at_mut(h);
         let (pg, po) = rest.split_at_mut(h);
-        backward_one_row(
-            [&yi[at.clone()], &yf[at.clone()], &yg[at.clone()], &yo[at.clone()], &ytc[at.clone()]],
-            [
-                &gi[at.clone()],
-                &gf[at.clone()],
-                &gg[at.clone()],
-                &go[at.clone()],
-                &gc[at.clone()],
-                &gh[at.clone()],
-                &gtc[at.clone()],
-            ],
-            [&dh[at.clone()], &dc[at.clone()], &c[at]],
-            [pi, pf, pg, po, dcr],
-        );
+        let y = [&yi[at.clone()], &yf[at.clone()], &yg[at.clone()], &yo[at.clone()], &ytc[at.clone()]];
+        let s = [&dh[at.clone()], &dc[at.clone()], &c[at.clone()]];
+        let out = [pi, pf, pg, po, dcr];
+        match gy {
+            Some(gy) => backward_one_row::<T, true>(y, gy.map(|g| &g[at.clone()]), s, out),
+            None => backward_one_row::<T, false>(y, [&[]; LSTM_SLOTS], s, out),
+        }
     }
 }
 
 /// One row of [`backward_rows`]: the gates and `tanh(c)` `y = [i, f, g, o, tc]`, the seven
-/// slot gradients `gy`, `[dh, dc, c]`, into `[d_i, d_f, d_g, d_o, dc_prev]`, all `h` long.
+/// slot gradients `gy` (empty unless `GY`), `[dh, dc, c]`, into
+/// `[d_i, d_f, d_g, d_o, dc_prev]`, all `h` long.
 #[inline(always)]
-fn backward_one_row<T: FloatElement>(y: [&[T]; 5], gy: [&[T]; LSTM_SLOTS], s: [&[T]; 3], out: [&mut [T]; 5]) {
+fn backward_one_row<T: FloatElement, const GY: bool>(
+    y: [&[T]; 5],
+    gy: [&[T]; LSTM_SLOTS],
+    s: [&[T]; 3],
+    out: [&mut [T]; 5],
+) {
     const B: usize = BACKWARD_BLOCK;
     let [yi, yf, yg, yo, ytc] = y;
-    let [gi, gf, gg, go, gc, gh, gtc] = gy;
     let [dh, dc, c] = s;
     let [pi, pf, pg, po, pc] = out;
     let h = pc.len();
     let blocks = h / B;
+    // The slot gradients' blocks; none are read unless `GY`.
+    #[inline(always)]
+    fn chunks<T, const GY: bool>(g: &[T], h: usize) -> &[[T; BACKWARD_BLOCK]] {
+        if GY { g[..h].as_chunks::<BACKWARD_BLOCK>().0 } else { &[] }
+    }
+    let [gi, gf, gg, go, gc, gh, gtc] = gy;
     {
         let (yi, yf, yg, yo, ytc) = (
             yi[..h].as_chunks::<B>().0,
@@ -218,13 +233,9 @@ fn backward_one_row<T: FloatElement>(y: [&[T]; 5], gy: [&[T]; LSTM_SLOTS], s: [&
             yo[..h].as_chunks::<B>().0,
             ytc[..h].as_chunks::<B>().0,
         );
-        let (gi, gf, gg, go) = (
-            gi[..h].as_chunks::<B>().0,
-            gf[..h].as_chunks::<B>().0,
-            gg[..h].as_chunks::<B>().0,
-            go[..h].as_chunks::<B>().0,
-        );
-        let (gc, gh, gtc) = (gc[..h].as_chunks::<B>().0, gh[..h].as_chunks::<B>().0, gtc[..h].as_chunks::<B>().0);
+        let (gi, gf, gg, go) =
+            (chunks::<T, GY>(gi, h), chunks::<T, GY>(gf, h), chunks::<T, GY>(gg, h), chunks::<T, GY>(go, h));
+        let (gc, gh, gtc) = (chunks::<T, GY>(gc, h), chunks::<T, GY>(gh, h), chunks::<T, GY>(gtc, h));
         let (dh, dc, c) = (dh[..h].as_chunks::<B>().0, dc[..h].as_chunks::<B>().0, c[..h].as_chunks::<B>().0);
         let (pi, pf, pg, po, pc) = (
             pi[..h].as_chunks_mut::<B>().0,
@@ -237,8 +248,12 @@ fn backward_one_row<T: FloatElement>(y: [&[T]; 5], gy: [&[T]; LSTM_SLOTS], s: [&
             let mut o = [[T::ZERO; B]; 5];
             for l in 0..B {
                 let y = [yi[q][l], yf[q][l], yg[q][l], yo[q][l], T::ZERO, T::ZERO, ytc[q][l]];
-                let g = [gi[q][l], gf[q][l], gg[q][l], go[q][l], gc[q][l], gh[q][l], gtc[q][l]];
-                let [a, b, d, e, f] = backward_element(y, g, dh[q][l], dc[q][l], c[q][l]);
+                let g = if GY {
+                    [gi[q][l], gf[q][l], gg[q][l], go[q][l], gc[q][l], gh[q][l], gtc[q][l]]
+                } else {
+                    [T::ZERO; LSTM_SLOTS]
+                };
+                let [a, b, d, e, f] = backward_element::<T, GY>(y, g, dh[q][l], dc[q][l], c[q][l]);
                 (o[0][l], o[1][l], o[2][l], o[3][l], o[4][l]) = (a, b, d, e, f);
             }
             (pi[q], pf[q], pg[q], po[q], pc[q]) = (o[0], o[1], o[2], o[3], o[4]);
@@ -246,8 +261,8 @@ fn backward_one_row<T: FloatElement>(y: [&[T]; 5], gy: [&[T]; LSTM_SLOTS], s: [&
     }
     for j in blocks * B..h {
         let y = [yi[j], yf[j], yg[j], yo[j], T::ZERO, T::ZERO, ytc[j]];
-        let g = [gi[j], gf[j], gg[j], go[j], gc[j], gh[j], gtc[j]];
-        let [a, b, d, e, f] = backward_element(y, g, dh[j], dc[j], c[j]);
+        let g = if GY { [gi[j], gf[j], gg[j], go[j], gc[j], gh[j], gtc[j]] } else { [T::ZERO; LSTM_SLOTS] };
+        let [a, b, d, e, f] = backward_element::<T, GY>(y, g, dh[j], dc[j], c[j]);
         (pi[j], pf[j], pg[j], po[j], pc[j]) = (a, b, d, e, f);
     }
 }
@@ -258,12 +273,10 @@ fn backward_typed<'a, T: FloatElement>(s: Grads<'a, T>, b: usize, h: usize) -> R
     let mut dcp = Buffer::<T>::uninit(op, b * h)?;
     let (dst_p, dst_c) = (Out(dp.as_mut_ptr()), Out(dcp.as_mut_ptr()));
     by_rows(b, 12 * h, |r0, n| {
-        // Without slot gradients, the row function reads zeros.
-        let zeros = vec![T::ZERO; if s.gy.is_some() { 0 } else { n * h }];
         // Rows `r0..r0 + n` of slot `k`: one contiguous block of the `[7, b, h]` buffer.
         let rows = |all: &'a [T], k: usize| &all[(k * b + r0) * h..(k * b + r0 + n) * h];
         let y = std::array::from_fn(|k| rows(s.y, k));
-        let gy = std::array::from_fn(|k| s.gy.map_or(&zeros[..], |g| rows(g, k)));
+        let gy = s.gy.map(|g| std::array::from_fn(|k| rows(g, k)));
         let one = r0 * h..(r0 + n) * h;
         // SAFETY: rows `r0..r0 + n` of both outputs belong to this task alone and lie
         // inside the `[b, 4h]` and `[b, h]` buffers.

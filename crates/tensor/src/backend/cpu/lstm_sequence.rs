@@ -129,10 +129,11 @@ pub(crate) fn forward([gi, w_hh, h0, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
     }
 }
 
-/// The backward's operands as contiguous slices; `w` is `w_hh`, `[4H, H]`.
+/// The backward's operands as contiguous slices; `w` is `w_hh`, `[4H, H]`, `gs` the state
+/// gradient `[T, 2, B, H]`.
 struct Grads<'a, T> {
     y: &'a [T],
-    gy: &'a [T],
+    gs: &'a [T],
     w: &'a [T],
     c0: &'a [T],
     run: &'a LstmRun,
@@ -149,24 +150,32 @@ struct GradsOut<T> {
 
 /// Runs the rows `rows` back through every step, writing their gate gradients into `d_gi`
 /// and their initial state's gradients into `dh0` and `dc0`.
-fn backward_piece<'a, T: FloatElement>(s: &Grads<'a, T>, out: GradsOut<T>, rows: Range<usize>) {
+fn backward_piece<T: FloatElement>(s: &Grads<'_, T>, out: GradsOut<T>, rows: Range<usize>) {
     let (b, h, g) = (s.run.batch, s.run.hidden, 4 * s.run.hidden);
     let (r0, n) = (rows.start, rows.len());
     let (mut dh, mut dc, mut dc_prev) = (vec![T::ZERO; n * h], vec![T::ZERO; n * h], vec![T::ZERO; n * h]);
     let order: Vec<usize> = s.run.order().collect();
-    // The piece's rows of slot `k` of step `t` in `y` or `gy`: one contiguous block.
-    let slot_rows = |all: &'a [T], t: usize, k: usize| &all[slot_at(s.run, t, k, r0)..slot_at(s.run, t, k, r0) + n * h];
+    // The piece's rows of slot `k` of step `t` in `y`: one contiguous block.
+    let slot_rows = |t: usize, k: usize| &s.y[slot_at(s.run, t, k, r0)..slot_at(s.run, t, k, r0) + n * h];
+    // Its rows of the gradient of `c_t` (`k` 0) or `h_t` (1).
+    let state_rows = |t: usize, k: usize| &s.gs[((t * 2 + k) * b + r0) * h..((t * 2 + k) * b + r0 + n) * h];
     for (m, &t) in order.iter().enumerate().rev() {
         let c_prev = match m {
             0 => &s.c0[r0 * h..(r0 + n) * h],
-            _ => slot_rows(s.y, order[m - 1], 4),
+            _ => slot_rows(order[m - 1], 4),
         };
         // SAFETY: rows `r0..r0 + n` of step `t` of the `[T, B, 4H]` gradient are one
         // contiguous block inside the buffer that belongs to this piece alone.
         let dp = unsafe { std::slice::from_raw_parts_mut(out.d_gi.at((t * b + r0) * g), n * g) };
-        let y = std::array::from_fn(|k| slot_rows(s.y, t, k));
-        let gy = std::array::from_fn(|k| slot_rows(s.gy, t, k));
-        backward_rows(h, y, gy, (&dh, &dc, c_prev), dp, &mut dc_prev);
+        let y = std::array::from_fn(|k| slot_rows(t, k));
+        // The state's own gradient joins the one from the next step before the gates'.
+        for (d, &e) in dc.iter_mut().zip(state_rows(t, 0)) {
+            *d = *d + e;
+        }
+        for (d, &e) in dh.iter_mut().zip(state_rows(t, 1)) {
+            *d = *d + e;
+        }
+        backward_rows(h, y, None, (&dh, &dc, c_prev), dp, &mut dc_prev);
         std::mem::swap(&mut dc, &mut dc_prev);
         block_product(n, h, g, &mut dh, h, false, (dp, g, 1), (s.w, h, 1), T::ONE);
     }
@@ -189,21 +198,21 @@ fn backward_typed<T: FloatElement>(s: &Grads<'_, T>) -> Result<[Buffer<T>; 3]> {
 }
 
 /// See [`crate::backend::Backend::lstm_sequence_backward`]; operands validated.
-pub(crate) fn backward([y, gy, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &LstmRun) -> Result<[CpuStorage; 3]> {
+pub(crate) fn backward([y, gs, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &LstmRun) -> Result<[CpuStorage; 3]> {
     let op = "lstm_sequence_backward";
     fn go<T: FloatElement>(op: &'static str, v: [(&CpuStorage, &Layout); 4], run: &LstmRun) -> Result<[CpuStorage; 3]>
     where
         CpuStorage: From<Buffer<T>>,
     {
         let t = slices::<T>(op, &[v[0].0, v[1].0, v[2].0, v[3].0])?;
-        let [y, gy, w, c0] = [0, 1, 2, 3].map(|i| Contiguous::of(op, t[i], v[i].1, GRAIN_COSTLY));
-        let (y, gy, w, c0) = (y?, gy?, w?, c0?);
-        let s = Grads { y: y.slice(), gy: gy.slice(), w: w.slice(), c0: c0.slice(), run };
+        let [y, gs, w, c0] = [0, 1, 2, 3].map(|i| Contiguous::of(op, t[i], v[i].1, GRAIN_COSTLY));
+        let (y, gs, w, c0) = (y?, gs?, w?, c0?);
+        let s = Grads { y: y.slice(), gs: gs.slice(), w: w.slice(), c0: c0.slice(), run };
         Ok(backward_typed(&s)?.map(CpuStorage::from))
     }
     match y.0 {
-        CpuStorage::F32(_) => go::<f32>(op, [y, gy, w_hh, c0], run),
-        CpuStorage::F64(_) => go::<f64>(op, [y, gy, w_hh, c0], run),
+        CpuStorage::F32(_) => go::<f32>(op, [y, gs, w_hh, c0], run),
+        CpuStorage::F64(_) => go::<f64>(op, [y, gs, w_hh, c0], run),
         other => Err(Error::dtype(op, format!("the operands must be float, got {}", other.dtype()))),
     }
 }
@@ -213,7 +222,7 @@ mod tests {
     use super::{MIN_PIECE_ROWS, piece, pieces};
     use crate::backend::compose;
     use crate::backend::cpu::CpuBackend;
-    use crate::ops::lstm::LstmRun;
+    use crate::ops::lstm::{LSTM_STATE_SLOT, LstmRun};
     use crate::storage::Storage;
     use crate::{Result, Tensor};
     use std::ops::Range;
@@ -247,7 +256,7 @@ mod tests {
             let w_hh = values(&[hidden, 4 * hidden], 2.0)?.t()?.mul_scalar(0.3);
             let h0 = values(&[hidden, batch], 3.0)?.t()?;
             let c0 = values(&[batch, hidden], 4.0)?;
-            let gy = values(&[steps, 7, batch, hidden], 5.0)?;
+            let gy = values(&[steps, 2, batch, hidden], 5.0)?;
             for reverse in [false, true] {
                 let run = LstmRun { steps, batch, hidden, reverse };
                 let fused = Tensor::lstm_sequence(&gi, &w_hh, &h0, &c0, reverse)?;
@@ -288,7 +297,7 @@ mod tests {
         let gi = values(&[steps, batch, 4 * hidden], 1.0)?.to_dtype(crate::DType::F32);
         let w_hh = values(&[4 * hidden, hidden], 2.0)?.to_dtype(crate::DType::F32);
         let c0 = values(&[batch, hidden], 4.0)?.to_dtype(crate::DType::F32);
-        let gy = values(&[steps, 7, batch, hidden], 5.0)?.to_dtype(crate::DType::F32);
+        let gy = values(&[steps, 2, batch, hidden], 5.0)?.to_dtype(crate::DType::F32);
         let run = || -> Result<Vec<Vec<f32>>> {
             let y = Tensor::lstm_sequence(&gi, &w_hh, &c0, &c0, false)?;
             let (d_gi, dh0, dc0) = Tensor::lstm_sequence_backward(&y, &gy, &w_hh, &c0, false)?;
@@ -301,6 +310,31 @@ mod tests {
                 .build()
                 .map_err(|e| crate::Error::invalid("test", e.to_string()))?;
             assert_eq!(pool.install(run)?, want, "{threads} threads");
+        }
+        Ok(())
+    }
+
+    /// The state view widens back to exactly the output it was taken from, and nothing
+    /// else does: another slot's view, a copy, or a view cut in the batch.
+    #[test]
+    fn only_the_state_view_of_an_output_widens_to_it() -> Result<()> {
+        let (steps, batch, hidden) = (3, 4, 5);
+        let gi = values(&[steps, batch, 4 * hidden], 1.0)?;
+        let w_hh = values(&[4 * hidden, hidden], 2.0)?;
+        let s = values(&[batch, hidden], 3.0)?;
+        let y = Tensor::lstm_sequence(&gi, &w_hh, &s, &s, false)?;
+        let states = y.narrow(1, LSTM_STATE_SLOT, 2)?;
+        let whole = Tensor::lstm_sequence_slots(&states)?;
+        assert!(whole.shares_storage(&y) && whole.layout() == y.layout());
+        assert_eq!(whole.to_vec::<f64>()?, y.to_vec::<f64>()?);
+        for other in [
+            y.narrow(1, LSTM_STATE_SLOT - 1, 2)?,
+            y.narrow(1, LSTM_STATE_SLOT + 1, 2)?,
+            states.contiguous(),
+            states.narrow(2, 1, 2)?,
+        ] {
+            let err = Tensor::lstm_sequence_slots(&other).unwrap_err().to_string();
+            assert!(err.contains("lstm_sequence_slots") && err.contains("state view"), "{err}");
         }
         Ok(())
     }

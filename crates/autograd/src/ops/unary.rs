@@ -23,9 +23,10 @@ pub(super) fn zero_gradient(g: &Var) -> Var {
 
 /// ReLU's gradient from its output `y`: `g` where `y > 0`, 0 elsewhere. Outside
 /// `create_graph` (grad mode off in backward) it is the backend's one-pass kernel; under it,
-/// the same as a `masked_fill` that can be differentiated again.
+/// or for a gradient whose dtype or shape is not the output's, the same as a `masked_fill`
+/// (which broadcasts, and can be differentiated again).
 fn relu_gradient(g: &Var, y: &Tensor) -> Result<Var> {
-    if is_grad_enabled() {
+    if is_grad_enabled() || g.dtype() != y.dtype() || g.shape() != *y.shape() {
         return g.masked_fill(constant(y.le_scalar(0)), 0.0);
     }
     Ok(constant(g.value().relu_backward(y)?))

@@ -9,6 +9,7 @@ use super::{apply, apply_infallible, constant};
 use crate::autocast::{self, OpPolicy, policy};
 use crate::backward_ctx::BackwardCtx;
 use crate::export::{ExportAttr, OpExport};
+use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
 use ember_tensor::{Result, Scalar, Tensor};
@@ -18,6 +19,17 @@ use smallvec::smallvec;
 /// parameter reached only through such a function gets a zero `.grad`, not none).
 pub(super) fn zero_gradient(g: &Var) -> Var {
     constant(g.value().zeros_like())
+}
+
+/// ReLU's gradient from its output `y`: `g` where `y > 0`, 0 elsewhere. Outside
+/// `create_graph` (grad mode off in backward) it is the backend's one-pass kernel; under it,
+/// or for a gradient whose dtype or shape is not the output's, the same as a `masked_fill`
+/// (which broadcasts, and can be differentiated again).
+fn relu_gradient(g: &Var, y: &Tensor) -> Result<Var> {
+    if is_grad_enabled() || g.dtype() != y.dtype() || g.shape() != *y.shape() {
+        return g.masked_fill(constant(y.le_scalar(0)), 0.0);
+    }
+    Ok(constant(g.value().relu_backward(y)?))
 }
 
 /// `x` as a float tensor's dtype, for masks: `mask.to_dtype(float)`.

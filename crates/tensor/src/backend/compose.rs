@@ -14,7 +14,7 @@ pub(super) mod pool;
 pub(super) mod unscale;
 
 use super::kernels::Kernels;
-use super::{BinaryOp, ReduceOp, Target, UnaryOp, View, validate};
+use super::{BinaryOp, CmpOp, ReduceOp, Target, UnaryOp, View, validate};
 use crate::layout::{Layout, Strides};
 use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::shape::Shape;
@@ -86,6 +86,13 @@ pub(super) fn masked_fill<B: Kernels + ?Sized>(
     validate::same_shape("masked_fill", l, mask.1)?;
     let fill = b.full(l.numel(), value, s.dtype())?;
     b.where_cond(mask, (&fill, &Layout::contiguous(l.shape().clone())), (s, l))
+}
+
+/// ReLU's gradient as `masked_fill(grad, output <= 0, 0)`.
+pub(super) fn relu_backward<B: Kernels + ?Sized>(b: &B, grad: View<'_>, (o, lo): View<'_>) -> Result<Storage> {
+    validate::same_shape("relu_backward", grad.1, lo)?;
+    let clamped = b.compare_scalar(CmpOp::Le, (o, lo), Scalar::Float(0.0))?;
+    b.masked_fill(grad, (&clamped, &Layout::contiguous(lo.shape().clone())), Scalar::Float(0.0))
 }
 
 /// The triangle as `where(keep, src, 0)`, with the `[rows, cols]` mask `keep` built on the

@@ -155,6 +155,13 @@ impl<'a, const N: usize> Unwrap for [View<'a>; N] {
     }
 }
 
+impl<'a, const N: usize> Unwrap for [&'a Layout; N] {
+    type Inner = [&'a Layout; N];
+    fn inner<D: Delegate + ?Sized>(self, _: &D, _: &'static str) -> Result<[&'a Layout; N]> {
+        Ok(self)
+    }
+}
+
 impl<'a> Unwrap for &'a [View<'a>] {
     type Inner = Vec<View<'a>>;
     fn inner<D: Delegate + ?Sized>(self, d: &D, op: &'static str) -> Result<Vec<View<'a>>> {

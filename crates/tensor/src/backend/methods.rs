@@ -126,6 +126,37 @@ macro_rules! backend_methods {
             ) -> Result<[Storage; 3]> {
                 compose::attention::backward(self, qkv, mask, saved, spec)
             }
+            /// [`Backend::attention`] with the output stored through `out`, a dense layout of the
+            /// output's shape `[batch.., L, Ev]`: offset 0, every element of a storage of that size
+            /// once, the dimensions nested in any order with the last innermost (see
+            /// [`crate::ops::attention::laid_out_like`]). The first storage returned is read
+            /// through `out`.
+            ///
+            /// The default copies [`Backend::attention`]'s output into such a storage.
+            fn attention_laid_out(
+                &self,
+                qkv: [View<'_>; 3],
+                mask: Option<View<'_>>,
+                spec: &Attention,
+                out: &Layout,
+            ) -> Result<[Storage; 2]> {
+                compose::attention::forward_laid_out(self, qkv, mask, spec, out)
+            }
+            /// [`Backend::attention_backward`] with each gradient stored through its layout in
+            /// `grads`, dense layouts of the query's, key's and value's shapes as for
+            /// [`Backend::attention_laid_out`].
+            ///
+            /// The default copies [`Backend::attention_backward`]'s gradients into such storages.
+            fn attention_backward_laid_out(
+                &self,
+                qkv: [View<'_>; 3],
+                mask: Option<View<'_>>,
+                saved: [View<'_>; 3],
+                spec: &Attention,
+                grads: [&Layout; 3],
+            ) -> Result<[Storage; 3]> {
+                compose::attention::backward_laid_out(self, qkv, mask, saved, spec, grads)
+            }
             /// One LSTM time step's gates and state update ([`crate::ops::lstm`]): the recurrent product `a` and
             /// the input projection `gi` `[B, 4H]`, the cell state `c` `[B, H]`; `bh` is `(B, H)`.
             /// Returns the step's `[7, B, H]` slots.
@@ -211,6 +242,16 @@ macro_rules! backend_methods {
             /// The default is `where_cond(mask, full(value), src)`.
             fn masked_fill(&self, src: View<'_>, mask: View<'_>, value: Scalar) -> Result<Storage> {
                 compose::masked_fill(self, src, mask, value)
+            }
+            /// ReLU's gradient from its output: `grad` where `output > 0` and 0 where
+            /// `output <= 0` (PyTorch's `threshold_backward(grad, output, 0)`, so a NaN output
+            /// passes the gradient and a non-finite gradient of a clamped entry gives 0), for two
+            /// float views of one shape and dtype.
+            ///
+            /// The default is `masked_fill(grad, output <= 0, 0)` (`compare_scalar`, then
+            /// `masked_fill`).
+            fn relu_backward(&self, grad: View<'_>, output: View<'_>) -> Result<Storage> {
+                compose::relu_backward(self, grad, output)
             }
             /// The lower (or, with `upper`, upper) triangle of the last two dimensions relative to
             /// `diagonal`; other entries are zero.

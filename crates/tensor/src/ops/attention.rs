@@ -13,7 +13,7 @@
 //! probabilities `p = e^(s - lse)` from it block by block, so neither pass keeps the
 //! `[.., L, S]` scores.
 
-use crate::layout::Layout;
+use crate::layout::{Layout, Strides};
 use crate::shape::{Shape, broadcast_shapes};
 use crate::{DType, Error, Result};
 
@@ -131,6 +131,62 @@ pub fn check_attention(
         }
     }
     Ok(shapes)
+}
+
+/// The layout of a result of `shape` laid out like the operand `like` (of the same rank):
+/// dense from offset 0, its leading dimensions nested in the order of `like`'s strides
+/// (PyTorch's `empty_like`, which keeps an operand's memory format) and the last innermost.
+/// The heads of a `[B, T, H, D]` projection viewed as `[B, H, T, D]` give an output that
+/// lies in memory as `[B, T, H, Ev]`, which merging the heads reads as `[B, T, H * Ev]`
+/// without a copy, and gradients that lie as their operands do. An operand broadcast along
+/// a dimension (stride 0) gives the contiguous layout.
+pub fn laid_out_like(like: &Layout, shape: &Shape) -> Layout {
+    let r = shape.rank();
+    let (dims, strides) = (like.shape(), like.strides());
+    if r < 2 || like.rank() != r || (0..r).any(|d| dims[d] > 1 && strides[d] == 0) {
+        return Layout::contiguous(shape.clone());
+    }
+    // Outermost first: the largest stride, a dimension of extent 1 anywhere (first), ties in
+    // their order.
+    let mut order: Vec<usize> = (0..r - 1).collect();
+    order.sort_by_key(|&d| std::cmp::Reverse(if dims[d] == 1 { usize::MAX } else { strides[d] }));
+    order.push(r - 1);
+    let mut dense = Strides::from_elem(0, r);
+    let mut step = 1usize;
+    for &d in order.iter().rev() {
+        dense[d] = step;
+        step = step.saturating_mul(shape[d]);
+    }
+    Layout { shape: shape.clone(), strides: dense, offset: 0 }
+}
+
+/// Checks a layout a backend is asked to store a result of `shape` through: that shape,
+/// offset 0, the last dimension innermost (adjacent elements), and every element of a
+/// storage of its size addressed once (dense, dimensions nested in any order).
+pub(crate) fn check_laid_out(what: &str, l: &Layout, shape: &Shape) -> Result<()> {
+    let r = l.rank();
+    let mut nested: Vec<(usize, usize)> =
+        (0..r).filter(|&d| l.shape()[d] != 1).map(|d| (l.strides()[d], l.shape()[d])).collect();
+    nested.sort_unstable();
+    let mut step = 1usize;
+    let dense = nested.iter().all(|&(stride, n)| {
+        let ok = stride == step;
+        step = step.saturating_mul(n);
+        ok
+    });
+    let adjacent = r == 0 || l.shape()[r - 1] <= 1 || l.strides()[r - 1] == 1;
+    if l.shape() != shape || l.offset() != 0 || l.numel() > 0 && !(dense && adjacent) {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "the {what} must be stored through a dense layout of shape {shape} with adjacent rows, got shape {} strides {:?} offset {}",
+                l.shape(),
+                l.strides(),
+                l.offset()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks the views a backend's attention kernel gets: `q` `[batch.., L, E]`, `k`

@@ -111,7 +111,7 @@ macro_rules! unary_table {
                 tensor ["`max(x, 0)` elementwise."],
                 grad [/// `max(x, 0)`.
                       saves OUTPUT, export(),
-                      |ctx, g| { let y = ctx.output()?.value(); Some(g.mul(&float_mask(y.gt_scalar(0), &y))?) }];
+                      |ctx, g| Some(relu_gradient(g, &ctx.output()?.value())?)];
             /// `e^x`
             Exp => exp,
                 float [costly |x| FloatElement::exp(x)],

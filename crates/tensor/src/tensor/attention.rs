@@ -5,7 +5,7 @@ use super::Tensor;
 use super::locks::ReadSet;
 use crate::Result;
 use crate::backend::View;
-use crate::ops::attention::{Attention, AttentionShapes, OP, check_attention};
+use crate::ops::attention::{Attention, AttentionShapes, OP, check_attention, laid_out_like};
 use crate::storage::StorageCell;
 
 /// `t`'s storage, locked in `set`, with its layout.
@@ -21,7 +21,11 @@ impl Tensor {
     /// `[.., L, Ev]` and each query row's log-sum-exp `[.., L]` (`-inf` for a row that sees
     /// no key, whose output is 0). See [`crate::ops::attention`].
     ///
-    /// The CPU kernel never holds more of the `[.., L, S]` scores than one block.
+    /// The output lies in memory in the query's order of dimensions (see
+    /// [`crate::ops::attention::laid_out_like`]): for the heads of a `[B, T, H, E]`
+    /// projection viewed as `[B, H, T, E]` it is `[B, H, T, Ev]` over `[B, T, H, Ev]` memory,
+    /// which merging the heads reshapes without a copy. The CPU kernel never holds more of
+    /// the `[.., L, S]` scores than one block.
     ///
     /// ```
     /// use ember_tensor::{Attention, Tensor};
@@ -47,15 +51,18 @@ impl Tensor {
         let set = ReadSet::new(&cells);
         let view = |t| view_in(&set, t);
         let mv = mask.as_ref().map(|m| (set.get(&m.storage), &m.layout));
-        let [out, lse] = self.backend().attention([view(&q), view(&k), view(&v)], mv, spec)?;
-        Ok((Tensor::from_storage(out, shapes.output()), Tensor::from_storage(lse, shapes.rows())))
+        let out_layout = laid_out_like(&q.layout, &shapes.output());
+        let [out, lse] = self.backend().attention_laid_out([view(&q), view(&k), view(&v)], mv, spec, &out_layout)?;
+        let out = Tensor::from_storage(out, shapes.output()).with_layout(out_layout);
+        Ok((out, Tensor::from_storage(lse, shapes.rows())))
     }
 
     /// The gradients of [`Tensor::attention`] with respect to the query, key and value, for
     /// the incoming gradient `grad` of the output, given the forward's `output` and `lse`.
     /// The gradients have the broadcast batch shape (`[batch.., L, E]`, `[batch.., S, E]`,
     /// `[batch.., S, Ev]`): an operand that was broadcast sums its gradient over the
-    /// repeated dimensions itself.
+    /// repeated dimensions itself. Each lies in memory in its operand's order of dimensions,
+    /// as the output does in the query's.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward(
         &self,
@@ -67,7 +74,7 @@ impl Tensor {
         grad: &Tensor,
         spec: &Attention,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let (shapes, [q, k, v], mask) = self.attention_operands(key, value, mask)?;
+        let (_, [q, k, v], mask) = self.attention_operands(key, value, mask)?;
         for t in [output, lse, grad] {
             self.same_device(OP, t)?;
         }
@@ -77,16 +84,19 @@ impl Tensor {
         let set = ReadSet::new(&cells);
         let view = |t| view_in(&set, t);
         let mv = mask.as_ref().map(|m| (set.get(&m.storage), &m.layout));
-        let [dq, dk, dv] = self.backend().attention_backward(
+        let layouts = [&q, &k, &v].map(|t| laid_out_like(&t.layout, t.shape()));
+        let [dq, dk, dv] = self.backend().attention_backward_laid_out(
             [view(&q), view(&k), view(&v)],
             mv,
             [view(output), view(lse), view(grad)],
             spec,
+            [&layouts[0], &layouts[1], &layouts[2]],
         )?;
+        let [lq, lk, lv] = layouts;
         Ok((
-            Tensor::from_storage(dq, shapes.with_last(&[shapes.l, shapes.e])),
-            Tensor::from_storage(dk, shapes.with_last(&[shapes.s, shapes.e])),
-            Tensor::from_storage(dv, shapes.with_last(&[shapes.s, shapes.ev])),
+            Tensor::from_storage(dq, lq.shape().clone()).with_layout(lq),
+            Tensor::from_storage(dk, lk.shape().clone()).with_layout(lk),
+            Tensor::from_storage(dv, lv.shape().clone()).with_layout(lv),
         ))
     }
 

@@ -6,8 +6,8 @@
 //! `clamp`, whose optional bounds and integer-to-float rule need more than the op.
 
 use super::Tensor;
-use crate::DType;
 use crate::backend::UnaryOp;
+use crate::{DType, Error, Result};
 
 /// Turns the unary table's `tensor` sections into `Tensor` methods that take the op's
 /// parameters and call it.
@@ -80,6 +80,38 @@ impl Tensor {
             return self.to_dtype(DType::F32).unary_op(op);
         }
         self.unary_op(op)
+    }
+
+    /// The gradient of [`Tensor::relu`] from its `output`: this incoming gradient where
+    /// `output > 0`, 0 where `output <= 0`, in one pass; PyTorch's `threshold_backward(grad,
+    /// output, 0)`, so a NaN output passes the gradient and a clamped entry gives exactly 0
+    /// even for an infinite or NaN gradient. Both must be float tensors of one shape, dtype
+    /// and device.
+    ///
+    /// ```
+    /// use ember_tensor::Tensor;
+    /// let y = Tensor::from_vec(vec![0.0f32, 2.0, f32::NAN], [3])?;
+    /// let g = Tensor::from_vec(vec![f32::INFINITY, 3.0, 4.0], [3])?;
+    /// assert_eq!(g.relu_backward(&y)?.to_vec::<f32>()?, vec![0.0, 3.0, 4.0]);
+    /// # Ok::<(), ember_tensor::Error>(())
+    /// ```
+    pub fn relu_backward(&self, output: &Tensor) -> Result<Tensor> {
+        let op = "relu_backward";
+        self.same_device(op, output)?;
+        if !self.dtype.is_float() || output.dtype != self.dtype {
+            return Err(Error::dtype(
+                op,
+                format!("expected float gradient and output of one dtype, got {} and {}", self.dtype, output.dtype),
+            ));
+        }
+        if self.shape() != output.shape() {
+            return Err(Error::shape(
+                op,
+                format!("the gradient {:?} and the output {:?} must have one shape", self.shape(), output.shape()),
+            ));
+        }
+        let s = self.read2(output, |g, o| self.backend().relu_backward(g, o))?;
+        Ok(Tensor::from_storage(s, self.shape().clone()))
     }
 }
 

@@ -289,6 +289,53 @@ pub(super) fn attention(p: &mut Program<'_>) {
     }
 }
 
+/// Attention with its output and gradients stored through the layouts multi-head attention
+/// asks for: the heads of `[b, l, h, e]` data viewed as `[b, h, l, e]`.
+pub(super) fn attention_laid_out(p: &mut Program<'_>) {
+    let dtype = dt(p, &[DType::F32, DType::F64, DType::BF16]);
+    let (b, h, l, s, e) = (
+        p.rng.random_range(1..3),
+        p.rng.random_range(1..4),
+        p.rng.random_range(1..5),
+        p.rng.random_range(1..5),
+        p.rng.random_range(1..5),
+    );
+    let heads = |shape: [usize; 4]| {
+        let [b, h, t, e] = shape;
+        let lay = Layout::new(Shape::from([b, h, t, e].as_slice()), [t * h * e, e, h * e, 1].into(), 0);
+        lay.expect("a dense layout")
+    };
+    let raw = |p: &mut Program<'_>, shape: [usize; 4]| {
+        let vals = p.data(dtype, shape.iter().product());
+        p.exact(dtype, &shape, &vals)
+    };
+    let q = raw(p, [b, l, h, e]);
+    let (k, v) = (p.operand(dtype, &[b, h, s, e]), p.operand(dtype, &[b, h, s, e]));
+    let lq = heads([b, h, l, e]);
+    let spec = Attention { scale: Attention::default_scale(e), causal: p.rng.random_bool(0.5) };
+    let tol = sums(dtype, s * e);
+    let what = format!("{dtype} b{b} h{h} l{l} s{s} e{e} causal {}", spec.causal);
+    let g = raw(p, [b, l, h, e]);
+    let contiguous = |shape: [usize; 4]| Layout::contiguous(Shape::from(shape.as_slice()));
+    let (lk, lv) = (contiguous([b, h, s, e]), contiguous([b, h, s, e]));
+    let qkv = [(&q.s, &lq), k.view(), v.view()];
+    match p.b.attention_laid_out(qkv, None, &spec, &lq) {
+        Ok([o, lse]) => {
+            let ll = Layout::contiguous(Shape::from([b, h, l].as_slice()));
+            let saved = [(&o, &lq), (&lse, &ll), (&g.s, &lq)];
+            let back = p.b.attention_backward_laid_out(qkv, None, saved, &spec, [&lq, &lk, &lv]);
+            p.record("attention_laid_out", None, what.clone(), tol, Ok(vec![o, lse]));
+            p.record("attention_backward_laid_out", None, what, tol, back.map(Vec::from));
+        }
+        Err(err) => {
+            let msg = err.to_string();
+            p.record("attention_laid_out", None, what.clone(), tol, Err(err));
+            let failed = Err(ember_tensor::Error::invalid("forward", msg));
+            p.record_values("attention_backward_laid_out", what, tol, failed);
+        }
+    }
+}
+
 pub(super) fn lstm(p: &mut Program<'_>) {
     let dtype = dt(p, &[DType::F32, DType::F64]);
     let (b, h, t) = (p.rng.random_range(1..3), p.rng.random_range(1..4), p.rng.random_range(1..4));
@@ -398,6 +445,14 @@ pub(super) fn masked_fill(p: &mut Program<'_>) {
     let m = p.operand_with(DType::U8, &shape, &mut |p, n| (0..n).map(|_| p.rng.random_range(0..2) as f64).collect());
     let r = p.b.masked_fill(x.view(), m.view(), Scalar::Float(-7.0)).map(|s| vec![s]);
     p.record("masked_fill", None, format!("{dtype} {shape:?}"), EXACT, r);
+}
+
+pub(super) fn relu_backward(p: &mut Program<'_>) {
+    let dtype = dt(p, &FLOATS);
+    let shape = rank_shape(p);
+    let (g, y) = (p.operand(dtype, &shape), p.operand(dtype, &shape));
+    let r = p.b.relu_backward(g.view(), y.view()).map(|s| vec![s]);
+    p.record("relu_backward", None, format!("{dtype} {shape:?}"), EXACT, r);
 }
 
 pub(super) fn triangle(p: &mut Program<'_>) {

@@ -5,7 +5,7 @@
 use crate::backend::kernels::Kernels;
 use crate::backend::{BinaryOp, CmpOp, ReduceOp, UnaryOp, View};
 use crate::layout::Layout;
-use crate::ops::attention::{Attention, AttentionShapes, check_views};
+use crate::ops::attention::{Attention, AttentionShapes, check_laid_out, check_views};
 use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use crate::{DType, Result, Scalar};
@@ -141,6 +141,51 @@ pub(crate) fn backward<B: Kernels + ?Sized>(
     Ok([dq, dk, dv])
 }
 
+/// [`forward`]'s output stored through the dense layout `out`.
+pub(crate) fn forward_laid_out<B: Kernels + ?Sized>(
+    b: &B,
+    qkv: [View<'_>; 3],
+    mask: Option<View<'_>>,
+    spec: &Attention,
+    out: &Layout,
+) -> Result<[Storage; 2]> {
+    let [q, k, v] = qkv;
+    let views = [(q.0.dtype(), q.1), (k.0.dtype(), k.1), (v.0.dtype(), v.1)];
+    let shapes = check_views(views, mask.map(|(s, l)| (s.dtype(), l)), None)?;
+    check_laid_out("output", out, &shapes.output())?;
+    let [o, lse] = b.attention(qkv, mask, spec)?;
+    Ok([lay_out(b, o, out)?, lse])
+}
+
+/// [`backward`]'s gradients, each stored through its dense layout in `grads`.
+pub(crate) fn backward_laid_out<B: Kernels + ?Sized>(
+    b: &B,
+    qkv: [View<'_>; 3],
+    mask: Option<View<'_>>,
+    saved: [View<'_>; 3],
+    spec: &Attention,
+    [lq, lk, lv]: [&Layout; 3],
+) -> Result<[Storage; 3]> {
+    for (what, l, operand) in
+        [("query gradient", lq, qkv[0]), ("key gradient", lk, qkv[1]), ("value gradient", lv, qkv[2])]
+    {
+        check_laid_out(what, l, operand.1.shape())?;
+    }
+    let [dq, dk, dv] = b.attention_backward(qkv, mask, saved, spec)?;
+    Ok([lay_out(b, dq, lq)?, lay_out(b, dk, lk)?, lay_out(b, dv, lv)?])
+}
+
+/// The contiguous result `src` copied into a fresh storage read through the dense `layout`
+/// of its shape (`src` itself when that layout is the contiguous one).
+fn lay_out<B: Kernels + ?Sized>(b: &B, src: Storage, layout: &Layout) -> Result<Storage> {
+    if layout.is_contiguous() {
+        return Ok(src);
+    }
+    let mut dst = b.full(layout.numel(), Scalar::Float(0.0), src.dtype())?;
+    b.copy_inplace(&mut dst, layout, (&src, &dense(layout.shape().clone())))?;
+    Ok(dst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +233,48 @@ mod tests {
                 assert!(d < 1e-11, "gradient {i} differs by {d} (causal {causal})");
             }
         }
+    }
+
+    /// The default laid-out methods (a copy into the layout) give the same storages as the
+    /// CPU kernel writing through the layout itself: the heads' output as `[B, L, H, Ev]`,
+    /// the query's gradient as `[B, L, H, E]`, the rest contiguous. A layout that is not
+    /// dense, or not of the result's shape, is an error on both.
+    #[test]
+    fn laid_out_defaults_match_the_cpu_kernel() {
+        crate::manual_seed(5);
+        let (bh, h, l, s) = (2, 3, 70, 90);
+        let t = |shape: [usize; 4]| Tensor::randn(shape).unwrap().to_dtype(DType::F64);
+        let heads = |x: Tensor| x.permute(&[0, 2, 1, 3]).unwrap();
+        let (q, g) = (heads(t([bh, l, h, 8])), heads(t([bh, l, h, 5])));
+        let (k, v) = (t([bh, h, s, 8]), t([bh, h, s, 5]));
+        let guards = [&q, &k, &v, &g].map(|x| x.storage().read());
+        let qkv = [(&*guards[0], q.layout()), (&*guards[1], k.layout()), (&*guards[2], v.layout())];
+        let out = crate::ops::attention::laid_out_like(q.layout(), &Shape::from([bh, h, l, 5].as_slice()));
+        assert_eq!(out.strides(), &[l * h * 5, 5, h * 5, 1]);
+        let grads = [q.layout(), k.layout(), v.layout()].map(|x| crate::ops::attention::laid_out_like(x, x.shape()));
+        let grads = [&grads[0], &grads[1], &grads[2]];
+        let b = CpuBackend;
+        let spec = Attention { scale: 0.3, causal: true };
+        let fused = b.attention_laid_out(qkv, None, &spec, &out).unwrap();
+        let composed = forward_laid_out(&b, qkv, None, &spec, &out).unwrap();
+        let flat = |s: &Storage, n: usize| values(s, &[n]);
+        let n_out = bh * h * l * 5;
+        let diff = |a: &[f64], c: &[f64]| a.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(diff(&flat(&fused[0], n_out), &flat(&composed[0], n_out)) < 1e-12);
+        let rl = dense(Shape::from([bh, h, l].as_slice()));
+        let saved = [(&fused[0], &out), (&fused[1], &rl), (&*guards[3], g.layout())];
+        let gf = b.attention_backward_laid_out(qkv, None, saved, &spec, grads).unwrap();
+        let gc = backward_laid_out(&b, qkv, None, saved, &spec, grads).unwrap();
+        for (i, n) in [bh * h * l * 8, bh * h * s * 8, bh * h * s * 5].into_iter().enumerate() {
+            let d = diff(&flat(&gf[i], n), &flat(&gc[i], n));
+            assert!(d < 1e-11, "gradient {i} differs by {d}");
+        }
+        // A gap between rows, and the output's shape given for the query's gradient.
+        let gappy = Layout::new(Shape::from([bh, h, l, 5].as_slice()), [h * l * 6, l * 6, 6, 1].into(), 0).unwrap();
+        assert!(b.attention_laid_out(qkv, None, &spec, &gappy).is_err());
+        assert!(forward_laid_out(&b, qkv, None, &spec, &gappy).is_err());
+        let wrong = [&out, grads[1], grads[2]];
+        assert!(b.attention_backward_laid_out(qkv, None, saved, &spec, wrong).is_err());
+        assert!(backward_laid_out(&b, qkv, None, saved, &spec, wrong).is_err());
     }
 }

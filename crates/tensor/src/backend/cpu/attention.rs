@@ -18,13 +18,18 @@
 //! projection viewed as `[B, H, T, D]` are read in place, their rows `H * D` apart, with no
 //! copy. Any other view is copied first (no more memory than the operand). The mask is read
 //! through its own strides, so a broadcast `[L, S]` mask is never expanded.
+//!
+//! The output and the gradients are written through the dense layouts the caller asks for
+//! (in the operands' order of dimensions, so the heads' rows `H * D` apart), each task
+//! addressing only its own rows.
 
-use super::block::block_product;
+use super::block::{Mat, block_product, gemm_block};
 use super::contiguous::Contiguous;
 use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_CHEAP, par_for, par_for_heavy, threads};
 use crate::layout::Layout;
 use crate::ops::attention::{Attention, OP};
+use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
@@ -243,6 +248,68 @@ impl<T> Out<T> {
     }
 }
 
+/// A result stored through a dense layout of `[B, rows, cols]` (see
+/// [`crate::ops::attention::laid_out_like`]): the rows of one batch matrix are `rs` apart,
+/// and the rows of other matrices (other heads) may lie between them, so the tasks that
+/// write it address their rows through a raw pointer, never a slice spanning them.
+#[derive(Clone, Copy)]
+struct Dest<'a, T> {
+    ptr: Out<T>,
+    layout: &'a Layout,
+    rs: usize,
+}
+
+impl<'a, T: FloatElement> Dest<'a, T> {
+    /// `buf` read through `layout`, which the caller checked is dense over `buf`.
+    fn new(buf: &mut Buffer<T>, layout: &'a Layout) -> Self {
+        let r = layout.rank();
+        let (rows, cols) = (layout.shape()[r - 2], layout.shape()[r - 1]);
+        let rs = if rows <= 1 { cols } else { layout.strides()[r - 2] };
+        Dest { ptr: Out(buf.as_mut_ptr()), layout, rs }
+    }
+
+    /// Where row `row` of batch matrix `b` starts in the buffer.
+    fn at(&self, b: usize, row: usize) -> usize {
+        batch_offset(self.layout, b) + row * self.rs
+    }
+}
+
+/// [`block_product`] into rows that a raw pointer addresses: `dst[m, n] (+)= scale * a[m, k]
+/// @ b[k, n]`, `dst` with rows `dst_rs` apart.
+///
+/// # Safety
+/// `dst` must address `m` rows of `n` elements, `dst_rs` apart, inside one buffer, and no
+/// other thread may touch them meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product_to<T: FloatElement>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut T, usize),
+    accumulate: bool,
+    (a, ars, acs): (&[T], usize, usize),
+    (b, brs, bcs): (&[T], usize, usize),
+    scale: T,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                // SAFETY: row r of the destination, which the caller guarantees.
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), n) }.fill(T::ZERO);
+            }
+        }
+        return;
+    }
+    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs + 1;
+    assert!(a.len() >= reach(m, k, ars, acs) && b.len() >= reach(k, n, brs, bcs), "product_to: operand too short");
+    let am = Mat { ptr: a.as_ptr(), rs: ars as isize, cs: acs as isize };
+    let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
+    // SAFETY: the assertion keeps the operands inside their slices; the destination is the
+    // caller's, a buffer the operands (shared borrows) are not part of.
+    unsafe { gemm_block((m, n, k), (dst, dst_rs), &am, &bm, accumulate, scale) }
+}
+
 fn forward_typed<T: FloatElement>(
     q: &Matrices<'_, T>,
     k: &Matrices<'_, T>,
@@ -250,19 +317,24 @@ fn forward_typed<T: FloatElement>(
     mask: &Mask<'_, T>,
     d: Dims,
     spec: &Attention,
+    out_layout: &Layout,
 ) -> Result<(Buffer<T>, Buffer<T>)> {
     let mut out = Buffer::<T>::zeros(OP, d.batch * d.l * d.ev)?;
     let mut lse = Buffer::<T>::zeros(OP, d.batch * d.l)?;
     let blocks = d.l.div_ceil(BQ);
-    let (po, pl) = (Out(out.as_mut_ptr()), Out(lse.as_mut_ptr()));
+    let (po, pl) = (Dest::new(&mut out, out_layout), Out(lse.as_mut_ptr()));
     let scale = T::from_f64(spec.scale);
     let neg = T::from_f64(f64::NEG_INFINITY);
     let task = |t: usize| {
         let (b, qb) = (t / blocks, t % blocks);
         let i0 = qb * BQ;
         let rows = BQ.min(d.l - i0);
-        // SAFETY: task (b, qb) alone writes rows i0..i0 + rows of batch b.
-        let (acc, lrow) = unsafe { (po.part((b * d.l + i0) * d.ev, rows * d.ev), pl.part(b * d.l + i0, rows)) };
+        let (base, ors) = (po.at(b, i0), po.rs);
+        // SAFETY: task (b, qb) alone writes rows i0..i0 + rows of batch matrix b, `ev`
+        // elements each, which the dense output layout gives no other (batch, row).
+        let acc_row = |r: usize| unsafe { po.ptr.part(base + r * ors, d.ev) };
+        // SAFETY: the same rows of the log-sum-exp, contiguous.
+        let lrow = unsafe { pl.part(b * d.l + i0, rows) };
         let qm = q.rows_from(b, i0);
         // Only as many columns as there are keys: a short sequence's block is small, and a
         // full `BK`-wide one would be zeroed for nothing.
@@ -289,7 +361,7 @@ fn forward_typed<T: FloatElement>(
                 if m[r] != new_m {
                     let corr = if m[r] == neg { T::ZERO } else { (m[r] - new_m).exp() };
                     sum[r] = sum[r] * corr;
-                    for a in &mut acc[r * d.ev..(r + 1) * d.ev] {
+                    for a in acc_row(r) {
                         *a = *a * corr;
                     }
                     m[r] = new_m;
@@ -297,12 +369,17 @@ fn forward_typed<T: FloatElement>(
                 sum[r] = sum[r] + add;
             }
             let vm = v.rows_from(b, j0);
-            block_product(rows, d.ev, cols, acc, d.ev, true, (s, cols, 1), (vm, v.rs, 1), T::ONE);
+            // SAFETY: the task's own output rows, as above: `rows` rows of `ev` elements from
+            // `base`, `ors` apart, inside the output buffer.
+            unsafe {
+                let acc = po.ptr.0.add(base);
+                product_to((rows, d.ev, cols), (acc, ors), true, (s, cols, 1), (vm, v.rs, 1), T::ONE);
+            }
         }
         for r in 0..rows {
             if sum[r] > T::ZERO {
                 let inv = T::ONE / sum[r];
-                for a in &mut acc[r * d.ev..(r + 1) * d.ev] {
+                for a in acc_row(r) {
                     *a = *a * inv;
                 }
                 lrow[r] = m[r] + sum[r].ln();
@@ -333,6 +410,7 @@ fn backward_typed<T: FloatElement>(
     mask: &Mask<'_, T>,
     d: Dims,
     spec: &Attention,
+    [lq, lk, lv]: [&Layout; 3],
 ) -> Result<[Buffer<T>; 3]> {
     let blocks = d.l.div_ceil(BQ);
     // Enough chunks for every thread to have work, each of whole query blocks.
@@ -342,12 +420,16 @@ fn backward_typed<T: FloatElement>(
     let mut dq = Buffer::<T>::zeros(OP, d.batch * d.l * d.e)?;
     let mut dk = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.e)?;
     let mut dv = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.ev)?;
-    let (pq, pk, pv) = (Out(dq.as_mut_ptr()), Out(dk.as_mut_ptr()), Out(dv.as_mut_ptr()));
+    // With one chunk per batch matrix its sums are the gradients, written through their
+    // layouts; with more, each chunk sums into a private contiguous matrix (number `t`,
+    // the task's, in both cases), added into the gradients at the end.
+    let partials = |cols: usize| Layout::contiguous(Shape::from([d.batch * chunks, d.s, cols].as_slice()));
+    let (part_k, part_v) = (partials(d.e), partials(d.ev));
+    let (lk_sums, lv_sums) = if chunks == 1 { (lk, lv) } else { (&part_k, &part_v) };
+    let (pq, pk, pv) = (Dest::new(&mut dq, lq), Dest::new(&mut dk, lk_sums), Dest::new(&mut dv, lv_sums));
     let scale = T::from_f64(spec.scale);
     let task = |t: usize| {
         let (b, c) = (t / chunks, t % chunks);
-        // SAFETY: chunk (b, c) alone writes partial sum b * chunks + c of dk and dv.
-        let (dkp, dvp) = unsafe { (pk.part(t * d.s * d.e, d.s * d.e), pv.part(t * d.s * d.ev, d.s * d.ev)) };
         // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack. No
         // larger than the call's blocks: for short sequences a full `BQ x BK` block would be
         // mostly zeroed for nothing.
@@ -357,8 +439,6 @@ fn backward_typed<T: FloatElement>(
         for qb in c * per_chunk..((c + 1) * per_chunk).min(blocks) {
             let i0 = qb * BQ;
             let rows = BQ.min(d.l - i0);
-            // SAFETY: query block qb of batch b belongs to this chunk alone.
-            let dqm = unsafe { pq.part((b * d.l + i0) * d.e, rows * d.e) };
             let (qm, gm) = (x.q.rows_from(b, i0), x.grad.rows_from(b, i0));
             let (qrs, grs) = (x.q.rs, x.grad.rs);
             let lse = &x.lse[b * d.l + i0..b * d.l + i0 + rows];
@@ -382,38 +462,52 @@ fn backward_typed<T: FloatElement>(
                         exp_sub(row, lse[r]);
                     }
                 }
-                // dv[j0..] += P^T dO
-                let dvm = &mut dvp[j0 * d.ev..(j0 + cols) * d.ev];
-                block_product(cols, d.ev, rows, dvm, d.ev, true, (p, 1, cols), (gm, grs, 1), T::ONE);
                 // dS = P * (dO v^T - D)
                 block_product(rows, cols, d.ev, ds, cols, false, (gm, grs, 1), (vm, 1, vrs), T::ONE);
                 for r in 0..rows {
                     score_grad(&mut ds[r * cols..(r + 1) * cols], &p[r * cols..(r + 1) * cols], dd[r]);
                 }
-                block_product(rows, d.e, cols, dqm, d.e, true, (ds, cols, 1), (km, krs, 1), scale);
-                let dkm = &mut dkp[j0 * d.e..(j0 + cols) * d.e];
-                block_product(cols, d.e, rows, dkm, d.e, true, (ds, 1, cols), (qm, qrs, 1), scale);
+                // SAFETY: rows i0..i0 + rows of dq's batch matrix b belong to query block qb,
+                // this chunk's alone; rows j0..j0 + cols of sum matrix t (dk, dv) to this task
+                // alone (its batch matrix's gradient with one chunk, its private partial sum
+                // with more). The dense layouts give those rows to no other (matrix, row).
+                unsafe {
+                    // dv[j0..] += P^T dO
+                    let dvm = pv.ptr.0.add(pv.at(t, j0));
+                    product_to((cols, d.ev, rows), (dvm, pv.rs), true, (p, 1, cols), (gm, grs, 1), T::ONE);
+                    let dqm = pq.ptr.0.add(pq.at(b, i0));
+                    product_to((rows, d.e, cols), (dqm, pq.rs), true, (ds, cols, 1), (km, krs, 1), scale);
+                    let dkm = pk.ptr.0.add(pk.at(t, j0));
+                    product_to((cols, d.e, rows), (dkm, pk.rs), true, (ds, 1, cols), (qm, qrs, 1), scale);
+                }
             }
         }
     };
     // A chunk is `per_chunk` query blocks against every key, twice the forward's products.
     let task_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(2 * (d.e + d.ev));
     run_tasks(d.batch * chunks, d.work(), task_work, task);
-    Ok([dq, sum_chunks(dk, chunks, d.s * d.e)?, sum_chunks(dv, chunks, d.s * d.ev)?])
+    if chunks == 1 {
+        return Ok([dq, dk, dv]);
+    }
+    Ok([dq, sum_chunks(&dk, chunks, d.e, lk)?, sum_chunks(&dv, chunks, d.ev, lv)?])
 }
 
-/// `[batch * chunks, len]` partial sums added up over the chunks: `[batch, len]`.
-fn sum_chunks<T: FloatElement>(parts: Buffer<T>, chunks: usize, len: usize) -> Result<Buffer<T>> {
-    if chunks == 1 {
-        return Ok(parts);
-    }
-    let batch = parts.len() / (chunks * len).max(1);
-    let mut out = Buffer::<T>::zeros(OP, batch * len)?;
-    for (b, o) in out.chunks_mut(len.max(1)).enumerate() {
-        for c in 0..chunks {
-            let part = &parts[(b * chunks + c) * len..(b * chunks + c + 1) * len];
-            for (x, &y) in o.iter_mut().zip(part) {
-                *x = *x + y;
+/// `[batch * chunks, S, cols]` partial sums added up over the chunks into a `[batch, S,
+/// cols]` buffer read through the dense `layout`.
+fn sum_chunks<T: FloatElement>(parts: &[T], chunks: usize, cols: usize, layout: &Layout) -> Result<Buffer<T>> {
+    let mut out = Buffer::<T>::zeros(OP, layout.numel())?;
+    let r = layout.rank();
+    let (batch, s) = (layout.numel() / (layout.shape()[r - 2] * cols).max(1), layout.shape()[r - 2]);
+    let rs = if s <= 1 { cols } else { layout.strides()[r - 2] };
+    for b in 0..batch {
+        let base = batch_offset(layout, b);
+        for j in 0..s {
+            let o = &mut out[base + j * rs..base + j * rs + cols];
+            for c in 0..chunks {
+                let part = &parts[((b * chunks + c) * s + j) * cols..][..cols];
+                for (x, &y) in o.iter_mut().zip(part) {
+                    *x = *x + y;
+                }
             }
         }
     }
@@ -450,14 +544,15 @@ fn dims(q: &Layout, k: &Layout, v: &Layout) -> Dims {
     }
 }
 
-/// The output and per-row log-sum-exp of checked operands (see
-/// [`crate::backend::Backend::attention`]).
+/// The output, stored through the checked dense layout `out`, and the per-row log-sum-exp
+/// of checked operands (see [`crate::backend::Backend::attention_laid_out`]).
 pub(crate) fn forward(
     (q, lq): (&CpuStorage, &Layout),
     (k, lk): (&CpuStorage, &Layout),
     (v, lv): (&CpuStorage, &Layout),
     mask: Option<(&CpuStorage, &Layout)>,
     spec: &Attention,
+    out: &Layout,
 ) -> Result<[CpuStorage; 2]> {
     fn go<T: FloatElement>(
         q: (&CpuStorage, &Layout),
@@ -465,33 +560,37 @@ pub(crate) fn forward(
         v: (&CpuStorage, &Layout),
         mask: Option<(&CpuStorage, &Layout)>,
         spec: &Attention,
+        out: &Layout,
     ) -> Result<[CpuStorage; 2]>
     where
         Buffer<T>: Into<CpuStorage>,
     {
         let (mq, mk, mv) = (Matrices::of(q.0, q.1)?, Matrices::of(k.0, k.1)?, Matrices::of(v.0, v.1)?);
         let d = dims(q.1, k.1, v.1);
-        let (out, lse) = forward_typed(&mq, &mk, &mv, &mask_of::<T>(mask)?, d, spec)?;
+        let (out, lse) = forward_typed(&mq, &mk, &mv, &mask_of::<T>(mask)?, d, spec, out)?;
         Ok([out.into(), lse.into()])
     }
     match q {
-        CpuStorage::F32(_) => go::<f32>((q, lq), (k, lk), (v, lv), mask, spec),
-        CpuStorage::F64(_) => go::<f64>((q, lq), (k, lk), (v, lv), mask, spec),
+        CpuStorage::F32(_) => go::<f32>((q, lq), (k, lk), (v, lv), mask, spec, out),
+        CpuStorage::F64(_) => go::<f64>((q, lq), (k, lk), (v, lv), mask, spec, out),
         _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.dtype()))),
     }
 }
 
-/// The gradients with respect to query, key and value of checked operands (see
-/// [`crate::backend::Backend::attention_backward`]).
+/// The gradients with respect to query, key and value of checked operands, each stored
+/// through its checked dense layout in `grads` (see
+/// [`crate::backend::Backend::attention_backward_laid_out`]).
 pub(crate) fn backward(
     [q, k, v, out, lse, grad]: [(&CpuStorage, &Layout); 6],
     mask: Option<(&CpuStorage, &Layout)>,
     spec: &Attention,
+    grads: [&Layout; 3],
 ) -> Result<[CpuStorage; 3]> {
     fn go<T: FloatElement>(
         ops: [(&CpuStorage, &Layout); 6],
         mask: Option<(&CpuStorage, &Layout)>,
         spec: &Attention,
+        grads: [&Layout; 3],
     ) -> Result<[CpuStorage; 3]>
     where
         Buffer<T>: Into<CpuStorage>,
@@ -506,13 +605,13 @@ pub(crate) fn backward(
             grad: Matrices::of(ops[5].0, ops[5].1)?,
         };
         let d = dims(ops[0].1, ops[1].1, ops[2].1);
-        let [dq, dk, dv] = backward_typed(&saved, &mask_of::<T>(mask)?, d, spec)?;
+        let [dq, dk, dv] = backward_typed(&saved, &mask_of::<T>(mask)?, d, spec, grads)?;
         Ok([dq.into(), dk.into(), dv.into()])
     }
     let ops = [q, k, v, out, lse, grad];
     match q.0 {
-        CpuStorage::F32(_) => go::<f32>(ops, mask, spec),
-        CpuStorage::F64(_) => go::<f64>(ops, mask, spec),
+        CpuStorage::F32(_) => go::<f32>(ops, mask, spec, grads),
+        CpuStorage::F64(_) => go::<f64>(ops, mask, spec, grads),
         _ => Err(Error::dtype(OP, format!("the query must be float, got {}", q.0.dtype()))),
     }
 }
@@ -536,11 +635,21 @@ mod tests {
 
     /// Views whose rows are strided (read in place), a broadcast key and value, and a
     /// transposed query (copied) give what their contiguous copies give, forward and
-    /// backward, with and without the causal triangle, over several query and key blocks.
+    /// backward, with and without the causal triangle, over several query and key blocks,
+    /// with few batch matrices (the backward splits each into chunks) and many (one chunk
+    /// each, summed straight into the gradient's layout). The output and gradients lie in
+    /// memory as their operands do: the heads' as `[B, T, H, D]`, the broadcast ones and
+    /// the transposed query's contiguous.
     #[test]
     fn strided_views_match_contiguous_copies() {
+        for (b, h) in [(2, 3), (8, 4)] {
+            strided_views_match(b, h);
+        }
+    }
+
+    fn strided_views_match(b: usize, h: usize) {
         crate::manual_seed(11);
-        let (b, h, l, s, d) = (2, 3, 150, 300, 8);
+        let (l, s, d) = (150, 300, 8);
         let q = heads(b, l, h, d);
         // One key and value head shared by every head: batch stride 0.
         let k = heads(b, s, 1, d).expand([b, h, s, d]).unwrap();
@@ -554,6 +663,9 @@ mod tests {
                 let (out, lse) = query.attention(&k, &v, None, &spec).unwrap();
                 let (out_c, lse_c) = qc.attention(&kc, &vc, None, &spec).unwrap();
                 assert!(max_diff(&out, &out_c) < 1e-12 && max_diff(&lse, &lse_c) < 1e-12);
+                let heads_order = |t: &Tensor| t.permute(&[0, 2, 1, 3]).unwrap().is_contiguous();
+                let as_query = std::ptr::eq(query, &q);
+                assert!(if as_query { heads_order(&out) } else { out.is_contiguous() });
                 // The output read back through a strided view of itself, as the backward
                 // of the heads' merge hands it over.
                 let out_view = out.permute(&[0, 2, 1, 3]).unwrap().contiguous().permute(&[0, 2, 1, 3]).unwrap();
@@ -562,6 +674,8 @@ mod tests {
                 for (x, y) in [(&grads.0, &grads_c.0), (&grads.1, &grads_c.1), (&grads.2, &grads_c.2)] {
                     assert!(max_diff(x, y) < 1e-11, "causal {causal}: {}", max_diff(x, y));
                 }
+                assert!(if as_query { heads_order(&grads.0) } else { grads.0.is_contiguous() });
+                assert!(grads.1.is_contiguous() && grads.2.is_contiguous());
             }
         }
     }

@@ -267,6 +267,23 @@ pub(crate) fn binary(op: BinaryOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, 
     }
 }
 
+/// ReLU's gradient, `grad` where `output > 0` and 0 where `output <= 0` (a NaN output passes
+/// the gradient), for two same-dtype float views of one shape: one pass reading each once.
+pub(crate) fn relu_backward(g: &CpuStorage, lg: &Layout, o: &CpuStorage, lo: &Layout) -> Result<CpuStorage> {
+    const NAME: &str = "relu_backward";
+    fn go<T: Element>(g: &[T], lg: &Layout, o: &[T], lo: &Layout) -> Result<Buffer<T>> {
+        zip(NAME, (g, lg), (o, lo), GRAIN_CHEAP, |g, y| if y <= T::ZERO { T::ZERO } else { g })
+    }
+    match (g, o) {
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => Ok(go(x, lg, y, lo)?.into()),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => Ok(go(x, lg, y, lo)?.into()),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => Ok(go(x, lg, y, lo)?.into()),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => Ok(go(x, lg, y, lo)?.into()),
+        (a, b) if a.dtype() != b.dtype() => Err(same_dtype(NAME, a, b)),
+        _ => Err(Error::dtype(NAME, format!("expected float views, got {}", g.dtype()))),
+    }
+}
+
 /// `a op b` as a `u8` mask, for two same-dtype views of one shape.
 pub(crate) fn compare(op: CmpOp, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
     let name = op.name();
@@ -502,6 +519,36 @@ mod tests {
         assert_eq!(bytes.lt_scalar(300).to_vec::<u8>().unwrap(), vec![1, 1, 1]);
         assert_eq!(bytes.gt_scalar(-1).to_vec::<u8>().unwrap(), vec![1, 1, 1]);
         assert_eq!(bytes.ge_scalar(199.5).to_vec::<u8>().unwrap(), vec![0, 1, 1]);
+    }
+
+    /// The one-pass ReLU gradient is the default composition's `masked_fill(grad, output <=
+    /// 0, 0)` in every float dtype, on contiguous and transposed views alike, with the NaN,
+    /// signed-zero and infinite-gradient cases PyTorch's `threshold_backward` defines.
+    #[test]
+    fn relu_backward_is_the_masked_gradient() {
+        use crate::DType;
+        let special = [0.0, -0.0, f64::NAN, 1e-30, -1e-30, f64::INFINITY, f64::NEG_INFINITY];
+        let n = 40 * 30;
+        let ys: Vec<f64> =
+            (0..n).map(|i| if i < special.len() { special[i] } else { (i as f64 * 0.37).sin() }).collect();
+        let gs: Vec<f64> = (0..n).map(|i| if i % 7 == 0 { f64::INFINITY } else { (i as f64 * 0.11).cos() }).collect();
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            let y = Tensor::from_vec(ys.clone(), [40, 30]).unwrap().to_dtype(dtype);
+            let g = Tensor::from_vec(gs.clone(), [40, 30]).unwrap().to_dtype(dtype);
+            for (g, y) in [(g.clone(), y.clone()), (g.transpose(0, 1).unwrap(), y.transpose(0, 1).unwrap())] {
+                let fused = g.relu_backward(&y).unwrap().to_vec_f64().unwrap();
+                let composed = g.masked_fill(&y.le_scalar(0), 0.0).unwrap().to_vec_f64().unwrap();
+                let same = fused.iter().zip(&composed).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{dtype}: {fused:?} vs {composed:?}");
+            }
+            // An infinite gradient at a zero output, a negative zero, a NaN output.
+            let want = [0.0, 0.0, g.to_vec_f64().unwrap()[2]];
+            assert_eq!(g.relu_backward(&y).unwrap().to_vec_f64().unwrap()[..3], want);
+        }
+        let y = Tensor::from_vec(ys, [40, 30]).unwrap();
+        assert!(y.relu_backward(&y.to_dtype(DType::F64)).is_err());
+        assert!(y.relu_backward(&y.reshape([30, 40]).unwrap()).is_err());
+        assert!(y.to_dtype(DType::I64).relu_backward(&y.to_dtype(DType::I64)).is_err());
     }
 
     /// Large enough to be split into chunks that start mid-row, on both operand orders (sub

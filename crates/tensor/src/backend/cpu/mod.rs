@@ -44,7 +44,7 @@ use crate::backend::{AdamState, Backend, BinaryOp, CmpOp, ReduceOp, RmsPropState
 use crate::dtype::Element;
 use crate::host::{float_mode, random};
 use crate::layout::Layout;
-use crate::ops::attention::{Attention, check_views as check_attention_views};
+use crate::ops::attention::{Attention, check_laid_out, check_views as check_attention_views};
 use crate::ops::conv::{ConvGeometry, SlidingWindow};
 use crate::ops::layer_norm::OP as LAYER_NORM;
 use crate::ops::loss::ClassLoss;
@@ -363,11 +363,24 @@ impl Backend for CpuBackend {
         wrap(class_loss::backward((cpu(s)?, &l), (cpu(t)?, &lt), (cpu(g)?, &lg), loss))
     }
 
-    fn attention(&self, [q, k, v]: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
+    fn attention(&self, qkv: [View<'_>; 3], mask: Option<View<'_>>, spec: &Attention) -> Result<[Storage; 2]> {
+        let views = qkv.map(|(s, l)| (s.dtype(), l));
+        let out = check_attention_views(views, mask.map(|(s, l)| (s.dtype(), l)), None)?.output();
+        self.attention_laid_out(qkv, mask, spec, &Layout::contiguous(out))
+    }
+
+    fn attention_laid_out(
+        &self,
+        [q, k, v]: [View<'_>; 3],
+        mask: Option<View<'_>>,
+        spec: &Attention,
+        out: &Layout,
+    ) -> Result<[Storage; 2]> {
         if let Some(low) = low_of([q.0, k.0, v.0].into_iter().chain(mask.map(|(s, _)| s))) {
             let [q, k, v] = operands(self, [q, k, v])?;
             let mask = Operand::optional(self, mask)?;
-            let [out, lse] = self.attention([q.view(), k.view(), v.view()], mask.as_ref().map(Operand::view), spec)?;
+            let m = mask.as_ref().map(Operand::view);
+            let [out, lse] = self.attention_laid_out([q.view(), k.view(), v.view()], m, spec, out)?;
             // The log-sum-exp stays f32 (as PyTorch keeps it): the backward recomputes the
             // probabilities from it, which bf16's 8 bits would put off by percents.
             return Ok([out.narrow(self, low)?, lse]);
@@ -378,18 +391,32 @@ impl Backend for CpuBackend {
             (validate::view(op, q.0, q.1)?, validate::view(op, k.0, k.1)?, validate::view(op, v.0, v.1)?);
         let lm = mask.map(|(s, l)| validate::view(op, s, l)).transpose()?;
         let views = [(q.0.dtype(), &*lq), (k.0.dtype(), &*lk), (v.0.dtype(), &*lv)];
-        check_attention_views(views, mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)), None)?;
+        let shapes = check_attention_views(views, mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)), None)?;
+        check_laid_out("output", out, &shapes.output())?;
         let m = mask.zip(lm.as_deref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
-        let [out, lse] = attention::forward((cpu(q.0)?, &lq), (cpu(k.0)?, &lk), (cpu(v.0)?, &lv), m, spec)?;
+        let [out, lse] = attention::forward((cpu(q.0)?, &lq), (cpu(k.0)?, &lk), (cpu(v.0)?, &lv), m, spec, out)?;
         Ok([Storage::Cpu(out), Storage::Cpu(lse)])
     }
 
     fn attention_backward(
         &self,
+        qkv: [View<'_>; 3],
+        mask: Option<View<'_>>,
+        saved: [View<'_>; 3],
+        spec: &Attention,
+    ) -> Result<[Storage; 3]> {
+        let contiguous = |i: usize| Layout::contiguous(qkv[i].1.shape().clone());
+        let (lq, lk, lv) = (contiguous(0), contiguous(1), contiguous(2));
+        self.attention_backward_laid_out(qkv, mask, saved, spec, [&lq, &lk, &lv])
+    }
+
+    fn attention_backward_laid_out(
+        &self,
         [q, k, v]: [View<'_>; 3],
         mask: Option<View<'_>>,
         [o, lse, g]: [View<'_>; 3],
         spec: &Attention,
+        grads: [&Layout; 3],
     ) -> Result<[Storage; 3]> {
         let all = [q, k, v, o, lse, g];
         if let Some(low) = low_of(all.iter().map(|v| v.0).chain(mask.map(|(s, _)| s))) {
@@ -397,7 +424,13 @@ impl Backend for CpuBackend {
             let mask = Operand::optional(self, mask)?;
             let m = mask.as_ref().map(Operand::view);
             return self
-                .attention_backward([q.view(), k.view(), v.view()], m, [o.view(), lse.view(), g.view()], spec)?
+                .attention_backward_laid_out(
+                    [q.view(), k.view(), v.view()],
+                    m,
+                    [o.view(), lse.view(), g.view()],
+                    spec,
+                    grads,
+                )?
                 .narrow(self, low);
         }
         let _mode = float_mode::enter();
@@ -410,10 +443,13 @@ impl Backend for CpuBackend {
             mask.zip(lm.as_deref()).map(|((s, _), l)| (s.dtype(), l)),
             Some([(d(3), &*ls[3]), (d(4), &*ls[4]), (d(5), &*ls[5])]),
         )?;
+        for (i, what) in ["query gradient", "key gradient", "value gradient"].into_iter().enumerate() {
+            check_laid_out(what, grads[i], ls[i].shape())?;
+        }
         let m = mask.zip(lm.as_deref()).map(|((s, _), l)| Ok::<_, Error>((cpu(s)?, l))).transpose()?;
         let hs = [cpu(q.0)?, cpu(k.0)?, cpu(v.0)?, cpu(o.0)?, cpu(lse.0)?, cpu(g.0)?];
         let ops = std::array::from_fn(|i| (hs[i], &*ls[i]));
-        let [dq, dk, dv] = attention::backward(ops, m, spec)?;
+        let [dq, dk, dv] = attention::backward(ops, m, spec, grads)?;
         Ok([Storage::Cpu(dq), Storage::Cpu(dk), Storage::Cpu(dv)])
     }
 
@@ -489,6 +525,12 @@ impl Backend for CpuBackend {
         let (l, lm) = (validate::view("masked_fill", s, l)?, validate::view("masked_fill", m, lm)?);
         validate::same_shape("masked_fill", &l, &lm)?;
         wrap(index::masked_fill(cpu(s)?, &l, cpu(m)?, &lm, value))
+    }
+
+    fn relu_backward(&self, (g, lg): View<'_>, (o, lo): View<'_>) -> Result<Storage> {
+        let (lg, lo) = (validate::view("relu_backward", g, lg)?, validate::view("relu_backward", o, lo)?);
+        validate::same_shape("relu_backward", &lg, &lo)?;
+        wrap(binary::relu_backward(cpu(g)?, &lg, cpu(o)?, &lo))
     }
 
     fn triangle(&self, (s, l): View<'_>, diagonal: i64, upper: bool) -> Result<Storage> {

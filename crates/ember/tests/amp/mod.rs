@@ -11,9 +11,13 @@ use ember::Result;
 pub const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/mnist");
 
 /// Runs `example`'s quick start with `flags` after `--data` and a temporary `--out`; the
-/// output directory is removed afterwards.
+/// output directory is removed afterwards. Each call gets its own directory: the tests of
+/// one file run in parallel in one process, and one removing a shared directory would pull
+/// it from under another one's checkpoint.
 pub fn quick_start<M: ember::nn::Module>(example: Example<M>, flags: &[&str]) -> Result<Outcome> {
-    let out = std::env::temp_dir().join(format!("ember-{}-amp-smoke-{}", example.name, std::process::id()));
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("ember-{}-amp-smoke-{}-{call}", example.name, std::process::id()));
     let out_flag = out.display().to_string();
     let mut argv = vec![example.name, "--data", DATA, "--out", out_flag.as_str()];
     argv.extend_from_slice(flags);

@@ -23,7 +23,7 @@
 //! (in the operands' order of dimensions, so the heads' rows `H * D` apart), each task
 //! addressing only its own rows.
 
-use super::block::{Mat, block_product, gemm_block};
+use super::block::{block_product, block_product_to};
 use super::contiguous::Contiguous;
 use crate::dtype::FloatElement;
 use crate::host::iter::{GRAIN_CHEAP, par_for, par_for_heavy, threads};
@@ -274,42 +274,6 @@ impl<'a, T: FloatElement> Dest<'a, T> {
     }
 }
 
-/// [`block_product`] into rows that a raw pointer addresses: `dst[m, n] (+)= scale * a[m, k]
-/// @ b[k, n]`, `dst` with rows `dst_rs` apart.
-///
-/// # Safety
-/// `dst` must address `m` rows of `n` elements, `dst_rs` apart, inside one buffer, and no
-/// other thread may touch them meanwhile.
-#[allow(clippy::too_many_arguments)]
-unsafe fn product_to<T: FloatElement>(
-    (m, n, k): (usize, usize, usize),
-    (dst, dst_rs): (*mut T, usize),
-    accumulate: bool,
-    (a, ars, acs): (&[T], usize, usize),
-    (b, brs, bcs): (&[T], usize, usize),
-    scale: T,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                // SAFETY: row r of the destination, which the caller guarantees.
-                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), n) }.fill(T::ZERO);
-            }
-        }
-        return;
-    }
-    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs + 1;
-    assert!(a.len() >= reach(m, k, ars, acs) && b.len() >= reach(k, n, brs, bcs), "product_to: operand too short");
-    let am = Mat { ptr: a.as_ptr(), rs: ars as isize, cs: acs as isize };
-    let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
-    // SAFETY: the assertion keeps the operands inside their slices; the destination is the
-    // caller's, a buffer the operands (shared borrows) are not part of.
-    unsafe { gemm_block((m, n, k), (dst, dst_rs), &am, &bm, accumulate, scale) }
-}
-
 fn forward_typed<T: FloatElement>(
     q: &Matrices<'_, T>,
     k: &Matrices<'_, T>,
@@ -373,7 +337,7 @@ fn forward_typed<T: FloatElement>(
             // `base`, `ors` apart, inside the output buffer.
             unsafe {
                 let acc = po.ptr.0.add(base);
-                product_to((rows, d.ev, cols), (acc, ors), true, (s, cols, 1), (vm, v.rs, 1), T::ONE);
+                block_product_to((rows, d.ev, cols), (acc, ors), true, (s, cols, 1), (vm, v.rs, 1), T::ONE);
             }
         }
         for r in 0..rows {
@@ -474,11 +438,11 @@ fn backward_typed<T: FloatElement>(
                 unsafe {
                     // dv[j0..] += P^T dO
                     let dvm = pv.ptr.0.add(pv.at(t, j0));
-                    product_to((cols, d.ev, rows), (dvm, pv.rs), true, (p, 1, cols), (gm, grs, 1), T::ONE);
+                    block_product_to((cols, d.ev, rows), (dvm, pv.rs), true, (p, 1, cols), (gm, grs, 1), T::ONE);
                     let dqm = pq.ptr.0.add(pq.at(b, i0));
-                    product_to((rows, d.e, cols), (dqm, pq.rs), true, (ds, cols, 1), (km, krs, 1), scale);
+                    block_product_to((rows, d.e, cols), (dqm, pq.rs), true, (ds, cols, 1), (km, krs, 1), scale);
                     let dkm = pk.ptr.0.add(pk.at(t, j0));
-                    product_to((cols, d.e, rows), (dkm, pk.rs), true, (ds, 1, cols), (qm, qrs, 1), scale);
+                    block_product_to((cols, d.e, rows), (dkm, pk.rs), true, (ds, 1, cols), (qm, qrs, 1), scale);
                 }
             }
         }

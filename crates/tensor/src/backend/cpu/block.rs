@@ -1,9 +1,9 @@
 //! One block of a matrix product on the calling thread: the strided matrix operand
 //! ([`Mat`]), the trait by which the split product hands a block to its kernel
 //! ([`BlockProduct`]), and `gemm`'s product of one block: [`gemm_block`] on raw operands,
-//! which the split product and the convolutions call, and `block_product` on slices, which
-//! the attention and LSTM kernels call. Below both the `f32`/`f64` product (`matmul.rs`)
-//! and the low-precision one (`matmul_lowp.rs`).
+//! which the split product and the convolutions call, and [`block_product`] /
+//! [`block_product_to`] on slices, which the attention and LSTM kernels call. Below both
+//! the `f32`/`f64` product (`matmul.rs`) and the low-precision one (`matmul_lowp.rs`).
 
 use crate::dtype::Element;
 use gemm::Parallelism;
@@ -46,8 +46,8 @@ pub(super) trait BlockProduct<T>: Sync {
     }
 }
 
-/// One block product on the calling thread for kernels that tile their own work (attention):
-/// `dst[m, n] = scale * a[m, k] @ b[k, n]`, or with `accumulate`
+/// One block product on the calling thread for kernels that tile their own work (LSTM,
+/// attention): `dst[m, n] = scale * a[m, k] @ b[k, n]`, or with `accumulate`
 /// `dst[m, n] += scale * a[m, k] @ b[k, n]`. Each operand is a slice starting at its first
 /// element with its row and column strides; `dst` has unit column stride and rows `dst_rs`
 /// apart.
@@ -63,6 +63,32 @@ pub(super) fn block_product<T: Element>(
     dst: &mut [T],
     dst_rs: usize,
     accumulate: bool,
+    a: (&[T], usize, usize),
+    b: (&[T], usize, usize),
+    scale: T,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= reach(m, n, dst_rs, 1), "block_product: destination too short");
+    // SAFETY: the assertion keeps every destination row inside `dst`, a unique borrow that
+    // no other thread touches and that overlaps neither input.
+    unsafe { block_product_to((m, n, k), (dst.as_mut_ptr(), dst_rs), accumulate, a, b, scale) }
+}
+
+/// [`block_product`] into rows that a raw pointer addresses, for kernels whose threads write
+/// disjoint rows of one buffer (the attention's output and gradients).
+///
+/// # Safety
+/// `dst` must address `m` rows of `n` elements, `dst_rs` apart, inside one buffer that the
+/// operands are not part of, and no other thread may touch those rows meanwhile.
+///
+/// # Panics
+/// As [`block_product`].
+pub(super) unsafe fn block_product_to<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut T, usize),
+    accumulate: bool,
     (a, ars, acs): (&[T], usize, usize),
     (b, brs, bcs): (&[T], usize, usize),
     scale: T,
@@ -70,12 +96,11 @@ pub(super) fn block_product<T: Element>(
     if m == 0 || n == 0 {
         return;
     }
-    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs + 1;
-    assert!(dst.len() >= reach(m, n, dst_rs, 1), "block_product: destination too short");
     if k == 0 {
         if !accumulate {
             for r in 0..m {
-                dst[r * dst_rs..r * dst_rs + n].fill(T::ZERO);
+                // SAFETY: row r of the destination, which the caller guarantees.
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), n) }.fill(T::ZERO);
             }
         }
         return;
@@ -83,9 +108,14 @@ pub(super) fn block_product<T: Element>(
     assert!(a.len() >= reach(m, k, ars, acs) && b.len() >= reach(k, n, brs, bcs), "block_product: operand too short");
     let am = Mat { ptr: a.as_ptr(), rs: ars as isize, cs: acs as isize };
     let bm = Mat { ptr: b.as_ptr(), rs: brs as isize, cs: bcs as isize };
-    // SAFETY: the assertions above keep every addressed element inside its slice, and `dst`
-    // is a unique borrow, so it overlaps neither input.
-    unsafe { gemm_block((m, n, k), (dst.as_mut_ptr(), dst_rs), &am, &bm, accumulate, scale) }
+    // SAFETY: the assertion keeps the operands inside their slices; the destination is the
+    // caller's, in a buffer the operands (shared borrows) are not part of.
+    unsafe { gemm_block((m, n, k), (dst, dst_rs), &am, &bm, accumulate, scale) }
+}
+
+/// How many elements a `rows x cols` matrix with strides `rs`, `cs` spans from its first.
+fn reach(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
+    (rows - 1) * rs + (cols - 1) * cs + 1
 }
 
 /// `dst[m, n] = scale * a[m, k] @ b[k, n]` (`+=` where `accumulate`) on the calling thread

@@ -364,7 +364,8 @@ pub(super) fn lstm(p: &mut Program<'_>) {
         p.operand(dtype, &[b, h]),
     );
     let what = format!("{run:?} {dtype}");
-    let gy = p.operand(dtype, &[t, 7, b, h]);
+    // The gradient of the state slots (`c`, `h`) alone: the output of the recorded node.
+    let gy = p.operand(dtype, &[t, 2, b, h]);
     match p.b.lstm_sequence(gi.view(), w.view(), h0.view(), c0.view(), &run) {
         Ok(y) => {
             let ly = Layout::contiguous(Shape::from([t, 7, b, h]));

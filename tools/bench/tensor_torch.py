@@ -60,6 +60,15 @@ def softmax_rows():
     return "softmax_rows", "elements", 4096 * 1024, setup
 
 
+def cat_transposed():
+    def setup():
+        torch.manual_seed(7)
+        a, b = randn(1024, 1024).t(), randn(1024, 1024).t()
+        return lambda: torch.cat([a, b], 0)
+
+    return "cat_transposed", "elements", 2 * 1024 * 1024, setup
+
+
 def pool_chain(suffix):
     # PyTorch's CPU allocator caches nothing, so "on" and "off" are the same program; both
     # names exist so the comparison table lines up with ember's two rows.
@@ -85,6 +94,7 @@ def workloads():
         add_broadcast(),
         sum_last(),
         softmax_rows(),
+        cat_transposed(),
         pool_chain("on"),
         pool_chain("off"),
         pool_layer("on"),

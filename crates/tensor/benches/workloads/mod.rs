@@ -104,6 +104,22 @@ pub fn softmax_rows() -> Workload {
     }
 }
 
+/// Two transposed `[1024, 1024]` views joined along the rows: `cat` of strided inputs, as
+/// joining permuted activations does.
+pub fn cat_transposed() -> Workload {
+    Workload {
+        name: "cat_transposed".into(),
+        what: "cat([a.t(), b.t()], 0), a, b [1024, 1024] f32".into(),
+        work: Work::Elements(2 * 1024 * 1024),
+        pool: None,
+        setup: Box::new(|| {
+            manual_seed(7);
+            let (a, b) = (randn(&[1024, 1024]).t().unwrap(), randn(&[1024, 1024]).t().unwrap());
+            Box::new(move || Tensor::cat(&[&a, &b], 0).unwrap())
+        }),
+    }
+}
+
 /// An activation-sized elementwise chain, `relu(x * y + bias) * 0.5 + x` on `[256, 1024]`:
 /// five fresh 1 MiB results per call, each freed once the next one exists.
 pub fn pool_chain(enabled: bool) -> Workload {
@@ -143,6 +159,7 @@ pub fn all() -> Vec<Workload> {
         add_broadcast(),
         sum_last(),
         softmax_rows(),
+        cat_transposed(),
         pool_chain(true),
         pool_chain(false),
         pool_layer(true),

@@ -7,12 +7,12 @@ use crate::shape::{Dim, Shape, checked_numel};
 use crate::storage::StorageCell;
 use crate::{Error, Result};
 
-/// `cat` of contiguous tensors that already have the output dtype, in one backend call by
-/// block copies (`None` when some input needs the general path). Joining many small tensors
+/// `cat` of tensors that already have the output dtype, in one backend call that writes the
+/// output once (`None` when some input needs converting first). Joining many small tensors
 /// (a thousand scalars, say) then costs one lock and one copy each rather than a view and a
-/// strided copy each; strided inputs take the general path, whose copies run in parallel.
-fn cat_contiguous(tensors: &[&Tensor], d: usize, shape: &Shape, dtype: DType) -> Result<Option<Tensor>> {
-    if !tensors.iter().all(|t| t.is_contiguous() && t.dtype() == dtype) {
+/// strided copy each, and strided inputs need no zero-filled output.
+fn cat_same_dtype(tensors: &[&Tensor], d: usize, shape: &Shape, dtype: DType) -> Result<Option<Tensor>> {
+    if !tensors.iter().all(|t| t.dtype() == dtype) {
         return Ok(None);
     }
     let cells: Vec<&StorageCell> = tensors.iter().map(|t| &**t.storage).collect();
@@ -58,7 +58,7 @@ impl Tensor {
         shape[d] = total;
         let shape = Shape::from(shape);
         checked_numel("cat", &shape)?;
-        if let Some(out) = cat_contiguous(tensors, d, &shape, dtype)? {
+        if let Some(out) = cat_same_dtype(tensors, d, &shape, dtype)? {
             return Ok(out);
         }
         let out = Tensor::full_on(shape, 0, dtype, first.device())?;

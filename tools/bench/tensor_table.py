@@ -26,6 +26,7 @@ SHAPES = {
     "sum_last": "sum over last dim, [4096,1024] -> [4096]",
     "softmax_rows": "softmax over rows, [4096,1024]",
     "cat_transposed": "cat of two transposed [1024,1024] views along dim 0",
+    "contiguous_transposed": "contiguous copy of a transposed [1024,1024] view",
     "pool_chain_on": "elementwise chain relu(x*y+b)*0.5+x, [256,1024], pool on",
     "pool_chain_off": "elementwise chain relu(x*y+b)*0.5+x, [256,1024], pool off",
     "pool_layer_on": "linear layer relu([64,784] @ [784,256] + b), pool on",

@@ -69,6 +69,15 @@ def cat_transposed():
     return "cat_transposed", "elements", 2 * 1024 * 1024, setup
 
 
+def contiguous_transposed():
+    def setup():
+        torch.manual_seed(8)
+        a = randn(1024, 1024).t()
+        return lambda: a.contiguous()
+
+    return "contiguous_transposed", "elements", 1024 * 1024, setup
+
+
 def pool_chain(suffix):
     # PyTorch's CPU allocator caches nothing, so "on" and "off" are the same program; both
     # names exist so the comparison table lines up with ember's two rows.
@@ -95,6 +104,7 @@ def workloads():
         sum_last(),
         softmax_rows(),
         cat_transposed(),
+        contiguous_transposed(),
         pool_chain("on"),
         pool_chain("off"),
         pool_layer("on"),

@@ -120,6 +120,21 @@ pub fn cat_transposed() -> Workload {
     }
 }
 
+/// A contiguous copy of a transposed `[1024, 1024]` view, as `.t().contiguous()` makes.
+pub fn contiguous_transposed() -> Workload {
+    Workload {
+        name: "contiguous_transposed".into(),
+        what: "a.t().contiguous(), a [1024, 1024] f32".into(),
+        work: Work::Elements(1024 * 1024),
+        pool: None,
+        setup: Box::new(|| {
+            manual_seed(8);
+            let a = randn(&[1024, 1024]).t().unwrap();
+            Box::new(move || a.contiguous())
+        }),
+    }
+}
+
 /// An activation-sized elementwise chain, `relu(x * y + bias) * 0.5 + x` on `[256, 1024]`:
 /// five fresh 1 MiB results per call, each freed once the next one exists.
 pub fn pool_chain(enabled: bool) -> Workload {
@@ -160,6 +175,7 @@ pub fn all() -> Vec<Workload> {
         sum_last(),
         softmax_rows(),
         cat_transposed(),
+        contiguous_transposed(),
         pool_chain(true),
         pool_chain(false),
         pool_layer(true),

@@ -7,7 +7,7 @@
 use crate::Result;
 use crate::backend::UnaryOp;
 use crate::dtype::{Element, FloatElement, HalfElement};
-use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks};
+use crate::host::iter::{GRAIN_CHEAP, GRAIN_COSTLY, Runs, fill_chunks, par_chunks, threads};
 use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage, Storage};
 use multiversion::multiversion;
@@ -139,6 +139,10 @@ pub(crate) fn map<T: Element, U: Element>(
         return Ok(out);
     }
     let runs = Runs::new([layout]);
+    if reads_like_a_transpose(&runs) {
+        map_transposed(src, &runs, &mut out, grain, f);
+        return Ok(out);
+    }
     let s = runs.inner_stride(0);
     fill_chunks(&mut out, grain, |start, chunk| {
         runs.for_each(start, start + chunk.len(), |[o], len, pos| {
@@ -151,6 +155,68 @@ pub(crate) fn map<T: Element, U: Element>(
         });
     });
     Ok(out)
+}
+
+/// Side of the square tiles in which [`map_transposed`] copies: 16 `f32` values are one
+/// cache line, so a tile reads 16 lines of the input and writes 16 of the output.
+const TILE: usize = 16;
+
+/// Whether a (coalesced) view reads like a transpose: its last dimension strided in the
+/// input and the one before it contiguous there, both at least a [`TILE`] long. Walking the
+/// output row by row would then read every element of a row from its own cache line.
+fn reads_like_a_transpose(runs: &Runs<1>) -> bool {
+    let r = runs.shape.len();
+    r >= 2
+        && runs.strides[0][r - 1] > 1
+        && runs.strides[0][r - 2] == 1
+        && runs.shape[r - 1] >= TILE
+        && runs.shape[r - 2] >= TILE
+}
+
+/// [`map`] of a view that [`reads_like_a_transpose`], in [`TILE`] x [`TILE`] tiles: the input
+/// is read down each tile's columns (contiguous there) and the output written across its
+/// rows, so both touch a tile's worth of cache lines. Tasks are bands of whole tile rows.
+fn map_transposed<T: Element, U: Element>(
+    src: &[T],
+    runs: &Runs<1>,
+    out: &mut [U],
+    grain: usize,
+    f: impl Fn(T) -> U + Sync + Copy,
+) {
+    let r = runs.shape.len();
+    let (cols, step) = (runs.shape[r - 1], runs.strides[0][r - 1]);
+    // Where output row `q` (all dimensions but the last, flattened) starts in the input.
+    let row_start = |q: usize| {
+        let (mut off, mut rem) = (runs.offsets[0], q);
+        for d in (0..r - 1).rev() {
+            off += rem % runs.shape[d] * runs.strides[0][d];
+            rem /= runs.shape[d];
+        }
+        off
+    };
+    let band = |first_row: usize, chunk: &mut [U]| {
+        for (t, rows) in chunk.chunks_mut(TILE * cols).enumerate() {
+            let q0 = first_row + t * TILE;
+            let n = rows.len() / cols;
+            let starts: [usize; TILE] = std::array::from_fn(|i| if i < n { row_start(q0 + i) } else { 0 });
+            for c0 in (0..cols).step_by(TILE) {
+                let c1 = (c0 + TILE).min(cols);
+                for (i, &start) in starts[..n].iter().enumerate() {
+                    for (c, o) in (c0..c1).zip(&mut rows[i * cols + c0..i * cols + c1]) {
+                        *o = f(src[start + c * step]);
+                    }
+                }
+            }
+        }
+    };
+    let tile_rows = (out.len() / cols).div_ceil(TILE);
+    let bands = if out.len() < grain { 1 } else { tile_rows.min(threads() * 4) };
+    let band_len = tile_rows.div_ceil(bands) * TILE * cols;
+    if bands <= 1 {
+        band(0, out);
+    } else {
+        par_chunks(out, band_len, |i, chunk| band(i * band_len / cols, chunk));
+    }
 }
 
 /// `f` applied in place to every element `layout` addresses. The layout must not address an
@@ -266,4 +332,45 @@ pub(crate) fn unary_inplace(op: UnaryOp, dst: &mut CpuStorage, layout: &Layout) 
         CpuStorage::BF16(b) => float_kernel(op, MapHalfInPlace { dst: b, layout }),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Tensor};
+
+    /// `[B, R, C]` values of `x[b, c, r]` for a contiguous `[B, C, R]` tensor of `0..`.
+    fn transposed_values(b: usize, c: usize, r: usize) -> Vec<i64> {
+        let mut v = Vec::with_capacity(b * r * c);
+        for bi in 0..b {
+            for ri in 0..r {
+                for ci in 0..c {
+                    v.push(((bi * c + ci) * r + ri) as i64);
+                }
+            }
+        }
+        v
+    }
+
+    /// Views that read like a transpose go through the tiled copy, serial and (above the
+    /// grain) in parallel bands, with tiles cut at the edges and rows of one tile that
+    /// belong to different matrices of a batch: every element lands where the plain walk
+    /// puts it, in copies, casts and unary ops alike.
+    #[test]
+    fn transposed_views_map_like_element_by_element_reads() {
+        for (b, c, r) in [(1, 37, 50), (1, 300, 211), (3, 40, 33), (2, 17, 300)] {
+            let x = Tensor::arange(0, (b * c * r) as i64).unwrap().reshape([b, c, r]).unwrap();
+            let t = x.transpose(1, 2).unwrap();
+            let want = transposed_values(b, c, r);
+            assert_eq!(t.contiguous().to_vec::<i64>().unwrap(), want, "copy {b}x{c}x{r}");
+            let as_f32 = t.to_dtype(DType::F32).to_vec::<f32>().unwrap();
+            assert!(as_f32.iter().zip(&want).all(|(&a, &w)| a == w as f32), "cast {b}x{c}x{r}");
+            let neg = t.to_dtype(DType::F64).neg().to_vec::<f64>().unwrap();
+            assert!(neg.iter().zip(&want).all(|(&a, &w)| a == -(w as f64)), "neg {b}x{c}x{r}");
+        }
+        // An offset view whose rows are not the start of the storage.
+        let x = Tensor::arange(0, 60 * 40).unwrap().reshape([60, 40]).unwrap();
+        let v = x.narrow(0, 5, 50).unwrap().narrow(1, 3, 20).unwrap().t().unwrap(); // [20, 50]
+        let want: Vec<i64> = (0..20).flat_map(|i| (0..50).map(move |j| ((j + 5) * 40 + i + 3) as i64)).collect();
+        assert_eq!(v.contiguous().to_vec::<i64>().unwrap(), want);
+    }
 }

@@ -67,7 +67,7 @@ fn probe_kernels(flush: bool) {
         check(&format!("subnormal operand n={n}"), &values(&s.mul_scalar(1.0)), flush, Some(sub));
         // `ceil` of a subnormal (a quarter of the smallest normal, subnormal in f32 and bf16
         // alike) in every layout: the rounding instruction reads it as zero with flushing
-        // (0), and as itself without (1). The broadcast and stepped loops must be the same
+        // (0), and as itself without (1). The broadcast, stepped and tiled loops must be the same
         // instruction as the contiguous one, not a call into the C library, which ignores
         // the flush mode.
         let quarter = black_box(TINY) / 4.0;
@@ -80,6 +80,8 @@ fn probe_kernels(flush: bool) {
                 ("contiguous", make(n)),
                 ("broadcast", make(1).expand([n]).expect("expand")),
                 ("stepped", make(2 * n).slice(0, 0, 2 * n, 2).expect("slice")),
+                // Copied in tiles (`map_transposed`).
+                ("transposed", make(16 * n).reshape([16, n]).and_then(|t| t.t()).expect("transpose")),
             ];
             for (layout, v) in views {
                 let got = values(&v.ceil().to_dtype(DType::F32));

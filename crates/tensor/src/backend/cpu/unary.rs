@@ -199,14 +199,7 @@ fn map_transposed<T: Element, U: Element>(
             let q0 = first_row + t * TILE;
             let n = rows.len() / cols;
             let starts: [usize; TILE] = std::array::from_fn(|i| if i < n { row_start(q0 + i) } else { 0 });
-            for c0 in (0..cols).step_by(TILE) {
-                let c1 = (c0 + TILE).min(cols);
-                for (i, &start) in starts[..n].iter().enumerate() {
-                    for (c, o) in (c0..c1).zip(&mut rows[i * cols + c0..i * cols + c1]) {
-                        *o = f(src[start + c * step]);
-                    }
-                }
-            }
+            map_tile_row(src, &starts[..n], step, rows, f);
         }
     };
     let tile_rows = (out.len() / cols).div_ceil(TILE);
@@ -216,6 +209,22 @@ fn map_transposed<T: Element, U: Element>(
         band(0, out);
     } else {
         par_chunks(out, band_len, |i, chunk| band(i * band_len / cols, chunk));
+    }
+}
+
+/// One row of tiles of [`map_transposed`]: output rows `rows` (each `rows.len() / starts.len()`
+/// long) whose elements `c` are `f(src[starts[i] + c * step])`. Multiversioned like
+/// [`map_stepped`], so that an op compiles to the same instructions as on other layouts.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw", "x86_64+avx2+fma"))]
+fn map_tile_row<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], starts: &[usize], step: usize, rows: &mut [U], f: F) {
+    let cols = rows.len() / starts.len().max(1);
+    for c0 in (0..cols).step_by(TILE) {
+        let c1 = (c0 + TILE).min(cols);
+        for (i, &start) in starts.iter().enumerate() {
+            for (c, o) in (c0..c1).zip(&mut rows[i * cols + c0..i * cols + c1]) {
+                *o = f(src[start + c * step]);
+            }
+        }
     }
 }
 

@@ -14,17 +14,23 @@ struct Part<'a, T> {
     col: usize,
     block: usize,
     src: &'a [T],
-    /// How to read the input's elements in order: `Ok(start)` for a contiguous input whose
-    /// elements start there, `Err((runs, inner stride))` otherwise.
-    read: std::result::Result<usize, (Runs<1>, usize)>,
+    read: Read,
+}
+
+/// How a [`Part`] reads its input's elements in order.
+enum Read {
+    /// A contiguous input whose elements start at this index.
+    Contiguous(usize),
+    /// A strided input: its runs and their inner stride.
+    Strided(Runs<1>, usize),
 }
 
 impl<T: Copy> Part<'_, T> {
     /// Copies the input's elements `from..from + dst.len()` (in row-major order) into `dst`.
     fn copy(&self, from: usize, dst: &mut [T]) {
         match &self.read {
-            Ok(start) => dst.copy_from_slice(&self.src[start + from..start + from + dst.len()]),
-            Err((runs, st)) => runs.for_each(from, from + dst.len(), |[off], len, pos| {
+            Read::Contiguous(start) => dst.copy_from_slice(&self.src[start + from..start + from + dst.len()]),
+            Read::Strided(runs, st) => runs.for_each(from, from + dst.len(), |[off], len, pos| {
                 for (i, v) in dst[pos - from..pos - from + len].iter_mut().enumerate() {
                     *v = self.src[off + i * st];
                 }
@@ -36,8 +42,8 @@ impl<T: Copy> Part<'_, T> {
 /// The views joined along `d` into a fresh storage of `shape` (their shapes agree outside
 /// `d`, and they share the dtype of the first). The output is written once, in chunks split
 /// over the threads when it is large: each chunk walks its rows and, within a row, the
-/// inputs' blocks, copying slices of contiguous inputs and walking the runs of strided ones.
-/// So strided inputs join without a zero-filled output and a strided copy per input.
+/// inputs' blocks, copying slices of contiguous inputs and walking the runs of strided ones,
+/// so no input needs a zero-filled output or a copy of its own first.
 pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> Result<CpuStorage> {
     fn go<T: Element>(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> Result<CpuStorage> {
         let after: usize = shape[d + 1..].iter().product();
@@ -51,11 +57,11 @@ pub(crate) fn cat(srcs: &[(&CpuStorage, &Layout)], d: usize, shape: &Shape) -> R
                 continue;
             }
             let read = match l.contiguous_range() {
-                Some(r) => Ok(r.start),
+                Some(r) => Read::Contiguous(r.start),
                 None => {
                     let runs = Runs::new([*l]);
                     let st = runs.inner_stride(0);
-                    Err((runs, st))
+                    Read::Strided(runs, st)
                 }
             };
             parts.push(Part { col, block, src: s.as_slice::<T>().unwrap_or(&[]), read });

@@ -173,10 +173,44 @@ fn reduce_rows<T: Element, C: Combine<T>>(src: &[T], rows: usize, len: usize, ou
     Ok(())
 }
 
+/// The most partial results a column reduction is cut into ([`col_parts`]): enough to
+/// share among 16 threads.
+const MAX_COL_PARTS: usize = 16;
+
+/// Into how many parts of consecutive rows [`reduce_cols`] cuts an `[outer, inner]` block:
+/// one where the columns alone are a grain of work per thread or more, else as many parts
+/// of at least a grain of elements as the rows allow, up to [`MAX_COL_PARTS`]. A bias
+/// gradient `[2048, 1024] -> [1024]` has too few columns to share, and summed row after row
+/// on one thread it ran at a quarter of the memory's speed. Like the blocks of a long row
+/// ([`BLOCK`]), the parts follow the shape alone, so results do not depend on the thread
+/// count.
+fn col_parts(outer: usize, inner: usize) -> usize {
+    if inner >= GRAIN_CHEAP {
+        return 1;
+    }
+    (outer / GRAIN_CHEAP.div_ceil(inner.max(1))).clamp(1, MAX_COL_PARTS)
+}
+
 /// Reduces the leading `outer` rows of a contiguous `[outer, inner]` block into `out`
-/// (of length `inner`).
-fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize, out: &mut [T], c: C) {
+/// (of length `inner`): by column chunks in parallel where the columns are many, else
+/// each part of rows ([`col_parts`]) into a partial result, the parts in parallel, their
+/// partials then combined in part order.
+fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize, out: &mut [T], c: C) -> Result<()> {
     out.fill(c.identity());
+    let parts = col_parts(outer, inner);
+    if parts > 1 {
+        let mut partial = Buffer::<T>::uninit("reduce", parts * inner)?;
+        par_chunks(&mut partial, inner, |p, acc| {
+            acc.fill(c.identity());
+            for r in p * outer / parts..(p + 1) * outer / parts {
+                accumulate_into(acc, &src[r * inner..(r + 1) * inner], c);
+            }
+        });
+        for acc in partial.chunks(inner) {
+            accumulate_into(out, acc, c);
+        }
+        return Ok(());
+    }
     let parallel = inner >= GRAIN_CHEAP && threads() > 1;
     if parallel {
         let chunk = inner.div_ceil(threads() * 2).max(1024);
@@ -191,6 +225,7 @@ fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize,
             accumulate_into(out, &src[r * inner..(r + 1) * inner], c);
         }
     }
+    Ok(())
 }
 
 /// The layout with the reduced `dims` moved last, and the number of kept and reduced
@@ -220,7 +255,7 @@ fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize]
     }
     let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
     if leading && let Some(r) = l.contiguous_range() {
-        reduce_cols(&src[r], red, kept, &mut out, c);
+        reduce_cols(&src[r], red, kept, &mut out, c)?;
         return Ok(out);
     }
     let copy = contiguous_copy(src, &pl)?;
@@ -368,6 +403,51 @@ mod tests {
                 assert!(reduce_row(&r, MinC).is_nan(), "NaN at {at} of {len}");
             }
         }
+    }
+
+    #[test]
+    fn tall_column_reductions_match_naive_bitwise_on_any_threads() {
+        // Blocks of few columns and many rows, cut into parts of rows; the leading dims
+        // reduced, one or two of them.
+        for (shape, dims) in [
+            (vec![1792usize, 100], vec![0usize]),
+            (vec![2000, 33], vec![0]),
+            (vec![80, 50, 20], vec![0, 1]),
+            (vec![70_000, 1], vec![0]),
+        ] {
+            let (outer, inner): (usize, usize) =
+                (dims.iter().map(|&d| shape[d]).product(), shape[dims.len()..].iter().product());
+            assert!(col_parts(outer, inner) > 1, "{shape:?}");
+            let n: usize = shape.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0).collect();
+            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+            let b = Buffer::from_slice("t", &src).unwrap();
+            let l = Layout::contiguous(Shape::from(shape.clone()));
+            let sum = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| reduce_typed(&b, &l, &dims, SumC).unwrap().to_vec())
+            };
+            let one = sum(1);
+            assert_eq!(sum(2), one, "{shape:?}");
+            assert_eq!(sum(5), one, "{shape:?}");
+            for (g, w) in one.iter().zip(naive_sum(&src64, &shape, &dims)) {
+                assert!((*g as f64 - w).abs() < 1e-3 * (outer as f64).sqrt(), "{shape:?}: {g} vs {w}");
+            }
+            // Max and min combine the parts like the rows; a NaN in any part wins.
+            let mut with_nan = src.clone();
+            with_nan[n - inner] = f32::NAN;
+            let bn = Buffer::from_slice("t", &with_nan).unwrap();
+            let max = reduce_typed(&bn, &l, &dims, MaxC).unwrap();
+            assert!(max[0].is_nan(), "{shape:?}");
+            let want_max = (0..outer).map(|r| src[r * inner + inner - 1]).fold(f32::NEG_INFINITY, f32::max);
+            if inner > 1 {
+                assert_eq!(max[inner - 1], want_max, "{shape:?}");
+            }
+        }
+        // Wide blocks keep the column split (no partial results); short ones run as one part.
+        assert_eq!(col_parts(64, GRAIN_CHEAP), 1);
+        assert_eq!(col_parts(16, 1024), 1);
+        assert_eq!(col_parts(1 << 20, 1), MAX_COL_PARTS);
     }
 
     #[test]

@@ -225,10 +225,10 @@ impl LstmSequence {
                 };
                 let gates = d_gi.reshape([steps * batch, 4 * hidden])?;
                 let before = before.reshape([steps * batch, hidden])?;
-                // `(before^T gates)^T`: the product's output is `[H, 4H]`, whose wider side
-                // is split into tiles that each pack only their own columns of `gates`;
-                // as `gates^T before` every tile packed all of `before`.
-                Some(Var::new(before.t()?.matmul(&gates)?.t()?.contiguous()))
+                // The product computes each tile of this `[4H, H]` weight gradient as its
+                // transpose where that is faster (`gates` is a transposed view there), so
+                // no transposed copy of a `[H, 4H]` product is needed here.
+                Some(Var::new(gates.t()?.matmul(&before)?))
             } else {
                 None
             };

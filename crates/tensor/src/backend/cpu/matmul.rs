@@ -60,7 +60,8 @@ struct Gemm;
 ///
 /// Shallow blocks are left alone: the transpose would cost more than it saves.
 fn transposed_is_faster<T>(m: usize, n: usize, k: usize, a: &Mat<T>, b: &Mat<T>) -> bool {
-    a.cs != 1 && b.cs == 1 && m >= 2 * n && (n >= 128 || n < NARROW_OUTPUT) && k >= MIN_DEPTH_PART
+    // Middle widths, `NARROW_OUTPUT..128`, are computed directly.
+    a.cs != 1 && b.cs == 1 && m >= 2 * n && !(NARROW_OUTPUT..128).contains(&n) && k >= MIN_DEPTH_PART
 }
 
 /// Products whose output is narrower than this many columns are computed transposed where

@@ -197,6 +197,9 @@ fn col_parts(outer: usize, inner: usize) -> usize {
 /// partials then combined in part order.
 fn reduce_cols<T: Element, C: Combine<T>>(src: &[T], outer: usize, inner: usize, out: &mut [T], c: C) -> Result<()> {
     out.fill(c.identity());
+    if inner == 0 {
+        return Ok(());
+    }
     let parts = col_parts(outer, inner);
     if parts > 1 {
         let mut partial = Buffer::<T>::uninit("reduce", parts * inner)?;
@@ -238,6 +241,15 @@ pub(crate) fn reduced_last(l: &Layout, dims: &[usize]) -> (Layout, usize, usize)
     (l.permuted(&perm), k, r)
 }
 
+/// Where the reduced `dims` (ascending) are a leading block `0..lead` and a trailing block
+/// `..rank` with the kept dims between them, both blocks non-empty: `Some(lead)`.
+fn leading_and_trailing(rank: usize, dims: &[usize]) -> Option<usize> {
+    let lead = dims.iter().enumerate().take_while(|&(i, &d)| i == d).count();
+    let trailing = &dims[lead..];
+    let contiguous_tail = trailing.iter().enumerate().all(|(i, &d)| d == rank - trailing.len() + i);
+    (lead > 0 && !trailing.is_empty() && contiguous_tail && lead + trailing.len() < rank).then_some(lead)
+}
+
 fn contiguous_copy<T: Element>(src: &[T], l: &Layout) -> Result<Buffer<T>> {
     map("reduce", src, l, GRAIN_CHEAP, |v| v)
 }
@@ -256,6 +268,16 @@ fn reduce_typed<T: Element, C: Combine<T>>(src: &[T], l: &Layout, dims: &[usize]
     let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
     if leading && let Some(r) = l.contiguous_range() {
         reduce_cols(&src[r], red, kept, &mut out, c)?;
+        return Ok(out);
+    }
+    if let (Some(r), Some(lead)) = (l.contiguous_range(), leading_and_trailing(l.rank(), dims)) {
+        // A conv bias gradient's `[B, C, H, W] -> [C]`: each `[H, W]` plane reduced as a row,
+        // then the `[B, C]` results over the batch, with no copy of the input into
+        // `[C, B, H, W]` order.
+        let outer: usize = l.shape().dims()[..lead].iter().product();
+        let mut rows = Buffer::<T>::uninit("reduce", outer * kept)?;
+        reduce_rows(&src[r], outer * kept, red / outer, &mut rows, c)?;
+        reduce_cols(&rows, outer, kept, &mut out, c)?;
         return Ok(out);
     }
     let copy = contiguous_copy(src, &pl)?;
@@ -342,14 +364,19 @@ mod tests {
     use crate::shape::{Shape, reduced_shape};
 
     fn naive_sum(src: &[f64], shape: &[usize], dims: &[usize]) -> Vec<f64> {
+        naive_fold(src, shape, dims, 0.0, |a, v| a + v)
+    }
+
+    /// Each output element folded from its inputs in memory order.
+    fn naive_fold(src: &[f64], shape: &[usize], dims: &[usize], init: f64, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
         let l = Layout::contiguous(Shape::from(shape));
         let out_shape = reduced_shape(l.shape(), dims, true);
-        let mut out = vec![0.0; out_shape.numel()];
+        let mut out = vec![init; out_shape.numel()];
         let ostr = out_shape.contiguous_strides();
         let mut idx = vec![0usize; shape.len()];
         for &v in src {
             let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * ostr[d] }).sum();
-            out[o] += v;
+            out[o] = f(out[o], v);
             for d in (0..shape.len()).rev() {
                 idx[d] += 1;
                 if idx[d] < shape[d] {
@@ -444,10 +471,53 @@ mod tests {
                 assert_eq!(max[inner - 1], want_max, "{shape:?}");
             }
         }
+        // Nothing kept: an empty result, however many rows.
+        let empty = Buffer::<f32>::from_slice("t", &[]).unwrap();
+        let l0 = Layout::contiguous(Shape::from([100_000usize, 0]));
+        assert!(reduce_typed(&empty, &l0, &[0], SumC).unwrap().is_empty());
         // Wide blocks keep the column split (no partial results); short ones run as one part.
         assert_eq!(col_parts(64, GRAIN_CHEAP), 1);
         assert_eq!(col_parts(16, 1024), 1);
         assert_eq!(col_parts(1 << 20, 1), MAX_COL_PARTS);
+    }
+
+    #[test]
+    fn leading_and_trailing_dims_reduce_plane_by_plane_like_naive() {
+        // A conv bias gradient's `[B, C, H, W] -> [C]` and its relatives: each trailing block
+        // reduced as rows, then the leading dims; the same on any number of threads.
+        for (shape, dims) in [
+            (vec![8usize, 16, 20, 20], vec![0usize, 2, 3]),
+            (vec![3, 5, 7], vec![0, 2]),
+            (vec![2, 3, 4, 5, 6], vec![0, 1, 4]),
+            (vec![300, 2, 200], vec![0, 2]),
+        ] {
+            assert!(leading_and_trailing(shape.len(), &dims).is_some(), "{shape:?} {dims:?}");
+            let n: usize = shape.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0).collect();
+            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+            let b = Buffer::from_slice("t", &src).unwrap();
+            let l = Layout::contiguous(Shape::from(shape.clone()));
+            let sum = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| reduce_typed(&b, &l, &dims, SumC).unwrap().to_vec())
+            };
+            let one = sum(1);
+            assert_eq!(sum(2), one, "{shape:?}");
+            assert_eq!(sum(3), one, "{shape:?}");
+            let red: usize = dims.iter().map(|&d| shape[d]).product();
+            for (g, w) in one.iter().zip(naive_sum(&src64, &shape, &dims)) {
+                assert!((*g as f64 - w).abs() < 1e-3 * (red as f64).sqrt(), "{shape:?}: {g} vs {w}");
+            }
+            let max = reduce_typed(&b, &l, &dims, MaxC).unwrap();
+            let want = naive_fold(&src64, &shape, &dims, f64::NEG_INFINITY, f64::max);
+            assert_eq!(max.iter().map(|&v| v as f64).collect::<Vec<_>>(), want, "{shape:?}");
+        }
+        // Other patterns take the general path.
+        assert_eq!(leading_and_trailing(4, &[0, 1]), None);
+        assert_eq!(leading_and_trailing(4, &[2, 3]), None);
+        assert_eq!(leading_and_trailing(4, &[0, 2]), None);
+        assert_eq!(leading_and_trailing(4, &[1, 3]), None);
+        assert_eq!(leading_and_trailing(3, &[0, 2]), Some(1));
     }
 
     #[test]

@@ -432,6 +432,24 @@ mod tests {
         }
     }
 
+    /// Test values of `shape` (`f32`, and the same as `f64`) and their `f32` sum over `dims`,
+    /// checked to be bitwise the same on 1, 2 and 5 threads.
+    fn sum_on_any_threads(shape: &[usize], dims: &[usize]) -> (Vec<f32>, Vec<f64>, Vec<f32>) {
+        let n: usize = shape.iter().product();
+        let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0).collect();
+        let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+        let b = Buffer::from_slice("t", &src).unwrap();
+        let l = Layout::contiguous(Shape::from(shape));
+        let sum = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| reduce_typed(&b, &l, dims, SumC).unwrap().to_vec())
+        };
+        let one = sum(1);
+        assert_eq!(sum(2), one, "{shape:?}");
+        assert_eq!(sum(5), one, "{shape:?}");
+        (src, src64, one)
+    }
+
     #[test]
     fn tall_column_reductions_match_naive_bitwise_on_any_threads() {
         // Blocks of few columns and many rows, cut into parts of rows; the leading dims
@@ -445,18 +463,8 @@ mod tests {
             let (outer, inner): (usize, usize) =
                 (dims.iter().map(|&d| shape[d]).product(), shape[dims.len()..].iter().product());
             assert!(col_parts(outer, inner) > 1, "{shape:?}");
-            let n: usize = shape.iter().product();
-            let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0).collect();
-            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
-            let b = Buffer::from_slice("t", &src).unwrap();
-            let l = Layout::contiguous(Shape::from(shape.clone()));
-            let sum = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                pool.install(|| reduce_typed(&b, &l, &dims, SumC).unwrap().to_vec())
-            };
-            let one = sum(1);
-            assert_eq!(sum(2), one, "{shape:?}");
-            assert_eq!(sum(5), one, "{shape:?}");
+            let (src, src64, one) = sum_on_any_threads(&shape, &dims);
+            let (n, l) = (src.len(), Layout::contiguous(Shape::from(shape.clone())));
             for (g, w) in one.iter().zip(naive_sum(&src64, &shape, &dims)) {
                 assert!((*g as f64 - w).abs() < 1e-3 * (outer as f64).sqrt(), "{shape:?}: {g} vs {w}");
             }
@@ -492,18 +500,8 @@ mod tests {
             (vec![300, 2, 200], vec![0, 2]),
         ] {
             assert!(leading_and_trailing(shape.len(), &dims).is_some(), "{shape:?} {dims:?}");
-            let n: usize = shape.iter().product();
-            let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 5.0).collect();
-            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
-            let b = Buffer::from_slice("t", &src).unwrap();
-            let l = Layout::contiguous(Shape::from(shape.clone()));
-            let sum = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                pool.install(|| reduce_typed(&b, &l, &dims, SumC).unwrap().to_vec())
-            };
-            let one = sum(1);
-            assert_eq!(sum(2), one, "{shape:?}");
-            assert_eq!(sum(3), one, "{shape:?}");
+            let (src, src64, one) = sum_on_any_threads(&shape, &dims);
+            let (b, l) = (Buffer::from_slice("t", &src).unwrap(), Layout::contiguous(Shape::from(shape.clone())));
             let red: usize = dims.iter().map(|&d| shape[d]).product();
             for (g, w) in one.iter().zip(naive_sum(&src64, &shape, &dims)) {
                 assert!((*g as f64 - w).abs() < 1e-3 * (red as f64).sqrt(), "{shape:?}: {g} vs {w}");

@@ -32,6 +32,7 @@ pub(crate) mod optim;
 mod pool;
 mod reduce;
 mod softmax;
+mod transpose;
 pub(crate) mod unary;
 mod unscale;
 

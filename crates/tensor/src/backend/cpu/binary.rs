@@ -5,6 +5,7 @@
 //! their `cpu` sections expand here into [`binary_kernel`] and `with_cmp_fn!`, which hand
 //! each op's closure to the loops below (see the module docs of `crate::ops`).
 
+use super::contiguous::transposed_copy;
 use super::unary::map;
 use crate::backend::{BinaryOp, CmpOp};
 use crate::cpu_dispatch;
@@ -491,6 +492,12 @@ pub(crate) fn convert<S: Element, T: Element>(v: S) -> T {
 /// A contiguous copy of a view in `dtype`.
 pub(crate) fn cast(src: &CpuStorage, l: &Layout, dtype: crate::DType) -> Result<CpuStorage> {
     fn to<S: Element>(s: &[S], l: &Layout, dtype: crate::DType) -> Result<CpuStorage> {
+        // A copy (`contiguous()` of a transposed matrix) takes the register transpose.
+        if S::DTYPE == dtype
+            && let Some(copy) = transposed_copy("to_dtype", s, l)?
+        {
+            return Ok(S::into_storage(copy));
+        }
         Ok(match dtype {
             crate::DType::U8 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, u8>)?.into(),
             crate::DType::I64 => map("to_dtype", s, l, GRAIN_CHEAP, convert::<S, i64>)?.into(),

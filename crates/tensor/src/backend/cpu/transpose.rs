@@ -3,7 +3,8 @@
 //! registers (16 loads, 64 shuffles, 16 stores per block) rather than element by element
 //! (the LSTM's `[1024, 256]` weight copy took half the samples of the tiled copy in
 //! `unary.rs`). `matmul` uses it to hand `gemm` row-major operands (see `matmul.rs`,
-//! `copies_b`), and `Contiguous` to copy transposed matrices.
+//! `copies_b`), and `Contiguous` and the backend's cast to a tensor's own dtype
+//! (`contiguous()`) to copy transposed matrices.
 
 use super::block::Mat;
 use crate::host::iter::par_for;

@@ -40,15 +40,15 @@ pub(super) fn is_fast() -> bool {
 /// valid for `rows * cols` writes that nothing else reads or writes meanwhile.
 pub(super) unsafe fn to_row_major<T: Copy>(src: &Mat<T>, rows: usize, cols: usize, dst: *mut T, threads: usize) {
     debug_assert_eq!(std::mem::size_of::<T>(), 4);
-    let (s, d) = (SendMat(Mat { ptr: src.ptr, rs: src.rs, cs: src.cs }), SendPtr(dst));
+    let d = SendPtr(dst);
     let band = |b: usize| {
-        let (s, d) = (&s, &d);
+        let d = &d;
         let r0 = b * BAND_ROWS;
         let n = BAND_ROWS.min(rows - r0);
         // SAFETY: band `b` reads rows `r0..r0 + n` of `src` and writes the same rows of `dst`,
         // which no other band writes.
         unsafe {
-            let from = Mat { ptr: s.0.ptr.offset(r0 as isize * s.0.rs), rs: s.0.rs, cs: s.0.cs };
+            let from = Mat { ptr: src.ptr.offset(r0 as isize * src.rs), rs: src.rs, cs: src.cs };
             copy_rows(&from, n, cols, d.0.add(r0 * cols));
         }
     };
@@ -60,9 +60,6 @@ pub(super) unsafe fn to_row_major<T: Copy>(src: &Mat<T>, rows: usize, cols: usiz
     }
 }
 
-struct SendMat<T>(Mat<T>);
-// SAFETY: the matrix is only read, and outlives the copy.
-unsafe impl<T> Sync for SendMat<T> {}
 struct SendPtr<T>(*mut T);
 // SAFETY: each band writes its own rows.
 unsafe impl<T> Sync for SendPtr<T> {}

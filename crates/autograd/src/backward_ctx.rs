@@ -8,8 +8,9 @@
 use crate::grad_buffer::grad_buffer;
 use crate::node::{GRAD_IN_PLACE, NodeRef, VALUE_AWAY};
 use crate::var::Var;
-use ember_tensor::{Error, Result, Shape};
+use ember_tensor::{Error, Result, Shape, Tensor};
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 /// What backward reads in place of saved values, for nodes an extension flagged.
 pub(crate) trait SavedSource: Sync {
@@ -31,6 +32,9 @@ pub struct BackwardCtx<'a> {
     /// and is accumulated into its `.grad` (no `create_graph`, no `grad()` targets). Empty
     /// when no input is.
     pub(crate) sole: SmallVec<[bool; 2]>,
+    /// The incoming gradient when this backward holds the only handle to it and nothing is
+    /// differentiated through it (see [`BackwardCtx::writable_grad`]); `None` otherwise.
+    pub(crate) owned_grad: Option<&'a Var>,
 }
 
 impl BackwardCtx<'_> {
@@ -54,6 +58,29 @@ impl BackwardCtx<'_> {
             return None;
         }
         grad_buffer(input)
+    }
+
+    /// The incoming gradient's value, to overwrite with the gradient this operation passes
+    /// on, when nothing else can see it: `g` is the gradient the engine handed to this
+    /// backward, the engine holds the only handle to it (no hook, `retain_grad` or
+    /// `grad()` target kept one), no other tensor shares its storage, it is a dense float
+    /// tensor that does not require grad, and the backward neither runs under
+    /// `create_graph` nor under an extension watching the thread (the profiler, anomaly
+    /// mode, saved-tensor hooks). An operation whose gradient is an elementwise function of
+    /// `g` alone writes it there and returns `g` (no buffer is allocated, and no new `Var`);
+    /// `None` means: compute a new tensor as usual.
+    ///
+    /// The gradient a backward passes on is then bitwise the same: the in-place kernels are
+    /// the out-of-place ones.
+    pub fn writable_grad(&self, g: &Var) -> Option<Tensor> {
+        let owned = self.owned_grad?;
+        if !Arc::ptr_eq(&owned.node, &g.node) || Arc::strong_count(&g.node) != 1 || g.requires_grad() {
+            return None;
+        }
+        let st = g.node.state();
+        let t = st.value.as_ref()?;
+        // Only the node's own tensor holds the storage: no view or clone of it exists.
+        (Arc::strong_count(t.storage()) == 1 && t.is_contiguous() && t.dtype().is_float()).then(|| t.clone())
     }
 
     /// The number of inputs.

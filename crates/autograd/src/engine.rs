@@ -523,7 +523,10 @@ pub(crate) fn execute(run: Run<'_>) -> Result<Vec<Option<Var>>> {
                             }));
                         }
                     }
-                    let ctx = BackwardCtx { node, needs, saved: &Dispatch, sole };
+                    // The engine's own gradient may be overwritten by the operation (see
+                    // `BackwardCtx::writable_grad`); `grad` is dropped right after.
+                    let owned_grad = (!create_graph && features == 0 && Arc::strong_count(&g.node) == 1).then_some(g);
+                    let ctx = BackwardCtx { node, needs, saved: &Dispatch, sole, owned_grad };
                     if features != 0 {
                         extension::backward_node(features, node, &ctx, g)?
                     } else {

@@ -12,13 +12,27 @@ use crate::export::{ExportAttr, OpExport};
 use crate::grad_mode::is_grad_enabled;
 use crate::op::{Grads, Op, Saves};
 use crate::var::Var;
-use ember_tensor::{Result, Scalar, Tensor};
+use ember_tensor::{Result, Scalar, Tensor, UnaryOp};
 use smallvec::smallvec;
 
 /// The gradient of a piecewise-constant function: zeros, as in PyTorch (not "no gradient": a
 /// parameter reached only through such a function gets a zero `.grad`, not none).
 pub(super) fn zero_gradient(g: &Var) -> Var {
     constant(g.value().zeros_like())
+}
+
+/// The gradient `op(g)` of an elementwise function whose derivative is a function of the
+/// incoming gradient alone (`-g`, `s * g`, `g / s`): written into `g`'s own buffer when
+/// backward allows it ([`BackwardCtx::writable_grad`]), else `fresh(g)`, which must compute
+/// the same (the `Var` operation of `op`, differentiable under `create_graph`).
+fn grad_in_place(ctx: &BackwardCtx<'_>, g: &Var, op: UnaryOp, fresh: impl FnOnce(&Var) -> Var) -> Result<Var> {
+    match ctx.writable_grad(g) {
+        Some(t) => {
+            t.apply_(op)?;
+            Ok(g.clone())
+        }
+        None => Ok(fresh(g)),
+    }
 }
 
 /// ReLU's gradient from its output `y`: `g` where `y > 0`, 0 elsewhere. Outside

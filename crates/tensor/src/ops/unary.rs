@@ -76,7 +76,7 @@ macro_rules! unary_table {
                 cuda [float "-x", int "wsub(zero, x)"],
                 tensor ["`-x` elementwise."],
                 grad [/// `-x`.
-                      saves NONE, export(), |ctx, g| Some(g.neg())];
+                      saves NONE, export(), |ctx, g| Some(grad_in_place(ctx, g, UnaryOp::Neg, Var::neg)?)];
             /// `|x|`
             Abs => abs,
                 float [cheap |x| Element::abs(x)],
@@ -389,7 +389,7 @@ macro_rules! unary_table {
                 cuda [float "p0 - x", int "wsub(p0, x)"; params |k| [k.exact(s), k.zero()]],
                 tensor [],
                 grad [/// `s - x`.
-                      saves NONE, export(value = s.to_f64()), |ctx, g| Some(g.neg())];
+                      saves NONE, export(value = s.to_f64()), |ctx, g| Some(grad_in_place(ctx, g, UnaryOp::Neg, Var::neg)?)];
             /// `x * s`
             MulScalar(s: Scalar) => mul_scalar,
                 float [cheap let s: T = s.to_element(); |x| x * s],
@@ -397,7 +397,10 @@ macro_rules! unary_table {
                 cuda [float "x * p0", int "wmul(x, p0)"; params |k| [k.exact(s), k.zero()]],
                 tensor [],
                 grad [/// `x * s`.
-                      saves NONE, export(value = s.to_f64()), |ctx, g| Some(g.mul_scalar(s.to_f64()))];
+                      saves NONE, export(value = s.to_f64()), |ctx, g| {
+                          let s = s.to_f64();
+                          Some(grad_in_place(ctx, g, UnaryOp::MulScalar(s.into()), |g| g.mul_scalar(s))?)
+                      }];
             /// `x / s`
             DivScalar(s: Scalar) => div_scalar,
                 float [cheap let s: T = s.to_element(); |x| x / s],
@@ -405,7 +408,10 @@ macro_rules! unary_table {
                 cuda [float "x / p0"; params |k| [k.exact(s), k.zero()]],
                 tensor [],
                 grad [/// `x / s`.
-                      saves NONE, export(value = s.to_f64()), |ctx, g| Some(g.div_scalar(s.to_f64()))];
+                      saves NONE, export(value = s.to_f64()), |ctx, g| {
+                          let s = s.to_f64();
+                          Some(grad_in_place(ctx, g, UnaryOp::DivScalar(s.into()), |g| g.div_scalar(s))?)
+                      }];
             /// `s / x`
             RDivScalar(s: Scalar) => rdiv_scalar,
                 float [cheap let s: T = s.to_element(); |x| s / x],

@@ -138,8 +138,9 @@ impl<'a, T: FloatElement> Matrices<'a, T> {
             return (src, self.rs);
         }
         buf.clear();
-        for r in 0..rows {
-            buf.extend_from_slice(&src[r * self.rs..r * self.rs + cols]);
+        buf.resize(rows * cols, T::ZERO);
+        for (r, dst) in buf.chunks_exact_mut(cols).enumerate() {
+            copy_row(dst, &src[r * self.rs..r * self.rs + cols]);
         }
         (buf, cols)
     }
@@ -180,6 +181,21 @@ impl<T: FloatElement> Mask<'_, T> {
                 s[r * cols + first..(r + 1) * cols].fill(neg);
             }
         }
+    }
+}
+
+/// `dst = src` for one row of a head (tens of elements): in blocks of 8 that compile to
+/// plain vector moves, where `copy_from_slice` called `memcpy` once per row, a call that
+/// cost as much as the copy for rows of 32 elements.
+#[inline]
+fn copy_row<T: Copy>(dst: &mut [T], src: &[T]) {
+    let (s8, st) = src[..dst.len()].as_chunks::<8>();
+    let (d8, dt) = dst.as_chunks_mut::<8>();
+    for (d, s) in d8.iter_mut().zip(s8) {
+        *d = *s;
+    }
+    for (d, s) in dt.iter_mut().zip(st) {
+        *d = *s;
     }
 }
 
@@ -302,7 +318,7 @@ impl<'a, T: FloatElement> Dest<'a, T> {
     unsafe fn write_rows(&self, start: usize, rows: usize, cols: usize, src: &[T]) {
         for r in 0..rows {
             // SAFETY: guaranteed by the caller.
-            unsafe { self.ptr.part(start + r * self.rs, cols) }.copy_from_slice(&src[r * cols..(r + 1) * cols]);
+            copy_row(unsafe { self.ptr.part(start + r * self.rs, cols) }, &src[r * cols..(r + 1) * cols]);
         }
     }
 }
@@ -316,8 +332,9 @@ fn forward_typed<T: FloatElement>(
     spec: &Attention,
     out_layout: &Layout,
 ) -> Result<(Buffer<T>, Buffer<T>)> {
-    let mut out = Buffer::<T>::zeros(OP, d.batch * d.l * d.ev)?;
-    let mut lse = Buffer::<T>::zeros(OP, d.batch * d.l)?;
+    // Every row of both is written below.
+    let mut out = Buffer::<T>::uninit(OP, d.batch * d.l * d.ev)?;
+    let mut lse = Buffer::<T>::uninit(OP, d.batch * d.l)?;
     let blocks = d.l.div_ceil(BQ);
     // Small tasks: nothing is summed across them, and a thread that runs slow holds up
     // less of the call. Each gathers the keys and values it reads (if their rows are
@@ -395,7 +412,8 @@ fn forward_typed<T: FloatElement>(
                     }
                     lrow[r] = m[r] + sum[r].ln();
                 } else {
-                    // No key to attend to: the output stays 0.
+                    // No key to attend to: the output is 0.
+                    dst.fill(T::ZERO);
                     lrow[r] = neg;
                 }
             }
@@ -437,9 +455,11 @@ fn backward_typed<T: FloatElement>(
     // Each chunk of a batch matrix sums its own key and value gradients, added up at the
     // end: few chunks.
     let (chunks, per_chunk) = split_blocks(d.batch, blocks, 4);
-    let mut dq = Buffer::<T>::zeros(OP, d.batch * d.l * d.e)?;
-    let mut dk = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.e)?;
-    let mut dv = Buffer::<T>::zeros(OP, d.batch * chunks * d.s * d.ev)?;
+    // Every row of the three is written below: each task writes its query blocks' rows
+    // of `dq` and all `S` rows of its `dk` and `dv` sums.
+    let mut dq = Buffer::<T>::uninit(OP, d.batch * d.l * d.e)?;
+    let mut dk = Buffer::<T>::uninit(OP, d.batch * chunks * d.s * d.e)?;
+    let mut dv = Buffer::<T>::uninit(OP, d.batch * chunks * d.s * d.ev)?;
     // With one chunk per batch matrix its sums are the gradients, written through their
     // layouts; with more, each chunk sums into a private contiguous matrix (number `t`,
     // the task's, in both cases), added into the gradients at the end.
@@ -452,10 +472,9 @@ fn backward_typed<T: FloatElement>(
         let (b, c) = (t / chunks, t % chunks);
         let first = c * per_chunk;
         let last = ((c + 1) * per_chunk).min(blocks);
-        if first >= last {
-            return;
-        }
-        let keys_seen = d.keys((last - 1) * BQ, BQ.min(d.l - (last - 1) * BQ), spec.causal);
+        // No query at all (`L = 0`): the key and value gradients are written as zeros.
+        let keys_seen =
+            if first < last { d.keys((last - 1) * BQ, BQ.min(d.l - (last - 1) * BQ), spec.causal) } else { 0 };
         let (mut kbuf, mut vbuf, mut qbuf, mut gbuf) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (km, krs) = x.k.gather(b, 0, keys_seen, d.e, &mut kbuf);
         let (vm, vrs) = x.v.gather(b, 0, keys_seen, d.ev, &mut vbuf);
@@ -465,7 +484,9 @@ fn backward_typed<T: FloatElement>(
         // and written out once.
         let block = BQ.min(d.l) * BK.min(d.s);
         let (mut p, mut ds) = (vec![T::ZERO; block].into_boxed_slice(), vec![T::ZERO; block].into_boxed_slice());
-        let (mut dk_sum, mut dv_sum) = (vec![T::ZERO; keys_seen * d.e], vec![T::ZERO; keys_seen * d.ev]);
+        // All `S` rows, those of keys the chunk does not see (past the causal diagonal)
+        // staying 0.
+        let (mut dk_sum, mut dv_sum) = (vec![T::ZERO; d.s * d.e], vec![T::ZERO; d.s * d.ev]);
         let mut dq_block = vec![T::ZERO; BQ.min(d.l) * d.e];
         let mut dd = [T::ZERO; BQ];
         for qb in first..last {
@@ -511,12 +532,12 @@ fn backward_typed<T: FloatElement>(
             // this chunk's alone; the dense layout gives those rows to no other (matrix, row).
             unsafe { pq.write_rows(pq.at(b, i0), rows, d.e, dq_block) };
         }
-        // SAFETY: rows 0..keys_seen of sum matrix t (dk, dv) belong to this task alone (its
-        // batch matrix's gradient with one chunk, its private partial sum with more); the
-        // dense layouts give those rows to no other (matrix, row).
+        // SAFETY: sum matrix t (dk, dv) belongs to this task alone (its batch matrix's
+        // gradient with one chunk, its private partial sum with more); the dense layouts
+        // give its rows to no other (matrix, row).
         unsafe {
-            pk.write_rows(pk.at(t, 0), keys_seen, d.e, &dk_sum);
-            pv.write_rows(pv.at(t, 0), keys_seen, d.ev, &dv_sum);
+            pk.write_rows(pk.at(t, 0), d.s, d.e, &dk_sum);
+            pv.write_rows(pv.at(t, 0), d.s, d.ev, &dv_sum);
         }
     };
     // A chunk is `per_chunk` query blocks against every key, twice the forward's products.
@@ -681,6 +702,41 @@ mod tests {
     fn strided_views_match_contiguous_copies() {
         for (b, h) in [(2, 3), (8, 4)] {
             strided_views_match(b, h);
+        }
+    }
+
+    /// The output and gradients are allocated without clearing: every element is written,
+    /// including a fully masked row's output (0) and, with no query at all, the key and
+    /// value gradients (0). Each call follows the release of a buffer of NaNs of the
+    /// result's size, which the buffer pool hands out again.
+    #[test]
+    fn every_element_of_the_results_is_written() {
+        let stale = |shape: [usize; 4]| drop(Tensor::full(shape, f64::NAN, DType::F64).unwrap());
+        let spec = Attention { scale: 0.5, causal: false };
+        let (q, k, v) = (heads(2, 70, 3, 8), heads(2, 40, 3, 8), heads(2, 40, 3, 8));
+        // Query row 5 sees no key.
+        let keep: Vec<f64> = (0..70 * 40).map(|i| if i / 40 == 5 { 0.0 } else { 1.0 }).collect();
+        let mask = Tensor::from_vec(keep, [70, 40]).unwrap().to_dtype(DType::U8);
+        stale([2, 3, 70, 8]);
+        let (out, lse) = q.attention(&k, &v, Some(&mask), &spec).unwrap();
+        let out_v = out.to_vec_f64().unwrap();
+        assert!(out_v.iter().all(|x| x.is_finite()));
+        assert!(out.narrow(2, 5, 1).unwrap().to_vec_f64().unwrap().iter().all(|&x| x == 0.0));
+        let g = heads(2, 70, 3, 8);
+        stale([2, 3, 40, 8]);
+        let grads = q.attention_backward(&k, &v, Some(&mask), &out, &lse, &g, &spec).unwrap();
+        for grad in [&grads.0, &grads.1, &grads.2] {
+            assert!(grad.to_vec_f64().unwrap().iter().all(|x| x.is_finite()));
+        }
+        // No query: zero key and value gradients.
+        let (q0, g0) = (heads(2, 0, 3, 8), heads(2, 0, 3, 8));
+        let (out0, lse0) = q0.attention(&k, &v, None, &spec).unwrap();
+        stale([2, 3, 40, 8]);
+        let grads = q0.attention_backward(&k, &v, None, &out0, &lse0, &g0, &spec).unwrap();
+        assert_eq!(grads.0.numel(), 0);
+        for grad in [&grads.1, &grads.2] {
+            assert_eq!(grad.shape(), &[2, 3, 40, 8]);
+            assert!(grad.to_vec_f64().unwrap().iter().all(|&x| x == 0.0));
         }
     }
 

@@ -67,8 +67,9 @@ impl BackwardCtx<'_> {
     /// tensor that does not require grad, and the backward neither runs under
     /// `create_graph` nor under an extension watching the thread (the profiler, anomaly
     /// mode, saved-tensor hooks). An operation whose gradient is an elementwise function of
-    /// `g` alone writes it there and returns `g` (no buffer is allocated, and no new `Var`);
-    /// `None` means: compute a new tensor as usual.
+    /// `g` alone, or `g` times a tensor of its shape and dtype, writes it there and returns
+    /// `g` (no buffer is allocated, and no new `Var`); `None` means: compute a new tensor as
+    /// usual.
     ///
     /// The gradient a backward passes on is then bitwise the same: the in-place kernels are
     /// the out-of-place ones.

@@ -91,12 +91,21 @@ fn the_incoming_gradient_is_kept_when_anything_else_can_see_it() -> Result<()> {
     Ok(())
 }
 
-/// `x` through every operation whose gradient is written in place, then weighted and
-/// summed so that the gradient reaching them is dense.
+/// `x` through every operation whose gradient is written in place (a function of the
+/// incoming gradient alone, or its product with a saved value's derivative), then weighted
+/// and summed so that the gradient reaching them is dense.
 fn chain(x: &Var, keep: bool) -> Result<Var> {
     let mut y = x.clone();
-    let steps: [fn(&Var) -> Var; 5] =
-        [|v| v.mul_scalar(1.1), |v| v.div_scalar(3.0), |v| v.neg(), |v| v.rsub_scalar(2.0), |v| v.mul_scalar(0.7)];
+    let steps: [fn(&Var) -> Var; 8] = [
+        |v| v.mul_scalar(1.1),
+        |v| v.tanh(),
+        |v| v.div_scalar(3.0),
+        |v| v.neg(),
+        |v| v.sigmoid(),
+        |v| v.rsub_scalar(2.0),
+        |v| v.exp(),
+        |v| v.mul_scalar(0.7),
+    ];
     for step in steps {
         y = step(&y);
         if keep {

@@ -35,6 +35,21 @@ fn grad_in_place(ctx: &BackwardCtx<'_>, g: &Var, op: UnaryOp, fresh: impl FnOnce
     }
 }
 
+/// `g * d` for a derivative `d` computed from saved values (`e^x`: `d = y`): written into
+/// `g`'s own buffer when backward allows it ([`BackwardCtx::writable_grad`]) and `d` has
+/// `g`'s shape and dtype (so that the in-place product is the one `g.mul(d)` computes),
+/// else `g.mul(d)`.
+fn grad_times(ctx: &BackwardCtx<'_>, g: &Var, d: &Var) -> Result<Var> {
+    if let Some(t) = ctx.writable_grad(g) {
+        let d = d.value();
+        if d.dtype() == t.dtype() && d.shape() == t.shape() && d.device() == t.device() {
+            t.mul_(&d)?;
+            return Ok(g.clone());
+        }
+    }
+    g.mul(d)
+}
+
 /// ReLU's gradient from its output `y`: `g` where `y > 0`, 0 elsewhere. Outside
 /// `create_graph` (grad mode off in backward) it is the backend's one-pass kernel; under it,
 /// or for a gradient whose dtype or shape is not the output's, the same as a `masked_fill`

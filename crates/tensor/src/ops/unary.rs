@@ -119,7 +119,7 @@ macro_rules! unary_table {
                 cuda [float "exp(x)"],
                 tensor ["`e^x` elementwise."],
                 grad [/// `e^x`.
-                      saves OUTPUT, export(), |ctx, g| Some(g.mul(&ctx.output()?)?)];
+                      saves OUTPUT, export(), |ctx, g| Some(grad_times(ctx, g, &ctx.output()?)?)];
             /// `ln x`
             Log => log,
                 float [costly |x| FloatElement::ln(x)],
@@ -169,7 +169,7 @@ macro_rules! unary_table {
                 tensor ["The hyperbolic tangent elementwise."],
                 grad [/// The hyperbolic tangent; the gradient is `1 - y^2`.
                       saves OUTPUT, export(),
-                      |ctx, g| Some(g.mul(&ctx.output()?.square().rsub_scalar(1.0))?)];
+                      |ctx, g| Some(grad_times(ctx, g, &ctx.output()?.square().rsub_scalar(1.0))?)];
             /// `1 / (1 + e^-x)`
             Sigmoid => sigmoid,
                 float [costly |x| T::ONE / (T::ONE + FloatElement::exp(-x))],
@@ -178,7 +178,7 @@ macro_rules! unary_table {
                 tensor ["The logistic function `1 / (1 + e^-x)` elementwise."],
                 grad [/// The logistic function; the gradient is `y (1 - y)`.
                       saves OUTPUT, export(),
-                      |ctx, g| { let y = ctx.output()?; Some(g.mul(&y.mul(&y.rsub_scalar(1.0))?)?) }];
+                      |ctx, g| { let y = ctx.output()?; Some(grad_times(ctx, g, &y.mul(&y.rsub_scalar(1.0))?)?) }];
             /// `x * Phi(x)` with the exact normal CDF (erf form)
             Gelu => gelu,
                 float [costly

@@ -263,6 +263,16 @@ impl Dims {
     fn keys(&self, i0: usize, rows: usize, causal: bool) -> usize {
         if causal { self.s.min(i0 + rows) } else { self.s }
     }
+
+    /// The keys query blocks `first..last` see (those of the last one, which sees the
+    /// most); 0 for no block.
+    fn chunk_keys(&self, first: usize, last: usize, causal: bool) -> usize {
+        if first >= last {
+            return 0;
+        }
+        let i0 = (last - 1) * BQ;
+        self.keys(i0, BQ.min(self.l - i0), causal)
+    }
 }
 
 /// A raw pointer handed to parallel tasks that write disjoint parts of its buffer.
@@ -351,7 +361,7 @@ fn forward_typed<T: FloatElement>(
             return;
         }
         // The keys and values every block of the chunk reads, gathered once.
-        let keys_seen = d.keys((last - 1) * BQ, BQ.min(d.l - (last - 1) * BQ), spec.causal);
+        let keys_seen = d.chunk_keys(first, last, spec.causal);
         let (mut kbuf, mut vbuf, mut qbuf) = (Vec::new(), Vec::new(), Vec::new());
         let (km, krs) = k.gather(b, 0, keys_seen, d.e, &mut kbuf);
         let (vm, vrs) = v.gather(b, 0, keys_seen, d.ev, &mut vbuf);
@@ -473,8 +483,7 @@ fn backward_typed<T: FloatElement>(
         let first = c * per_chunk;
         let last = ((c + 1) * per_chunk).min(blocks);
         // No query at all (`L = 0`): the key and value gradients are written as zeros.
-        let keys_seen =
-            if first < last { d.keys((last - 1) * BQ, BQ.min(d.l - (last - 1) * BQ), spec.causal) } else { 0 };
+        let keys_seen = d.chunk_keys(first, last, spec.causal);
         let (mut kbuf, mut vbuf, mut qbuf, mut gbuf) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (km, krs) = x.k.gather(b, 0, keys_seen, d.e, &mut kbuf);
         let (vm, vrs) = x.v.gather(b, 0, keys_seen, d.ev, &mut vbuf);

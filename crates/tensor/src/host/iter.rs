@@ -179,23 +179,31 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 /// so each task sets the kernels' float mode for itself, and the caller waits in its own
 /// mode: while it waits, `rayon` may hand it the program's work.
 #[inline]
-pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
-    par_for_dyn(n, Grain::Tuned, &f);
+pub(crate) fn par_for<F: Fn(usize) + Sync>(n: usize, f: F) {
+    par_for_dyn(n, Grain::Tuned, site::<F>(), &f);
+}
+
+/// A value fixed per closure type, so per call site of [`par_for`]: the address of the
+/// type's name (which names the generic arguments of the function that made the closure,
+/// so a kernel shared by several ops gives each its own).
+#[inline]
+fn site<F>() -> usize {
+    std::any::type_name::<F>().as_ptr() as usize
 }
 
 /// [`par_for`] for loops whose every index is tens of microseconds of work or more (blocks
 /// of a large matrix product): from outside `rayon`'s pool the helpers are always offered
 /// the loop, whatever the thread tuner thinks of short loops ([`Grain::Heavy`]).
 #[inline]
-pub(crate) fn par_for_heavy(n: usize, f: impl Fn(usize) + Sync) {
-    par_for_dyn(n, Grain::Heavy, &f);
+pub(crate) fn par_for_heavy<F: Fn(usize) + Sync>(n: usize, f: F) {
+    par_for_dyn(n, Grain::Heavy, site::<F>(), &f);
 }
 
 /// The body of [`par_for`], compiled once. Were it generic, `rayon`'s splitting and job
 /// machinery would be compiled again for every kernel's closure (most of this crate's
 /// machine code, and most of its build time), while the indirect call per index costs
 /// nothing next to an index's share of a kernel; the team path takes `&dyn Fn` anyway.
-fn par_for_dyn(n: usize, grain: Grain, f: &(dyn Fn(usize) + Sync)) {
+fn par_for_dyn(n: usize, grain: Grain, site: usize, f: &(dyn Fn(usize) + Sync)) {
     if rayon::current_thread_index().is_some() {
         super::float_mode::outside(|| {
             (0..n).into_par_iter().for_each(|i| {
@@ -205,7 +213,7 @@ fn par_for_dyn(n: usize, grain: Grain, f: &(dyn Fn(usize) + Sync)) {
         });
         return;
     }
-    super::team::run(n, threads() - 1, grain, f);
+    super::team::run(n, threads() - 1, grain, super::team_tuner::loop_key(site, n), f);
 }
 
 /// Calls `f(index, chunk)` for the consecutive `chunk_len`-element chunks of `out` (the last

@@ -323,7 +323,8 @@ fn tuner_for(grain: Grain) -> Option<&'static team_tuner::Tuner> {
 }
 
 /// Calls `f(i)` once for every `i` in `0..n`, on the calling thread and on up to
-/// `helpers` helper threads. A panic in `f` is re-raised here after every thread has left
+/// `helpers` helper threads. `key` names the loop to the tuner
+/// ([`team_tuner::loop_key`]). A panic in `f` is re-raised here after every thread has left
 /// the loop. Safe to call from several threads at once and from inside a loop body: a
 /// caller never waits for a helper that has not joined its loop, and at worst runs the loop
 /// alone.
@@ -331,7 +332,7 @@ fn tuner_for(grain: Grain) -> Option<&'static team_tuner::Tuner> {
 /// Whether helpers are called for a [`Grain::Tuned`] loop is up to [`super::team_tuner`],
 /// which measures whether they make loops faster on this machine; [`Grain::Heavy`] loops
 /// always call them.
-pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
+pub(crate) fn run(n: usize, helpers: usize, grain: Grain, key: u64, f: &Body<'_>) {
     let helpers = helpers.min(n.saturating_sub(1));
     if helpers == 0 {
         team_counters::loop_alone(n);
@@ -339,6 +340,13 @@ pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
         return;
     }
     let Some(tuner) = tuner_for(grain) else {
+        if grain == Grain::Heavy && team_tuner::enabled() {
+            // Not the tuner's to decide, but taken out of the measured loops' costs: heavy
+            // loops run with helpers in either mode.
+            let start = Instant::now();
+            run_team(n, helpers, f);
+            return team_tuner::TUNER.record_heavy(start.elapsed());
+        }
         return run_team(n, helpers, f);
     };
     let start = Instant::now();
@@ -349,7 +357,7 @@ pub(crate) fn run(n: usize, helpers: usize, grain: Grain, f: &Body<'_>) {
         run_team(n, helpers, f);
     }
     let end = Instant::now();
-    tuner.record(end - start, end);
+    tuner.record(key, end - start, end);
 }
 
 /// [`run`] with `helpers` (at least one) offered the loop.

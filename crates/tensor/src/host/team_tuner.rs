@@ -11,9 +11,9 @@
 //!
 //! So the team measures. It runs *main* phases in the mode it believes faster (with
 //! helpers, or the caller alone) and, after each, a short *probe* phase in the other mode,
-//! and compares the wall time per loop in the probe with the same measure over the same
-//! length of time at the end of the main phase and right after the probe, back in the main
-//! mode: the probe must beat both, so a change of the program's own work during the probe
+//! and compares the probe's loops with the same measure over the same length of time at the
+//! end of the main phase and right after the probe, back in the main mode: the probe must
+//! beat both, so a change of the program's own work during the probe
 //! (evaluation giving way to training) is not taken for a faster mode. A training loop
 //! repeats the same kernels every step, so phases of tens of milliseconds see the same mix
 //! of loops. A probe faster by [`MARGIN`] than both makes its mode the main one. Main phases
@@ -24,17 +24,33 @@
 //! second core is found within a second. Where helpers do not pay, they sleep through the
 //! main phases and the caller runs at the speed of one thread.
 //!
-//! The wall time per loop runs from the start of a window's first loop to the end of its
-//! last, divided by its loops: the program's serial work between the loops counts, not only
-//! the loops. When the host runs both vCPUs on one core, helpers watching for the next loop
-//! take that core's time from the caller's serial work too: the loops themselves then took
-//! 138-142 µs with helpers against 129 µs alone (within the margin), while whole training
-//! steps ran at 55,000 samples/s with helpers against 70,000 alone.
+//! A loop's cost is the wall time from the end of the previous loop to its own end, less
+//! the heavy loops run in between (they run with helpers in either mode): the program's
+//! serial work between the loops counts, not only the loops. When the host runs
+//! both vCPUs on one core, helpers watching for the next loop take that core's time from the
+//! caller's serial work too: the loops themselves then took 138-142 µs with helpers against
+//! 129 µs alone (within the margin), while whole training steps ran at 55,000 samples/s with
+//! helpers against 70,000 alone.
+//!
+//! Windows are compared loop for loop, not by their average loop: a long training step (a
+//! Transformer's, hundreds of milliseconds) mixes stretches of small loops with stretches
+//! where large products run between few measured loops, so two windows of the same mode at
+//! different points of the step differ by 2-3x. Each loop is known by its call site (the
+//! closure's type), its index count and the loop before it (a layer norm after the
+//! attention has other serial work before it than one after the feed-forward), and the
+//! tuner keeps each such loop's usual cost in either mode: quick to fall, so that a
+//! program's slow first steps are soon forgotten, and slow to rise, so that a slowdown of
+//! the host stands out. A window's measure is its loops' cost over their usual cost in the
+//! main mode: about 1 for a window of the main mode wherever it falls in the step, the
+//! other mode's relative cost for a probe. Loops not yet seen in the main mode are left
+//! out. With an average per loop instead, an encoder step of 240 ms probed about once every
+//! 200 ms, 3-5% of its speed, and now and then took a probe that fell on a stretch of small
+//! loops for a faster mode.
 //!
 //! The host's changes also come in stretches of a second or two, shorter than a main phase
 //! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the
 //! 72,000 of one thread). So a main phase also watches its loops in stretches of a probe's
-//! length: a stretch [`SLOWDOWN`] slower on average than the main mode was last measured at
+//! length: a stretch whose measure is [`SLOWDOWN`] over the one the main mode was last found at
 //! ends the phase, and the probe that follows is compared with that stretch. A change of the
 //! program's own work (an evaluation pass after training) can trigger it too; the probe
 //! then confirms the mode, and the new loops become the measure.
@@ -77,6 +93,117 @@ const MARGIN: f64 = 0.1;
 /// any time and can last only a second or two, less than a main phase.
 const SLOWDOWN: f64 = 0.3;
 
+/// How many loops (call site and index count) the tuner keeps the usual cost of, per
+/// mode; more evict each other, and an evicted loop is left out until it is seen again.
+const KNOWN_LOOPS: usize = 256;
+
+/// How far a cost below the usual one moves it: quickly, so that the slow first steps of
+/// a program (allocations, cold caches) are forgotten within a few steps.
+const FASTER_WEIGHT: f64 = 0.5;
+
+/// How many neighbouring slots a loop may take in the table of usual costs.
+const WAYS: usize = 4;
+
+/// How far one loop's cost moves its usual cost: slowly, so that a stretch where the host
+/// slows down stands out against the usual costs before they follow it.
+const USUAL_WEIGHT: f64 = 1.0 / 16.0;
+
+/// Identifies a loop for the tuner: a call site (any value fixed per site, such as the
+/// address of its closure's type name) and the loop's index count.
+pub(crate) fn loop_key(site: usize, n: usize) -> u64 {
+    // Odd multipliers mix both into the high bits, which pick the table slot.
+    (site as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (n as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+}
+
+/// Each known loop's usual cost in one mode, in seconds.
+struct Usual {
+    keys: [u64; KNOWN_LOOPS],
+    /// 0 where the slot is empty.
+    cost: [f64; KNOWN_LOOPS],
+    /// When each cost last moved: at most once per [`PROBE`], so that a loop run thousands
+    /// of times a second does not carry its usual cost along through a slowdown before the
+    /// watch has measured it.
+    moved: [Option<Instant>; KNOWN_LOOPS],
+    /// How many costs each usual cost has taken in (up to `1 / USUAL_WEIGHT`): the first
+    /// is replaced by the second (a program's first run of a loop pays for its warm-up),
+    /// which the next ones are averaged with until the weight reaches [`USUAL_WEIGHT`].
+    samples: [u32; KNOWN_LOOPS],
+}
+
+impl Usual {
+    const fn new() -> Usual {
+        Usual {
+            keys: [0; KNOWN_LOOPS],
+            cost: [0.0; KNOWN_LOOPS],
+            moved: [None; KNOWN_LOOPS],
+            samples: [0; KNOWN_LOOPS],
+        }
+    }
+
+    /// The slots loop `key` may take: [`WAYS`] neighbours, so that a few loops whose keys
+    /// pick the same slot do not evict each other.
+    fn slots(key: u64) -> impl Iterator<Item = usize> {
+        let first = (key >> 56) as usize;
+        (0..WAYS).map(move |w| (first + w) % KNOWN_LOOPS)
+    }
+
+    fn find(&self, key: u64) -> Option<usize> {
+        Usual::slots(key).find(|&i| self.keys[i] == key && self.cost[i] > 0.0)
+    }
+
+    /// The loop's usual cost, if known.
+    fn get(&self, key: u64) -> Option<f64> {
+        self.find(key).map(|i| self.cost[i])
+    }
+
+    /// Moves the loop's usual cost toward `cost`; a loop not known takes an empty slot of
+    /// its own, else its first one (evicting the loop there).
+    fn learn(&mut self, key: u64, cost: f64, now: Instant) {
+        if let Some(i) = self.find(key) {
+            if self.moved[i].is_none_or(|t| now.saturating_duration_since(t) >= PROBE) {
+                let weight = if self.samples[i] <= 1 {
+                    1.0
+                } else if cost < self.cost[i] {
+                    FASTER_WEIGHT
+                } else {
+                    (1.0 / self.samples[i] as f64).max(USUAL_WEIGHT)
+                };
+                self.cost[i] += (cost - self.cost[i]) * weight;
+                self.moved[i] = Some(now);
+                self.samples[i] = (self.samples[i] + 1).min((1.0 / USUAL_WEIGHT) as u32);
+            }
+            return;
+        }
+        let i = Usual::slots(key).find(|&i| self.cost[i] <= 0.0).unwrap_or((key >> 56) as usize % KNOWN_LOOPS);
+        (self.keys[i], self.cost[i], self.moved[i], self.samples[i]) = (key, cost, Some(now), 1);
+    }
+}
+
+/// Loops measured in one window: their count, their cost and their usual cost in the main
+/// mode, in seconds.
+#[derive(Clone, Copy, Default)]
+struct Window {
+    loops: u64,
+    cost: f64,
+    usual: f64,
+}
+
+impl Window {
+    const EMPTY: Window = Window { loops: 0, cost: 0.0, usual: 0.0 };
+
+    fn add(&mut self, cost: f64, usual: f64) {
+        self.loops += 1;
+        self.cost += cost;
+        self.usual += usual;
+    }
+
+    /// The window's cost over the main mode's usual cost of the same loops (1 for no
+    /// loops).
+    fn measure(&self) -> f64 {
+        if self.usual > 0.0 { self.cost / self.usual } else { 1.0 }
+    }
+}
+
 /// The tuner of the process's parallel loops.
 pub(crate) static TUNER: Tuner = Tuner::new();
 
@@ -107,47 +234,58 @@ struct State {
     probing: bool,
     /// Whether the current phase measures the main mode again after a probe.
     confirming: bool,
-    /// The last probe's loops and wall time.
-    probe: (u64, Duration),
+    /// The last probe's loops.
+    probe: Window,
     /// When the current phase began (`None` before the first loop).
     phase_start: Option<Instant>,
-    /// The loops measured so far in the current window, and the wall time from the start
-    /// of the first to the end of the last, the program's work between them included.
-    loops: u64,
-    span: Duration,
-    /// When the current window's first loop started.
-    since: Option<Instant>,
+    /// The loops measured so far in the current window.
+    window: Window,
     /// Whether the current window has begun (a main phase measures only its end).
     measuring: bool,
-    /// The last main phase's window: loops and wall time.
-    reference: (u64, Duration),
+    /// The last main phase's window.
+    reference: Window,
     /// The length of the current (or next) main phase.
     main_len: Duration,
-    /// The average loop time the main mode was last measured at (the end of the last main
-    /// phase, or the probe that made it the main mode), in seconds.
+    /// The measure the main mode was last found at (the end of the last main phase, or the
+    /// probe that made it the main mode, against the usual costs of the time).
     baseline: Option<f64>,
     /// The current stretch of a main phase watched for a slowdown: when its first loop
-    /// started, its loops and its wall time.
-    watch: (Option<Instant>, u64, Duration),
+    /// started, and its loops.
+    watch: (Option<Instant>, Window),
+    /// When the last loop ended: the next loop's cost runs from there, less the heavy loops
+    /// run since (`heavy`).
+    last_end: Option<Instant>,
+    heavy: Duration,
+    /// The last loop's key.
+    prev_key: u64,
+    /// Each loop's usual cost with helpers and alone.
+    usual_team: Usual,
+    usual_solo: Usual,
+    /// Probes started so far.
+    probes: u64,
 }
 
 impl State {
     /// Adds a main-phase loop to the stretch being watched, and says whether the stretch,
     /// [`PROBE`] long, ran [`SLOWDOWN`] slower than the main mode's baseline.
-    fn watch_for_slowdown(&mut self, took: Duration, now: Instant) -> bool {
+    fn watch_for_slowdown(&mut self, cost: f64, usual: f64, now: Instant) -> bool {
         let Some(baseline) = self.baseline else { return false };
-        let (start, loops, span) = &mut self.watch;
-        let start = *start.get_or_insert(now.checked_sub(took).unwrap_or(now));
-        *loops += 1;
-        *span = now.saturating_duration_since(start);
-        if *loops < MIN_LOOPS || *span < PROBE {
+        let (start, stretch) = &mut self.watch;
+        let start = *start.get_or_insert(now);
+        stretch.add(cost, usual);
+        if stretch.loops < MIN_LOOPS || now.saturating_duration_since(start) < PROBE {
             return false;
         }
-        let slowed = span.as_secs_f64() / *loops as f64 > baseline * (1.0 + SLOWDOWN);
+        let slowed = stretch.measure() > baseline * (1.0 + SLOWDOWN);
         if !slowed {
-            self.watch = (None, 0, Duration::ZERO);
+            self.watch = (None, Window::EMPTY);
         }
         slowed
+    }
+
+    /// The usual costs of the main mode (`main`) or of the other one.
+    fn usual(&mut self, main: bool) -> &mut Usual {
+        if main == self.main_solo { &mut self.usual_solo } else { &mut self.usual_team }
     }
 }
 
@@ -159,16 +297,20 @@ impl Tuner {
                 main_solo: false,
                 probing: false,
                 confirming: false,
-                probe: (0, Duration::ZERO),
+                probe: Window::EMPTY,
                 phase_start: None,
-                loops: 0,
-                span: Duration::ZERO,
-                since: None,
+                window: Window::EMPTY,
                 measuring: false,
-                reference: (0, Duration::ZERO),
+                reference: Window::EMPTY,
                 main_len: FIRST_MAIN,
                 baseline: None,
-                watch: (None, 0, Duration::ZERO),
+                watch: (None, Window::EMPTY),
+                last_end: None,
+                heavy: Duration::ZERO,
+                prev_key: 0,
+                usual_team: Usual::new(),
+                usual_solo: Usual::new(),
+                probes: 0,
             }),
         }
     }
@@ -178,90 +320,110 @@ impl Tuner {
         self.solo.load(Ordering::Relaxed)
     }
 
-    /// Records a loop that took `took` of wall time and ended at `now`, and moves to the
-    /// next phase when this one is over.
-    pub(crate) fn record(&self, took: Duration, now: Instant) {
+    /// Records a heavy loop ([`super::team::Grain::Heavy`]) of `took`, which runs with
+    /// helpers whatever the mode: its time is not part of the next measured loop's cost.
+    pub(crate) fn record_heavy(&self, took: Duration) {
+        // Heavy loops run from one thread at a time in practice; one missed is a sample off.
+        if let Some(mut s) = self.state.try_lock() {
+            s.heavy += took;
+        }
+    }
+
+    /// Records loop `key` ([`loop_key`]) that took `took` of wall time and ended at `now`,
+    /// and moves to the next phase when this one is over.
+    pub(crate) fn record(&self, key: u64, took: Duration, now: Instant) {
         // Loops finishing at the same moment on other threads skip their record rather than
         // wait: the averages need a sample, not every loop.
         let Some(mut s) = self.state.try_lock() else { return };
+        // The serial work since the last loop is this loop's too.
+        let since = s.last_end.filter(|&t| t <= now).unwrap_or(now.checked_sub(took).unwrap_or(now));
+        s.last_end = Some(now);
+        let cost = now.saturating_duration_since(since).saturating_sub(std::mem::take(&mut s.heavy)).max(took);
+        let cost = cost.as_secs_f64();
+        // The loop before tells the loops of one call site apart by where they run in the
+        // program (a layer norm after the attention, another after the feed-forward), with
+        // different serial work before them.
+        let key = key ^ std::mem::replace(&mut s.prev_key, key).rotate_left(29);
         let start = *s.phase_start.get_or_insert(now);
         let elapsed = now.saturating_duration_since(start);
         let main = s.main_len;
         let short = s.probing || s.confirming;
+        let usual = s.usual(true).get(key);
+        // Learned in the mode it ran in.
+        let probing = s.probing;
+        s.usual(!probing).learn(key, cost, now);
         if !short && !s.measuring && elapsed + PROBE >= main {
             s.measuring = true;
         }
+        // Loops the main mode has not seen yet have nothing to be compared with.
+        let Some(usual) = usual else { return };
         if s.measuring {
-            let since = *s.since.get_or_insert(now.checked_sub(took).unwrap_or(now));
-            s.loops += 1;
-            s.span = now.saturating_duration_since(since);
+            s.window.add(cost, usual);
         }
-        let slowed = !short && s.watch_for_slowdown(took, now);
+        let slowed = !short && s.watch_for_slowdown(cost, usual, now);
         if slowed {
             // Measured over the stretch that slowed down: the probe is compared with that.
-            let (_, loops, span) = s.watch;
-            (s.loops, s.span) = (loops, span);
+            s.window = s.watch.1;
             if setting() == "log" {
                 eprintln!(
-                    "ember thread tuning: loops slowed to {:.1} us, probing now",
-                    span.as_secs_f64() / loops as f64 * 1e6
+                    "ember thread tuning: loops slowed to {:.2}x their usual cost, probing now",
+                    s.window.measure()
                 );
             }
         }
-        let window_done = slowed || s.loops >= MIN_LOOPS && elapsed >= if short { PROBE } else { main };
+        let window_done = slowed || s.window.loops >= MIN_LOOPS && elapsed >= if short { PROBE } else { main };
         if !window_done {
             return;
         }
         if s.probing {
             // Back to the main mode, measured once more before deciding: the program's own
             // work may have changed during the probe (training gives way to evaluation).
-            s.probe = (s.loops, s.span);
+            s.probe = s.window;
             s.probing = false;
             s.confirming = true;
             s.measuring = true;
             self.solo.store(s.main_solo, Ordering::Relaxed);
         } else if s.confirming {
-            let avg = |(loops, span): (u64, Duration)| span.as_secs_f64() / loops.max(1) as f64;
-            let (before, probe_avg, after) = (avg(s.reference), avg(s.probe), avg((s.loops, s.span)));
+            let (before, probe, after) = (s.reference.measure(), s.probe.measure(), s.window.measure());
             // The probe must beat the main mode both before and after it.
-            let switch = probe_avg < before.min(after) * (1.0 - MARGIN);
+            let switch = probe < before.min(after) * (1.0 - MARGIN);
             if setting() == "log" {
                 let mode = |solo: bool| if solo { "caller alone" } else { "with helpers" };
                 eprintln!(
-                    "ember thread tuning: {} {:.1} us/loop ({} loops), {} {:.1} then {:.1} us/loop: {}",
+                    "ember thread tuning: {} {:.2}x the usual cost ({} loops), {} {:.2}x then {:.2}x: {}",
                     mode(!s.main_solo),
-                    probe_avg * 1e6,
-                    s.probe.0,
+                    probe,
+                    s.probe.loops,
                     mode(s.main_solo),
-                    before * 1e6,
-                    after * 1e6,
+                    before,
+                    after,
                     mode(s.main_solo != switch)
                 );
             }
             if switch {
                 s.main_solo = !s.main_solo;
                 s.main_len = MAIN;
-                s.baseline = Some(probe_avg);
+                // Against the new main mode's usual costs, where it was measured.
+                s.baseline = Some(1.0);
             } else {
                 // Only phases with helpers grow (see the module's docs).
                 s.main_len = if s.main_solo { MAIN } else { (s.main_len * 2).clamp(MAIN, LONGEST_MAIN) };
                 s.baseline = Some(after);
             }
-            s.watch = (None, 0, Duration::ZERO);
+            s.watch = (None, Window::EMPTY);
             s.confirming = false;
             s.measuring = false;
             self.solo.store(s.main_solo, Ordering::Relaxed);
         } else {
-            s.reference = (s.loops, s.span);
+            s.reference = s.window;
             s.probing = true;
+            s.probes += 1;
             // A probe measures from its start.
             s.measuring = true;
             self.solo.store(!s.main_solo, Ordering::Relaxed);
         }
         s.phase_start = Some(now);
-        s.loops = 0;
-        s.span = Duration::ZERO;
-        s.since = None;
+        s.window = Window::EMPTY;
     }
 }
 
@@ -284,11 +446,26 @@ mod tests {
         team: (Duration, Duration),
         solo: (Duration, Duration),
     ) {
+        feed_loops(tuner, now, span, &[0], team, solo);
+    }
+
+    /// [`feed_with_gaps`] of loops `keys`, one after another, over and over.
+    fn feed_loops(
+        tuner: &Tuner,
+        now: &mut Instant,
+        span: Duration,
+        keys: &[u64],
+        team: (Duration, Duration),
+        solo: (Duration, Duration),
+    ) {
         let end = *now + span;
-        while *now < end {
+        for &key in keys.iter().cycle() {
+            if *now >= end {
+                break;
+            }
             let (took, gap) = if tuner.solo() { solo } else { team };
             *now += gap + took;
-            tuner.record(took, *now);
+            tuner.record(key, took, *now);
         }
     }
 
@@ -417,6 +594,41 @@ mod tests {
         feed(&tuner, &mut now, PROBE * 2 + ms(5), us(100), us(160));
         assert!(in_main_phase(&tuner));
         assert!(!tuner.state.lock().main_solo);
+    }
+
+    /// Counts the probes, and the switches to running alone, over `steps` training steps
+    /// of 220 ms: 20 ms of short loops (100 µs with helpers, 160 alone), then 100 ms of loops
+    /// 1 ms apart and 100 ms of loops 2.5 ms apart (large products between them), five loops
+    /// of each kind, with helpers `slower` times slower than that.
+    fn mixed_steps(tuner: &Tuner, now: &mut Instant, steps: usize, slower: f64) -> (u64, u64) {
+        let us = |t: f64| Duration::from_secs_f64(t * 1e-6);
+        let ms = Duration::from_millis;
+        let (probes, mut switches) = (tuner.state.lock().probes, 0);
+        for _ in 0..steps {
+            let solo_before = tuner.state.lock().main_solo;
+            for (i, (span, took)) in [(ms(20), 100.0), (ms(100), 1000.0), (ms(100), 2500.0)].into_iter().enumerate() {
+                let keys: Vec<u64> = (0..5).map(|k| loop_key(i, k)).collect();
+                feed_loops(tuner, now, span, &keys, (us(took * slower), us(0.0)), (us(took * 1.6), us(0.0)));
+            }
+            switches += u64::from(!solo_before && tuner.state.lock().main_solo);
+        }
+        (tuner.state.lock().probes - probes, switches)
+    }
+
+    #[test]
+    fn a_step_of_mixed_loops_is_compared_loop_for_loop() {
+        let mut now = Instant::now();
+        let tuner = Tuner::new();
+        // 22 s of steps whose stretches differ 25-fold: about one probe per main phase
+        // (1, 2, then 4 s), none of them a switch.
+        let (probes, switches) = mixed_steps(&tuner, &mut now, 100, 1.0);
+        assert!(probes <= 10, "{probes} probes in 100 steps");
+        assert_eq!(switches, 0);
+        // The host takes a core away (helpers now slow every loop down 2.5 times past the
+        // speed alone): the caller runs alone within a longest main phase and a step or two.
+        let (probes, switches) = mixed_steps(&tuner, &mut now, 25, 4.0);
+        assert!(probes >= 1 && switches == 1, "{probes} probes, {switches} switches");
+        assert!(tuner.state.lock().main_solo);
     }
 
     #[test]

@@ -31,10 +31,17 @@ type Sums = [[f64; LANES]; 2];
 fn shifted_sums<T: Element>(block: &[T], k: f64, acc: &mut Sums) {
     let (blocks, tail) = block.as_chunks::<LANES>();
     for b in blocks {
+        // The deviations first, then each sum in a loop of its own: with both sums in one
+        // loop the compiler paired each lane's two into scalar code.
+        let mut d = [0.0f64; LANES];
         for i in 0..LANES {
-            let d = b[i].to_f64() - k;
-            acc[0][i] += d;
-            acc[1][i] += d * d;
+            d[i] = b[i].to_f64() - k;
+        }
+        for i in 0..LANES {
+            acc[0][i] += d[i];
+        }
+        for i in 0..LANES {
+            acc[1][i] += d[i] * d[i];
         }
     }
     for (i, v) in tail.iter().enumerate() {
@@ -51,10 +58,17 @@ fn grad_sums<T: Element>(x: &[T], g: &[T], mean: f64, acc: &mut Sums) {
     let (xs, x_tail) = x[..n].as_chunks::<LANES>();
     let (gs, g_tail) = g[..n].as_chunks::<LANES>();
     for (xb, gb) in xs.iter().zip(gs) {
+        // Each sum in a loop of its own (see `shifted_sums`).
+        let (mut gv, mut d) = ([0.0f64; LANES], [0.0f64; LANES]);
         for i in 0..LANES {
-            let gv = gb[i].to_f64();
-            acc[0][i] += gv;
-            acc[1][i] += gv * (xb[i].to_f64() - mean);
+            gv[i] = gb[i].to_f64();
+            d[i] = xb[i].to_f64() - mean;
+        }
+        for i in 0..LANES {
+            acc[0][i] += gv[i];
+        }
+        for i in 0..LANES {
+            acc[1][i] += gv[i] * d[i];
         }
     }
     for (i, (xv, gv)) in x_tail.iter().zip(g_tail).enumerate() {

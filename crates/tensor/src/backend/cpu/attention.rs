@@ -64,6 +64,34 @@ fn run_tasks(n: usize, work: usize, task_work: usize, task: impl Fn(usize) + Syn
     }
 }
 
+/// Runs `unit(u, scratch)` for the units `0..n` (a batch matrix's chunk of query blocks
+/// each) through [`run_tasks`], `per_task` consecutive units to a task, each task with
+/// one `scratch` of its own (from `scratch()`) that its units reuse: short sequences have
+/// hundreds of small units, whose buffers cost as much to allocate and clear as the work.
+/// Units are computed alike whoever runs them and with whichever others, so results do
+/// not depend on the grouping.
+fn run_units<S>(
+    (n, per_task): (usize, usize),
+    work: usize,
+    unit_work: usize,
+    scratch: impl Fn() -> S + Sync,
+    unit: impl Fn(usize, &mut S) + Sync,
+) {
+    let per_task = per_task.max(1);
+    run_tasks(n.div_ceil(per_task), work, unit_work.saturating_mul(per_task), |t| {
+        let mut s = scratch();
+        for u in t * per_task..((t + 1) * per_task).min(n) {
+            unit(u, &mut s);
+        }
+    });
+}
+
+/// How many units ([`run_units`]) a task takes: with one chunk per batch matrix, as many
+/// as leave about `per_thread` tasks per thread; else one.
+fn units_per_task(batch: usize, chunks: usize, per_thread: usize) -> usize {
+    if chunks > 1 { 1 } else { (batch / (per_thread * threads()).max(1)).max(1) }
+}
+
 /// The mask as the kernel reads it.
 enum Mask<'a, T> {
     None,
@@ -137,8 +165,11 @@ impl<'a, T: FloatElement> Matrices<'a, T> {
         if self.rs == cols || rows <= 1 {
             return (src, self.rs);
         }
-        buf.clear();
-        buf.resize(rows * cols, T::ZERO);
+        // Grown (and cleared) only when too small: every element used is written below.
+        if buf.len() < rows * cols {
+            buf.resize(rows * cols, T::ZERO);
+        }
+        let buf = &mut buf[..rows * cols];
         for (r, dst) in buf.chunks_exact_mut(cols).enumerate() {
             copy_row(dst, &src[r * self.rs..r * self.rs + cols]);
         }
@@ -353,7 +384,20 @@ fn forward_typed<T: FloatElement>(
     let (po, pl) = (Dest::new(&mut out, out_layout), Out(lse.as_mut_ptr()));
     let scale = T::from_f64(spec.scale);
     let neg = T::from_f64(f64::NEG_INFINITY);
-    let task = |t: usize| {
+    // A task's buffers: gathered keys, values and queries, a block of scores and the
+    // output accumulator. Only as many score columns as there are keys: a short sequence's
+    // block is small, and a full `BK`-wide one would be zeroed for nothing.
+    let scratch = || {
+        (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            vec![T::ZERO; BQ.min(d.l) * BK.min(d.s)],
+            vec![T::ZERO; BQ.min(d.l) * d.ev],
+        )
+    };
+    let task = |t: usize, scratch: &mut ForwardScratch<T>| {
+        let (kbuf, vbuf, qbuf, s, acc) = scratch;
         let (b, c) = (t / chunks, t % chunks);
         let first = c * per_chunk;
         let last = ((c + 1) * per_chunk).min(blocks);
@@ -362,19 +406,14 @@ fn forward_typed<T: FloatElement>(
         }
         // The keys and values every block of the chunk reads, gathered once.
         let keys_seen = d.chunk_keys(first, last, spec.causal);
-        let (mut kbuf, mut vbuf, mut qbuf) = (Vec::new(), Vec::new(), Vec::new());
-        let (km, krs) = k.gather(b, 0, keys_seen, d.e, &mut kbuf);
-        let (vm, vrs) = v.gather(b, 0, keys_seen, d.ev, &mut vbuf);
-        // Only as many columns as there are keys: a short sequence's block is small, and a
-        // full `BK`-wide one would be zeroed for nothing.
-        let mut s = vec![T::ZERO; BQ.min(d.l) * BK.min(d.s)];
-        let mut acc = vec![T::ZERO; BQ.min(d.l) * d.ev];
+        let (km, krs) = k.gather(b, 0, keys_seen, d.e, kbuf);
+        let (vm, vrs) = v.gather(b, 0, keys_seen, d.ev, vbuf);
         let mut m = [neg; BQ];
         let mut sum = [T::ZERO; BQ];
         for qb in first..last {
             let i0 = qb * BQ;
             let rows = BQ.min(d.l - i0);
-            let (qm, qrs) = q.gather(b, i0, rows, d.e, &mut qbuf);
+            let (qm, qrs) = q.gather(b, i0, rows, d.e, qbuf);
             let acc = &mut acc[..rows * d.ev];
             acc.fill(T::ZERO);
             m[..rows].fill(neg);
@@ -429,9 +468,10 @@ fn forward_typed<T: FloatElement>(
             }
         }
     };
-    // A task is a chunk of query blocks against every key.
-    let task_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(d.e + d.ev);
-    run_tasks(d.batch * chunks, d.work(), task_work, task);
+    // A unit is a chunk of query blocks against every key.
+    let unit_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(d.e + d.ev);
+    let units = (d.batch * chunks, units_per_task(d.batch, chunks, 16));
+    run_units(units, d.work(), unit_work, scratch, task);
     Ok((out, lse))
 }
 
@@ -442,6 +482,21 @@ fn split_blocks(batch: usize, blocks: usize, per_thread: usize) -> (usize, usize
     let chunks = (per_thread * threads()).div_ceil(batch.max(1)).clamp(1, blocks.max(1));
     let per_chunk = blocks.div_ceil(chunks).max(1);
     (blocks.div_ceil(per_chunk).max(1), per_chunk)
+}
+
+/// The buffers of one forward task ([`run_units`]): gathered keys, values and queries, a
+/// block of scores and the output accumulator.
+type ForwardScratch<T> = (Vec<T>, Vec<T>, Vec<T>, Vec<T>, Vec<T>);
+
+/// The buffers of one backward task ([`run_units`]).
+struct BackwardScratch<T> {
+    /// Keys, values, queries and output gradients gathered into dense blocks.
+    gathered: [Vec<T>; 4],
+    p: Vec<T>,
+    ds: Vec<T>,
+    dk: Vec<T>,
+    dv: Vec<T>,
+    dq: Vec<T>,
 }
 
 /// The operands of the backward.
@@ -478,31 +533,39 @@ fn backward_typed<T: FloatElement>(
     let (lk_sums, lv_sums) = if chunks == 1 { (lk, lv) } else { (&part_k, &part_v) };
     let (pq, pk, pv) = (Dest::new(&mut dq, lq), Dest::new(&mut dk, lk_sums), Dest::new(&mut dv, lv_sums));
     let scale = T::from_f64(spec.scale);
-    let task = |t: usize| {
+    // A task's buffers, reused by its units: gathered keys, values, queries and output
+    // gradients; on the heap, blocks of probabilities and score gradients (two f64 blocks
+    // are 256 KiB, too much for a worker thread's stack), no larger than the call's blocks
+    // (for short sequences a full `BQ x BK` block would be mostly zeroed for nothing); the
+    // unit's key and value gradient sums (all `S` rows) and a query block's gradient.
+    let block = BQ.min(d.l) * BK.min(d.s);
+    let scratch = || BackwardScratch {
+        gathered: Default::default(),
+        p: vec![T::ZERO; block],
+        ds: vec![T::ZERO; block],
+        dk: vec![T::ZERO; d.s * d.e],
+        dv: vec![T::ZERO; d.s * d.ev],
+        dq: vec![T::ZERO; BQ.min(d.l) * d.e],
+    };
+    let task = |t: usize, scratch: &mut BackwardScratch<T>| {
+        let BackwardScratch { gathered: [kbuf, vbuf, qbuf, gbuf], p, ds, dk: dk_sum, dv: dv_sum, dq: dq_block } =
+            scratch;
         let (b, c) = (t / chunks, t % chunks);
         let first = c * per_chunk;
         let last = ((c + 1) * per_chunk).min(blocks);
         // No query at all (`L = 0`): the key and value gradients are written as zeros.
         let keys_seen = d.chunk_keys(first, last, spec.causal);
-        let (mut kbuf, mut vbuf, mut qbuf, mut gbuf) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (km, krs) = x.k.gather(b, 0, keys_seen, d.e, &mut kbuf);
-        let (vm, vrs) = x.v.gather(b, 0, keys_seen, d.ev, &mut vbuf);
-        // On the heap: two f64 blocks are 256 KiB, too much for a worker thread's stack. No
-        // larger than the call's blocks: for short sequences a full `BQ x BK` block would be
-        // mostly zeroed for nothing. The gradients are summed in dense blocks of their own
-        // and written out once.
-        let block = BQ.min(d.l) * BK.min(d.s);
-        let (mut p, mut ds) = (vec![T::ZERO; block].into_boxed_slice(), vec![T::ZERO; block].into_boxed_slice());
-        // All `S` rows, those of keys the chunk does not see (past the causal diagonal)
-        // staying 0.
-        let (mut dk_sum, mut dv_sum) = (vec![T::ZERO; d.s * d.e], vec![T::ZERO; d.s * d.ev]);
-        let mut dq_block = vec![T::ZERO; BQ.min(d.l) * d.e];
+        let (km, krs) = x.k.gather(b, 0, keys_seen, d.e, kbuf);
+        let (vm, vrs) = x.v.gather(b, 0, keys_seen, d.ev, vbuf);
+        // The rows of keys the chunk does not see (past the causal diagonal) stay 0.
+        dk_sum.fill(T::ZERO);
+        dv_sum.fill(T::ZERO);
         let mut dd = [T::ZERO; BQ];
         for qb in first..last {
             let i0 = qb * BQ;
             let rows = BQ.min(d.l - i0);
-            let (qm, qrs) = x.q.gather(b, i0, rows, d.e, &mut qbuf);
-            let (gm, grs) = x.grad.gather(b, i0, rows, d.ev, &mut gbuf);
+            let (qm, qrs) = x.q.gather(b, i0, rows, d.e, qbuf);
+            let (gm, grs) = x.grad.gather(b, i0, rows, d.ev, gbuf);
             let lse = &x.lse[b * d.l + i0..b * d.l + i0 + rows];
             for r in 0..rows {
                 let (g, o) = (&gm[r * grs..r * grs + d.ev], x.out.row(b, i0 + r, d.ev));
@@ -545,13 +608,14 @@ fn backward_typed<T: FloatElement>(
         // gradient with one chunk, its private partial sum with more); the dense layouts
         // give its rows to no other (matrix, row).
         unsafe {
-            pk.write_rows(pk.at(t, 0), d.s, d.e, &dk_sum);
-            pv.write_rows(pv.at(t, 0), d.s, d.ev, &dv_sum);
+            pk.write_rows(pk.at(t, 0), d.s, d.e, dk_sum);
+            pv.write_rows(pv.at(t, 0), d.s, d.ev, dv_sum);
         }
     };
-    // A chunk is `per_chunk` query blocks against every key, twice the forward's products.
-    let task_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(2 * (d.e + d.ev));
-    run_tasks(d.batch * chunks, d.work(), task_work, task);
+    // A unit is `per_chunk` query blocks against every key, twice the forward's products.
+    let unit_work = (per_chunk * BQ).min(d.l).saturating_mul(d.s).saturating_mul(2 * (d.e + d.ev));
+    let units = (d.batch * chunks, units_per_task(d.batch, chunks, 4));
+    run_units(units, d.work(), unit_work, scratch, task);
     if chunks == 1 {
         return Ok([dq, dk, dv]);
     }
@@ -746,6 +810,32 @@ mod tests {
         for grad in [&grads.1, &grads.2] {
             assert_eq!(grad.shape(), &[2, 3, 40, 8]);
             assert!(grad.to_vec_f64().unwrap().iter().all(|&x| x == 0.0));
+        }
+    }
+
+    /// Short heads share a task and its buffers (gathered blocks, score blocks, gradient
+    /// sums): each head's output and gradients are bitwise those of a call on that head
+    /// alone, whose task has buffers of its own, with and without the causal triangle.
+    #[test]
+    fn heads_sharing_a_task_match_a_call_per_head() {
+        crate::manual_seed(5);
+        let (b, h, t, d) = (8, 32, 12, 4);
+        let (q, k, v, g) = (heads(b, t, h, d), heads(b, t, h, d), heads(b, t, h, d), heads(b, t, h, d));
+        let one = |x: &Tensor, i: usize, j: usize| x.narrow(0, i, 1).unwrap().narrow(1, j, 1).unwrap();
+        for causal in [false, true] {
+            let spec = Attention { scale: 0.5, causal };
+            let (out, lse) = q.attention(&k, &v, None, &spec).unwrap();
+            let (dq, dk, dv) = q.attention_backward(&k, &v, None, &out, &lse, &g, &spec).unwrap();
+            for (i, j) in [(0, 0), (0, 1), (3, 17), (7, 31)] {
+                let (qi, ki, vi, gi) = (one(&q, i, j), one(&k, i, j), one(&v, i, j), one(&g, i, j));
+                let (out_i, lse_i) = qi.attention(&ki, &vi, None, &spec).unwrap();
+                let grads_i = qi.attention_backward(&ki, &vi, None, &out_i, &lse_i, &gi, &spec).unwrap();
+                let pairs = [(&out, &out_i), (&lse, &lse_i), (&dq, &grads_i.0), (&dk, &grads_i.1), (&dv, &grads_i.2)];
+                for (n, (all, alone)) in pairs.into_iter().enumerate() {
+                    let all = one(all, i, j).to_vec_f64().unwrap();
+                    assert_eq!(all, alone.to_vec_f64().unwrap(), "result {n} of head ({i}, {j}), causal {causal}");
+                }
+            }
         }
     }
 

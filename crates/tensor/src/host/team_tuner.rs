@@ -44,8 +44,8 @@
 //! main mode: about 1 for a window of the main mode wherever it falls in the step, the
 //! other mode's relative cost for a probe. Loops not yet seen in the main mode are left
 //! out. With an average per loop instead, an encoder step of 240 ms probed about once every
-//! 200 ms, 3-5% of its speed, and now and then took a probe that fell on a stretch of small
-//! loops for a faster mode.
+//! 200 ms, 3-5% of its speed, and a probe that fell on a stretch of small loops could pass
+//! for a faster mode.
 //!
 //! The host's changes also come in stretches of a second or two, shorter than a main phase
 //! (the MLP on 2 threads fell to about 50,000 samples/s for 1-2 s at a time, below the
@@ -93,8 +93,9 @@ const MARGIN: f64 = 0.1;
 /// any time and can last only a second or two, less than a main phase.
 const SLOWDOWN: f64 = 0.3;
 
-/// How many loops (call site and index count) the tuner keeps the usual cost of, per
-/// mode; more evict each other, and an evicted loop is left out until it is seen again.
+/// How many loops (call site, index count and the loop before) the tuner keeps the usual
+/// cost of, per mode; more evict each other, and an evicted loop is left out until it is
+/// seen again.
 const KNOWN_LOOPS: usize = 256;
 
 /// How far a cost below the usual one moves it: quickly, so that the slow first steps of
@@ -108,8 +109,9 @@ const WAYS: usize = 4;
 /// slows down stands out against the usual costs before they follow it.
 const USUAL_WEIGHT: f64 = 1.0 / 16.0;
 
-/// Identifies a loop for the tuner: a call site (any value fixed per site, such as the
-/// address of its closure's type name) and the loop's index count.
+/// Identifies a loop's call site for the tuner: a value fixed per site (such as the
+/// address of its closure's type name) and the loop's index count. The tuner adds the key
+/// of the loop before (`Tuner::record`).
 pub(crate) fn loop_key(site: usize, n: usize) -> u64 {
     // Odd multipliers mix both into the high bits, which pick the table slot.
     (site as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (n as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
@@ -143,8 +145,13 @@ impl Usual {
     /// The slots loop `key` may take: [`WAYS`] neighbours, so that a few loops whose keys
     /// pick the same slot do not evict each other.
     fn slots(key: u64) -> impl Iterator<Item = usize> {
-        let first = (key >> 56) as usize;
+        let first = Usual::first_slot(key);
         (0..WAYS).map(move |w| (first + w) % KNOWN_LOOPS)
+    }
+
+    /// The first of [`Usual::slots`], which an unknown loop takes when all are in use.
+    fn first_slot(key: u64) -> usize {
+        (key >> 56) as usize % KNOWN_LOOPS
     }
 
     fn find(&self, key: u64) -> Option<usize> {
@@ -174,14 +181,14 @@ impl Usual {
             }
             return;
         }
-        let i = Usual::slots(key).find(|&i| self.cost[i] <= 0.0).unwrap_or((key >> 56) as usize % KNOWN_LOOPS);
+        let i = Usual::slots(key).find(|&i| self.cost[i] <= 0.0).unwrap_or(Usual::first_slot(key));
         (self.keys[i], self.cost[i], self.moved[i], self.samples[i]) = (key, cost, Some(now), 1);
     }
 }
 
 /// Loops measured in one window: their count, their cost and their usual cost in the main
 /// mode, in seconds.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Window {
     loops: u64,
     cost: f64,

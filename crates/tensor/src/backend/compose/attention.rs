@@ -204,34 +204,37 @@ mod tests {
 
     /// The composed default against the CPU kernel, forward and backward, with a broadcast
     /// bool mask that empties one row, and with the causal triangle; the queries span more
-    /// than one block (and a part block) with and without it, the keys two blocks.
+    /// than one block (and a part block) with and without it, the keys two blocks. Two
+    /// matrices take the short query blocks, four the tall ones.
     #[test]
     fn composition_matches_the_cpu_kernel() {
         crate::manual_seed(3);
         let (l, s) = (270, 300);
         let t = |shape: [usize; 3]| Tensor::randn(shape).unwrap().to_dtype(DType::F64);
-        let (q, k, v, g) = (t([2, l, 8]), t([2, s, 8]), t([2, s, 5]), t([2, l, 5]));
-        let keep: Vec<u8> = (0..l * s).map(|i| u8::from(i / s != 4 && i % 3 != 0)).collect();
-        let mask = Tensor::from_vec(keep, [l, s]).unwrap();
-        let ml = mask.layout().broadcast_to("test", &Shape::from([2, l, s].as_slice())).unwrap();
-        let guards = [&q, &k, &v, &g, &mask].map(|x| x.storage().read());
-        let qkv = [(&*guards[0], q.layout()), (&*guards[1], k.layout()), (&*guards[2], v.layout())];
-        let gv = (&*guards[3], g.layout());
-        let b = CpuBackend;
-        for (m, causal) in [(Some((&*guards[4], &ml)), false), (None, true)] {
-            let spec = Attention { scale: 0.4, causal };
-            let fused = b.attention(qkv, m, &spec).unwrap();
-            let composed = forward(&b, qkv, m, &spec).unwrap();
-            assert!(max_diff(&fused[0], &composed[0], &[2, l, 5]) < 1e-12);
-            let (lf, lc) = (values(&fused[1], &[2, l]), values(&composed[1], &[2, l]));
-            assert!(lf.iter().zip(&lc).all(|(x, y)| x == y || (x - y).abs() < 1e-12));
-            let (ol, rl) = (dense(Shape::from([2, l, 5].as_slice())), dense(Shape::from([2, l].as_slice())));
-            let saved = [(&fused[0], &ol), (&fused[1], &rl), gv];
-            let gf = b.attention_backward(qkv, m, saved, &spec).unwrap();
-            let gc = backward(&b, qkv, m, saved, &spec).unwrap();
-            for (i, shape) in [[2, l, 8], [2, s, 8], [2, s, 5]].iter().enumerate() {
-                let d = max_diff(&gf[i], &gc[i], shape);
-                assert!(d < 1e-11, "gradient {i} differs by {d} (causal {causal})");
+        for nb in [2, 4] {
+            let (q, k, v, g) = (t([nb, l, 8]), t([nb, s, 8]), t([nb, s, 5]), t([nb, l, 5]));
+            let keep: Vec<u8> = (0..l * s).map(|i| u8::from(i / s != 4 && i % 3 != 0)).collect();
+            let mask = Tensor::from_vec(keep, [l, s]).unwrap();
+            let ml = mask.layout().broadcast_to("test", &Shape::from([nb, l, s].as_slice())).unwrap();
+            let guards = [&q, &k, &v, &g, &mask].map(|x| x.storage().read());
+            let qkv = [(&*guards[0], q.layout()), (&*guards[1], k.layout()), (&*guards[2], v.layout())];
+            let gv = (&*guards[3], g.layout());
+            let b = CpuBackend;
+            for (m, causal) in [(Some((&*guards[4], &ml)), false), (None, true)] {
+                let spec = Attention { scale: 0.4, causal };
+                let fused = b.attention(qkv, m, &spec).unwrap();
+                let composed = forward(&b, qkv, m, &spec).unwrap();
+                assert!(max_diff(&fused[0], &composed[0], &[nb, l, 5]) < 1e-12);
+                let (lf, lc) = (values(&fused[1], &[nb, l]), values(&composed[1], &[nb, l]));
+                assert!(lf.iter().zip(&lc).all(|(x, y)| x == y || (x - y).abs() < 1e-12));
+                let (ol, rl) = (dense(Shape::from([nb, l, 5].as_slice())), dense(Shape::from([nb, l].as_slice())));
+                let saved = [(&fused[0], &ol), (&fused[1], &rl), gv];
+                let gf = b.attention_backward(qkv, m, saved, &spec).unwrap();
+                let gc = backward(&b, qkv, m, saved, &spec).unwrap();
+                for (i, shape) in [[nb, l, 8], [nb, s, 8], [nb, s, 5]].iter().enumerate() {
+                    let d = max_diff(&gf[i], &gc[i], shape);
+                    assert!(d < 1e-11, "gradient {i} differs by {d} (causal {causal}, {nb} matrices)");
+                }
             }
         }
     }

@@ -37,18 +37,32 @@ use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
 
-/// Query rows per block: the most ([`Dims::bq`] picks fewer under a causal mask). Tall
-/// blocks make the products deep enough to run near the kernels' speed: the key and value
-/// gradients sum over a block's rows, and each key block is packed once per query block
-/// (`[16, 8, 256, 32]` heads: forward 10.0 ms with 64-row blocks, 9.2-9.3 ms with 256;
-/// backward 24.6-25.1 against 23.0-23.4 ms).
+/// Query rows per block where there is enough work to share ([`query_rows`]): tall blocks
+/// make the products deep enough to run near the kernels' speed, since the key and value
+/// gradients sum over a block's rows and each key block is packed once per query block
+/// (`[16, 8, 256, 32]` heads on 2 threads: forward 10.0 ms with 64-row blocks, 9.2-9.3 ms
+/// with 256; backward 24.6-25.1 against 23.0-23.4 ms; `[4, 4, 512, 64]`: 7.1 / 18.4
+/// against 6.3 / 17.5 ms).
 const BQ: usize = 256;
 
-/// Query rows per block under a causal mask: a block computes the scores of all the keys
-/// its last row sees, so tall blocks would compute (and mask) most of the triangle above
-/// the diagonal (causal `[16, 8, 256, 32]` heads: forward 7.2-7.3 ms with 64-row blocks,
-/// 9.3 ms with 256; backward 19.5-21.4 against 24.6-25.2 ms).
-const BQ_CAUSAL: usize = 64;
+/// Query rows per block under a causal mask, or where tall blocks would leave too few
+/// tasks ([`query_rows`]). Under the mask a block computes the scores of all the keys its
+/// last row sees, so tall blocks would compute (and mask) most of the triangle above the
+/// diagonal (causal `[16, 8, 256, 32]` heads: forward 7.2-7.3 ms with 64-row blocks, 9.3 ms
+/// with 256; backward 19.5-21.4 against 24.6-25.2 ms).
+const BQ_SHORT: usize = 64;
+
+/// The fewest (batch matrix, tall query block) units for which [`BQ`]-row blocks are used:
+/// enough for 8 threads to take one each. A single `[1, 1, 256, 64]` head in one tall
+/// block ran on one thread (forward 0.19 ms against 0.12 in four short blocks).
+const MIN_TALL_UNITS: usize = 8;
+
+/// Query rows per block for `batch` matrices of `l` queries. Like every other cut of the
+/// work, it follows the shape alone, never the thread count: the key and value gradients
+/// are summed block by block, so another height would round them differently.
+fn query_rows(batch: usize, l: usize, causal: bool) -> usize {
+    if causal || batch.saturating_mul(l.div_ceil(BQ)) < MIN_TALL_UNITS { BQ_SHORT } else { BQ }
+}
 /// Keys per block.
 const BK: usize = 256;
 
@@ -306,7 +320,7 @@ struct Dims {
     s: usize,
     e: usize,
     ev: usize,
-    /// Query rows per block: [`BQ`], or [`BQ_CAUSAL`] under a causal mask.
+    /// Query rows per block ([`query_rows`]).
     bq: usize,
 }
 
@@ -691,13 +705,14 @@ fn mask_of<'a, T: FloatElement>(m: Option<(&'a CpuStorage, &'a Layout)>) -> Resu
 
 fn dims(q: &Layout, k: &Layout, v: &Layout, spec: &Attention) -> Dims {
     let r = q.rank();
+    let (batch, l) = (q.shape()[..r - 2].iter().product(), q.shape()[r - 2]);
     Dims {
-        batch: q.shape()[..r - 2].iter().product(),
-        l: q.shape()[r - 2],
+        batch,
+        l,
         s: k.shape()[r - 2],
         e: q.shape()[r - 1],
         ev: v.shape()[r - 1],
-        bq: if spec.causal { BQ_CAUSAL } else { BQ },
+        bq: query_rows(batch, l, spec.causal),
     }
 }
 
@@ -838,6 +853,17 @@ mod tests {
             assert_eq!(grad.shape(), &[2, 3, 40, 8]);
             assert!(grad.to_vec_f64().unwrap().iter().all(|&x| x == 0.0));
         }
+    }
+
+    /// Tall query blocks only without the causal mask and where they leave enough units.
+    #[test]
+    fn query_blocks_are_tall_only_with_enough_units_and_no_causal_mask() {
+        use super::{BQ, BQ_SHORT, query_rows};
+        assert_eq!(query_rows(128, 256, false), BQ);
+        assert_eq!(query_rows(4, 270, false), BQ);
+        assert_eq!(query_rows(128, 256, true), BQ_SHORT);
+        assert_eq!(query_rows(1, 256, false), BQ_SHORT);
+        assert_eq!(query_rows(2, 270, false), BQ_SHORT);
     }
 
     /// Short heads share a task and its buffers (gathered blocks, score blocks, gradient

@@ -2,8 +2,8 @@
 //! checked on the pool's own counters. The pool is global, so the tests take turns.
 
 use ember_tensor::storage::{
-    DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, clear_pool, memory_stats, pool_limit, set_pool_enabled, set_pool_limit,
-    set_pool_trim_period, trim_pool,
+    DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, clear_pool, memory_stats, pool_limit, reset_pool_limit, set_pool_enabled,
+    set_pool_limit, set_pool_trim_period, trim_pool,
 };
 use ember_tensor::{DType, Tensor};
 use parking_lot::{Mutex, MutexGuard};
@@ -28,7 +28,7 @@ fn turn(limit: usize, period: usize) -> Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         set_pool_enabled(true);
-        set_pool_limit(DEFAULT_POOL_LIMIT);
+        reset_pool_limit();
         set_pool_trim_period(DEFAULT_TRIM_PERIOD);
         clear_pool();
     }
@@ -61,6 +61,27 @@ fn the_limit_bounds_what_the_pool_keeps() {
     set_pool_limit(400 * KIB);
     assert_eq!(cached(), 320 * KIB);
     assert_eq!(pool_limit(), 400 * KIB);
+}
+
+/// By default the pool may keep as much as the tensors ever held at once, so that a
+/// training step whose peak passes 512 MiB still reuses the step before's blocks.
+#[test]
+fn the_default_limit_grows_with_the_most_the_tensors_held() {
+    let _turn = turn(DEFAULT_POOL_LIMIT, 0);
+    reset_pool_limit();
+    assert!(pool_limit() >= DEFAULT_POOL_LIMIT);
+    // Past the default and whatever this process held before. A zeroed block fresh from the
+    // system is untouched pages: it costs address space, not memory.
+    let bytes = pool_limit() + 64 * MIB;
+    let big = block(bytes);
+    assert!(pool_limit() >= bytes, "the limit follows the high-water mark");
+    drop(big);
+    assert_eq!(cached(), bytes, "a block as large as the most held at once is kept");
+    // An explicit limit wins, and returns what no longer fits.
+    set_pool_limit(DEFAULT_POOL_LIMIT);
+    assert_eq!((pool_limit(), cached()), (DEFAULT_POOL_LIMIT, 0));
+    reset_pool_limit();
+    assert!(pool_limit() >= bytes);
 }
 
 #[test]

@@ -183,7 +183,8 @@ fn mixing_devices_is_an_error_even_for_a_0_d_cpu_tensor() -> Result<()> {
     Ok(())
 }
 
-/// "`set_pool_limit(bytes)` ... 512 MiB (`DEFAULT_POOL_LIMIT`)"; "`set_pool_trim_period`
+/// "`set_pool_limit(bytes)` ... the larger of 512 MiB (`DEFAULT_POOL_LIMIT`) and the most
+/// bytes the tensors ever held at once"; "`set_pool_trim_period`
 /// ... 16,384 (`DEFAULT_TRIM_PERIOD`)" (design.md, Memory).
 #[test]
 fn the_pool_defaults_are_the_documented_ones() {

@@ -14,7 +14,7 @@ mod small_cache;
 pub use buffer::{Buffer, BufferElement, check_allocatable};
 pub use cache::{
     DEFAULT_POOL_LIMIT, DEFAULT_TRIM_PERIOD, MemoryStats, clear_pool, memory_stats, pool_enabled, pool_limit,
-    pool_trim_period, reset_peak, set_pool_enabled, set_pool_limit, set_pool_trim_period, trim_pool,
+    pool_trim_period, reset_peak, reset_pool_limit, set_pool_enabled, set_pool_limit, set_pool_trim_period, trim_pool,
 };
 pub use device::{DeviceData, DeviceStorage};
 pub use rss::{current_rss, peak_rss};

@@ -63,6 +63,7 @@ const MIN_TALL_UNITS: usize = 8;
 fn query_rows(batch: usize, l: usize, causal: bool) -> usize {
     if causal || batch.saturating_mul(l.div_ceil(BQ)) < MIN_TALL_UNITS { BQ_SHORT } else { BQ }
 }
+
 /// Keys per block.
 const BK: usize = 256;
 

@@ -198,8 +198,9 @@ pub fn reset_peak() {
 /// held at its peak, and what the pool cannot keep the next step must fault in and zero
 /// again: a Transformer encoder step (4 layers of width 256, 64 sequences of 256 tokens, a
 /// peak of 0.9 GB) took 2176-2225 ms with a 512 MiB pool and 2065-2129 ms with room for
-/// the whole step, and its peak resident memory fell from 1.22 to 1.05 GB. The process then stays at about its peak, as it does with PyTorch's
-/// CUDA caching allocator; idle trimming still returns what a finished phase left behind.
+/// the whole step, and its peak resident memory fell from 1.22 to 1.05 GB. The process
+/// then stays at about its peak, as it does with PyTorch's CUDA caching allocator; idle
+/// trimming still returns what a finished phase left behind.
 ///
 /// `EMBER_POOL_LIMIT` is read once, at the first use of the pool: a number of bytes with an
 /// optional suffix `K`, `M` or `G` (KiB, MiB, GiB), such as `256M`; `0` caches nothing. A

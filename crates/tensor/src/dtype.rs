@@ -645,6 +645,12 @@ pub trait FloatElement:
     fn exp_normal(self) -> Self {
         self.exp()
     }
+    /// [`FloatElement::exp_normal`] in fused multiply-adds for kernels compiled for FMA:
+    /// as accurate, not the same bits (see `host::fastmath::exp_normal_fused_f32`).
+    #[inline(always)]
+    fn exp_normal_fused(self) -> Self {
+        self.exp_normal()
+    }
     /// The lower end of [`FloatElement::exp_normal`]'s range.
     const EXP_NORMAL_MIN: Self;
     /// Natural logarithm; vectorisable for `f32`.
@@ -691,6 +697,10 @@ impl FloatElement for f32 {
     #[inline(always)]
     fn exp_normal(self) -> Self {
         crate::host::fastmath::exp_normal_f32(self)
+    }
+    #[inline(always)]
+    fn exp_normal_fused(self) -> Self {
+        crate::host::fastmath::exp_normal_fused_f32(self)
     }
     const EXP_NORMAL_MIN: Self = crate::host::fastmath::EXP_NORMAL_MIN_F32;
     #[inline(always)]

@@ -36,6 +36,7 @@ use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
+use multiversion::target::target_cfg_f;
 
 /// Query rows per block where there is enough work to share ([`query_rows`]): tall blocks
 /// make the products deep enough to run near the kernels' speed, since the key and value
@@ -287,7 +288,12 @@ fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
         }
         if normal {
             for i in 0..16 {
-                c[i] = (c[i] - shift).exp_normal();
+                let x = c[i] - shift;
+                c[i] = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
+                    x.exp_normal_fused()
+                } else {
+                    x.exp_normal()
+                };
                 acc[i] = acc[i] + c[i];
             }
         } else {

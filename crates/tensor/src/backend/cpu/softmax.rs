@@ -10,6 +10,7 @@ use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
+use multiversion::target::target_cfg_f;
 
 /// Accumulator lanes of the fused exponentiate-and-sum loop.
 const LANES: usize = 16;
@@ -31,7 +32,12 @@ fn exp_shifted_sum<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> T {
         }
         if normal {
             for i in 0..LANES {
-                let e = (x[i] - max).exp_normal();
+                let s = x[i] - max;
+                let e = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
+                    s.exp_normal_fused()
+                } else {
+                    s.exp_normal()
+                };
                 o[i] = e;
                 acc[i] = acc[i] + e;
             }

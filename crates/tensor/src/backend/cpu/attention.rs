@@ -289,6 +289,8 @@ fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
         if normal {
             for i in 0..16 {
                 let x = c[i] - shift;
+                // Fused in the clones compiled for FMA (AVX-512 implies it, though the
+                // clone's target does not name it); elsewhere a fused step is a library call.
                 c[i] = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
                     x.exp_normal_fused()
                 } else {

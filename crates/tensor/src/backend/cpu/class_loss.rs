@@ -67,6 +67,8 @@ fn exp_shifted<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> (T, T) {
         if normal {
             for i in 0..LANES {
                 let s = x[i] - max;
+                // Fused in the clones compiled for FMA (AVX-512 implies it, though the
+                // clone's target does not name it); elsewhere a fused step is a library call.
                 o[i] = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
                     s.exp_normal_fused()
                 } else {

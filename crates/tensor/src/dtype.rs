@@ -651,6 +651,12 @@ pub trait FloatElement:
     fn exp_normal_fused(self) -> Self {
         self.exp_normal()
     }
+    /// [`FloatElement::exp_normal_fused`] where `fused`, else [`FloatElement::exp_normal`]:
+    /// for kernels that decide per compiled clone.
+    #[inline(always)]
+    fn exp_normal_where(self, fused: bool) -> Self {
+        if fused { self.exp_normal_fused() } else { self.exp_normal() }
+    }
     /// The lower end of [`FloatElement::exp_normal`]'s range.
     const EXP_NORMAL_MIN: Self;
     /// Natural logarithm; vectorisable for `f32`.

@@ -36,7 +36,6 @@ use crate::shape::Shape;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use multiversion::target::target_cfg_f;
 
 /// Query rows per block where there is enough work to share ([`query_rows`]): tall blocks
 /// make the products deep enough to run near the kernels' speed, since the key and value
@@ -288,14 +287,7 @@ fn exp_sub<T: FloatElement>(row: &mut [T], shift: T) -> T {
         }
         if normal {
             for i in 0..16 {
-                let x = c[i] - shift;
-                // Fused in the clones compiled for FMA (AVX-512 implies it, though the
-                // clone's target does not name it); elsewhere a fused step is a library call.
-                c[i] = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
-                    x.exp_normal_fused()
-                } else {
-                    x.exp_normal()
-                };
+                c[i] = (c[i] - shift).exp_normal_where(fma_clone!());
                 acc[i] = acc[i] + c[i];
             }
         } else {

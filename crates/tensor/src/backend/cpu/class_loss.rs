@@ -19,7 +19,6 @@ use crate::ops::loss::{ClassLoss, ClassScores, LossReduction};
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use multiversion::target::target_cfg_f;
 
 /// Accumulator lanes of the fused sum loops.
 const LANES: usize = 16;
@@ -67,13 +66,7 @@ fn exp_shifted<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> (T, T) {
         if normal {
             for i in 0..LANES {
                 let s = x[i] - max;
-                // Fused in the clones compiled for FMA (AVX-512 implies it, though the
-                // clone's target does not name it); elsewhere a fused step is a library call.
-                o[i] = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
-                    s.exp_normal_fused()
-                } else {
-                    s.exp_normal()
-                };
+                o[i] = s.exp_normal_where(fma_clone!());
                 exps[i] = exps[i] + o[i];
                 shifts[i] = shifts[i] + s;
             }

@@ -4,6 +4,17 @@
 //! `gemm` for matrix products (split into blocks over the same threads) and for
 //! convolutions (on column matrices built a block at a time, `conv.rs` and `im2col.rs`).
 
+/// Whether the multiversioned kernel clone this expands in was compiled for FMA (AVX-512
+/// implies it, though the clone's target does not name it): there the softmax
+/// exponentials take [`crate::dtype::FloatElement::exp_normal_where`]'s fused form, and
+/// elsewhere, where a fused step would be a library call, the unfused one. Only
+/// meaningful inside a `#[multiversion]` function.
+macro_rules! fma_clone {
+    () => {
+        multiversion::target::target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f"))
+    };
+}
+
 mod attention;
 pub(crate) mod binary;
 mod block;

@@ -10,7 +10,6 @@ use crate::layout::Layout;
 use crate::storage::{Buffer, CpuStorage};
 use crate::{Error, Result};
 use multiversion::multiversion;
-use multiversion::target::target_cfg_f;
 
 /// Accumulator lanes of the fused exponentiate-and-sum loop.
 const LANES: usize = 16;
@@ -32,14 +31,7 @@ fn exp_shifted_sum<T: FloatElement>(row: &[T], out: &mut [T], max: T) -> T {
         }
         if normal {
             for i in 0..LANES {
-                let s = x[i] - max;
-                // Fused in the clones compiled for FMA (AVX-512 implies it, though the
-                // clone's target does not name it); elsewhere a fused step is a library call.
-                let e = if target_cfg_f!(any(target_feature = "fma", target_feature = "avx512f")) {
-                    s.exp_normal_fused()
-                } else {
-                    s.exp_normal()
-                };
+                let e = (x[i] - max).exp_normal_where(fma_clone!());
                 o[i] = e;
                 acc[i] = acc[i] + e;
             }

@@ -58,10 +58,34 @@ fn slot_at(run: &LstmRun, t: usize, k: usize, r: usize) -> usize {
     ((t * LSTM_SLOTS + k) * run.batch + r) * run.hidden
 }
 
-/// The forward's operands as contiguous slices; `w_t` is `w_hh^T`, `[H, 4H]`.
+/// A row-major `rows x cols` matrix copied with its rows a stride apart that spans an odd
+/// number of cache lines, and that stride.
+///
+/// The per-step products read the recurrent weight in place, a column of it per step of
+/// their inner loop: with rows a multiple of 4 KiB apart (`4H` `f32` at `H` = 256) every
+/// such column falls into one set of the L1 cache, which holds 8 of its 256 lines, so each
+/// step of the inner loop missed L1. An odd number of lines apart, the column spreads over
+/// every set.
+fn spread_rows<T: FloatElement>(op: &'static str, m: &[T], rows: usize, cols: usize) -> Result<(Buffer<T>, usize)> {
+    const LINE: usize = 64;
+    let per_line = (LINE / std::mem::size_of::<T>()).max(1);
+    let lines = cols.div_ceil(per_line);
+    let stride = (lines | 1) * per_line;
+    let mut out = Buffer::<T>::uninit(op, rows * stride)?;
+    if cols > 0 {
+        for (dst, src) in out.chunks_exact_mut(stride).zip(m.chunks_exact(cols)) {
+            dst[..cols].copy_from_slice(src);
+        }
+    }
+    Ok((out, stride))
+}
+
+/// The forward's operands as contiguous slices; `w_t` is `w_hh^T`, `[H, 4H]`, its rows
+/// `w_rs` apart ([`spread_rows`]).
 struct Inputs<'a, T> {
     gi: &'a [T],
     w_t: &'a [T],
+    w_rs: usize,
     h0: &'a [T],
     c0: &'a [T],
     run: &'a LstmRun,
@@ -87,7 +111,7 @@ fn forward_piece<T: FloatElement>(s: &Inputs<'_, T>, out: Out<T>, rows: Range<us
                 )
             },
         };
-        block_product(n, g, h, &mut a, g, false, (hp, h, 1), (s.w_t, g, 1), T::ONE);
+        block_product(n, g, h, &mut a, g, false, (hp, h, 1), (s.w_t, s.w_rs, 1), T::ONE);
         for r in 0..n {
             // SAFETY: row `r0 + r` of each slot of step `t` belongs to this piece alone and
             // lies inside the buffer; the seven rows are disjoint from each other and from
@@ -118,9 +142,10 @@ pub(crate) fn forward([gi, w_hh, h0, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
         let gi = Contiguous::of(op, t[0], v[0].1, GRAIN_COSTLY)?;
         // Each step multiplies by the transpose: lay it out once.
         let w_t = Contiguous::of(op, t[1], &v[1].1.transposed(0, 1), GRAIN_COSTLY)?;
+        let (w_t, w_rs) = spread_rows(op, w_t.slice(), run.hidden, 4 * run.hidden)?;
         let h0 = Contiguous::of(op, t[2], v[2].1, GRAIN_COSTLY)?;
         let c0 = Contiguous::of(op, t[3], v[3].1, GRAIN_COSTLY)?;
-        forward_typed(&Inputs { gi: gi.slice(), w_t: w_t.slice(), h0: h0.slice(), c0: c0.slice(), run })
+        forward_typed(&Inputs { gi: gi.slice(), w_t: &w_t, w_rs, h0: h0.slice(), c0: c0.slice(), run })
     }
     match gi.0 {
         CpuStorage::F32(_) => Ok(go::<f32>(op, [gi, w_hh, h0, c0], run)?.into()),
@@ -129,12 +154,13 @@ pub(crate) fn forward([gi, w_hh, h0, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
     }
 }
 
-/// The backward's operands as contiguous slices; `w` is `w_hh`, `[4H, H]`, `gs` the state
-/// gradient `[T, 2, B, H]`.
+/// The backward's operands as contiguous slices; `w` is `w_hh`, `[4H, H]`, its rows `w_rs`
+/// apart ([`spread_rows`]), `gs` the state gradient `[T, 2, B, H]`.
 struct Grads<'a, T> {
     y: &'a [T],
     gs: &'a [T],
     w: &'a [T],
+    w_rs: usize,
     c0: &'a [T],
     run: &'a LstmRun,
 }
@@ -177,7 +203,7 @@ fn backward_piece<T: FloatElement>(s: &Grads<'_, T>, out: GradsOut<T>, rows: Ran
         }
         backward_rows(h, y, None, (&dh, &dc, c_prev), dp, &mut dc_prev);
         std::mem::swap(&mut dc, &mut dc_prev);
-        block_product(n, h, g, &mut dh, h, false, (dp, g, 1), (s.w, h, 1), T::ONE);
+        block_product(n, h, g, &mut dh, h, false, (dp, g, 1), (s.w, s.w_rs, 1), T::ONE);
     }
     // SAFETY: rows `r0..r0 + n` of the `[B, H]` state gradients belong to this piece alone.
     unsafe {
@@ -207,7 +233,8 @@ pub(crate) fn backward([y, gs, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
         let t = slices::<T>(op, &[v[0].0, v[1].0, v[2].0, v[3].0])?;
         let [y, gs, w, c0] = [0, 1, 2, 3].map(|i| Contiguous::of(op, t[i], v[i].1, GRAIN_COSTLY));
         let (y, gs, w, c0) = (y?, gs?, w?, c0?);
-        let s = Grads { y: y.slice(), gs: gs.slice(), w: w.slice(), c0: c0.slice(), run };
+        let (w, w_rs) = spread_rows(op, w.slice(), 4 * run.hidden, run.hidden)?;
+        let s = Grads { y: y.slice(), gs: gs.slice(), w: &w, w_rs, c0: c0.slice(), run };
         Ok(backward_typed(&s)?.map(CpuStorage::from))
     }
     match y.0 {
@@ -219,7 +246,7 @@ pub(crate) fn backward([y, gs, w_hh, c0]: [(&CpuStorage, &Layout); 4], run: &Lst
 
 #[cfg(test)]
 mod tests {
-    use super::{MIN_PIECE_ROWS, piece, pieces};
+    use super::{MIN_PIECE_ROWS, piece, pieces, spread_rows};
     use crate::backend::compose;
     use crate::backend::cpu::CpuBackend;
     use crate::ops::lstm::{LSTM_STATE_SLOT, LstmRun};
@@ -272,6 +299,26 @@ mod tests {
                 assert_close("d_gi", &d_gi.to_vec::<f64>()?, &to_vec(&e_gi));
                 assert_close("dh0", &dh0.to_vec::<f64>()?, &to_vec(&e_h));
                 assert_close("dc0", &dc0.to_vec::<f64>()?, &to_vec(&e_c));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows keep their values at a stride of an odd number of 64-byte lines, whatever the
+    /// width: one line, a multiple of 4 KiB (`4H` at `H` = 256), an odd count already.
+    #[test]
+    fn spread_rows_keeps_the_rows_an_odd_number_of_lines_apart() -> Result<()> {
+        for (rows, cols, want) in [(3, 1, 16), (2, 1024, 1040), (4, 256, 272), (2, 48, 48), (5, 17, 48), (1, 0, 16)] {
+            let m: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let (out, stride) = spread_rows("test", &m, rows, cols)?;
+            assert_eq!(stride, want, "{rows} x {cols}");
+            assert_eq!((stride * 4 / 64) % 2, 1, "{rows} x {cols}");
+            for r in 0..rows {
+                assert_eq!(
+                    &out[r * stride..r * stride + cols],
+                    &m[r * cols..(r + 1) * cols],
+                    "row {r} of {rows} x {cols}"
+                );
             }
         }
         Ok(())

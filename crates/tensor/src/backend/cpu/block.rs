@@ -1,5 +1,5 @@
 //! One block of a matrix product on the calling thread: the strided matrix operand
-//! ([`Mat`]), the trait by which the split product hands a block to its kernel
+//! ([`Mat`], from `mat.rs`), the trait by which the split product hands a block to its kernel
 //! ([`BlockProduct`]), and `gemm`'s product of one block: [`gemm_block`] on raw operands,
 //! which the split product and the convolutions call, and [`block_product`] /
 //! [`block_product_to`] on slices, which the attention and LSTM kernels call. Below both
@@ -8,16 +8,7 @@
 use crate::dtype::Element;
 use gemm::Parallelism;
 
-/// A matrix addressed by its first element and its row and column strides in elements.
-#[derive(Clone, Copy)]
-pub(super) struct Mat<T> {
-    pub ptr: *const T,
-    pub rs: isize,
-    pub cs: isize,
-}
-// SAFETY: a `Mat` only reads the matrix it addresses, which outlives the product.
-unsafe impl<T> Send for Mat<T> {}
-unsafe impl<T> Sync for Mat<T> {}
+pub(super) use super::mat::Mat;
 
 /// How one block of a product is computed on the calling thread: [`gemm_parallel`] cuts a
 /// product into blocks and hands each to one of these.
@@ -132,6 +123,17 @@ pub(super) unsafe fn gemm_block<T: Element>(
     accumulate: bool,
     scale: T,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let as_f32 = |x: &Mat<T>| Mat { ptr: x.ptr.cast::<f32>(), rs: x.rs, cs: x.cs };
+        let (a, b) = (as_f32(a), as_f32(b));
+        if super::matmul_avx2::takes(m, n, k, &b) {
+            // SAFETY: `T` is `f32`, so the casts change nothing; `takes` checked the
+            // processor; the rest is the caller's contract.
+            unsafe { super::matmul_avx2::product((m, n, k), (dst.cast(), dst_rs), &a, &b, accumulate, scale.to_f32()) };
+            return;
+        }
+    }
     let keep = if accumulate { T::ONE } else { T::ZERO };
     // SAFETY: guaranteed by the caller.
     unsafe {

@@ -32,9 +32,12 @@ mod join;
 mod layer_norm;
 mod lstm;
 mod lstm_sequence;
+mod mat;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod matmul_amx;
+#[cfg(target_arch = "x86_64")]
+mod matmul_avx2;
 #[cfg(target_arch = "x86_64")]
 mod matmul_bf16;
 mod matmul_lowp;

@@ -90,8 +90,8 @@ thread_local! {
 ///
 /// # Safety
 /// The processor must have AVX2 and FMA ([`available`] implies it), `m`, `n` and `k`
-/// positive; `a` and `b` must address valid
-/// `m x k` and `k x n` matrices and `c` a writable `m x n` one that overlaps neither.
+/// positive; `a` and `b` must address valid `m x k` and `k x n` matrices and `c` a
+/// writable `m x n` one that overlaps neither.
 pub(super) unsafe fn product(
     (m, n, k): (usize, usize, usize),
     (c, c_rs): (*mut f32, usize),
@@ -100,7 +100,9 @@ pub(super) unsafe fn product(
     accumulate: bool,
     scale: f32,
 ) {
-    let (mut packed_b, mut packed_a) = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    // `try_with`: a product run while the thread's locals are being torn down packs into
+    // fresh buffers instead of failing.
+    let (mut packed_b, mut packed_a) = PACKED.try_with(|p| std::mem::take(&mut *p.borrow_mut())).unwrap_or_default();
     let b_in_place = m <= B_IN_PLACE_ROWS && b.cs == 1;
     let panels = NC.min(n).div_ceil(NR);
     // Packing writes every element the kernel reads (padding included) before it reads it,
@@ -112,7 +114,7 @@ pub(super) unsafe fn product(
     let work = Work { c, c_rs, scale, accumulate, b_in_place };
     // SAFETY: the caller's contract, and both buffers hold a block's packed operands.
     unsafe { work.run((m, n, k), a, b, packed_b.as_mut_ptr(), packed_a.as_mut_ptr()) };
-    PACKED.with(|p| *p.borrow_mut() = (packed_b, packed_a));
+    let _ = PACKED.try_with(|p| *p.borrow_mut() = (packed_b, packed_a));
 }
 
 /// What one product writes, and how.
